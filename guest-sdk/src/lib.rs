@@ -1,0 +1,1 @@
+//! Guest SDK. (Being written.)

@@ -1,0 +1,1 @@
+//! Passthrough plugin. (Being written.)

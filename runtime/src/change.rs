@@ -1,0 +1,162 @@
+//! The pipeline's data model: typed values, changes, transactions, and the rows that
+//! transforms emit into outputs.
+//!
+//! Everything after the decoder speaks these types; nothing here does IO.
+
+use std::sync::Arc;
+
+use crate::Lsn;
+use crate::pgoutput::Relation;
+
+/// A PostgreSQL value, typed.
+///
+/// Times are counted from the Unix epoch in UTC. `infinity` and `-infinity` dates and
+/// timestamps are the largest and smallest values of their representation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    /// A TOASTed value an update left untouched; PostgreSQL did not send it.
+    UnchangedToast,
+    Bool(bool),
+    Int2(i16),
+    Int4(i32),
+    Int8(i64),
+    Float4(f32),
+    Float8(f64),
+    /// An exact decimal as PostgreSQL prints it (`-12.340`, `NaN`, `Infinity`).
+    Numeric(String),
+    Text(String),
+    Bytea(Vec<u8>),
+    /// Days since 1970-01-01.
+    Date(i32),
+    /// Microseconds since midnight.
+    Time(i64),
+    /// Microseconds since 1970-01-01 00:00:00, no time zone.
+    Timestamp(i64),
+    /// Microseconds since 1970-01-01 00:00:00 UTC.
+    TimestampTz(i64),
+    Uuid([u8; 16]),
+    /// `json` or `jsonb`, as text.
+    Json(String),
+    Interval {
+        months: i32,
+        days: i32,
+        micros: i64,
+    },
+    /// An array in PostgreSQL's text form (`{1,2,3}`).
+    Array(String),
+    /// Any other type, in its text form.
+    Other(String),
+}
+
+/// What a change did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    Insert,
+    Update,
+    Delete,
+    Truncate,
+}
+
+impl Op {
+    /// The value of the `_op` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Insert => "insert",
+            Op::Update => "update",
+            Op::Delete => "delete",
+            Op::Truncate => "truncate",
+        }
+    }
+}
+
+/// One row-level change of a committed transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub op: Op,
+    pub relation: Arc<Relation>,
+    /// Ordinal of the change within its transaction, from 0. With the transaction's commit
+    /// LSN it identifies the change: a replay produces the same pair.
+    pub seq: u32,
+    /// The new row (insert, update), in relation column order.
+    pub new: Option<Vec<Value>>,
+    /// The old row or old key (update, delete) when the replica identity sends one; columns
+    /// outside the key are `Null` for a key-only image.
+    pub old: Option<Vec<Value>>,
+}
+
+/// A committed transaction, whole.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transaction {
+    pub xid: u32,
+    /// LSN of the commit record.
+    pub commit_lsn: Lsn,
+    /// LSN just past the commit record: what may be confirmed once this transaction is durable.
+    pub end_lsn: Lsn,
+    /// Microseconds since the Unix epoch.
+    pub commit_time: i64,
+    pub changes: Vec<Change>,
+}
+
+/// What one transform call receives: one or more whole transactions in commit order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Batch {
+    pub transactions: Vec<Transaction>,
+}
+
+impl Batch {
+    pub fn change_count(&self) -> usize {
+        self.transactions.iter().map(|t| t.changes.len()).sum()
+    }
+
+    /// Commit LSN of the first and last transaction.
+    pub fn lsn_range(&self) -> Option<(Lsn, Lsn)> {
+        Some((self.transactions.first()?.commit_lsn, self.transactions.last()?.commit_lsn))
+    }
+}
+
+/// A column of an output: a name and the PostgreSQL type its values have.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OutputColumn {
+    pub name: String,
+    pub type_oid: u32,
+    /// -1 when the type has no modifier.
+    pub type_modifier: i32,
+}
+
+/// One row bound for an output, with the identity of the change it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputRow {
+    pub op: Op,
+    pub commit_lsn: Lsn,
+    pub seq: u32,
+    pub xid: u32,
+    /// Microseconds since the Unix epoch.
+    pub commit_time: i64,
+    /// One value per output column, in column order.
+    pub values: Vec<Value>,
+}
+
+/// Rows for one output that share one schema, in commit order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputBatch {
+    /// `schema.table` for outputs derived from a source table; the plugin's name otherwise.
+    pub output: String,
+    pub columns: Arc<[OutputColumn]>,
+    pub rows: Vec<OutputRow>,
+}
+
+impl OutputColumn {
+    /// The columns of an output derived from a source table.
+    pub fn from_relation(relation: &Relation) -> Arc<[OutputColumn]> {
+        relation
+            .columns
+            .iter()
+            .map(|c| OutputColumn {
+                name: c.name.clone(),
+                type_oid: c.type_oid,
+                type_modifier: c.type_modifier,
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,36 @@
+//! Tributary: change data capture from PostgreSQL, through WebAssembly transforms, to Parquet
+//! in object storage, exactly once.
+//!
+//! One module per pipeline stage, data flowing one way:
+//!
+//! ```text
+//! slot ─► replication ─► pgoutput ─► batch ─► transform ─► encode ─► sink ─► commit ─┐
+//!           ▲                                                                       │
+//!           └──────────── standby status update: flush = last committed LSN ◄───────┘
+//! ```
+//!
+//! - [`replication`] owns the replication socket (the only IO with the slot);
+//! - [`pgoutput`] decodes message bytes into typed messages, without IO;
+//! - [`batch`] assembles whole transactions and decides when to cut a batch, without IO;
+//! - [`transform`] hosts the WebAssembly plugins;
+//! - [`encode`] turns output rows into Parquet;
+//! - [`sink`] writes objects to the bucket or directory;
+//! - [`commit`] is the checkpoint protocol: what is durable and how far the slot may move.
+//!
+//! [`pipeline`] wires the stages together; [`config`] reads the pipeline file.
+
+pub mod batch;
+pub mod change;
+pub mod cluster;
+pub mod commit;
+pub mod config;
+pub mod encode;
+mod lsn;
+pub mod pgoutput;
+pub mod pgtype;
+pub mod pipeline;
+pub mod replication;
+pub mod sink;
+pub mod transform;
+
+pub use lsn::{Lsn, ParseLsnError};

@@ -1,0 +1,174 @@
+//! The messages of the pgoutput protocol, as typed values.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::Lsn;
+
+/// Microseconds between the Unix epoch and PostgreSQL's epoch (2000-01-01 00:00:00 UTC).
+pub const PG_EPOCH_OFFSET_MICROS: i64 = 946_684_800_000_000;
+
+/// One column of a tuple as it came over the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TupleValue {
+    Null,
+    /// A TOASTed value the update did not change; PostgreSQL does not resend it.
+    UnchangedToast,
+    /// The type's text output (`'t'`).
+    Text(Bytes),
+    /// The type's binary send format (`'b'`, protocol 2+ with `binary 'true'`).
+    Binary(Bytes),
+}
+
+/// The columns of one row, in relation column order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Tuple(pub Vec<TupleValue>);
+
+/// `REPLICA IDENTITY` of a relation: which old values updates and deletes carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaIdentity {
+    /// `d`: the primary key.
+    Default,
+    /// `n`: nothing.
+    Nothing,
+    /// `f`: the whole old row.
+    Full,
+    /// `i`: the columns of a chosen unique index.
+    Index,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelationColumn {
+    pub name: String,
+    pub type_oid: u32,
+    /// `atttypmod`: precision and scale of numeric, length of varchar, ...; -1 when none.
+    pub type_modifier: i32,
+    /// Part of the replica identity key.
+    pub key: bool,
+}
+
+/// A table as the server described it in a Relation message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relation {
+    /// The table's OID.
+    pub id: u32,
+    pub namespace: String,
+    pub name: String,
+    pub replica_identity: ReplicaIdentity,
+    pub columns: Vec<RelationColumn>,
+}
+
+impl Relation {
+    /// `schema.table`, the name outputs derived from this table carry.
+    pub fn qualified_name(&self) -> String {
+        format!("{}.{}", self.namespace, self.name)
+    }
+}
+
+/// One decoded pgoutput message.
+///
+/// Row messages (`Insert`, `Update`, `Delete`, `Truncate`) refer to their relations through
+/// the decoder's cache. Inside a streamed transaction (protocol 2+), row and relation
+/// messages carry the streamed transaction's xid in `xid`; otherwise it is `None`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LogicalMessage {
+    Begin {
+        /// LSN of the commit record: the transaction's final position.
+        final_lsn: Lsn,
+        /// Commit time in microseconds since the Unix epoch.
+        commit_time: i64,
+        xid: u32,
+    },
+    Commit {
+        flags: u8,
+        /// LSN of the commit record.
+        commit_lsn: Lsn,
+        /// LSN just past the commit record; a consumer that has made the transaction durable
+        /// confirms this position.
+        end_lsn: Lsn,
+        /// Commit time in microseconds since the Unix epoch.
+        commit_time: i64,
+    },
+    Origin {
+        commit_lsn: Lsn,
+        name: String,
+    },
+    Relation {
+        xid: Option<u32>,
+        relation: Arc<Relation>,
+    },
+    Type {
+        xid: Option<u32>,
+        id: u32,
+        namespace: String,
+        name: String,
+    },
+    Insert {
+        xid: Option<u32>,
+        relation: Arc<Relation>,
+        new: Tuple,
+    },
+    Update {
+        xid: Option<u32>,
+        relation: Arc<Relation>,
+        /// The old key (`K`) or whole old row (`O`), when the replica identity sends one.
+        old: Option<OldTuple>,
+        new: Tuple,
+    },
+    Delete {
+        xid: Option<u32>,
+        relation: Arc<Relation>,
+        old: OldTuple,
+    },
+    Truncate {
+        xid: Option<u32>,
+        /// Bit 1: CASCADE, bit 2: RESTART IDENTITY.
+        options: u8,
+        relations: Vec<Arc<Relation>>,
+    },
+    /// A logical decoding message (`pg_logical_emit_message`).
+    Message {
+        xid: Option<u32>,
+        transactional: bool,
+        lsn: Lsn,
+        prefix: String,
+        content: Bytes,
+    },
+    StreamStart {
+        xid: u32,
+        first_segment: bool,
+    },
+    StreamStop,
+    StreamCommit {
+        xid: u32,
+        flags: u8,
+        commit_lsn: Lsn,
+        end_lsn: Lsn,
+        commit_time: i64,
+    },
+    StreamAbort {
+        xid: u32,
+        subxid: u32,
+        /// Protocol 4 with parallel streaming only.
+        abort_lsn: Option<Lsn>,
+        abort_time: Option<i64>,
+    },
+}
+
+/// The old image an update or delete carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OldTuple {
+    /// `K`: replica identity columns; other columns are null.
+    Key(Tuple),
+    /// `O`: the whole old row (`REPLICA IDENTITY FULL`).
+    Full(Tuple),
+}
+
+impl OldTuple {
+    pub fn tuple(&self) -> &Tuple {
+        match self {
+            OldTuple::Key(t) | OldTuple::Full(t) => t,
+        }
+    }
+}
