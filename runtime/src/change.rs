@@ -111,7 +111,10 @@ impl Batch {
 
     /// Commit LSN of the first and last transaction.
     pub fn lsn_range(&self) -> Option<(Lsn, Lsn)> {
-        Some((self.transactions.first()?.commit_lsn, self.transactions.last()?.commit_lsn))
+        Some((
+            self.transactions.first()?.commit_lsn,
+            self.transactions.last()?.commit_lsn,
+        ))
     }
 }
 

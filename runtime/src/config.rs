@@ -1,1 +1,327 @@
-//! (Being written.)
+//! The pipeline file: what to read, how to transform it, where to land it.
+//!
+//! ```toml
+//! [source]
+//! url = "postgres://replicator@db:5432/shop"   # TRIBUTARY_SOURCE_URL overrides
+//! slot = "tributary_shop"
+//! publication = "tributary_shop"
+//! tables = ["public.orders", "public.customers"]
+//!
+//! [[transform]]                       # zero or more, applied in order
+//! plugin = "plugins/mask_pii.wasm"     # relative to this file
+//! config = { columns = "email,phone" }
+//!
+//! [sink]
+//! url = "s3://lake/shop"              # or file:///var/lake/shop
+//! ```
+//!
+//! Every other setting has a default. Unknown keys are errors that name the key and the file:
+//! a misspelt setting silently ignored is a production incident waiting to happen.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::transform::{HostLimits, TransformSpec};
+
+/// The environment variable that overrides `source.url` (so passwords need not live in files).
+pub const SOURCE_URL_ENV: &str = "TRIBUTARY_SOURCE_URL";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read pipeline file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("pipeline file {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// A libpq-style URL or key/value connection string.
+    pub url: String,
+    pub slot: String,
+    pub publication: String,
+    /// `schema.table` names; the publication is created for exactly these when missing.
+    #[serde(default)]
+    pub tables: Vec<String>,
+    /// Create the slot when it does not exist.
+    #[serde(default = "yes")]
+    pub create_slot: bool,
+    /// Create the publication when it does not exist.
+    #[serde(default = "yes")]
+    pub create_publication: bool,
+    /// Seconds between standby status updates; well inside the server's `wal_sender_timeout`.
+    #[serde(default = "default_status_interval")]
+    pub status_interval_secs: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransformConfig {
+    pub plugin: PathBuf,
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+    /// Memory a plugin instance may use, in MiB.
+    #[serde(default = "default_memory_mib")]
+    pub memory_limit_mib: usize,
+    /// Longest one call may run, in milliseconds.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkConfig {
+    /// `s3://bucket/prefix`, `file:///path`, or `memory://`.
+    pub url: String,
+    /// object_store settings (`aws_endpoint`, `aws_region`, `aws_allow_http`, ...). The
+    /// standard `AWS_*` environment variables apply too; these win.
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+}
+
+/// When a flush is cut: whichever limit is reached first.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlushConfig {
+    #[serde(default = "default_max_rows")]
+    pub max_rows: usize,
+    /// Approximate size of the decoded changes, in MiB.
+    #[serde(default = "default_max_mib")]
+    pub max_mib: usize,
+    /// The longest a committed transaction waits before it is landed, in milliseconds.
+    #[serde(default = "default_max_delay_ms")]
+    pub max_delay_ms: u64,
+}
+
+impl Default for FlushConfig {
+    fn default() -> Self {
+        FlushConfig {
+            max_rows: default_max_rows(),
+            max_mib: default_max_mib(),
+            max_delay_ms: default_max_delay_ms(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    pub source: SourceConfig,
+    #[serde(default, rename = "transform")]
+    pub transforms: Vec<TransformConfig>,
+    pub sink: SinkConfig,
+    #[serde(default)]
+    pub flush: FlushConfig,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_status_interval() -> u64 {
+    10
+}
+fn default_memory_mib() -> usize {
+    256
+}
+fn default_timeout_ms() -> u64 {
+    30_000
+}
+fn default_max_rows() -> usize {
+    100_000
+}
+fn default_max_mib() -> usize {
+    64
+}
+fn default_max_delay_ms() -> u64 {
+    1_000
+}
+
+impl PipelineConfig {
+    /// Read and check a pipeline file. Plugin paths are resolved against the file's directory;
+    /// `TRIBUTARY_SOURCE_URL`, when set, replaces `source.url`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut config = Self::parse(&text, path)?;
+        if let Ok(url) = std::env::var(SOURCE_URL_ENV) {
+            config.source.url = url;
+        }
+        let base = path.parent().unwrap_or(Path::new("."));
+        for t in &mut config.transforms {
+            if t.plugin.is_relative() {
+                t.plugin = base.join(&t.plugin);
+            }
+        }
+        Ok(config)
+    }
+
+    /// Parse pipeline file text; `path` only names the file in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        };
+        let config: PipelineConfig = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        config.validate().map_err(invalid)?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let s = &self.source;
+        for (key, name) in [
+            ("source.slot", &s.slot),
+            ("source.publication", &s.publication),
+        ] {
+            check_identifier(name).map_err(|why| format!("{key} = {name:?}: {why}"))?;
+        }
+        for table in &s.tables {
+            if table.split('.').count() != 2 || table.split('.').any(str::is_empty) {
+                return Err(format!(
+                    "source.tables: {table:?} is not of the form \"schema.table\""
+                ));
+            }
+        }
+        if s.status_interval_secs == 0 {
+            return Err("source.status_interval_secs must be at least 1".into());
+        }
+        if self.flush.max_rows == 0 || self.flush.max_mib == 0 {
+            return Err("flush.max_rows and flush.max_mib must be at least 1".into());
+        }
+        for (i, t) in self.transforms.iter().enumerate() {
+            if t.memory_limit_mib == 0 || t.timeout_ms == 0 {
+                return Err(format!(
+                    "transform {} ({}): memory_limit_mib and timeout_ms must be at least 1",
+                    i + 1,
+                    t.plugin.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn transform_specs(&self) -> Vec<(TransformSpec, HostLimits)> {
+        self.transforms
+            .iter()
+            .map(|t| {
+                let spec = TransformSpec {
+                    plugin: t.plugin.clone(),
+                    config: t
+                        .config
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                };
+                let limits = HostLimits {
+                    memory_bytes: t.memory_limit_mib << 20,
+                    call_timeout: Duration::from_millis(t.timeout_ms),
+                };
+                (spec, limits)
+            })
+            .collect()
+    }
+}
+
+/// Slot names allow lower-case letters, digits and underscores; we hold publications to the
+/// same rule so both can be quoted safely everywhere.
+fn check_identifier(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() || name.len() > 63 {
+        return Err("must be 1 to 63 characters");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return Err("may contain only lower-case letters, digits and underscores");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        [source]
+        url = "postgres://replicator@db:5432/shop"
+        slot = "tributary_shop"
+        publication = "tributary_shop"
+        tables = ["public.orders", "public.customers"]
+
+        [[transform]]
+        plugin = "plugins/mask_pii.wasm"
+        config = { columns = "email,phone" }
+
+        [sink]
+        url = "s3://lake/shop"
+    "#;
+
+    fn parse(text: &str) -> Result<PipelineConfig, ConfigError> {
+        PipelineConfig::parse(text, Path::new("pipeline.toml"))
+    }
+
+    #[test]
+    fn minimal_file_gets_defaults() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.source.tables, ["public.orders", "public.customers"]);
+        assert!(c.source.create_slot && c.source.create_publication);
+        assert_eq!(c.transforms.len(), 1);
+        assert_eq!(c.transforms[0].config["columns"], "email,phone");
+        assert_eq!(c.transforms[0].memory_limit_mib, 256);
+        assert_eq!(c.flush, FlushConfig::default());
+        assert_eq!(c.sink.url, "s3://lake/shop");
+    }
+
+    #[test]
+    fn unknown_keys_name_the_key_and_the_file() {
+        let text = MINIMAL.replace("[sink]", "[sink]\nbukket = \"x\"");
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(err.starts_with("pipeline file pipeline.toml:"), "{err}");
+        assert!(err.contains("bukket"), "{err}");
+
+        let err = parse(&format!("{MINIMAL}\n[extra]\nx = 1\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("extra"), "{err}");
+    }
+
+    #[test]
+    fn missing_sections_are_named() {
+        let err = parse("[source]\nurl = \"x\"\nslot = \"s\"\npublication = \"p\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("sink"), "{err}");
+    }
+
+    #[test]
+    fn bad_names_are_refused() {
+        let err = parse(&MINIMAL.replace("slot = \"tributary_shop\"", "slot = \"Shop-1\""))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("source.slot"), "{err}");
+        let err = parse(&MINIMAL.replace("\"public.orders\",", "\"orders\","))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"orders\" is not of the form"), "{err}");
+    }
+
+    #[test]
+    fn plugin_paths_resolve_against_the_file() {
+        let dir = std::env::temp_dir().join(format!("tributary-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pipeline.toml");
+        std::fs::write(&file, MINIMAL).unwrap();
+        let c = PipelineConfig::load(&file).unwrap();
+        assert_eq!(c.transforms[0].plugin, dir.join("plugins/mask_pii.wasm"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -15,7 +15,11 @@ pub struct EncodeOptions {
 
 impl Default for EncodeOptions {
     fn default() -> Self {
-        EncodeOptions { row_group_rows: 128 * 1024, target_file_bytes: 128 << 20, zstd_level: 3 }
+        EncodeOptions {
+            row_group_rows: 128 * 1024,
+            target_file_bytes: 128 << 20,
+            zstd_level: 3,
+        }
     }
 }
 

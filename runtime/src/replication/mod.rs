@@ -46,7 +46,10 @@ impl ReplicationConnection {
         todo!()
     }
 
-    pub async fn create_logical_slot(&mut self, _slot: &str) -> Result<CreatedSlot, ReplicationError> {
+    pub async fn create_logical_slot(
+        &mut self,
+        _slot: &str,
+    ) -> Result<CreatedSlot, ReplicationError> {
         todo!()
     }
 
@@ -65,7 +68,11 @@ pub struct ReplicationStream {}
 
 impl ReplicationStream {
     /// Up to `limit` frames into `out`; 0 when the stream has ended.
-    pub async fn recv_many(&mut self, _out: &mut Vec<XLogData>, _limit: usize) -> Result<usize, ReplicationError> {
+    pub async fn recv_many(
+        &mut self,
+        _out: &mut Vec<XLogData>,
+        _limit: usize,
+    ) -> Result<usize, ReplicationError> {
         todo!()
     }
 

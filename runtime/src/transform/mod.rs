@@ -21,7 +21,10 @@ pub struct HostLimits {
 
 impl Default for HostLimits {
     fn default() -> Self {
-        HostLimits { memory_bytes: 256 << 20, call_timeout: Duration::from_secs(30) }
+        HostLimits {
+            memory_bytes: 256 << 20,
+            call_timeout: Duration::from_secs(30),
+        }
     }
 }
 
