@@ -29,6 +29,7 @@ mod lsn;
 pub mod pgoutput;
 pub mod pgtype;
 pub mod pipeline;
+pub mod provision;
 pub mod replication;
 pub mod sink;
 pub mod transform;
