@@ -69,8 +69,11 @@ impl Relation {
 /// One decoded pgoutput message.
 ///
 /// Row messages (`Insert`, `Update`, `Delete`, `Truncate`) refer to their relations through
-/// the decoder's cache. Inside a streamed transaction (protocol 2+), row and relation
-/// messages carry the streamed transaction's xid in `xid`; otherwise it is `None`.
+/// the decoder's cache. Inside a streamed chunk (protocol 2+), data messages carry an xid in
+/// `xid`; otherwise it is `None`. That xid is the subtransaction's when a subtransaction made
+/// the change, so it may differ from the `StreamStart` xid: attribute the message to the open
+/// stream ([`Decoder::open_stream`](super::Decoder::open_stream)) and keep `xid` for matching a
+/// later `StreamAbort` of that subtransaction.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LogicalMessage {
     Begin {
