@@ -120,13 +120,10 @@ fn identity(batch: Cow<'_, Batch>, collector: &mut Collector) {
         .map(|(name, columns)| collector.group(name, columns))
         .collect();
     let mut handles = handles.into_iter();
-    let mut push = |tx: &Transaction, change: Change| {
+    // The row of a change: new (insert, update), else old (delete), else nulls (truncate).
+    let mut push = |tx: &Transaction, change: &Change, row: Option<Vec<Value>>| {
         let handle = handles.next().unwrap_or_default() as usize;
-        let width = change.relation.columns.len();
-        let values = change
-            .new
-            .or(change.old)
-            .unwrap_or_else(|| vec![Value::Null; width]);
+        let values = row.unwrap_or_else(|| vec![Value::Null; change.relation.columns.len()]);
         collector.batches[groups[handle]].rows.push(OutputRow {
             op: change.op,
             commit_lsn: tx.commit_lsn,
@@ -140,15 +137,19 @@ fn identity(batch: Cow<'_, Batch>, collector: &mut Collector) {
         Cow::Borrowed(batch) => {
             for tx in &batch.transactions {
                 for change in &tx.changes {
-                    push(tx, change.clone());
+                    push(
+                        tx,
+                        change,
+                        change.new.as_ref().or(change.old.as_ref()).cloned(),
+                    );
                 }
             }
         }
         Cow::Owned(batch) => {
             for mut tx in batch.transactions {
-                let changes = std::mem::take(&mut tx.changes);
-                for change in changes {
-                    push(&tx, change);
+                for mut change in std::mem::take(&mut tx.changes) {
+                    let row = change.new.take().or(change.old.take());
+                    push(&tx, &change, row);
                 }
             }
         }
