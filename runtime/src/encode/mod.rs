@@ -1,8 +1,84 @@
-//! Output rows to Parquet files. (Being written.)
+//! Output rows to Parquet files.
+//!
+//! One [`OutputBatch`] becomes one or more Parquet files that share one schema
+//! ([`arrow_schema`]): the change metadata columns first, then the output's columns in order.
+//!
+//! | column | Arrow type |
+//! |---|---|
+//! | `_op` | `Utf8` (`insert`, `update`, `delete`, `truncate`; dictionary-encoded on disk) |
+//! | `_commit_lsn` | `UInt64` |
+//! | `_seq` | `UInt32`, the change's ordinal within its transaction |
+//! | `_xid` | `UInt32` |
+//! | `_commit_time` | `Timestamp(Microsecond, "UTC")` |
+//!
+//! Output columns map from their PostgreSQL type, and all are nullable:
+//!
+//! | PostgreSQL | Arrow | notes |
+//! |---|---|---|
+//! | `bool` | `Boolean` | |
+//! | `int2` / `int4` / `int8` | `Int16` / `Int32` / `Int64` | |
+//! | `oid` | `UInt32` | |
+//! | `float4` / `float8` | `Float32` / `Float64` | NaN and ±infinity kept |
+//! | `numeric(p,s)`, `p <= 38` | `Decimal128(p,s)` | |
+//! | `numeric(p,s)`, `38 < p <= 76` | `Decimal256(p,s)` | |
+//! | `numeric` without a modifier | `Utf8` | the exact text: no fixed scale holds every value, and NaN/Infinity are legal |
+//! | `numeric(p,s)` with `p > 76`, `s < 0` or `s > p` | `Utf8` | exact text; Parquet decimals cannot hold them |
+//! | `text`, `varchar`, `bpchar`, `name`, `"char"` | `Utf8` | |
+//! | `bytea` | `Binary` | |
+//! | `date` | `Date32` | ±infinity are `i32::MAX` / `i32::MIN` |
+//! | `time` | `Time64(Microsecond)` | |
+//! | `timestamp` | `Timestamp(Microsecond, None)` | ±infinity are `i64::MAX` / `i64::MIN` |
+//! | `timestamptz` | `Timestamp(Microsecond, "UTC")` | as above |
+//! | `interval` | `Struct{months: Int32, days: Int32, micros: Int64}` | see below |
+//! | `uuid` | `FixedSizeBinary(16)` | Parquet `UUID` logical type |
+//! | `json`, `jsonb` | `Utf8` | Parquet `JSON` logical type |
+//! | arrays, everything else | `Utf8` | PostgreSQL's text form |
+//!
+//! `interval` is a struct because Arrow's `Interval(MonthDayNano)`, which both pyarrow and
+//! DuckDB read, cannot be written by the Parquet crate, and Parquet's own `INTERVAL` holds
+//! neither negative parts nor microseconds. The struct keeps PostgreSQL's three fields exactly.
+//!
+//! Each output column's field metadata names its PostgreSQL type: `pg.type` (the `typname`,
+//! for built-in types), `pg.oid`, and `pg.typmod` when the column has a modifier.
+//!
+//! A column takes exactly the [`Value`](crate::change::Value) variant that
+//! [`pgtype::decode_text`](crate::pgtype::decode_text) produces for its type (`Int8` for an
+//! `oid`), plus `Null`. Anything else (text in an `int4` column, a numeric that does not fit
+//! `numeric(p,s)`, NaN in a decimal) is an [`EncodeError::Value`] naming the output, the
+//! column, its type and the change: transforms that emit rows which do not match their
+//! declared schema are caught here. `UnchangedToast` is written as null for now.
+//!
+//! Rows are encoded in chunks; a file is closed after the chunk that takes it past
+//! [`EncodeOptions::target_file_bytes`], so files split only at row boundaries and a file
+//! may overshoot the target by up to one chunk. An empty batch produces no file.
 
+mod columns;
+mod decimal;
+mod schema;
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{ArrowError, DataType, SchemaRef};
 use bytes::Bytes;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::errors::ParquetError;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
 
-use crate::change::OutputBatch;
+use crate::Lsn;
+use crate::change::{OutputBatch, OutputRow};
+
+pub use schema::{METADATA_COLUMNS, PG_OID_KEY, PG_TYPE_KEY, PG_TYPMOD_KEY, arrow_schema};
+
+use schema::Kind;
+
+/// Most rows built into Arrow arrays at once: keeps the arrays cache-sized and bounds how far
+/// a file overshoots its target.
+const MAX_CHUNK_ROWS: usize = 8192;
+/// Most payload bytes built into Arrow arrays at once.
+const MAX_CHUNK_BYTES: usize = 32 << 20;
 
 #[derive(Debug, Clone)]
 pub struct EncodeOptions {
@@ -27,9 +103,194 @@ impl Default for EncodeOptions {
 pub enum EncodeError {
     #[error("output {output:?}: {message}")]
     Invalid { output: String, message: String },
+    /// A value does not fit its column.
+    #[error(
+        "output {output:?} column {column:?} ({pg_type}): change at commit lsn {commit_lsn} \
+         seq {seq}: {reason} (hint: rows must match the output's declared column types)"
+    )]
+    Value {
+        output: String,
+        column: String,
+        pg_type: String,
+        commit_lsn: Lsn,
+        seq: u32,
+        reason: String,
+    },
+    /// A row has a different number of values than the output has columns.
+    #[error(
+        "output {output:?}: change at commit lsn {commit_lsn} seq {seq} has {values} values \
+         for {columns} columns"
+    )]
+    Arity {
+        output: String,
+        commit_lsn: Lsn,
+        seq: u32,
+        values: usize,
+        columns: usize,
+    },
+    #[error("invalid encode options: {0}")]
+    Options(String),
+    #[error("output {output:?}: building arrow arrays failed")]
+    Arrow {
+        output: String,
+        #[source]
+        source: ArrowError,
+    },
+    #[error("output {output:?}: writing parquet failed")]
+    Parquet {
+        output: String,
+        #[source]
+        source: ParquetError,
+    },
+}
+
+/// Encodes output batches with writer properties built once.
+#[derive(Debug, Clone)]
+pub struct Encoder {
+    properties: WriterProperties,
+    chunk_rows: usize,
+    target_file_bytes: usize,
+}
+
+impl Encoder {
+    pub fn new(options: &EncodeOptions) -> Result<Self, EncodeError> {
+        if options.row_group_rows == 0 {
+            return Err(EncodeError::Options(
+                "row_group_rows must be at least 1".into(),
+            ));
+        }
+        let level = ZstdLevel::try_new(options.zstd_level)
+            .map_err(|e| EncodeError::Options(format!("zstd level {}: {e}", options.zstd_level)))?;
+        let properties = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(level))
+            .set_statistics_enabled(EnabledStatistics::Page)
+            .set_max_row_group_row_count(Some(options.row_group_rows))
+            .set_column_dictionary_enabled(ColumnPath::from("_op"), true)
+            .set_created_by(format!("tributary {}", env!("CARGO_PKG_VERSION")))
+            .build();
+        Ok(Encoder {
+            properties,
+            chunk_rows: options.row_group_rows.min(MAX_CHUNK_ROWS),
+            target_file_bytes: options.target_file_bytes,
+        })
+    }
+
+    /// Encode one output batch as one or more Parquet files (more when it passes the target
+    /// size), in row order.
+    pub fn encode(&self, batch: &OutputBatch) -> Result<Vec<Bytes>, EncodeError> {
+        let output = &batch.output;
+        for row in &batch.rows {
+            if row.values.len() != batch.columns.len() {
+                return Err(EncodeError::Arity {
+                    output: output.clone(),
+                    commit_lsn: row.commit_lsn,
+                    seq: row.seq,
+                    values: row.values.len(),
+                    columns: batch.columns.len(),
+                });
+            }
+        }
+        let schema = arrow_schema(&batch.columns);
+        let kinds: Vec<Kind> = batch.columns.iter().map(Kind::of).collect();
+        let parquet_err = |source| EncodeError::Parquet {
+            output: output.clone(),
+            source,
+        };
+
+        let mut files = Vec::new();
+        let mut writer: Option<ArrowWriter<Vec<u8>>> = None;
+        let mut start = 0;
+        while start < batch.rows.len() {
+            let end = self.chunk_end(batch, start)?;
+            let record = record_batch(batch, &schema, &kinds, &batch.rows[start..end])?;
+            let w = match &mut writer {
+                Some(w) => w,
+                None => writer.insert(
+                    ArrowWriter::try_new(Vec::new(), schema.clone(), Some(self.properties.clone()))
+                        .map_err(parquet_err)?,
+                ),
+            };
+            w.write(&record).map_err(parquet_err)?;
+            if w.bytes_written() + w.in_progress_size() >= self.target_file_bytes
+                && let Some(full) = writer.take()
+            {
+                files.push(Bytes::from(full.into_inner().map_err(parquet_err)?));
+            }
+            start = end;
+        }
+        if let Some(last) = writer {
+            files.push(Bytes::from(last.into_inner().map_err(parquet_err)?));
+        }
+        Ok(files)
+    }
+
+    /// The end of the chunk that starts at `start`: at least one row, then up to the row and
+    /// byte bounds.
+    fn chunk_end(&self, batch: &OutputBatch, start: usize) -> Result<usize, EncodeError> {
+        let rows = &batch.rows;
+        let mut bytes = 0;
+        let mut end = start;
+        while end < rows.len() && end - start < self.chunk_rows && bytes < MAX_CHUNK_BYTES {
+            for (col, value) in rows[end].values.iter().enumerate() {
+                let len = columns::value_bytes(value);
+                // Arrow's string and binary arrays address their bytes with i32 offsets.
+                if len > i32::MAX as usize {
+                    return Err(value_error(
+                        batch,
+                        col,
+                        &rows[end],
+                        format!("a value of {len} bytes is larger than an Arrow array holds"),
+                    ));
+                }
+                bytes += len;
+            }
+            end += 1;
+        }
+        Ok(end)
+    }
 }
 
 /// Encode one output batch as one or more Parquet files (more when it passes the target size).
-pub fn encode(_batch: &OutputBatch, _options: &EncodeOptions) -> Result<Vec<Bytes>, EncodeError> {
-    todo!("encode")
+///
+/// Builds the writer properties for this call; a caller encoding many batches with the same
+/// options keeps an [`Encoder`] instead.
+pub fn encode(batch: &OutputBatch, options: &EncodeOptions) -> Result<Vec<Bytes>, EncodeError> {
+    Encoder::new(options)?.encode(batch)
 }
+
+fn value_error(batch: &OutputBatch, col: usize, row: &OutputRow, reason: String) -> EncodeError {
+    let column = &batch.columns[col];
+    EncodeError::Value {
+        output: batch.output.clone(),
+        column: column.name.clone(),
+        pg_type: schema::type_label(column),
+        commit_lsn: row.commit_lsn,
+        seq: row.seq,
+        reason,
+    }
+}
+
+fn record_batch(
+    batch: &OutputBatch,
+    schema: &SchemaRef,
+    kinds: &[Kind],
+    rows: &[OutputRow],
+) -> Result<RecordBatch, EncodeError> {
+    let offset = METADATA_COLUMNS.len();
+    let commit_time_type = schema.field(METADATA_COLUMNS.len() - 1).data_type();
+    let mut arrays: Vec<ArrayRef> = Vec::with_capacity(offset + kinds.len());
+    arrays.extend(columns::metadata(rows, commit_time_type));
+    for (col, &kind) in kinds.iter().enumerate() {
+        let data_type: &DataType = schema.field(offset + col).data_type();
+        let array = columns::build(rows, col, kind, data_type)
+            .map_err(|(i, reason)| value_error(batch, col, &rows[i], reason))?;
+        arrays.push(array);
+    }
+    RecordBatch::try_new(Arc::clone(schema), arrays).map_err(|source| EncodeError::Arrow {
+        output: batch.output.clone(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,296 @@
+//! PostgreSQL column types to Arrow fields.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_schema::extension::{Json, Uuid};
+use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+
+use crate::change::OutputColumn;
+use crate::pgtype::{self, oid};
+
+/// Field metadata key holding the PostgreSQL type name (`int4`, `_text`, `numeric`).
+pub const PG_TYPE_KEY: &str = "pg.type";
+/// Field metadata key holding the PostgreSQL type OID, in decimal.
+pub const PG_OID_KEY: &str = "pg.oid";
+/// Field metadata key holding the type modifier (`atttypmod`), present when it is not -1.
+pub const PG_TYPMOD_KEY: &str = "pg.typmod";
+
+/// The change metadata columns that open every file, in order.
+pub const METADATA_COLUMNS: [&str; 5] = ["_op", "_commit_lsn", "_seq", "_xid", "_commit_time"];
+
+/// The largest precision Arrow's 256-bit decimal holds.
+const DECIMAL256_MAX_PRECISION: u16 = 76;
+const DECIMAL128_MAX_PRECISION: u16 = 38;
+
+/// How a column is stored, and so which [`Value`](crate::change::Value) variant it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Bool,
+    Int2,
+    Int4,
+    Int8,
+    /// `oid`: unsigned 32 bits, carried as `Value::Int8`.
+    Oid,
+    Float4,
+    Float8,
+    /// `numeric(p,s)` with `p <= 38`.
+    Decimal128 {
+        precision: u8,
+        scale: i8,
+    },
+    /// `numeric(p,s)` with `38 < p <= 76`.
+    Decimal256 {
+        precision: u8,
+        scale: i8,
+    },
+    /// `numeric` without a modifier (or one Arrow decimals cannot hold): exact text.
+    NumericText,
+    Text,
+    Bytea,
+    Date,
+    Time,
+    Timestamp,
+    TimestampTz,
+    Interval,
+    Uuid,
+    Json,
+    Array,
+    Other,
+}
+
+impl Kind {
+    pub(super) fn of(column: &OutputColumn) -> Kind {
+        match column.type_oid {
+            oid::BOOL => Kind::Bool,
+            oid::INT2 => Kind::Int2,
+            oid::INT4 => Kind::Int4,
+            oid::INT8 => Kind::Int8,
+            oid::OID => Kind::Oid,
+            oid::FLOAT4 => Kind::Float4,
+            oid::FLOAT8 => Kind::Float8,
+            oid::NUMERIC => numeric_kind(column.type_modifier),
+            oid::TEXT | oid::VARCHAR | oid::BPCHAR | oid::NAME | oid::CHAR => Kind::Text,
+            oid::BYTEA => Kind::Bytea,
+            oid::DATE => Kind::Date,
+            oid::TIME => Kind::Time,
+            oid::TIMESTAMP => Kind::Timestamp,
+            oid::TIMESTAMPTZ => Kind::TimestampTz,
+            oid::INTERVAL => Kind::Interval,
+            oid::UUID => Kind::Uuid,
+            oid::JSON | oid::JSONB => Kind::Json,
+            other if pgtype::is_array(other) => Kind::Array,
+            _ => Kind::Other,
+        }
+    }
+
+    pub(super) fn data_type(self) -> DataType {
+        match self {
+            Kind::Bool => DataType::Boolean,
+            Kind::Int2 => DataType::Int16,
+            Kind::Int4 => DataType::Int32,
+            Kind::Int8 => DataType::Int64,
+            Kind::Oid => DataType::UInt32,
+            Kind::Float4 => DataType::Float32,
+            Kind::Float8 => DataType::Float64,
+            Kind::Decimal128 { precision, scale } => DataType::Decimal128(precision, scale),
+            Kind::Decimal256 { precision, scale } => DataType::Decimal256(precision, scale),
+            Kind::NumericText | Kind::Text | Kind::Json | Kind::Array | Kind::Other => {
+                DataType::Utf8
+            }
+            Kind::Bytea => DataType::Binary,
+            Kind::Date => DataType::Date32,
+            Kind::Time => DataType::Time64(TimeUnit::Microsecond),
+            Kind::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+            Kind::TimestampTz => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            Kind::Interval => DataType::Struct(interval_fields()),
+            Kind::Uuid => DataType::FixedSizeBinary(16),
+        }
+    }
+
+    /// The value variant a column of this kind takes, as [`value_kind`] names it.
+    pub(super) fn expected(self) -> &'static str {
+        match self {
+            Kind::Bool => "bool",
+            Kind::Int2 => "int2",
+            Kind::Int4 => "int4",
+            Kind::Int8 => "int8",
+            Kind::Oid => "int8 (0 to 4294967295)",
+            Kind::Float4 => "float4",
+            Kind::Float8 => "float8",
+            Kind::Decimal128 { .. } | Kind::Decimal256 { .. } | Kind::NumericText => "numeric",
+            Kind::Text => "text",
+            Kind::Bytea => "bytea",
+            Kind::Date => "date",
+            Kind::Time => "time",
+            Kind::Timestamp => "timestamp",
+            Kind::TimestampTz => "timestamptz",
+            Kind::Interval => "interval",
+            Kind::Uuid => "uuid",
+            Kind::Json => "json",
+            Kind::Array => "array",
+            Kind::Other => "other",
+        }
+    }
+}
+
+/// `numeric(p,s)` stores `((p << 16) | (s & 0x7ff)) + 4` in its modifier; the scale is an
+/// 11-bit signed number since PostgreSQL 15 (negative, or larger than `p`).
+pub(super) fn numeric_precision_scale(type_modifier: i32) -> Option<(u16, i16)> {
+    if type_modifier < 4 {
+        return None;
+    }
+    let packed = type_modifier - 4;
+    let precision = ((packed >> 16) & 0xffff) as u16;
+    let scale = (((packed & 0x7ff) ^ 1024) - 1024) as i16;
+    Some((precision, scale))
+}
+
+fn numeric_kind(type_modifier: i32) -> Kind {
+    // Parquet decimals need 0 <= scale <= precision; other modifiers keep the exact text.
+    match numeric_precision_scale(type_modifier) {
+        Some((p, s)) if p >= 1 && s >= 0 && s as u16 <= p => {
+            let (precision, scale) = (p as u8, s as i8);
+            if p <= DECIMAL128_MAX_PRECISION {
+                Kind::Decimal128 { precision, scale }
+            } else if p <= DECIMAL256_MAX_PRECISION {
+                Kind::Decimal256 { precision, scale }
+            } else {
+                Kind::NumericText
+            }
+        }
+        _ => Kind::NumericText,
+    }
+}
+
+/// `interval` as three exact fields, the way PostgreSQL stores it: months and days do not
+/// have a fixed length in microseconds, so no single number is lossless.
+pub(super) fn interval_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("months", DataType::Int32, false),
+        Field::new("days", DataType::Int32, false),
+        Field::new("micros", DataType::Int64, false),
+    ])
+}
+
+/// The type as a person reads it in an error: `int4`, `numeric(12,2)`, `type with oid 16385`.
+pub(super) fn type_label(column: &OutputColumn) -> String {
+    let name = match pgtype::type_name(column.type_oid) {
+        Some(name) => name.to_owned(),
+        None => return format!("type with oid {}", column.type_oid),
+    };
+    match (
+        column.type_oid,
+        numeric_precision_scale(column.type_modifier),
+    ) {
+        (oid::NUMERIC, Some((p, s))) => format!("numeric({p},{s})"),
+        _ => name,
+    }
+}
+
+fn column_field(column: &OutputColumn) -> Field {
+    let kind = Kind::of(column);
+    let mut metadata = HashMap::with_capacity(3);
+    if let Some(name) = pgtype::type_name(column.type_oid) {
+        metadata.insert(PG_TYPE_KEY.to_owned(), name.to_owned());
+    }
+    metadata.insert(PG_OID_KEY.to_owned(), column.type_oid.to_string());
+    if column.type_modifier != -1 {
+        metadata.insert(PG_TYPMOD_KEY.to_owned(), column.type_modifier.to_string());
+    }
+    let field = Field::new(&column.name, kind.data_type(), true).with_metadata(metadata);
+    // The extension types add `ARROW:extension:*` keys that the Parquet writer turns into
+    // the UUID and JSON logical types.
+    match kind {
+        Kind::Uuid => field.with_extension_type(Uuid),
+        Kind::Json => field.with_extension_type(Json::default()),
+        _ => field,
+    }
+}
+
+/// The Arrow schema of an output's files: the change metadata columns, then the output's
+/// columns in order, every one nullable.
+pub fn arrow_schema(columns: &[OutputColumn]) -> SchemaRef {
+    let mut fields = Vec::with_capacity(METADATA_COLUMNS.len() + columns.len());
+    fields.extend([
+        Field::new("_op", DataType::Utf8, false),
+        Field::new("_commit_lsn", DataType::UInt64, false),
+        Field::new("_seq", DataType::UInt32, false),
+        Field::new("_xid", DataType::UInt32, false),
+        Field::new(
+            "_commit_time",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
+    ]);
+    fields.extend(columns.iter().map(column_field));
+    Arc::new(Schema::new(fields))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn numeric(p: i32, s: i32) -> i32 {
+        ((p << 16) | (s & 0x7ff)) + 4
+    }
+
+    #[test]
+    fn numeric_modifiers() {
+        assert_eq!(numeric_precision_scale(-1), None);
+        assert_eq!(numeric_precision_scale(numeric(12, 2)), Some((12, 2)));
+        assert_eq!(numeric_precision_scale(numeric(5, -3)), Some((5, -3)));
+        assert_eq!(
+            numeric_precision_scale(numeric(1000, 1000)),
+            Some((1000, 1000))
+        );
+        assert_eq!(numeric_kind(-1), Kind::NumericText);
+        assert_eq!(
+            numeric_kind(numeric(12, 2)),
+            Kind::Decimal128 {
+                precision: 12,
+                scale: 2
+            }
+        );
+        assert_eq!(
+            numeric_kind(numeric(38, 0)),
+            Kind::Decimal128 {
+                precision: 38,
+                scale: 0
+            }
+        );
+        assert_eq!(
+            numeric_kind(numeric(39, 5)),
+            Kind::Decimal256 {
+                precision: 39,
+                scale: 5
+            }
+        );
+        assert_eq!(
+            numeric_kind(numeric(76, 76)),
+            Kind::Decimal256 {
+                precision: 76,
+                scale: 76
+            }
+        );
+        assert_eq!(numeric_kind(numeric(77, 0)), Kind::NumericText);
+        assert_eq!(numeric_kind(numeric(5, -3)), Kind::NumericText);
+        assert_eq!(numeric_kind(numeric(3, 5)), Kind::NumericText);
+    }
+
+    #[test]
+    fn type_labels() {
+        let col = |type_oid, type_modifier| OutputColumn {
+            name: "c".into(),
+            type_oid,
+            type_modifier,
+        };
+        assert_eq!(type_label(&col(oid::INT4, -1)), "int4");
+        assert_eq!(
+            type_label(&col(oid::NUMERIC, numeric(12, 2))),
+            "numeric(12,2)"
+        );
+        assert_eq!(type_label(&col(oid::NUMERIC, -1)), "numeric");
+        assert_eq!(type_label(&col(16_385, -1)), "type with oid 16385");
+    }
+}

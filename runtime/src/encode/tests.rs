@@ -1,0 +1,567 @@
+use std::collections::HashMap;
+use std::time::Instant;
+
+use arrow_array::{Array, RecordBatchReader};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Date32Type, Decimal128Type, Decimal256Type, Float32Type, Float64Type, Int16Type, Int32Type,
+    Int64Type, Time64MicrosecondType, TimestampMicrosecondType, UInt32Type, UInt64Type,
+};
+use arrow_schema::{DataType, Field, TimeUnit};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::basic::{Compression, LogicalType};
+
+use super::*;
+use crate::change::{Op, OutputColumn, Value};
+use crate::pgtype::oid;
+
+fn numeric_typmod(precision: i32, scale: i32) -> i32 {
+    ((precision << 16) | scale) + 4
+}
+
+fn col(name: &str, type_oid: u32, type_modifier: i32) -> OutputColumn {
+    OutputColumn {
+        name: name.into(),
+        type_oid,
+        type_modifier,
+    }
+}
+
+/// One column of every kind the encoder distinguishes.
+fn every_type() -> Vec<OutputColumn> {
+    vec![
+        col("b", oid::BOOL, -1),
+        col("i2", oid::INT2, -1),
+        col("i4", oid::INT4, -1),
+        col("i8", oid::INT8, -1),
+        col("o", oid::OID, -1),
+        col("f4", oid::FLOAT4, -1),
+        col("f8", oid::FLOAT8, -1),
+        col("money", oid::NUMERIC, numeric_typmod(12, 2)),
+        col("wide", oid::NUMERIC, numeric_typmod(50, 10)),
+        col("n", oid::NUMERIC, -1),
+        col("t", oid::TEXT, -1),
+        col("vc", oid::VARCHAR, 14),
+        col("bp", oid::BPCHAR, 7),
+        col("nm", oid::NAME, -1),
+        col("by", oid::BYTEA, -1),
+        col("d", oid::DATE, -1),
+        col("tm", oid::TIME, -1),
+        col("ts", oid::TIMESTAMP, -1),
+        col("tz", oid::TIMESTAMPTZ, -1),
+        col("iv", oid::INTERVAL, -1),
+        col("u", oid::UUID, -1),
+        col("j", oid::JSON, -1),
+        col("jb", oid::JSONB, -1),
+        col("a", oid::INT4_ARRAY, -1),
+        col("ttz", oid::TIMETZ, -1),
+        col("mood", 70_000, -1),
+    ]
+}
+
+fn typical() -> Vec<Value> {
+    vec![
+        Value::Bool(true),
+        Value::Int2(-7),
+        Value::Int4(42),
+        Value::Int8(1 << 40),
+        Value::Int8(4_294_967_295),
+        Value::Float4(1.5),
+        Value::Float8(-2.25e300),
+        Value::Numeric("1234567890.12".into()),
+        Value::Numeric("-12345678901234567890123456789012345678.0123456789".into()),
+        Value::Numeric("3.14159265358979323846264338327950288419716939937510".into()),
+        Value::Text("hello".into()),
+        Value::Text("varchar".into()),
+        Value::Text("abc".into()),
+        Value::Text("pg_class".into()),
+        Value::Bytea(vec![0, 1, 2, 255]),
+        Value::Date(19_782),
+        Value::Time(45_296_789_000),
+        Value::Timestamp(1_709_210_096_789_000),
+        Value::TimestampTz(1_709_210_096_789_001),
+        Value::Interval {
+            months: 14,
+            days: 3,
+            micros: 14_706_500_000,
+        },
+        Value::Uuid(*b"\xa0\xee\xbc\x99\x9c\x0b\x4e\xf8\xbb\x6d\x6b\xb9\xbd\x38\x0a\x11"),
+        Value::Json(r#"{"a": [1, 2]}"#.into()),
+        Value::Json(r#"{"b": null}"#.into()),
+        Value::Array("{1,2,NULL}".into()),
+        Value::Other("12:00:00+02".into()),
+        Value::Other("happy".into()),
+    ]
+}
+
+fn edges() -> Vec<Value> {
+    vec![
+        Value::Bool(false),
+        Value::Int2(i16::MIN),
+        Value::Int4(i32::MAX),
+        Value::Int8(i64::MIN),
+        Value::Int8(0),
+        Value::Float4(f32::NAN),
+        Value::Float8(f64::NEG_INFINITY),
+        Value::Numeric("-9999999999.99".into()),
+        Value::Numeric("0.0000000000".into()),
+        Value::Numeric("NaN".into()),
+        Value::Text(String::new()),
+        Value::Text("日本語 ✓ 🦀".into()),
+        Value::Text("a  ".into()),
+        Value::Text(String::new()),
+        Value::Bytea((0..=255u8).cycle().take(3 << 20).collect()),
+        Value::Date(-719_528),
+        Value::Time(86_400_000_000),
+        Value::Timestamp(i64::MIN),
+        Value::TimestampTz(i64::MAX),
+        Value::Interval {
+            months: -1,
+            days: -2,
+            micros: i64::MIN,
+        },
+        Value::Uuid([0xff; 16]),
+        Value::Json("[]".into()),
+        Value::Json("\"ü\"".into()),
+        Value::Array("{}".into()),
+        Value::Other(String::new()),
+        Value::Other("sad".into()),
+    ]
+}
+
+fn row(seq: u32, values: Vec<Value>) -> OutputRow {
+    OutputRow {
+        op: [Op::Insert, Op::Update, Op::Delete, Op::Truncate][seq as usize % 4],
+        commit_lsn: Lsn(0x16_B374_D848),
+        seq,
+        xid: 771,
+        commit_time: 1_709_210_096_000_000 + i64::from(seq),
+        values,
+    }
+}
+
+fn batch(columns: Vec<OutputColumn>, rows: Vec<OutputRow>) -> OutputBatch {
+    OutputBatch {
+        output: "public.things".into(),
+        columns: columns.into(),
+        rows,
+    }
+}
+
+fn read(file: &Bytes) -> (SchemaRef, Vec<RecordBatch>) {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file.clone())
+        .unwrap()
+        .build()
+        .unwrap();
+    let schema = reader.schema();
+    let batches = reader.collect::<Result<Vec<_>, _>>().unwrap();
+    (schema, batches)
+}
+
+fn decimal_text(digits: String, scale: usize) -> String {
+    let (sign, digits) = match digits.strip_prefix('-') {
+        Some(rest) => ("-", rest.to_owned()),
+        None => ("", digits),
+    };
+    let digits = format!("{digits:0>width$}", width = scale + 1);
+    let point = digits.len() - scale;
+    format!("{sign}{}.{}", &digits[..point], &digits[point..])
+}
+
+/// Reads a cell back into the value the encoder was given.
+fn cell(array: &dyn Array, i: usize, kind: Kind) -> Value {
+    if array.is_null(i) {
+        return Value::Null;
+    }
+    match kind {
+        Kind::Bool => Value::Bool(array.as_boolean().value(i)),
+        Kind::Int2 => Value::Int2(array.as_primitive::<Int16Type>().value(i)),
+        Kind::Int4 => Value::Int4(array.as_primitive::<Int32Type>().value(i)),
+        Kind::Int8 => Value::Int8(array.as_primitive::<Int64Type>().value(i)),
+        Kind::Oid => Value::Int8(array.as_primitive::<UInt32Type>().value(i).into()),
+        Kind::Float4 => Value::Float4(array.as_primitive::<Float32Type>().value(i)),
+        Kind::Float8 => Value::Float8(array.as_primitive::<Float64Type>().value(i)),
+        Kind::Decimal128 { scale, .. } => Value::Numeric(decimal_text(
+            array.as_primitive::<Decimal128Type>().value(i).to_string(),
+            scale as usize,
+        )),
+        Kind::Decimal256 { scale, .. } => Value::Numeric(decimal_text(
+            array.as_primitive::<Decimal256Type>().value(i).to_string(),
+            scale as usize,
+        )),
+        Kind::NumericText => Value::Numeric(array.as_string::<i32>().value(i).into()),
+        Kind::Text => Value::Text(array.as_string::<i32>().value(i).into()),
+        Kind::Json => Value::Json(array.as_string::<i32>().value(i).into()),
+        Kind::Array => Value::Array(array.as_string::<i32>().value(i).into()),
+        Kind::Other => Value::Other(array.as_string::<i32>().value(i).into()),
+        Kind::Bytea => Value::Bytea(array.as_binary::<i32>().value(i).into()),
+        Kind::Date => Value::Date(array.as_primitive::<Date32Type>().value(i)),
+        Kind::Time => Value::Time(array.as_primitive::<Time64MicrosecondType>().value(i)),
+        Kind::Timestamp => {
+            Value::Timestamp(array.as_primitive::<TimestampMicrosecondType>().value(i))
+        }
+        Kind::TimestampTz => {
+            Value::TimestampTz(array.as_primitive::<TimestampMicrosecondType>().value(i))
+        }
+        Kind::Uuid => Value::Uuid(array.as_fixed_size_binary().value(i).try_into().unwrap()),
+        Kind::Interval => {
+            let s = array.as_struct();
+            Value::Interval {
+                months: s.column(0).as_primitive::<Int32Type>().value(i),
+                days: s.column(1).as_primitive::<Int32Type>().value(i),
+                micros: s.column(2).as_primitive::<Int64Type>().value(i),
+            }
+        }
+    }
+}
+
+#[test]
+fn every_type_round_trips_with_its_schema() {
+    let columns = every_type();
+    let mut toasted = vec![Value::Null; columns.len()];
+    toasted[10] = Value::UnchangedToast;
+    toasted[14] = Value::UnchangedToast;
+    let input = vec![row(0, typical()), row(1, toasted), row(2, edges())];
+    let files = encode(
+        &batch(columns.clone(), input.clone()),
+        &EncodeOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(files.len(), 1);
+
+    let (schema, batches) = read(&files[0]);
+    assert_eq!(schema.fields(), arrow_schema(&columns).fields());
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(names[..5], METADATA_COLUMNS);
+    assert_eq!(names[5..].len(), columns.len());
+    let utc = || Some("UTC".into());
+    let expected_types = [
+        DataType::Utf8,
+        DataType::UInt64,
+        DataType::UInt32,
+        DataType::UInt32,
+        DataType::Timestamp(TimeUnit::Microsecond, utc()),
+        DataType::Boolean,
+        DataType::Int16,
+        DataType::Int32,
+        DataType::Int64,
+        DataType::UInt32,
+        DataType::Float32,
+        DataType::Float64,
+        DataType::Decimal128(12, 2),
+        DataType::Decimal256(50, 10),
+        DataType::Utf8,
+        DataType::Utf8,
+        DataType::Utf8,
+        DataType::Utf8,
+        DataType::Utf8,
+        DataType::Binary,
+        DataType::Date32,
+        DataType::Time64(TimeUnit::Microsecond),
+        DataType::Timestamp(TimeUnit::Microsecond, None),
+        DataType::Timestamp(TimeUnit::Microsecond, utc()),
+        DataType::Struct(
+            vec![
+                Field::new("months", DataType::Int32, false),
+                Field::new("days", DataType::Int32, false),
+                Field::new("micros", DataType::Int64, false),
+            ]
+            .into(),
+        ),
+        DataType::FixedSizeBinary(16),
+        DataType::Utf8,
+        DataType::Utf8,
+        DataType::Utf8,
+        DataType::Utf8,
+        DataType::Utf8,
+    ];
+    let types: Vec<&DataType> = schema.fields().iter().map(|f| f.data_type()).collect();
+    assert_eq!(types, expected_types.iter().collect::<Vec<_>>());
+    assert!(schema.fields()[5..].iter().all(|f| f.is_nullable()));
+
+    let meta = |name: &str| schema.field_with_name(name).unwrap().metadata().clone();
+    let pg = |ty: &str, oid: &str| {
+        HashMap::from([
+            (PG_TYPE_KEY.to_owned(), ty.to_owned()),
+            (PG_OID_KEY.into(), oid.into()),
+        ])
+    };
+    assert_eq!(meta("i4"), pg("int4", "23"));
+    assert_eq!(meta("a"), pg("_int4", "1007"));
+    let mut money = pg("numeric", "1700");
+    money.insert(PG_TYPMOD_KEY.into(), numeric_typmod(12, 2).to_string());
+    assert_eq!(meta("money"), money);
+    assert_eq!(
+        meta("mood"),
+        HashMap::from([(PG_OID_KEY.to_owned(), "70000".to_owned())])
+    );
+    assert_eq!(meta("u")["ARROW:extension:name"], "arrow.uuid");
+    assert_eq!(meta("jb")["ARROW:extension:name"], "arrow.json");
+    assert_eq!(meta("jb")[PG_TYPE_KEY], "jsonb");
+
+    assert_eq!(batches.len(), 1);
+    let got = &batches[0];
+    assert_eq!(got.num_rows(), 3);
+    let ops = got.column(0).as_string::<i32>();
+    assert_eq!(
+        [ops.value(0), ops.value(1), ops.value(2)],
+        ["insert", "update", "delete"]
+    );
+    let lsns = got.column(1).as_primitive::<UInt64Type>();
+    assert!(lsns.values().iter().all(|&l| l == 0x16_B374_D848));
+    assert_eq!(
+        got.column(2).as_primitive::<UInt32Type>().values(),
+        &[0, 1, 2]
+    );
+    assert_eq!(
+        got.column(3).as_primitive::<UInt32Type>().values(),
+        &[771; 3]
+    );
+    assert_eq!(
+        got.column(4)
+            .as_primitive::<TimestampMicrosecondType>()
+            .values(),
+        &[
+            1_709_210_096_000_000,
+            1_709_210_096_000_001,
+            1_709_210_096_000_002
+        ]
+    );
+
+    // NaN and the numeric NaN are compared through their printed form.
+    let mut expected = input.iter().map(|r| r.values.clone()).collect::<Vec<_>>();
+    expected[1] = vec![Value::Null; columns.len()];
+    expected[2][9] = Value::Numeric("NaN".into());
+    for (c, column) in columns.iter().enumerate() {
+        let kind = Kind::of(column);
+        for (r, want) in expected.iter().enumerate() {
+            let have = cell(got.column(5 + c), r, kind);
+            assert_eq!(
+                format!("{have:?}"),
+                format!("{:?}", want[c]),
+                "row {r} column {}",
+                column.name
+            );
+        }
+    }
+}
+
+#[test]
+fn files_carry_uuid_and_json_logical_types_and_zstd() {
+    let columns = every_type();
+    let files = encode(
+        &batch(columns, vec![row(0, typical())]),
+        &EncodeOptions::default(),
+    )
+    .unwrap();
+    let builder = ParquetRecordBatchReaderBuilder::try_new(files[0].clone()).unwrap();
+    let metadata = builder.metadata();
+    let descr = metadata.file_metadata().schema_descr();
+    let logical = |name: &str| {
+        let i = descr
+            .columns()
+            .iter()
+            .position(|c| c.path().string() == name)
+            .unwrap();
+        descr.column(i).logical_type_ref().cloned()
+    };
+    assert_eq!(logical("u"), Some(LogicalType::Uuid));
+    assert_eq!(logical("j"), Some(LogicalType::Json));
+    assert_eq!(logical("jb"), Some(LogicalType::Json));
+    assert_eq!(logical("t"), Some(LogicalType::String));
+    let chunk = metadata.row_group(0).column(0);
+    assert!(matches!(chunk.compression(), Compression::ZSTD(_)));
+    assert!(chunk.statistics().is_some());
+}
+
+#[test]
+fn small_target_rolls_files_at_row_boundaries() {
+    let columns = vec![col("id", oid::INT8, -1), col("note", oid::TEXT, -1)];
+    let rows: Vec<OutputRow> = (0..1000u32)
+        .map(|i| {
+            row(
+                i,
+                vec![
+                    Value::Int8(i64::from(i) * 3),
+                    Value::Text(format!("row {i}")),
+                ],
+            )
+        })
+        .collect();
+    let options = EncodeOptions {
+        row_group_rows: 64,
+        target_file_bytes: 1,
+        zstd_level: 1,
+    };
+    let files = encode(&batch(columns, rows), &options).unwrap();
+    assert_eq!(files.len(), 16, "1000 rows in chunks of 64");
+
+    let mut seen = Vec::new();
+    for file in &files {
+        let (_, batches) = read(file);
+        let rows_in_file: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        assert!(rows_in_file > 0);
+        for b in batches {
+            let ids = b.column(5).as_primitive::<Int64Type>();
+            let notes = b.column(6).as_string::<i32>();
+            for i in 0..b.num_rows() {
+                let seq = b.column(2).as_primitive::<UInt32Type>().value(i);
+                assert_eq!(ids.value(i), i64::from(seq) * 3);
+                assert_eq!(notes.value(i), format!("row {seq}"));
+                seen.push(seq);
+            }
+        }
+    }
+    assert_eq!(seen, (0..1000).collect::<Vec<_>>());
+}
+
+#[test]
+fn large_target_keeps_one_file_with_row_groups() {
+    let columns = vec![col("id", oid::INT4, -1)];
+    let rows: Vec<OutputRow> = (0..10_000u32)
+        .map(|i| row(i, vec![Value::Int4(i as i32)]))
+        .collect();
+    let options = EncodeOptions {
+        row_group_rows: 3000,
+        ..EncodeOptions::default()
+    };
+    let files = encode(&batch(columns, rows), &options).unwrap();
+    assert_eq!(files.len(), 1);
+    let builder = ParquetRecordBatchReaderBuilder::try_new(files[0].clone()).unwrap();
+    let groups: Vec<i64> = builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .map(|g| g.num_rows())
+        .collect();
+    assert_eq!(groups, [3000, 3000, 3000, 1000]);
+}
+
+#[test]
+fn empty_batch_writes_no_file() {
+    let files = encode(&batch(every_type(), vec![]), &EncodeOptions::default()).unwrap();
+    assert!(files.is_empty());
+}
+
+fn encode_error(columns: Vec<OutputColumn>, values: Vec<Value>) -> String {
+    let mut rows = vec![row(0, columns.iter().map(|_| Value::Null).collect())];
+    rows.push(row(5, values));
+    let err = encode(&batch(columns, rows), &EncodeOptions::default()).unwrap_err();
+    err.to_string()
+}
+
+#[test]
+fn a_value_of_the_wrong_kind_names_output_column_and_change() {
+    let message = encode_error(
+        vec![col("id", oid::INT8, -1), col("qty", oid::INT4, -1)],
+        vec![Value::Int8(1), Value::Text("12".into())],
+    );
+    assert_eq!(
+        message,
+        "output \"public.things\" column \"qty\" (int4): change at commit lsn 16/B374D848 seq 5: \
+         expected a int4 value, got text (hint: rows must match the output's declared column types)"
+    );
+}
+
+#[test]
+fn numerics_that_do_not_fit_their_decimal_are_refused() {
+    let money = || vec![col("price", oid::NUMERIC, numeric_typmod(12, 2))];
+    let message = encode_error(money(), vec![Value::Numeric("NaN".into())]);
+    assert!(
+        message.contains("column \"price\" (numeric(12,2))"),
+        "{message}"
+    );
+    assert!(
+        message.contains("NaN has no decimal representation"),
+        "{message}"
+    );
+    let message = encode_error(money(), vec![Value::Numeric("1.234".into())]);
+    assert!(
+        message.contains("\"1.234\" does not fit numeric(12,2)"),
+        "{message}"
+    );
+    let message = encode_error(money(), vec![Value::Numeric("12345678901".into())]);
+    assert!(message.contains("does not fit numeric(12,2)"), "{message}");
+    let message = encode_error(money(), vec![Value::Float8(1.0)]);
+    assert!(
+        message.contains("expected a numeric value, got float8"),
+        "{message}"
+    );
+}
+
+#[test]
+fn oids_out_of_range_and_wrong_arity_are_refused() {
+    let message = encode_error(vec![col("o", oid::OID, -1)], vec![Value::Int8(-1)]);
+    assert!(message.contains("oid -1 out of range"), "{message}");
+
+    let columns: Vec<OutputColumn> = vec![col("a", oid::INT4, -1), col("b", oid::INT4, -1)];
+    let err = encode(
+        &batch(columns, vec![row(3, vec![Value::Int4(1)])]),
+        &EncodeOptions::default(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "output \"public.things\": change at commit lsn 16/B374D848 seq 3 has 1 values for 2 columns"
+    );
+}
+
+#[test]
+fn invalid_options_are_refused() {
+    let zero = EncodeOptions {
+        row_group_rows: 0,
+        ..EncodeOptions::default()
+    };
+    assert!(matches!(Encoder::new(&zero), Err(EncodeError::Options(_))));
+    let level = EncodeOptions {
+        zstd_level: 99,
+        ..EncodeOptions::default()
+    };
+    assert!(
+        Encoder::new(&level)
+            .unwrap_err()
+            .to_string()
+            .contains("zstd level 99")
+    );
+}
+
+/// `cargo test --release -p tributary --lib encode::tests::throughput -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement, not a check; run in release"]
+fn throughput() {
+    let columns = vec![
+        col("id", oid::INT8, -1),
+        col("body", oid::TEXT, -1),
+        col("at", oid::TIMESTAMPTZ, -1),
+        col("amount", oid::NUMERIC, numeric_typmod(12, 2)),
+    ];
+    let n = 1_000_000u32;
+    let rows: Vec<OutputRow> = (0..n)
+        .map(|i| {
+            let body = format!(
+                "{i:08} the quick brown fox jumps over the lazy dog {}",
+                "x".repeat(i as usize % 40)
+            );
+            row(
+                i,
+                vec![
+                    Value::Int8(i64::from(i)),
+                    Value::Text(body),
+                    Value::TimestampTz(1_700_000_000_000_000 + i64::from(i) * 1000),
+                    Value::Numeric(format!("{}.{:02}", i % 100_000, i % 100)),
+                ],
+            )
+        })
+        .collect();
+    let batch = batch(columns, rows);
+    let encoder = Encoder::new(&EncodeOptions::default()).unwrap();
+    let start = Instant::now();
+    let files = encoder.encode(&batch).unwrap();
+    let elapsed = start.elapsed();
+    let bytes: usize = files.iter().map(Bytes::len).sum();
+    println!(
+        "encoded {n} rows in {elapsed:?}: {:.0} rows/s, {} files, {bytes} bytes",
+        f64::from(n) / elapsed.as_secs_f64(),
+        files.len()
+    );
+}

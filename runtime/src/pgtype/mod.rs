@@ -1,0 +1,254 @@
+//! PostgreSQL types: built-in OIDs, names, and decoding of text output into [`Value`]s.
+//!
+//! pgoutput sends column values in each type's text output form. The replication session
+//! pins the settings that shape that form (`DateStyle=ISO`, `TimeZone=UTC`,
+//! `IntervalStyle=postgres`, `extra_float_digits=3`, `bytea_output=hex`), so
+//! [`decode_text`] parses exactly those forms and rejects anything else with a [`ValueError`]
+//! rather than guessing.
+//!
+//! Which [`Value`] variant a type decodes to:
+//!
+//! | type | value |
+//! |---|---|
+//! | `bool` | `Bool` |
+//! | `int2`, `int4`, `int8` | `Int2`, `Int4`, `Int8` |
+//! | `oid` | `Int8` (an oid is unsigned 32-bit, which `Int4` cannot hold) |
+//! | `float4`, `float8` | `Float4`, `Float8`, including NaN and ±infinity |
+//! | `numeric` | `Numeric`, the exact text as printed |
+//! | `text`, `varchar`, `bpchar`, `name`, `"char"` | `Text` |
+//! | `bytea` | `Bytea` |
+//! | `date` | `Date`, days since 1970-01-01; ±infinity are `i32::MAX` / `i32::MIN` |
+//! | `time` | `Time`, microseconds since midnight |
+//! | `timestamp`, `timestamptz` | `Timestamp`, `TimestampTz`, microseconds since 1970 (UTC for `timestamptz`); ±infinity are `i64::MAX` / `i64::MIN` |
+//! | `interval` | `Interval` |
+//! | `uuid` | `Uuid` |
+//! | `json`, `jsonb` | `Json` |
+//! | built-in array types (`_int4`, `_text`, ...) | `Array`, the text form `{1,2,3}` |
+//! | everything else (`timetz`, `inet`, enums, domains, user types, ...) | `Other`, the text form |
+//!
+//! Arrays of user-defined types have OIDs that are not known without the catalog, so they
+//! decode as `Other`, with the same text an `Array` would carry.
+
+mod datetime;
+pub mod oid;
+
+pub use datetime::days_from_civil;
+
+use crate::change::Value;
+
+/// How much of an offending value an error message quotes.
+const QUOTED_CHARS: usize = 64;
+
+/// A column value that does not parse as its declared type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot read {text:?} as {type_name}: {reason}")]
+pub struct ValueError {
+    pub type_name: String,
+    /// The offending text, cut to its first 64 characters (marked with `...`) when longer.
+    pub text: String,
+    pub reason: String,
+}
+
+impl ValueError {
+    fn new(type_oid: u32, text: &[u8], reason: &str) -> Self {
+        let type_name = match type_name(type_oid) {
+            Some(name) => name.to_owned(),
+            None => format!("type with oid {type_oid}"),
+        };
+        let full = String::from_utf8_lossy(text);
+        let text = match full.char_indices().nth(QUOTED_CHARS) {
+            Some((cut, _)) => format!("{}...", &full[..cut]),
+            None => full.into_owned(),
+        };
+        ValueError {
+            type_name,
+            text,
+            reason: reason.to_owned(),
+        }
+    }
+}
+
+/// Decode the text output of a value of type `type_oid`.
+///
+/// `type_modifier` is accepted for symmetry with the relation message; no text form depends
+/// on it (PostgreSQL has already applied it: rounded numerics, padded `bpchar`).
+pub fn decode_text(type_oid: u32, _type_modifier: i32, text: &[u8]) -> Result<Value, ValueError> {
+    let fail = |reason: &str| ValueError::new(type_oid, text, reason);
+    let utf8 = || std::str::from_utf8(text).map_err(|_| fail("not valid UTF-8"));
+    let value = match type_oid {
+        oid::BOOL => match text {
+            b"t" => Value::Bool(true),
+            b"f" => Value::Bool(false),
+            _ => return Err(fail("expected 't' or 'f'")),
+        },
+        oid::INT2 => Value::Int2(parse_int::<i16>(text).ok_or_else(|| fail(INT_REASON))?),
+        oid::INT4 => Value::Int4(parse_int::<i32>(text).ok_or_else(|| fail(INT_REASON))?),
+        oid::INT8 => Value::Int8(parse_int::<i64>(text).ok_or_else(|| fail(INT_REASON))?),
+        oid::OID => {
+            let n = parse_int::<i64>(text)
+                .filter(|n| u32::try_from(*n).is_ok())
+                .ok_or_else(|| fail("expected an unsigned 32-bit integer"))?;
+            Value::Int8(n)
+        }
+        oid::FLOAT4 => Value::Float4(
+            parse_float(text, f32::NAN, f32::INFINITY).ok_or_else(|| fail(FLOAT_REASON))?,
+        ),
+        oid::FLOAT8 => Value::Float8(
+            parse_float(text, f64::NAN, f64::INFINITY).ok_or_else(|| fail(FLOAT_REASON))?,
+        ),
+        oid::NUMERIC => {
+            if !is_numeric_text(text) {
+                return Err(fail(
+                    "expected digits with an optional sign and point, NaN or Infinity",
+                ));
+            }
+            Value::Numeric(utf8()?.to_owned())
+        }
+        oid::TEXT | oid::VARCHAR | oid::BPCHAR | oid::NAME | oid::CHAR => {
+            Value::Text(utf8()?.to_owned())
+        }
+        oid::BYTEA => Value::Bytea(parse_bytea(text).map_err(fail)?),
+        oid::DATE => Value::Date(datetime::parse_date(text).map_err(fail)?),
+        oid::TIME => Value::Time(datetime::parse_time(text).map_err(fail)?),
+        oid::TIMESTAMP => Value::Timestamp(datetime::parse_timestamp(text, false).map_err(fail)?),
+        oid::TIMESTAMPTZ => {
+            Value::TimestampTz(datetime::parse_timestamp(text, true).map_err(fail)?)
+        }
+        oid::INTERVAL => {
+            let (months, days, micros) = datetime::parse_interval(text).map_err(fail)?;
+            Value::Interval {
+                months,
+                days,
+                micros,
+            }
+        }
+        oid::UUID => Value::Uuid(
+            parse_uuid(text)
+                .ok_or_else(|| fail("expected 32 hexadecimal digits grouped 8-4-4-4-12"))?,
+        ),
+        oid::JSON | oid::JSONB => Value::Json(utf8()?.to_owned()),
+        _ if is_array(type_oid) => Value::Array(utf8()?.to_owned()),
+        _ => Value::Other(utf8()?.to_owned()),
+    };
+    Ok(value)
+}
+
+const INT_REASON: &str = "expected an integer in range";
+const FLOAT_REASON: &str = "expected a decimal number, NaN, Infinity or -Infinity";
+
+/// The name of a built-in type, as `pg_type.typname` spells it.
+pub fn type_name(type_oid: u32) -> Option<&'static str> {
+    oid::SCALARS
+        .iter()
+        .enumerate()
+        .find_map(|(i, &(scalar, name, array))| {
+            if scalar == type_oid {
+                Some(name)
+            } else if array == type_oid {
+                Some(oid::ARRAY_NAMES[i])
+            } else {
+                None
+            }
+        })
+}
+
+/// Whether `type_oid` is one of the built-in array types.
+pub fn is_array(type_oid: u32) -> bool {
+    array_element(type_oid).is_some()
+}
+
+/// The element type of a built-in array type.
+pub fn array_element(type_oid: u32) -> Option<u32> {
+    oid::SCALARS.iter().find(|s| s.2 == type_oid).map(|s| s.0)
+}
+
+/// An optionally signed decimal integer, without overflow.
+fn parse_int<T: TryFrom<i64>>(text: &[u8]) -> Option<T> {
+    let (negative, digits) = match text {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, text),
+    };
+    if digits.is_empty() || digits.len() > 19 {
+        return None;
+    }
+    // Accumulate negatively so that i64::MIN, whose magnitude i64 cannot hold, parses.
+    let mut n: i64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_sub(i64::from(b - b'0'))?;
+    }
+    let n = if negative { n } else { n.checked_neg()? };
+    T::try_from(n).ok()
+}
+
+/// Parsed straight into the target width: going through `f64` for a `float4` would round
+/// twice and could land on the wrong `f32`.
+fn parse_float<F>(text: &[u8], nan: F, infinity: F) -> Option<F>
+where
+    F: std::str::FromStr + std::ops::Neg<Output = F>,
+{
+    match text {
+        b"NaN" => Some(nan),
+        b"Infinity" => Some(infinity),
+        b"-Infinity" => Some(-infinity),
+        // Rust also reads "inf" and "nan" spellings PostgreSQL never prints; requiring a
+        // digit keeps the accepted set to PostgreSQL's own.
+        _ if text.iter().any(u8::is_ascii_digit) => std::str::from_utf8(text).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+/// `-?digits[.digits]`, `NaN`, `Infinity` or `-Infinity`: the forms `numeric_out` prints.
+fn is_numeric_text(text: &[u8]) -> bool {
+    if matches!(text, b"NaN" | b"Infinity" | b"-Infinity") {
+        return true;
+    }
+    let digits = text.strip_prefix(b"-").unwrap_or(text);
+    let (whole, fraction) = match digits.iter().position(|&b| b == b'.') {
+        Some(point) => (&digits[..point], &digits[point + 1..]),
+        None => (digits, &b"0"[..]),
+    };
+    !whole.is_empty()
+        && !fraction.is_empty()
+        && whole.iter().chain(fraction).all(u8::is_ascii_digit)
+}
+
+fn hex_digit(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+fn parse_bytea(text: &[u8]) -> Result<Vec<u8>, &'static str> {
+    let hex = text
+        .strip_prefix(b"\\x")
+        .ok_or("expected the hex form \\x...; is bytea_output set to hex?")?;
+    if hex.len() % 2 != 0 {
+        return Err("odd number of hexadecimal digits");
+    }
+    hex.chunks_exact(2)
+        .map(|pair| Some(hex_digit(pair[0])? << 4 | hex_digit(pair[1])?))
+        .collect::<Option<Vec<u8>>>()
+        .ok_or("expected hexadecimal digits")
+}
+
+fn parse_uuid(text: &[u8]) -> Option<[u8; 16]> {
+    if text.len() != 36 || [8, 13, 18, 23].iter().any(|&i| text[i] != b'-') {
+        return None;
+    }
+    let mut nibbles = text.iter().filter(|&&b| b != b'-');
+    let mut out = [0u8; 16];
+    for byte in &mut out {
+        *byte = hex_digit(*nibbles.next()?)? << 4 | hex_digit(*nibbles.next()?)?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests;

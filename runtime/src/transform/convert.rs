@@ -1,0 +1,364 @@
+//! Runtime types to WIT types and back, and which values fit which column types.
+//!
+//! A batch crosses into the guest with its relations deduplicated into a table; changes and
+//! `source` targets refer to relations by their position in it ("handles"), because a batch
+//! can hold two versions of one table (same OID, different columns) when it was altered
+//! mid-batch.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::host::wit;
+use crate::change::{Batch, Op, OutputColumn, Value};
+use crate::pgoutput::Relation;
+use crate::pgtype;
+
+/// The relations of one batch, by handle, with the output each one derives.
+pub(super) struct Relations {
+    pub relations: Vec<Arc<Relation>>,
+    /// `schema.table` and columns of the output derived from each relation.
+    pub outputs: Vec<(String, Arc<[OutputColumn]>)>,
+}
+
+impl Relations {
+    /// Collect the distinct relations of `batch`; `handles[i]` is the handle of the relation of
+    /// the i-th change of the batch in commit order.
+    pub fn of(batch: &Batch) -> (Relations, Vec<u32>) {
+        let mut relations: Vec<Arc<Relation>> = Vec::new();
+        // Changes of one relation version share one `Arc`, so the pointer is a fast key; equal
+        // relations behind different pointers still collapse into one handle.
+        let mut by_ptr: HashMap<*const Relation, u32> = HashMap::new();
+        let mut handles = Vec::with_capacity(batch.change_count());
+        for change in batch.transactions.iter().flat_map(|t| &t.changes) {
+            let ptr = Arc::as_ptr(&change.relation);
+            let handle = match by_ptr.get(&ptr) {
+                Some(&h) => h,
+                None => {
+                    let h = match relations.iter().position(|r| **r == *change.relation) {
+                        Some(i) => i as u32,
+                        None => {
+                            relations.push(change.relation.clone());
+                            (relations.len() - 1) as u32
+                        }
+                    };
+                    by_ptr.insert(ptr, h);
+                    h
+                }
+            };
+            handles.push(handle);
+        }
+        let outputs = relations
+            .iter()
+            .map(|r| (r.qualified_name(), OutputColumn::from_relation(r)))
+            .collect();
+        (Relations { relations, outputs }, handles)
+    }
+}
+
+/// The batch as the guest sees it.
+pub(super) fn batch_to_wit(batch: &Batch, relations: &Relations, handles: &[u32]) -> wit::Batch {
+    let mut handles = handles.iter();
+    let transactions = batch
+        .transactions
+        .iter()
+        .map(|t| wit::Transaction {
+            xid: t.xid,
+            commit_lsn: t.commit_lsn.0,
+            end_lsn: t.end_lsn.0,
+            commit_time: t.commit_time,
+            changes: t
+                .changes
+                .iter()
+                .map(|c| wit::Change {
+                    op: op_to_wit(c.op),
+                    relation: handles.next().copied().unwrap_or_default(),
+                    seq: c.seq,
+                    new: c
+                        .new
+                        .as_ref()
+                        .map(|row| row.iter().map(value_to_wit).collect()),
+                    old: c
+                        .old
+                        .as_ref()
+                        .map(|row| row.iter().map(value_to_wit).collect()),
+                })
+                .collect(),
+        })
+        .collect();
+    wit::Batch {
+        relations: relations
+            .relations
+            .iter()
+            .map(|r| relation_to_wit(r))
+            .collect(),
+        transactions,
+    }
+}
+
+fn relation_to_wit(relation: &Relation) -> wit::Relation {
+    wit::Relation {
+        id: relation.id,
+        schema: relation.namespace.clone(),
+        table: relation.name.clone(),
+        columns: relation
+            .columns
+            .iter()
+            .map(|c| wit::Column {
+                name: c.name.clone(),
+                type_oid: c.type_oid,
+                type_modifier: c.type_modifier,
+                type_name: type_name(c.type_oid).to_owned(),
+                key: c.key,
+            })
+            .collect(),
+    }
+}
+
+fn type_name(oid: u32) -> &'static str {
+    pgtype::type_name(oid)
+        .or_else(|| COLUMN_TYPES.iter().find(|t| t.1 == oid).map(|t| t.2))
+        .unwrap_or("")
+}
+
+pub(super) fn op_to_wit(op: Op) -> wit::Op {
+    match op {
+        Op::Insert => wit::Op::Insert,
+        Op::Update => wit::Op::Update,
+        Op::Delete => wit::Op::Delete,
+        Op::Truncate => wit::Op::Truncate,
+    }
+}
+
+pub(super) fn op_from_wit(op: wit::Op) -> Op {
+    match op {
+        wit::Op::Insert => Op::Insert,
+        wit::Op::Update => Op::Update,
+        wit::Op::Delete => Op::Delete,
+        wit::Op::Truncate => Op::Truncate,
+    }
+}
+
+pub(super) fn value_to_wit(value: &Value) -> wit::Value {
+    match value {
+        Value::Null => wit::Value::Null,
+        Value::UnchangedToast => wit::Value::UnchangedToast,
+        Value::Bool(b) => wit::Value::Boolean(*b),
+        Value::Int2(v) => wit::Value::Int2(*v),
+        Value::Int4(v) => wit::Value::Int4(*v),
+        Value::Int8(v) => wit::Value::Int8(*v),
+        Value::Float4(v) => wit::Value::Float4(*v),
+        Value::Float8(v) => wit::Value::Float8(*v),
+        Value::Numeric(s) => wit::Value::Numeric(s.clone()),
+        Value::Text(s) => wit::Value::Text(s.clone()),
+        Value::Bytea(b) => wit::Value::Bytea(b.clone()),
+        Value::Date(d) => wit::Value::Date(*d),
+        Value::Time(t) => wit::Value::Time(*t),
+        Value::Timestamp(t) => wit::Value::Timestamp(*t),
+        Value::TimestampTz(t) => wit::Value::Timestamptz(*t),
+        Value::Uuid(bytes) => {
+            let n = u128::from_be_bytes(*bytes);
+            wit::Value::Uuid(((n >> 64) as u64, n as u64))
+        }
+        Value::Json(s) => wit::Value::Json(s.clone()),
+        Value::Interval {
+            months,
+            days,
+            micros,
+        } => wit::Value::Interval(wit::Interval {
+            months: *months,
+            days: *days,
+            micros: *micros,
+        }),
+        Value::Array(s) => wit::Value::Array(s.clone()),
+        Value::Other(s) => wit::Value::Other(s.clone()),
+    }
+}
+
+pub(super) fn value_from_wit(value: wit::Value) -> Value {
+    match value {
+        wit::Value::Null => Value::Null,
+        wit::Value::UnchangedToast => Value::UnchangedToast,
+        wit::Value::Boolean(b) => Value::Bool(b),
+        wit::Value::Int2(v) => Value::Int2(v),
+        wit::Value::Int4(v) => Value::Int4(v),
+        wit::Value::Int8(v) => Value::Int8(v),
+        wit::Value::Float4(v) => Value::Float4(v),
+        wit::Value::Float8(v) => Value::Float8(v),
+        wit::Value::Numeric(s) => Value::Numeric(s),
+        wit::Value::Text(s) => Value::Text(s),
+        wit::Value::Bytea(b) => Value::Bytea(b),
+        wit::Value::Date(d) => Value::Date(d),
+        wit::Value::Time(t) => Value::Time(t),
+        wit::Value::Timestamp(t) => Value::Timestamp(t),
+        wit::Value::Timestamptz(t) => Value::TimestampTz(t),
+        wit::Value::Uuid((hi, lo)) => {
+            Value::Uuid(((u128::from(hi) << 64) | u128::from(lo)).to_be_bytes())
+        }
+        wit::Value::Json(s) => Value::Json(s),
+        wit::Value::Interval(i) => Value::Interval {
+            months: i.months,
+            days: i.days,
+            micros: i.micros,
+        },
+        wit::Value::Array(s) => Value::Array(s),
+        wit::Value::Other(s) => Value::Other(s),
+    }
+}
+
+/// The declared column types: WIT case, PostgreSQL type OID, `pg_type.typname`.
+const COLUMN_TYPES: &[(wit::ColumnType, u32, &str)] = &[
+    (wit::ColumnType::Boolean, 16, "bool"),
+    (wit::ColumnType::Int2, 21, "int2"),
+    (wit::ColumnType::Int4, 23, "int4"),
+    (wit::ColumnType::Int8, 20, "int8"),
+    (wit::ColumnType::Float4, 700, "float4"),
+    (wit::ColumnType::Float8, 701, "float8"),
+    (wit::ColumnType::Numeric, 1700, "numeric"),
+    (wit::ColumnType::Text, 25, "text"),
+    (wit::ColumnType::Bytea, 17, "bytea"),
+    (wit::ColumnType::Date, 1082, "date"),
+    (wit::ColumnType::Time, 1083, "time"),
+    (wit::ColumnType::Timestamp, 1114, "timestamp"),
+    (wit::ColumnType::Timestamptz, 1184, "timestamptz"),
+    (wit::ColumnType::Uuid, 2950, "uuid"),
+    (wit::ColumnType::Json, 114, "json"),
+    (wit::ColumnType::Jsonb, 3802, "jsonb"),
+    (wit::ColumnType::Interval, 1186, "interval"),
+];
+
+/// The PostgreSQL type OID of a declared column type.
+pub(super) fn column_type_oid(column_type: wit::ColumnType) -> u32 {
+    COLUMN_TYPES
+        .iter()
+        .find(|t| t.0 == column_type)
+        .map_or(25, |t| t.1)
+}
+
+/// The kind of value a column of type `type_oid` holds, as the name of its `Value` case, when
+/// the type is one the decoder reads into a typed value.
+fn expected_kind(type_oid: u32) -> Option<&'static str> {
+    Some(match type_oid {
+        16 => "boolean",
+        21 => "int2",
+        23 => "int4",
+        20 => "int8",
+        700 => "float4",
+        701 => "float8",
+        1700 => "numeric",
+        17 => "bytea",
+        1082 => "date",
+        1083 => "time",
+        1114 => "timestamp",
+        1184 => "timestamptz",
+        2950 => "uuid",
+        114 | 3802 => "json",
+        1186 => "interval",
+        // text, varchar, bpchar, name, "char": text, or other when read as an unknown type
+        25 | 1043 | 1042 | 19 | 18 => "text",
+        _ => return None,
+    })
+}
+
+/// The name of the `Value` case, as the WIT spells it.
+pub(super) fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::UnchangedToast => "unchanged-toast",
+        Value::Bool(_) => "boolean",
+        Value::Int2(_) => "int2",
+        Value::Int4(_) => "int4",
+        Value::Int8(_) => "int8",
+        Value::Float4(_) => "float4",
+        Value::Float8(_) => "float8",
+        Value::Numeric(_) => "numeric",
+        Value::Text(_) => "text",
+        Value::Bytea(_) => "bytea",
+        Value::Date(_) => "date",
+        Value::Time(_) => "time",
+        Value::Timestamp(_) => "timestamp",
+        Value::TimestampTz(_) => "timestamptz",
+        Value::Uuid(_) => "uuid",
+        Value::Json(_) => "json",
+        Value::Interval { .. } => "interval",
+        Value::Array(_) => "array",
+        Value::Other(_) => "other",
+    }
+}
+
+/// Whether `value` may sit in a column of type `type_oid`.
+///
+/// Typed columns take their own kind; text-like columns also take `other`; columns of types
+/// the decoder keeps as text (arrays, enums, ranges, ...) take the text-like kinds. `null` and
+/// `unchanged-toast` fit everywhere.
+pub(super) fn fits(type_oid: u32, value: &Value) -> bool {
+    let kind = kind(value);
+    if matches!(kind, "null" | "unchanged-toast") {
+        return true;
+    }
+    match expected_kind(type_oid) {
+        Some("text") => matches!(kind, "text" | "other"),
+        Some(expected) => kind == expected,
+        None => matches!(kind, "text" | "other" | "array" | "json"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_round_trips_big_endian() {
+        let bytes: [u8; 16] = *b"\x00\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa\xbb\xcc\xdd\xee\xff";
+        let wit = value_to_wit(&Value::Uuid(bytes));
+        let wit::Value::Uuid((hi, lo)) = wit else {
+            panic!("not a uuid: {wit:?}")
+        };
+        assert_eq!((hi, lo), (0x0011_2233_4455_6677, 0x8899_aabb_ccdd_eeff));
+        assert_eq!(
+            value_from_wit(wit::Value::Uuid((hi, lo))),
+            Value::Uuid(bytes)
+        );
+    }
+
+    #[test]
+    fn values_fit_their_types_and_nothing_else() {
+        assert!(fits(23, &Value::Int4(1)));
+        assert!(!fits(23, &Value::Int8(1)));
+        assert!(!fits(23, &Value::Text("1".into())));
+        assert!(fits(23, &Value::Null));
+        assert!(fits(1043, &Value::Text("x".into())));
+        assert!(fits(1007, &Value::Array("{1,2}".into())));
+        assert!(!fits(1007, &Value::Int4(1)));
+        assert!(fits(3802, &Value::Json("{}".into())));
+    }
+
+    #[test]
+    fn every_declared_type_maps_to_an_oid_that_takes_its_own_case() {
+        let sample = |t: wit::ColumnType| match t {
+            wit::ColumnType::Boolean => Value::Bool(true),
+            wit::ColumnType::Int2 => Value::Int2(1),
+            wit::ColumnType::Int4 => Value::Int4(1),
+            wit::ColumnType::Int8 => Value::Int8(1),
+            wit::ColumnType::Float4 => Value::Float4(1.0),
+            wit::ColumnType::Float8 => Value::Float8(1.0),
+            wit::ColumnType::Numeric => Value::Numeric("1".into()),
+            wit::ColumnType::Text => Value::Text("1".into()),
+            wit::ColumnType::Bytea => Value::Bytea(vec![1]),
+            wit::ColumnType::Date => Value::Date(1),
+            wit::ColumnType::Time => Value::Time(1),
+            wit::ColumnType::Timestamp => Value::Timestamp(1),
+            wit::ColumnType::Timestamptz => Value::TimestampTz(1),
+            wit::ColumnType::Uuid => Value::Uuid([1; 16]),
+            wit::ColumnType::Json | wit::ColumnType::Jsonb => Value::Json("1".into()),
+            wit::ColumnType::Interval => Value::Interval {
+                months: 1,
+                days: 1,
+                micros: 1,
+            },
+        };
+        for (t, oid, _) in COLUMN_TYPES {
+            assert_eq!(column_type_oid(*t), *oid);
+            assert!(fits(*oid, &sample(*t)), "{t:?}");
+        }
+    }
+}

@@ -1,0 +1,503 @@
+//! One plugin inside wasmtime: compile once, instantiate, call under limits, recover from
+//! traps.
+//!
+//! All plugins share one [`Engine`], and one ticker thread advances its epoch every
+//! [`EPOCH_TICK`]. A call's deadline is a number of ticks, so the time limit is enforced to
+//! within a tick without the guest paying for fuel metering.
+//!
+//! The instance (and its `Store`) is reused across batches. Whatever goes wrong inside the
+//! guest (a trap, the deadline, the memory cap) can leave its memory half-updated, so the
+//! instance is dropped and the next call starts from a fresh one, with `describe` and `init`
+//! run again.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::{Cache, CacheConfig, Config, Engine, ResourceLimiter, Store, StoreLimits, Trap};
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::{Call, HostLimits, TransformError};
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../guest-sdk/wit",
+        world: "transform",
+    });
+}
+
+/// The WIT types, as the host sees them.
+pub(super) mod wit {
+    pub use super::bindings::tributary::transform::host::Level;
+    pub use super::bindings::tributary::transform::types::*;
+}
+
+use bindings::{Transform, TransformPre};
+
+/// How often the epoch advances.
+pub(super) const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// What a guest may print to stdout or stderr per call before the rest is dropped.
+const CAPTURE_BYTES: usize = 64 << 10;
+
+/// The engine every plugin runs on, with its epoch ticker started.
+fn engine() -> Result<&'static Engine, TransformError> {
+    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let mut config = Config::new();
+            config.wasm_component_model(true);
+            config.epoch_interruption(true);
+            // The cache keeps compiled plugins across restarts; without it (no writable cache
+            // directory) every start compiles again, which is slower but correct.
+            match Cache::new(CacheConfig::new()) {
+                Ok(cache) => {
+                    config.cache(Some(cache));
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        "compile cache unavailable, plugins compile at every start: {error:#}"
+                    )
+                }
+            }
+            let engine = Engine::new(&config).map_err(|e| format!("{e:#}"))?;
+            let weak = engine.weak();
+            std::thread::Builder::new()
+                .name("tributary-epoch".into())
+                .spawn(move || {
+                    while let Some(engine) = weak.upgrade() {
+                        engine.increment_epoch();
+                        drop(engine);
+                        std::thread::sleep(EPOCH_TICK);
+                    }
+                })
+                .map_err(|e| format!("cannot start the epoch ticker: {e}"))?;
+            Ok(engine)
+        })
+        .as_ref()
+        .map_err(|message| TransformError::Engine {
+            message: message.clone(),
+        })
+}
+
+/// A loaded plugin: compiled, linked, described and initialized.
+pub(super) struct Plugin {
+    pub name: String,
+    pub version: String,
+    pub path: PathBuf,
+    /// SHA-256 of the file, hex.
+    pub digest: String,
+    pub outputs: Vec<wit::Output>,
+    config: Vec<(String, String)>,
+    limits: HostLimits,
+    pre: TransformPre<HostState>,
+    /// The live instance, if any: `None` after a trap until the next call.
+    live: Option<Live>,
+}
+
+struct Live {
+    store: Store<HostState>,
+    bindings: Transform,
+}
+
+impl Plugin {
+    pub fn load(
+        path: &Path,
+        config: Vec<(String, String)>,
+        limits: &HostLimits,
+    ) -> Result<Plugin, TransformError> {
+        let engine = engine()?;
+        let bytes = std::fs::read(path).map_err(|source| TransformError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let digest = hex(&Sha256::digest(&bytes));
+        let invalid = |message: String| TransformError::Invalid {
+            path: path.to_owned(),
+            message,
+        };
+        if !wasmparser_is_component(&bytes) {
+            return Err(invalid(
+                "not a WebAssembly component; build the plugin for wasm32-wasip2, or turn a \
+                 core module into a component with wasm-tools component new"
+                    .into(),
+            ));
+        }
+        let component = Component::new(engine, &bytes).map_err(|e| invalid(format!("{e:#}")))?;
+        let mut linker = Linker::<HostState>::new(engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| invalid(format!("{e:#}")))?;
+        Transform::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
+            .map_err(|e| invalid(format!("{e:#}")))?;
+        let instance_pre = linker.instantiate_pre(&component).map_err(|e| {
+            invalid(format!(
+                "{e:#}; a plugin may only import the tributary host interface and WASI"
+            ))
+        })?;
+        let pre = TransformPre::new(instance_pre).map_err(|e| {
+            invalid(format!(
+                "{e:#}; does it implement the tributary:transform@0.1.0 world?"
+            ))
+        })?;
+        let file_name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let mut plugin = Plugin {
+            name: file_name,
+            version: String::new(),
+            path: path.to_owned(),
+            digest,
+            outputs: Vec::new(),
+            config,
+            limits: limits.clone(),
+            pre,
+            live: None,
+        };
+        let info = plugin.start(Call::Load)?;
+        plugin.name = info.name;
+        plugin.version = info.version;
+        plugin.outputs = info.outputs;
+        Ok(plugin)
+    }
+
+    /// Run `process` on the live instance, starting one if there is none.
+    pub fn process(
+        &mut self,
+        batch: &wit::Batch,
+        call: Call,
+    ) -> Result<Result<Vec<wit::Emit>, wit::Error>, TransformError> {
+        if self.live.is_none() {
+            self.start(call)?;
+        }
+        self.call(call, |bindings, store| bindings.call_process(store, batch))
+    }
+
+    /// Instantiate, `describe`, and `init`; the instance stays live.
+    fn start(&mut self, call: Call) -> Result<wit::PluginInfo, TransformError> {
+        let mut store = Store::new(self.pre.engine(), HostState::new(&self.name, &self.limits));
+        store.limiter(|state| &mut state.limiter);
+        store.set_epoch_deadline(deadline_ticks(self.limits.call_timeout));
+        let bindings = match self.pre.instantiate(&mut store) {
+            Ok(bindings) => bindings,
+            Err(error) => return Err(self.failure(call, &mut store, error)),
+        };
+        self.live = Some(Live { store, bindings });
+        let info = self.call(call, |bindings, store| bindings.call_describe(store))?;
+        let config = self.config.clone();
+        let init = self.call(call, |bindings, store| bindings.call_init(store, &config))?;
+        if let Err(message) = init {
+            self.live = None;
+            return Err(TransformError::Init {
+                plugin: info.name,
+                path: self.path.clone(),
+                message,
+            });
+        }
+        Ok(info)
+    }
+
+    /// Call into the live instance under the deadline; any failure poisons the instance.
+    fn call<R>(
+        &mut self,
+        call: Call,
+        f: impl FnOnce(&Transform, &mut Store<HostState>) -> wasmtime::Result<R>,
+    ) -> Result<R, TransformError> {
+        let Some(mut live) = self.live.take() else {
+            return Err(TransformError::Plugin {
+                plugin: self.name.clone(),
+                message: "no live instance".into(),
+            });
+        };
+        live.store
+            .set_epoch_deadline(deadline_ticks(self.limits.call_timeout));
+        live.store.data_mut().limiter.refused = None;
+        let result = f(&live.bindings, &mut live.store);
+        match result {
+            Ok(value) => {
+                live.store.data_mut().flush_output();
+                self.live = Some(live);
+                Ok(value)
+            }
+            Err(error) => Err(self.failure(call, &mut live.store, error)),
+        }
+    }
+
+    /// Turn what wasmtime reported into an error a person can act on.
+    fn failure(
+        &self,
+        call: Call,
+        store: &mut Store<HostState>,
+        error: wasmtime::Error,
+    ) -> TransformError {
+        let state = store.data_mut();
+        let stderr = state.stderr.take();
+        state.flush_output();
+        let plugin = self.name.clone();
+        let path = self.path.clone();
+        if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+            let limit_ms = self.limits.call_timeout.as_millis();
+            return TransformError::Timeout {
+                plugin,
+                path,
+                limit_ms,
+                call,
+            };
+        }
+        if let Some(requested) = state.limiter.refused {
+            return TransformError::MemoryLimit {
+                plugin,
+                path,
+                limit: self.limits.memory_bytes,
+                requested,
+                call,
+            };
+        }
+        // The wasm backtrace is for the plugin's author; the error keeps to one line.
+        tracing::debug!(plugin = %plugin, "trap details: {error:?}");
+        let mut message = match error.downcast_ref::<Trap>() {
+            Some(trap) => trap.to_string(),
+            None => error.root_cause().to_string(),
+        };
+        let stderr = String::from_utf8_lossy(&stderr);
+        let said: Vec<&str> = stderr
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
+            .collect();
+        if !said.is_empty() {
+            message.push_str("; the plugin wrote: ");
+            message.push_str(&said.join(" "));
+        }
+        TransformError::Trap {
+            plugin,
+            path,
+            message,
+            call,
+        }
+    }
+}
+
+fn deadline_ticks(timeout: Duration) -> u64 {
+    let ticks = timeout.as_nanos().div_ceil(EPOCH_TICK.as_nanos());
+    // One more tick: the ticker may fire right after the deadline is set.
+    u64::try_from(ticks).unwrap_or(u64::MAX - 1).max(1) + 1
+}
+
+/// A component starts with the preamble `\0asm`, then version 0x0d and layer 1; a core
+/// module has version 1 and layer 0. Checked before compiling so the error can say which.
+fn wasmparser_is_component(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[6..8] == [1, 0]
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// What the host keeps per instance.
+struct HostState {
+    plugin: String,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: Limiter,
+    stdout: Captured,
+    stderr: Captured,
+}
+
+impl HostState {
+    fn new(plugin: &str, limits: &HostLimits) -> HostState {
+        let stdout = Captured::default();
+        let stderr = Captured::default();
+        // No preopened directories, environment, arguments, network or inherited stdio:
+        // only clocks and randomness, which std needs and which grant nothing.
+        let wasi = WasiCtxBuilder::new()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .build();
+        HostState {
+            plugin: plugin.to_owned(),
+            wasi,
+            table: ResourceTable::new(),
+            limiter: Limiter {
+                limits: wasmtime::StoreLimitsBuilder::new()
+                    .memory_size(limits.memory_bytes)
+                    .build(),
+                refused: None,
+            },
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Move what the guest printed into the host log.
+    fn flush_output(&mut self) {
+        for (stream, bytes) in [
+            ("stdout", self.stdout.take()),
+            ("stderr", self.stderr.take()),
+        ] {
+            for line in String::from_utf8_lossy(&bytes)
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+            {
+                tracing::info!(plugin = %self.plugin, stream, "{line}");
+            }
+        }
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+// The types interface has no functions; its trait is empty.
+impl bindings::tributary::transform::types::Host for HostState {}
+
+impl bindings::tributary::transform::host::Host for HostState {
+    fn log(&mut self, level: wit::Level, message: String) {
+        let plugin = &self.plugin;
+        match level {
+            wit::Level::Trace => tracing::trace!(plugin = %plugin, "{message}"),
+            wit::Level::Debug => tracing::debug!(plugin = %plugin, "{message}"),
+            wit::Level::Info => tracing::info!(plugin = %plugin, "{message}"),
+            wit::Level::Warn => tracing::warn!(plugin = %plugin, "{message}"),
+            wit::Level::Error => tracing::error!(plugin = %plugin, "{message}"),
+        }
+    }
+}
+
+/// `StoreLimits`, remembering a refused memory growth so a trap that follows it (an
+/// allocator aborting) can be reported as the memory cap it is.
+struct Limiter {
+    limits: StoreLimits,
+    refused: Option<usize>,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let allowed = self.limits.memory_growing(current, desired, maximum)?;
+        if !allowed {
+            self.refused = Some(desired);
+        }
+        Ok(allowed)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.limits.table_growing(current, desired, maximum)
+    }
+
+    fn instances(&self) -> usize {
+        self.limits.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.limits.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.limits.memories()
+    }
+}
+
+/// A guest's stdout or stderr, kept in memory up to [`CAPTURE_BYTES`]; the rest is dropped
+/// rather than failing the guest's write.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn append(&self, bytes: &[u8]) {
+        let mut buf = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let room = CAPTURE_BYTES.saturating_sub(buf.len());
+        buf.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+}
+
+impl IsTerminal for Captured {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for Captured {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for Captured {
+    async fn ready(&mut self) {}
+}
+
+impl OutputStream for Captured {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.append(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> Result<usize, StreamError> {
+        Ok(CAPTURE_BYTES)
+    }
+}
+
+impl tokio::io::AsyncWrite for Captured {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.append(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}

@@ -1,0 +1,690 @@
+//! The host against the real plugins of `plugins/`.
+//!
+//! The plugins are built once per test run with
+//! `cargo build -p passthrough -p trap -p spin -p mask --target wasm32-wasip2 --release`
+//! into `plugins/` beside the test binary's target directory (a separate target directory, so
+//! the inner build never waits on the lock the outer `cargo test` holds). Set
+//! `TRIBUTARY_TEST_PLUGINS` to a directory of prebuilt `.wasm` files to skip the build.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use super::*;
+use crate::change::{Change, Op, OutputRow, Transaction, Value};
+use crate::pgoutput::{Relation, RelationColumn, ReplicaIdentity};
+
+fn plugin(name: &str) -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("TRIBUTARY_TEST_PLUGINS") {
+            return PathBuf::from(dir);
+        }
+        // The test binary lives in <target>/<profile>/deps/.
+        let exe = std::env::current_exe().expect("test binary path");
+        let target = exe
+            .ancestors()
+            .nth(3)
+            .expect("test binary inside a target directory");
+        let target_dir = target.join("plugins");
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("workspace root");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(workspace)
+            .args([
+                "build",
+                "-p",
+                "passthrough",
+                "-p",
+                "trap",
+                "-p",
+                "spin",
+                "-p",
+                "mask",
+            ])
+            .args(["--target", "wasm32-wasip2", "--release", "--target-dir"])
+            .arg(&target_dir)
+            .status()
+            .expect("run cargo to build the test plugins");
+        assert!(status.success(), "building the test plugins failed");
+        target_dir.join("wasm32-wasip2").join("release")
+    });
+    dir.join(format!("{name}.wasm"))
+}
+
+fn load(names_and_config: &[(&str, &[(&str, &str)])], limits: &HostLimits) -> TransformChain {
+    let specs: Vec<TransformSpec> = names_and_config
+        .iter()
+        .map(|(name, config)| TransformSpec {
+            plugin: plugin(name),
+            config: config
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        })
+        .collect();
+    TransformChain::load(&specs, limits)
+        .unwrap_or_else(|e| panic!("load {names_and_config:?}: {e}"))
+}
+
+fn relation(id: u32, schema: &str, table: &str, columns: &[(&str, u32, bool)]) -> Arc<Relation> {
+    Arc::new(Relation {
+        id,
+        namespace: schema.into(),
+        name: table.into(),
+        replica_identity: ReplicaIdentity::Default,
+        columns: columns
+            .iter()
+            .map(|&(name, type_oid, key)| RelationColumn {
+                name: name.into(),
+                type_oid,
+                type_modifier: -1,
+                key,
+            })
+            .collect(),
+    })
+}
+
+fn change(
+    op: Op,
+    relation: &Arc<Relation>,
+    seq: u32,
+    new: Option<Vec<Value>>,
+    old: Option<Vec<Value>>,
+) -> Change {
+    Change {
+        op,
+        relation: relation.clone(),
+        seq,
+        new,
+        old,
+    }
+}
+
+fn tx(xid: u32, commit_lsn: u64, changes: Vec<Change>) -> Transaction {
+    Transaction {
+        xid,
+        commit_lsn: Lsn(commit_lsn),
+        end_lsn: Lsn(commit_lsn + 8),
+        commit_time: 1_700_000_000_000_000 + i64::from(xid),
+        changes,
+    }
+}
+
+/// A table with a column of every value kind, altered mid-batch, next to a second table;
+/// inserts, updates (with an unchanged TOAST value), deletes (key-only old row) and a truncate.
+fn every_kind_batch() -> Batch {
+    let kinds: &[(&str, u32, bool)] = &[
+        ("id", 23, true),
+        ("flag", 16, false),
+        ("small", 21, false),
+        ("big", 20, false),
+        ("real", 700, false),
+        ("double", 701, false),
+        ("amount", 1700, false),
+        ("note", 25, false),
+        ("blob", 17, false),
+        ("day", 1082, false),
+        ("clock", 1083, false),
+        ("at", 1114, false),
+        ("at_tz", 1184, false),
+        ("uid", 2950, false),
+        ("doc", 3802, false),
+        ("span", 1186, false),
+        ("list", 1007, false),
+        ("price", 790, false),
+    ];
+    let all = relation(16384, "public", "kinds", kinds);
+    let row = |id: i32, note: Value| {
+        vec![
+            Value::Int4(id),
+            Value::Bool(true),
+            Value::Int2(-2),
+            Value::Int8(1 << 40),
+            Value::Float4(1.5),
+            Value::Float8(-0.25),
+            Value::Numeric("-12.340".into()),
+            note,
+            Value::Bytea(vec![0, 1, 255]),
+            Value::Date(-1),
+            Value::Time(86_399_999_999),
+            Value::Timestamp(i64::MIN),
+            Value::TimestampTz(i64::MAX),
+            Value::Uuid(*b"0123456789abcdef"),
+            Value::Json(r#"{"a": [1, null]}"#.into()),
+            Value::Interval {
+                months: 14,
+                days: -3,
+                micros: 5,
+            },
+            Value::Array("{1,2,NULL}".into()),
+            Value::Other("$1.00".into()),
+        ]
+    };
+    let key_only = |id: i32| {
+        let mut old = vec![Value::Null; kinds.len()];
+        old[0] = Value::Int4(id);
+        old
+    };
+    let altered = relation(
+        16384,
+        "public",
+        "kinds",
+        &[("id", 23, true), ("extra", 25, false)],
+    );
+    let users = relation(
+        16400,
+        "app",
+        "users",
+        &[("id", 20, true), ("email", 25, false)],
+    );
+    Batch {
+        transactions: vec![
+            tx(
+                700,
+                0x100,
+                vec![
+                    change(
+                        Op::Insert,
+                        &all,
+                        0,
+                        Some(row(1, Value::Text("héllo".into()))),
+                        None,
+                    ),
+                    change(
+                        Op::Insert,
+                        &users,
+                        1,
+                        Some(vec![Value::Int8(1), Value::Text("a@b.c".into())]),
+                        None,
+                    ),
+                    change(
+                        Op::Update,
+                        &all,
+                        2,
+                        Some(row(1, Value::UnchangedToast)),
+                        Some(key_only(1)),
+                    ),
+                    change(Op::Update, &all, 3, Some(row(2, Value::Null)), None),
+                ],
+            ),
+            tx(
+                701,
+                0x200,
+                vec![
+                    change(Op::Delete, &all, 0, None, Some(key_only(2))),
+                    change(Op::Delete, &users, 1, None, None),
+                    change(Op::Truncate, &users, 2, None, None),
+                    change(
+                        Op::Insert,
+                        &altered,
+                        3,
+                        Some(vec![Value::Int4(3), Value::Text("x".into())]),
+                        None,
+                    ),
+                ],
+            ),
+        ],
+    }
+}
+
+fn rows<'a>(outputs: &'a [OutputBatch], output: &str) -> Vec<&'a OutputRow> {
+    outputs
+        .iter()
+        .filter(|b| b.output == output)
+        .flat_map(|b| &b.rows)
+        .collect()
+}
+
+#[test]
+fn zero_plugins_is_the_identity() {
+    let mut chain = TransformChain::load(&[], &HostLimits::default()).unwrap();
+    assert!(chain.plugins().is_empty());
+    let batch = every_kind_batch();
+    let out = chain.process(&batch).unwrap();
+
+    let names: Vec<(&str, usize, usize)> = out
+        .iter()
+        .map(|b| (b.output.as_str(), b.columns.len(), b.rows.len()))
+        .collect();
+    // The altered table is a second output batch of the same name with its new columns.
+    assert_eq!(
+        names,
+        [
+            ("public.kinds", 18, 4),
+            ("app.users", 2, 3),
+            ("public.kinds", 2, 1)
+        ]
+    );
+
+    let kinds = &out[0].rows;
+    let ids: Vec<(Op, Lsn, u32)> = kinds.iter().map(|r| (r.op, r.commit_lsn, r.seq)).collect();
+    assert_eq!(
+        ids,
+        [
+            (Op::Insert, Lsn(0x100), 0),
+            (Op::Update, Lsn(0x100), 2),
+            (Op::Update, Lsn(0x100), 3),
+            (Op::Delete, Lsn(0x200), 0)
+        ]
+    );
+    assert_eq!(
+        kinds[0].values,
+        batch.transactions[0].changes[0].new.clone().unwrap()
+    );
+    // A delete lands its old image: the key, nulls elsewhere.
+    assert_eq!(kinds[3].values[0], Value::Int4(2));
+    assert!(kinds[3].values[1..].iter().all(|v| *v == Value::Null));
+    assert_eq!(
+        (kinds[3].xid, kinds[3].commit_time),
+        (701, 1_700_000_000_000_701)
+    );
+
+    let users = &out[1].rows;
+    // A delete without an old image and a truncate both land as all-null rows.
+    assert_eq!(users[1].values, [Value::Null, Value::Null]);
+    assert_eq!(
+        (users[2].op, users[2].values.clone()),
+        (Op::Truncate, vec![Value::Null, Value::Null])
+    );
+}
+
+#[test]
+fn passthrough_equals_the_identity() {
+    let batch = every_kind_batch();
+    let identity = TransformChain::load(&[], &HostLimits::default())
+        .unwrap()
+        .process(&batch)
+        .unwrap();
+    let mut chain = load(&[("passthrough", &[])], &HostLimits::default());
+    assert_eq!(chain.process(&batch).unwrap(), identity);
+    // The instance is reused; a second batch gives the same answer.
+    assert_eq!(chain.process(&batch).unwrap(), identity);
+    // So do two passthroughs in a row.
+    let mut twice = load(
+        &[("passthrough", &[]), ("passthrough", &[])],
+        &HostLimits::default(),
+    );
+    assert_eq!(twice.process(&batch).unwrap(), identity);
+}
+
+#[test]
+fn plugins_are_recorded_with_name_version_and_digest() {
+    let chain = load(&[("passthrough", &[])], &HostLimits::default());
+    let path = plugin("passthrough");
+    let digest = Sha256::digest(std::fs::read(&path).unwrap());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        chain.plugins(),
+        [PluginInfo {
+            name: "passthrough".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            path: path.display().to_string(),
+            digest: hex,
+        }]
+    );
+}
+
+fn batch_with_text(lsn: u64, text: &str) -> Batch {
+    let notes = relation(
+        1,
+        "public",
+        "notes",
+        &[("id", 23, true), ("body", 25, false)],
+    );
+    let row = vec![Value::Int4(1), Value::Text(text.into())];
+    Batch {
+        transactions: vec![
+            tx(9, lsn, vec![change(Op::Insert, &notes, 0, Some(row), None)]),
+            tx(10, lsn + 0x100, vec![]),
+        ],
+    }
+}
+
+#[test]
+fn a_trap_names_the_plugin_and_batch_then_the_plugin_recovers() {
+    let mut chain = load(&[("trap", &[])], &HostLimits::default());
+    for command in ["panic", "unreachable"] {
+        let err = chain
+            .process(&batch_with_text(0x1_0000_0100, command))
+            .unwrap_err();
+        let message = err.to_string();
+        assert!(matches!(err, TransformError::Trap { .. }), "{message}");
+        assert!(message.contains("plugin \"trap\""), "{message}");
+        assert!(
+            message.contains(&plugin("trap").display().to_string()),
+            "{message}"
+        );
+        assert!(message.contains("commit lsn 1/100 to 1/200"), "{message}");
+        assert!(!err.is_retryable());
+        if command == "panic" {
+            // What the guest printed on its way down is part of the error.
+            assert!(message.contains("asked to panic"), "{message}");
+        }
+        // The poisoned instance was dropped; a fresh one handles the next batch.
+        let good = batch_with_text(0x300, "fine");
+        let out = chain.process(&good).unwrap();
+        assert_eq!(
+            out[0].rows[0].values,
+            [Value::Int4(1), Value::Text("fine".into())]
+        );
+    }
+}
+
+#[test]
+fn a_chain_runs_on_a_blocking_thread_of_a_tokio_runtime() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    let mut chain = load(&[("trap", &[])], &HostLimits::default());
+    let (chain, panicked) = runtime.block_on(async move {
+        tokio::task::spawn_blocking(move || {
+            // The panic message goes through WASI stderr, which needs the runtime.
+            let panicked = chain.process(&batch_with_text(0x100, "panic")).unwrap_err();
+            (chain, panicked)
+        })
+        .await
+        .unwrap()
+    });
+    assert!(
+        panicked.to_string().contains("asked to panic"),
+        "{panicked}"
+    );
+    assert_eq!(chain.plugins().len(), 1);
+}
+
+#[test]
+fn a_fatal_error_carries_the_plugin_message() {
+    let mut chain = load(&[("trap", &[])], &HostLimits::default());
+    let err = chain.process(&batch_with_text(0x100, "fatal")).unwrap_err();
+    assert!(matches!(err, TransformError::Fatal { .. }), "{err}");
+    assert!(err.to_string().contains("asked to fail"), "{err}");
+    assert!(
+        err.to_string().contains("commit lsn 0/100 to 0/200"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_plugin_that_never_returns_hits_its_deadline() {
+    let limits = HostLimits {
+        call_timeout: Duration::from_millis(200),
+        ..HostLimits::default()
+    };
+    let mut chain = load(&[("spin", &[])], &limits);
+    let started = Instant::now();
+    let err = chain.process(&batch_with_text(0x100, "x")).unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(matches!(err, TransformError::Timeout { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("exceeded its time limit of 200 ms"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("commit lsn 0/100 to 0/200"),
+        "{err}"
+    );
+    assert!(elapsed < Duration::from_secs(2), "took {elapsed:?}");
+    assert!(elapsed >= Duration::from_millis(200), "took {elapsed:?}");
+}
+
+#[test]
+fn a_plugin_allocating_past_the_memory_cap_fails_cleanly_then_recovers() {
+    let limits = HostLimits {
+        memory_bytes: 32 << 20,
+        ..HostLimits::default()
+    };
+    let mut chain = load(&[("trap", &[])], &limits);
+    let err = chain.process(&batch_with_text(0x100, "alloc")).unwrap_err();
+    assert!(matches!(err, TransformError::MemoryLimit { .. }), "{err}");
+    assert!(
+        err.to_string().contains("memory limit of 33554432 bytes"),
+        "{err}"
+    );
+    let out = chain.process(&batch_with_text(0x100, "fine")).unwrap();
+    assert_eq!(out[0].rows.len(), 1);
+}
+
+#[test]
+fn mask_masks_chosen_columns_and_drops_deletes() {
+    let config: &[(&str, &str)] = &[
+        ("columns", "email, phone"),
+        ("drop_deletes", "true"),
+        ("salt", "s"),
+    ];
+    // A passthrough after mask sees mask's rows as its changes.
+    let mut chain = load(
+        &[("mask", config), ("passthrough", &[])],
+        &HostLimits::default(),
+    );
+    let users = relation(
+        7,
+        "app",
+        "users",
+        &[
+            ("id", 20, true),
+            ("email", 25, false),
+            ("phone", 1043, false),
+            ("name", 25, false),
+        ],
+    );
+    let row = |id: i64, email: &str| {
+        Some(vec![
+            Value::Int8(id),
+            Value::Text(email.into()),
+            Value::Null,
+            Value::Text("Ada".into()),
+        ])
+    };
+    let batch = Batch {
+        transactions: vec![tx(
+            5,
+            0x100,
+            vec![
+                change(Op::Insert, &users, 0, row(1, "ada@example.com"), None),
+                change(Op::Update, &users, 1, row(1, "ada@example.com"), None),
+                change(
+                    Op::Delete,
+                    &users,
+                    2,
+                    None,
+                    Some(vec![Value::Int8(1), Value::Null, Value::Null, Value::Null]),
+                ),
+                change(Op::Insert, &users, 3, row(2, "bob@example.com"), None),
+            ],
+        )],
+    };
+    let out = chain.process(&batch).unwrap();
+    let rows = rows(&out, "app.users");
+    let seqs: Vec<(Op, u32)> = rows.iter().map(|r| (r.op, r.seq)).collect();
+    assert_eq!(seqs, [(Op::Insert, 0), (Op::Update, 1), (Op::Insert, 3)]);
+    let email = |r: &OutputRow| match &r.values[1] {
+        Value::Text(s) => s.clone(),
+        other => panic!("email is {other:?}"),
+    };
+    assert!(email(rows[0]).starts_with("sha256:"), "{}", email(rows[0]));
+    assert!(!email(rows[0]).contains("ada"));
+    // Equal inputs mask equally, different ones differently.
+    assert_eq!(email(rows[0]), email(rows[1]));
+    assert_ne!(email(rows[0]), email(rows[2]));
+    assert_eq!(rows[0].values[2], Value::Null);
+    assert_eq!(rows[0].values[3], Value::Text("Ada".into()));
+    assert_eq!(
+        (rows[0].xid, rows[0].commit_time),
+        (5, 1_700_000_000_000_005)
+    );
+}
+
+#[test]
+fn a_refused_setting_is_reported_at_load() {
+    let spec = TransformSpec {
+        plugin: plugin("mask"),
+        config: vec![("colums".into(), "email".into())],
+    };
+    let err = TransformChain::load(&[spec], &HostLimits::default())
+        .err()
+        .expect("load must fail");
+    assert!(matches!(err, TransformError::Init { .. }), "{err}");
+    assert!(
+        err.to_string().contains("unknown setting \"colums\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_file_or_a_core_module_is_refused_with_its_path() {
+    let missing = PathBuf::from("/nonexistent/plugin.wasm");
+    let spec = TransformSpec {
+        plugin: missing.clone(),
+        config: vec![],
+    };
+    let err = TransformChain::load(&[spec], &HostLimits::default())
+        .err()
+        .expect("load must fail");
+    assert!(matches!(err, TransformError::Read { .. }), "{err}");
+    assert!(
+        err.to_string().contains("/nonexistent/plugin.wasm"),
+        "{err}"
+    );
+
+    let path =
+        std::env::temp_dir().join(format!("tributary-core-module-{}.wasm", std::process::id()));
+    std::fs::write(&path, b"\0asm\x01\0\0\0").unwrap();
+    let spec = TransformSpec {
+        plugin: path.clone(),
+        config: vec![],
+    };
+    let err = TransformChain::load(&[spec], &HostLimits::default())
+        .err()
+        .expect("load must fail");
+    std::fs::remove_file(&path).ok();
+    assert!(matches!(err, TransformError::Invalid { .. }), "{err}");
+    assert!(
+        err.to_string().contains("not a WebAssembly component"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+}
+
+/// Emits that do not fit are errors naming plugin, output, column and LSN.
+#[test]
+fn rows_that_do_not_fit_their_output_are_refused() {
+    use super::convert::Relations;
+    use super::host::wit;
+
+    let mut chain = load(&[("passthrough", &[])], &HostLimits::default());
+    let stage = &mut chain.stages[0];
+    let batch = batch_with_text(0x100, "x");
+    let (relations, _) = Relations::of(&batch);
+    let emit = |target: wit::Target, lsn: u64, values: Vec<wit::Value>| wit::Emit {
+        target,
+        commit_lsn: lsn,
+        seq: 0,
+        op: wit::Op::Insert,
+        values,
+    };
+    let good = || vec![wit::Value::Int4(1), wit::Value::Text("x".into())];
+    let cases = [
+        (
+            emit(wit::Target::Source(0), 0x999, good()),
+            "no transaction of the batch commits at 0/999",
+        ),
+        (
+            emit(wit::Target::Source(3), 0x100, good()),
+            "the batch has no relation 3",
+        ),
+        (
+            emit(wit::Target::Declared("audit".into()), 0x100, good()),
+            "output \"audit\"",
+        ),
+        (
+            emit(wit::Target::Source(0), 0x100, vec![wit::Value::Int4(1)]),
+            "1 values for 2 columns",
+        ),
+        (
+            emit(
+                wit::Target::Source(0),
+                0x100,
+                vec![wit::Value::Text("1".into()), wit::Value::Null],
+            ),
+            "column \"id\") at commit lsn 0/100 that does not fit: a text value",
+        ),
+    ];
+    for (bad, expected) in cases {
+        let mut collector = super::chain::Collector::default();
+        let err =
+            super::chain::route(stage, vec![bad], &batch, &relations, &mut collector).unwrap_err();
+        let message = err.to_string();
+        assert!(matches!(err, TransformError::Emit { .. }), "{message}");
+        assert!(message.contains("plugin \"passthrough\""), "{message}");
+        assert!(
+            message.contains(expected),
+            "{message}\n  expected: {expected}"
+        );
+    }
+}
+
+/// Not a test: the cost of the typed boundary. Run with
+/// `cargo test -p tributary --lib --release transform::tests::measure -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure_passthrough_throughput() {
+    let orders = relation(
+        1,
+        "public",
+        "orders",
+        &[
+            ("id", 20, true),
+            ("customer", 23, false),
+            ("status", 25, false),
+            ("amount", 1700, false),
+            ("at", 1184, false),
+        ],
+    );
+    let rows = 100_000u32;
+    let transactions = (0..100u32)
+        .map(|t| {
+            let changes = (0..rows / 100)
+                .map(|i| {
+                    let row = vec![
+                        Value::Int8(i64::from(t * 1000 + i)),
+                        Value::Int4(i as i32 % 977),
+                        Value::Text("shipped".into()),
+                        Value::Numeric("19.99".into()),
+                        Value::TimestampTz(1_700_000_000_000_000),
+                    ];
+                    change(Op::Insert, &orders, i, Some(row), None)
+                })
+                .collect();
+            tx(t, 0x1000 + u64::from(t) * 0x100, changes)
+        })
+        .collect();
+    let batch = Batch { transactions };
+    let mut identity = TransformChain::load(&[], &HostLimits::default()).unwrap();
+    let mut chain = load(&[("passthrough", &[])], &HostLimits::default());
+    chain.process(&batch).unwrap();
+    for (name, chain) in [("identity", &mut identity), ("passthrough", &mut chain)] {
+        let started = Instant::now();
+        let runs = 3;
+        for _ in 0..runs {
+            let out = chain.process(&batch).unwrap();
+            assert_eq!(out[0].rows.len(), rows as usize);
+        }
+        let secs = started.elapsed().as_secs_f64() / f64::from(runs);
+        println!(
+            "{name}: {rows} rows in {:.1} ms = {:.0} rows/s",
+            secs * 1e3,
+            f64::from(rows) / secs
+        );
+    }
+}
