@@ -1,0 +1,96 @@
+//! The text of replication commands. Names and values come from configuration, so they are
+//! always quoted, never pasted.
+
+use crate::Lsn;
+
+/// `"name"`, with embedded double quotes doubled, as the replication grammar reads identifiers.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `'value'`, with embedded single quotes doubled. The replication grammar treats backslashes
+/// literally, so nothing else needs escaping.
+pub fn quote_literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+pub fn create_logical_slot(slot: &str, export_snapshot: bool) -> String {
+    let snapshot = if export_snapshot {
+        "EXPORT_SNAPSHOT"
+    } else {
+        "NOEXPORT_SNAPSHOT"
+    };
+    format!(
+        "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput {snapshot}",
+        quote_ident(slot)
+    )
+}
+
+pub fn drop_slot(slot: &str) -> String {
+    format!("DROP_REPLICATION_SLOT {}", quote_ident(slot))
+}
+
+/// `START_REPLICATION SLOT "slot" LOGICAL X/Y ("name" 'value', ...)`.
+pub fn start_logical(slot: &str, start: Lsn, options: &[(&str, &str)]) -> String {
+    let mut command = format!(
+        "START_REPLICATION SLOT {} LOGICAL {start}",
+        quote_ident(slot)
+    );
+    if !options.is_empty() {
+        let options: Vec<String> = options
+            .iter()
+            .map(|(name, value)| format!("{} {}", quote_ident(name), quote_literal(value)))
+            .collect();
+        command.push_str(" (");
+        command.push_str(&options.join(", "));
+        command.push(')');
+    }
+    command
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_and_literals_are_quoted() {
+        assert_eq!(quote_ident("slot"), "\"slot\"");
+        assert_eq!(quote_ident("we\"ird"), "\"we\"\"ird\"");
+        assert_eq!(quote_literal("it's"), "'it''s'");
+        assert_eq!(quote_literal("a\\b"), "'a\\b'");
+    }
+
+    #[test]
+    fn start_replication_names_slot_position_and_options() {
+        let command = start_logical(
+            "tributary_shop",
+            Lsn(0x16_B374_D848),
+            &[
+                ("proto_version", "1"),
+                ("publication_names", "\"pub\",\"o'k\""),
+            ],
+        );
+        assert_eq!(
+            command,
+            "START_REPLICATION SLOT \"tributary_shop\" LOGICAL 16/B374D848 \
+             (\"proto_version\" '1', \"publication_names\" '\"pub\",\"o''k\"')"
+        );
+        assert_eq!(
+            start_logical("s", Lsn::ZERO, &[]),
+            "START_REPLICATION SLOT \"s\" LOGICAL 0/0"
+        );
+    }
+
+    #[test]
+    fn slot_commands() {
+        assert_eq!(
+            create_logical_slot("s", false),
+            "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput NOEXPORT_SNAPSHOT"
+        );
+        assert_eq!(
+            create_logical_slot("s", true),
+            "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput EXPORT_SNAPSHOT"
+        );
+        assert_eq!(drop_slot("s\"x"), "DROP_REPLICATION_SLOT \"s\"\"x\"");
+    }
+}

@@ -1,0 +1,257 @@
+//! What can go wrong on the replication connection, and the server's own words when it refuses.
+
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+use fallible_iterator::FallibleIterator;
+use postgres_protocol::message::backend::{ErrorFields, ErrorResponseBody, NoticeResponseBody};
+
+use super::frame::FrameError;
+
+/// An `ErrorResponse` (or `NoticeResponse`) from the server, field by field.
+///
+/// Printed as `<message> (SQLSTATE <code>)`, followed by the detail and hint when the server gave
+/// them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerError {
+    /// `ERROR`, `FATAL`, `PANIC` (never localized when the server sends the `V` field).
+    pub severity: String,
+    /// The SQLSTATE code, like `28P01` (invalid password) or `42704` (undefined object).
+    pub code: String,
+    pub message: String,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+}
+
+impl ServerError {
+    /// Builds the error from `(field type, value)` pairs; unknown fields are ignored.
+    pub(crate) fn from_fields(fields: impl IntoIterator<Item = (u8, String)>) -> Self {
+        let mut error = ServerError::default();
+        let mut localized_severity = String::new();
+        for (kind, value) in fields {
+            match kind {
+                b'S' => localized_severity = value,
+                b'V' => error.severity = value,
+                b'C' => error.code = value,
+                b'M' => error.message = value,
+                b'D' => error.detail = Some(value),
+                b'H' => error.hint = Some(value),
+                _ => {}
+            }
+        }
+        if error.severity.is_empty() {
+            error.severity = localized_severity;
+        }
+        error
+    }
+
+    pub(crate) fn from_error_body(body: &ErrorResponseBody) -> Box<Self> {
+        Box::new(Self::from_fields(collect_fields(body.fields())))
+    }
+
+    pub(crate) fn from_notice_body(body: &NoticeResponseBody) -> Self {
+        Self::from_fields(collect_fields(body.fields()))
+    }
+}
+
+/// A malformed body keeps whatever was read before the damage.
+fn collect_fields(mut fields: ErrorFields<'_>) -> Vec<(u8, String)> {
+    let mut pairs = Vec::new();
+    while let Ok(Some(field)) = fields.next() {
+        pairs.push((
+            field.type_(),
+            String::from_utf8_lossy(field.value_bytes()).into_owned(),
+        ));
+    }
+    pairs
+}
+
+impl fmt::Display for ServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (SQLSTATE {})", self.message, self.code)?;
+        if let Some(detail) = &self.detail {
+            write!(f, "; detail: {detail}")?;
+        }
+        if let Some(hint) = &self.hint {
+            write!(f, "; hint: {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ServerError {}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicationError {
+    /// The connection settings cannot work (no host, no user, an impossible combination).
+    #[error("invalid replication connection settings: {0}")]
+    Config(String),
+
+    #[error(
+        "TLS is not supported yet by the replication connection (sslmode={mode}); \
+         hint: use sslmode=prefer or sslmode=disable on a trusted network"
+    )]
+    TlsUnsupported { mode: String },
+
+    /// No socket could be opened to any of the configured hosts.
+    #[error("cannot reach the server at {addr}: {source}")]
+    Connect {
+        addr: String,
+        #[source]
+        source: io::Error,
+    },
+
+    /// The server answered the startup or authentication with an error: wrong password, no
+    /// `pg_hba.conf` entry, missing `REPLICATION` privilege, unknown database.
+    #[error("server refused replication connection to db \"{db}\" as user \"{user}\": {error}")]
+    Refused {
+        db: String,
+        user: String,
+        error: Box<ServerError>,
+    },
+
+    #[error(
+        "server asks user \"{user}\" for a password but none was given; \
+         hint: put it in the connection URL (postgres://user:password@host/db)"
+    )]
+    PasswordMissing { user: String },
+
+    #[error(
+        "server asks for authentication method {method}, which is not supported (only trust, password, md5 and scram-sha-256 are)"
+    )]
+    UnsupportedAuth { method: String },
+
+    #[error("authentication as user \"{user}\" failed: {reason}")]
+    Auth { user: String, reason: String },
+
+    /// A replication command (`IDENTIFY_SYSTEM`, `CREATE_REPLICATION_SLOT`, `START_REPLICATION`,
+    /// ...) failed on the server.
+    #[error("replication command `{command}` failed: {error}")]
+    Command {
+        command: String,
+        error: Box<ServerError>,
+    },
+
+    /// The server ended the stream with an error (slot dropped, walsender terminated, ...).
+    #[error("server ended the replication stream with an error: {0}")]
+    Stream(Box<ServerError>),
+
+    /// The server sent something the protocol does not allow at this point.
+    #[error("replication protocol violation: {0}")]
+    Protocol(String),
+
+    #[error("malformed replication frame: {0}")]
+    Frame(#[from] FrameError),
+
+    /// The server closed the socket without ending the conversation first.
+    #[error("server closed the replication connection unexpectedly while {during}")]
+    Closed { during: &'static str },
+
+    #[error("replication connection i/o failed: {0}")]
+    Io(#[from] io::Error),
+
+    /// The server did not finish the stream within the wait after `CopyDone`; the socket was
+    /// closed anyway, so anything not yet acknowledged will be replayed on the next start.
+    #[error(
+        "server did not end the replication stream within {waited:?} after the client's CopyDone; \
+         the connection was closed anyway"
+    )]
+    ShutdownTimedOut { waited: Duration },
+
+    #[error("replication connection: {0}")]
+    Other(String),
+}
+
+impl ReplicationError {
+    /// The server's error, when the server is the one that said no.
+    pub fn server_error(&self) -> Option<&ServerError> {
+        match self {
+            ReplicationError::Refused { error, .. }
+            | ReplicationError::Command { error, .. }
+            | ReplicationError::Stream(error) => Some(error),
+            _ => None,
+        }
+    }
+
+    /// The server's SQLSTATE, e.g. `42704` when a slot does not exist, `42710` when it already
+    /// does, `55006` when another consumer is streaming from it.
+    pub fn code(&self) -> Option<&str> {
+        self.server_error().map(|e| e.code.as_str())
+    }
+
+    /// Whether reconnecting later could help (the network or the server went away), as opposed to
+    /// a configuration or permission problem that needs a person.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ReplicationError::Connect { .. }
+            | ReplicationError::Closed { .. }
+            | ReplicationError::Io(_)
+            | ReplicationError::ShutdownTimedOut { .. } => true,
+            // 57P01..57P03: admin shutdown, crash shutdown, cannot connect now.
+            other => other
+                .code()
+                .is_some_and(|c| c.starts_with("57P") || c.starts_with("08")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(pairs: &[(u8, &str)]) -> Vec<(u8, String)> {
+        pairs.iter().map(|(k, v)| (*k, v.to_string())).collect()
+    }
+
+    #[test]
+    fn refusal_reads_like_the_server_said_it() {
+        let error = ServerError::from_fields(fields(&[
+            (b'S', "FATAL"),
+            (b'V', "FATAL"),
+            (b'C', "28P01"),
+            (b'M', "password authentication failed for user \"bob\""),
+            (b'R', "auth_failed"),
+        ]));
+        let refused = ReplicationError::Refused {
+            db: "shop".into(),
+            user: "bob".into(),
+            error: Box::new(error),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "server refused replication connection to db \"shop\" as user \"bob\": \
+             password authentication failed for user \"bob\" (SQLSTATE 28P01)"
+        );
+        assert_eq!(refused.code(), Some("28P01"));
+        assert!(!refused.is_transient());
+    }
+
+    #[test]
+    fn detail_and_hint_follow_the_message() {
+        let error = ServerError::from_fields(fields(&[
+            (b'S', "ERREUR"),
+            (b'C', "55006"),
+            (b'M', "replication slot \"s\" is active for PID 42"),
+            (b'D', "d"),
+            (b'H', "h"),
+        ]));
+        assert_eq!(
+            error.severity, "ERREUR",
+            "falls back to the localized severity"
+        );
+        assert_eq!(
+            error.to_string(),
+            "replication slot \"s\" is active for PID 42 (SQLSTATE 55006); detail: d; hint: h"
+        );
+    }
+
+    #[test]
+    fn admin_shutdown_is_transient() {
+        let error = ServerError {
+            code: "57P01".into(),
+            ..Default::default()
+        };
+        assert!(ReplicationError::Stream(Box::new(error)).is_transient());
+    }
+}

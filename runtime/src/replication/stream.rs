@@ -1,0 +1,456 @@
+//! The streaming half: a driver task that owns the socket, and the handle the pipeline reads
+//! frames from and confirms positions through.
+//!
+//! The driver answers the server on its own. A keepalive that asks for a reply is answered at
+//! once, and a status update goes out every `status_interval` and right after the confirmed
+//! position moves, whatever the consumer is doing. Backpressure works by not reading the socket
+//! while the queue to the consumer is full; the timer and the confirm signal stay live meanwhile,
+//! so a slow consumer never makes the server hit `wal_sender_timeout`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use bytes::BytesMut;
+use postgres_protocol::message::backend::Message;
+use postgres_protocol::message::frontend;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::XLogData;
+use super::conn::{BoxTransport, log_notice};
+use super::error::{ReplicationError, ServerError};
+use super::frame::{
+    Backend, ServerFrame, StatusUpdate, decode_server_frame, encode_status_update, parse_backend,
+};
+use crate::Lsn;
+
+/// Reads are at least this large, so that a busy walsender can batch its sends.
+const READ_CHUNK: usize = 256 * 1024;
+/// Queued reads (each a batch of frames) before the driver stops reading the socket.
+const QUEUE_BATCHES: usize = 16;
+/// How long `shutdown` waits for the server to end the stream after the client's CopyDone.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
+
+struct Shared {
+    confirmed: AtomicU64,
+    server_wal_end: AtomicU64,
+    confirm_changed: Notify,
+    /// Why the driver stopped, when it stopped on an error; read once by the consumer.
+    failure: Mutex<Option<ReplicationError>>,
+}
+
+/// A running logical replication stream.
+///
+/// Frames arrive in WAL order through [`recv_many`](Self::recv_many). Call
+/// [`confirm`](Self::confirm) when everything up to a position is durable downstream; the server
+/// then may recycle WAL before it and a restart resumes after it. Nothing is reported as flushed
+/// until the first `confirm`. End with [`shutdown`](Self::shutdown); dropping the stream closes
+/// the socket without a goodbye, which is safe (unconfirmed changes are replayed) but abrupt.
+pub struct ReplicationStream {
+    frames: mpsc::Receiver<Vec<XLogData>>,
+    leftover: std::vec::IntoIter<XLogData>,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    driver: Option<JoinHandle<()>>,
+    ended: bool,
+}
+
+impl ReplicationStream {
+    /// Hands `io` (already in CopyBoth mode) to a driver task. `buf` holds bytes read past the
+    /// CopyBothResponse.
+    pub(crate) fn spawn(io: BoxTransport, buf: BytesMut, status_interval: Duration) -> Self {
+        let shared = Arc::new(Shared {
+            confirmed: AtomicU64::new(0),
+            server_wal_end: AtomicU64::new(0),
+            confirm_changed: Notify::new(),
+            failure: Mutex::new(None),
+        });
+        let (frames_tx, frames) = mpsc::channel(QUEUE_BATCHES);
+        let (stop, stop_rx) = oneshot::channel();
+        let driver = Driver {
+            io,
+            buf,
+            out: BytesMut::with_capacity(64),
+            shared: shared.clone(),
+            frames: frames_tx,
+            // A zero period would spin; nothing useful is faster than a millisecond.
+            status_interval: status_interval.max(Duration::from_millis(1)),
+            last_reported: None,
+        };
+        let driver = tokio::spawn(driver.run(stop_rx));
+        ReplicationStream {
+            frames,
+            leftover: Vec::new().into_iter(),
+            shared,
+            stop: Some(stop),
+            driver: Some(driver),
+            ended: false,
+        }
+    }
+
+    /// Appends up to `limit` frames (at least one) to `out`, waiting for the first. Returns 0
+    /// once the stream has ended cleanly (the server finished it); an error if the server sent an
+    /// error or the socket failed. Frames that arrived before an error are delivered first.
+    pub async fn recv_many(
+        &mut self,
+        out: &mut Vec<XLogData>,
+        limit: usize,
+    ) -> Result<usize, ReplicationError> {
+        let limit = limit.max(1);
+        let mut taken = self.take_leftover(out, limit);
+        if taken == 0 {
+            if self.ended {
+                return Ok(0);
+            }
+            match self.frames.recv().await {
+                Some(batch) => {
+                    self.leftover = batch.into_iter();
+                    taken = self.take_leftover(out, limit);
+                }
+                None => {
+                    self.ended = true;
+                    return match self.take_failure() {
+                        Some(error) => Err(error),
+                        None => Ok(0),
+                    };
+                }
+            }
+        }
+        // Top up with whatever is already queued, without waiting.
+        while taken < limit {
+            match self.frames.try_recv() {
+                Ok(batch) => {
+                    self.leftover = batch.into_iter();
+                    taken += self.take_leftover(out, limit - taken);
+                }
+                Err(_) => break,
+            }
+        }
+        Ok(taken)
+    }
+
+    fn take_leftover(&mut self, out: &mut Vec<XLogData>, limit: usize) -> usize {
+        let before = out.len();
+        out.extend(self.leftover.by_ref().take(limit));
+        out.len() - before
+    }
+
+    fn take_failure(&self) -> Option<ReplicationError> {
+        self.shared
+            .failure
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+    }
+
+    /// Everything up to `lsn` is durable downstream: report it as written, flushed and applied.
+    /// The position never moves backward: a smaller `lsn` than already confirmed is ignored.
+    pub fn confirm(&self, lsn: Lsn) {
+        let previous = self.shared.confirmed.fetch_max(lsn.0, Ordering::AcqRel);
+        if lsn.0 > previous {
+            self.shared.confirm_changed.notify_one();
+        }
+    }
+
+    /// The highest position passed to [`confirm`](Self::confirm).
+    pub fn confirmed(&self) -> Lsn {
+        Lsn(self.shared.confirmed.load(Ordering::Acquire))
+    }
+
+    /// The end of WAL on the server, as its latest keepalive said (zero before the first one).
+    pub fn server_wal_end(&self) -> Lsn {
+        Lsn(self.shared.server_wal_end.load(Ordering::Acquire))
+    }
+
+    /// Sends a last status update with the confirmed position, ends the stream with CopyDone,
+    /// waits briefly for the server to finish, and closes the connection. Frames not yet
+    /// received are discarded (they were not confirmed, so the server replays them next time).
+    pub async fn shutdown(self) -> Result<(), ReplicationError> {
+        let ReplicationStream {
+            frames,
+            shared,
+            stop,
+            driver,
+            ..
+        } = self;
+        // A driver blocked on handing over a final batch must not wait for us.
+        drop(frames);
+        if let Some(stop) = stop {
+            let _ = stop.send(());
+        }
+        if let Some(driver) = driver {
+            driver.await.map_err(|e| {
+                ReplicationError::Other(format!("replication driver task failed: {e}"))
+            })?;
+        }
+        let failure = shared
+            .failure
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What parsing the buffered bytes found.
+#[derive(Debug, PartialEq, Eq)]
+enum Flow {
+    More,
+    ServerDone,
+    ServerError(Box<ServerError>),
+}
+
+enum Event {
+    Stop { requested: bool },
+    Confirmed,
+    Tick,
+    ConsumerGone,
+    Read(std::io::Result<usize>),
+}
+
+struct Driver {
+    io: BoxTransport,
+    buf: BytesMut,
+    out: BytesMut,
+    shared: Arc<Shared>,
+    frames: mpsc::Sender<Vec<XLogData>>,
+    status_interval: Duration,
+    last_reported: Option<Lsn>,
+}
+
+impl Driver {
+    async fn run(mut self, stop: oneshot::Receiver<()>) {
+        if let Err(error) = self.stream(stop).await {
+            tracing::debug!(%error, "replication driver stopped");
+            *self
+                .shared
+                .failure
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(error);
+        }
+        // Dropping `self` here closes the frame queue after the failure is recorded.
+    }
+
+    async fn stream(&mut self, mut stop: oneshot::Receiver<()>) -> Result<(), ReplicationError> {
+        let mut ticker =
+            tokio::time::interval_at(Instant::now() + self.status_interval, self.status_interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut pending: Option<Vec<XLogData>> = None;
+        let mut batch = Vec::new();
+        let mut flow = self.parse_buffered(&mut batch).await?;
+
+        loop {
+            if !batch.is_empty() {
+                match self.frames.try_send(std::mem::take(&mut batch)) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(full)) => pending = Some(full),
+                    Err(mpsc::error::TrySendError::Closed(_)) => return Ok(()),
+                }
+            }
+            match std::mem::replace(&mut flow, Flow::More) {
+                Flow::More => {}
+                Flow::ServerDone => return self.server_done(pending.take()).await,
+                Flow::ServerError(error) => {
+                    // The frames before the error are still good: hand them over first.
+                    if let Some(batch) = pending.take() {
+                        let _ = self.frames.send(batch).await;
+                    }
+                    return Err(ReplicationError::Stream(error));
+                }
+            }
+            if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
+                self.buf.reserve(READ_CHUNK);
+            }
+            let event = tokio::select! {
+                biased;
+                request = &mut stop => Event::Stop { requested: request.is_ok() },
+                () = self.shared.confirm_changed.notified() => Event::Confirmed,
+                _ = ticker.tick() => Event::Tick,
+                permit = self.frames.reserve(), if pending.is_some() => match permit {
+                    Ok(permit) => {
+                        permit.send(pending.take().unwrap_or_default());
+                        continue;
+                    }
+                    Err(_) => Event::ConsumerGone,
+                },
+                read = self.io.read_buf(&mut self.buf), if pending.is_none() => Event::Read(read),
+            };
+            match event {
+                // A dropped handle means nobody is listening: just close.
+                Event::Stop { requested: true } => return self.finish().await,
+                Event::Stop { requested: false } | Event::ConsumerGone => return Ok(()),
+                Event::Confirmed => self.report(false).await?,
+                Event::Tick => self.report(true).await?,
+                Event::Read(read) => {
+                    if read? == 0 {
+                        return Err(ReplicationError::Closed {
+                            during: "streaming",
+                        });
+                    }
+                    flow = self.parse_buffered(&mut batch).await?;
+                }
+            }
+        }
+    }
+
+    /// Parses every complete message in the buffer: frames go to `batch`, keepalives that ask
+    /// for it are answered before anything else is read.
+    async fn parse_buffered(
+        &mut self,
+        batch: &mut Vec<XLogData>,
+    ) -> Result<Flow, ReplicationError> {
+        loop {
+            let Some(message) = parse_backend(&mut self.buf)? else {
+                return Ok(Flow::More);
+            };
+            match message {
+                Backend::Message(Message::CopyData(body)) => {
+                    match decode_server_frame(body.into_bytes())? {
+                        ServerFrame::XLogData(frame) => batch.push(frame),
+                        ServerFrame::Keepalive(keepalive) => {
+                            self.shared
+                                .server_wal_end
+                                .fetch_max(keepalive.wal_end.0, Ordering::AcqRel);
+                            if keepalive.reply_requested {
+                                self.report(true).await?;
+                            }
+                        }
+                    }
+                }
+                Backend::Message(Message::CopyDone) => return Ok(Flow::ServerDone),
+                Backend::Message(Message::ErrorResponse(body)) => {
+                    return Ok(Flow::ServerError(ServerError::from_error_body(&body)));
+                }
+                Backend::Message(Message::NoticeResponse(body)) => log_notice(&body),
+                Backend::Message(Message::ParameterStatus(_)) => {}
+                other => {
+                    return Err(ReplicationError::Protocol(format!(
+                        "unexpected {} message while streaming",
+                        other.name()
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Sends a standby status update: write = flush = apply = the confirmed position.
+    async fn report(&mut self, always: bool) -> Result<(), ReplicationError> {
+        let confirmed = Lsn(self.shared.confirmed.load(Ordering::Acquire));
+        if !always && self.last_reported == Some(confirmed) {
+            return Ok(());
+        }
+        let update = StatusUpdate {
+            write: confirmed,
+            flush: confirmed,
+            apply: confirmed,
+            client_time: super::frame::pg_timestamp(SystemTime::now()),
+            reply_requested: false,
+        };
+        self.out.clear();
+        encode_status_update(&update, &mut self.out);
+        self.io.write_all(&self.out).await?;
+        self.io.flush().await?;
+        self.last_reported = Some(confirmed);
+        tracing::trace!(%confirmed, "sent standby status update");
+        Ok(())
+    }
+
+    /// The server ended the stream: answer its CopyDone, let it finish the command, then hand
+    /// the consumer what is left before it sees the end.
+    async fn server_done(
+        &mut self,
+        pending: Option<Vec<XLogData>>,
+    ) -> Result<(), ReplicationError> {
+        self.out.clear();
+        frontend::copy_done(&mut self.out);
+        self.io.write_all(&self.out).await?;
+        self.io.flush().await?;
+        self.wait_until_ready(true).await?;
+        self.terminate().await;
+        if let Some(batch) = pending {
+            // The receiver may be gone (shutdown in progress); then there is nobody to tell.
+            let _ = self.frames.send(batch).await;
+        }
+        Ok(())
+    }
+
+    /// The consumer asked to stop: last status update, CopyDone, wait for the server to finish.
+    async fn finish(&mut self) -> Result<(), ReplicationError> {
+        self.report(true).await?;
+        self.out.clear();
+        frontend::copy_done(&mut self.out);
+        self.io.write_all(&self.out).await?;
+        self.io.flush().await?;
+        let waited = tokio::time::timeout(SHUTDOWN_WAIT, self.wait_until_ready(false)).await;
+        self.terminate().await;
+        match waited {
+            Ok(result) => result,
+            Err(_) => Err(ReplicationError::ShutdownTimedOut {
+                waited: SHUTDOWN_WAIT,
+            }),
+        }
+    }
+
+    /// Reads until ReadyForQuery, discarding stream data still in flight. `server_sent_copy_done`
+    /// says whether the server's CopyDone has been seen already.
+    async fn wait_until_ready(
+        &mut self,
+        mut server_sent_copy_done: bool,
+    ) -> Result<(), ReplicationError> {
+        loop {
+            while let Some(message) = parse_backend(&mut self.buf)? {
+                match message {
+                    Backend::Message(Message::ReadyForQuery(_)) => return Ok(()),
+                    Backend::Message(Message::CopyDone) => server_sent_copy_done = true,
+                    Backend::Message(Message::ErrorResponse(body)) => {
+                        return Err(ReplicationError::Stream(ServerError::from_error_body(
+                            &body,
+                        )));
+                    }
+                    Backend::Message(Message::NoticeResponse(body)) => log_notice(&body),
+                    Backend::Message(
+                        Message::CopyData(_)
+                        | Message::CommandComplete(_)
+                        | Message::ParameterStatus(_),
+                    ) => {}
+                    Backend::Message(_) | Backend::CopyBothResponse => {
+                        return Err(ReplicationError::Protocol(
+                            "unexpected message while ending the stream".into(),
+                        ));
+                    }
+                }
+            }
+            if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
+                self.buf.reserve(READ_CHUNK);
+            }
+            if self.io.read_buf(&mut self.buf).await? == 0 {
+                // Closing after both sides sent CopyDone is an ending, if not a polite one.
+                return if server_sent_copy_done {
+                    Ok(())
+                } else {
+                    Err(ReplicationError::Closed {
+                        during: "ending the stream",
+                    })
+                };
+            }
+        }
+    }
+
+    async fn terminate(&mut self) {
+        self.out.clear();
+        frontend::terminate(&mut self.out);
+        // The conversation is over either way; a failed goodbye changes nothing.
+        let _ = self.io.write_all(&self.out).await;
+        let _ = self.io.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+#[path = "stream_tests.rs"]
+mod tests;
