@@ -264,10 +264,19 @@ pub fn setting<'a>(config: &'a [(String, String)], key: &str) -> Option<&'a str>
 
 /// Log at `info` through the host.
 pub fn info(message: &str) {
-    log(Level::Info, message);
+    host_log(Level::Info, message);
 }
 
 /// Log at `warn` through the host.
 pub fn warn(message: &str) {
-    log(Level::Warn, message);
+    host_log(Level::Warn, message);
+}
+
+/// The host import exists only inside a component; a plugin's own unit tests run natively,
+/// where its messages go to stderr instead.
+fn host_log(level: Level, message: &str) {
+    #[cfg(target_arch = "wasm32")]
+    log(level, message);
+    #[cfg(not(target_arch = "wasm32"))]
+    eprintln!("{level:?}: {message}");
 }
