@@ -88,10 +88,7 @@ mod tests {
         assert_eq!(parse_i128("12", 12, 2), Ok(1200));
         assert_eq!(parse_i128("0.00", 12, 2), Ok(0));
         assert_eq!(parse_i128("-0.01", 12, 2), Ok(-1));
-        assert_eq!(
-            parse_i128("0009999999999.99", 15, 2),
-            Ok(999_999_999_999)
-        );
+        assert_eq!(parse_i128("0009999999999.99", 15, 2), Ok(999_999_999_999));
         assert_eq!(parse_i128("42", 5, 0), Ok(42));
         let max38 = "9".repeat(38);
         assert_eq!(parse_i128(&max38, 38, 0), Ok(10i128.pow(38) - 1));

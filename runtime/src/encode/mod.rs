@@ -20,7 +20,7 @@
 //! | `oid` | `UInt32` | |
 //! | `float4` / `float8` | `Float32` / `Float64` | NaN and ±infinity kept |
 //! | `numeric(p,s)`, `p <= 38` | `Decimal128(p,s)` | |
-//! | `numeric(p,s)`, `38 < p <= 76` | `Decimal256(p,s)` | |
+//! | `numeric(p,s)`, `38 < p <= 76` | `Decimal256(p,s)` | exact in pyarrow; DuckDB reads it as DOUBLE, Spark and Trino stop at 38 digits |
 //! | `numeric` without a modifier | `Utf8` | the exact text: no fixed scale holds every value, and NaN/Infinity are legal |
 //! | `numeric(p,s)` with `p > 76`, `s < 0` or `s > p` | `Utf8` | exact text; Parquet decimals cannot hold them |
 //! | `text`, `varchar`, `bpchar`, `name`, `"char"` | `Utf8` | |

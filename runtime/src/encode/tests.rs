@@ -1,12 +1,12 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use arrow_array::{Array, RecordBatchReader};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
     Date32Type, Decimal128Type, Decimal256Type, Float32Type, Float64Type, Int16Type, Int32Type,
     Int64Type, Time64MicrosecondType, TimestampMicrosecondType, UInt32Type, UInt64Type,
 };
+use arrow_array::{Array, RecordBatchReader};
 use arrow_schema::{DataType, Field, TimeUnit};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::basic::{Compression, LogicalType};
