@@ -1,1 +1,27 @@
 //! Test harness: a real PostgreSQL cluster and a real S3 server for the integration tests.
+//!
+//! Everything here is real and local, started on demand, once per test process:
+//!
+//! - [`postgres`] is a throwaway cluster with `wal_level = logical` on a private port; each
+//!   test takes its own database from [`fresh_database`] (and its own slot in it), so tests run
+//!   in parallel without seeing each other.
+//! - [`s3`] is an `s3s-fs` server: objects on disk, signatures checked, conditional puts
+//!   honoured. [`S3Server::start`] gives a test a private one it may stop and restart.
+//!   Tests pass [`S3Server::object_store_options`] to `object_store` and never set process
+//!   environment variables, because tests share the process.
+//! - [`plugin`] finds a transform built for `wasm32-wasip2`.
+//!
+//! Statics are never dropped, so the shared servers are stopped by an `atexit` hook: the test
+//! harness leaves through `std::process::exit`, which runs it.
+//!
+//! Missing prerequisites fail loudly with the command that installs them; `scripts/test.sh`
+//! installs all of them.
+
+mod plugins;
+mod postgres;
+mod s3;
+
+pub use plugins::{PLUGIN_BUILD_COMMAND, plugin, plugin_dir};
+pub use postgres::{TestDatabase, fresh_database, postgres, unique_name};
+pub use s3::{INSTALL_COMMAND as S3S_FS_INSTALL_COMMAND, S3Server, s3};
+pub use tributary::cluster::TempCluster;

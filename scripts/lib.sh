@@ -1,0 +1,127 @@
+# Shared steps of scripts/test.sh and scripts/demo-deps.sh: make a fresh machine able to build
+# the plugins and run a throwaway PostgreSQL. Sourced, not run. Every step says what it does
+# and skips what is already there.
+
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TOOLS="${TRIBUTARY_TOOLS:-$HOME/.cache/tributary/tools}"
+S3S_FS_VERSION="0.14.1"
+PG_PACKAGE_VERSION="15"
+
+say() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+is_root() { [ "$(id -u)" -eq 0 ]; }
+
+ensure_cargo() {
+    if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+    command -v cargo >/dev/null 2>&1 \
+        || die "cargo not found; install Rust with rustup (https://rustup.rs), then run this again"
+}
+
+ensure_wasm_target() {
+    command -v rustup >/dev/null 2>&1 \
+        || die "rustup not found; the plugins need the wasm32-wasip2 target (install Rust with rustup)"
+    if rustup target list --installed | grep -qx wasm32-wasip2; then
+        say "rust target wasm32-wasip2: present"
+    else
+        say "rust target wasm32-wasip2: adding"
+        rustup target add wasm32-wasip2
+    fi
+}
+
+# Prints the directory holding initdb, pg_ctl and postgres, searched in the order the
+# runtime searches it (TRIBUTARY_PG_BIN, pg_config --bindir, the newest /usr/lib/postgresql).
+find_pg_bin() {
+    local dir
+    has_pg() { [ -x "$1/initdb" ] && [ -x "$1/pg_ctl" ] && [ -x "$1/postgres" ]; }
+    if [ -n "${TRIBUTARY_PG_BIN:-}" ] && has_pg "$TRIBUTARY_PG_BIN"; then
+        echo "$TRIBUTARY_PG_BIN"; return 0
+    fi
+    if command -v pg_config >/dev/null 2>&1; then
+        dir="$(pg_config --bindir 2>/dev/null || true)"
+        if [ -n "$dir" ] && has_pg "$dir"; then echo "$dir"; return 0; fi
+    fi
+    for dir in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k5,5 -V -r); do
+        if has_pg "$dir"; then echo "$dir"; return 0; fi
+    done
+    return 1
+}
+
+ensure_postgres() {
+    local bin
+    if bin="$(find_pg_bin)"; then
+        say "postgresql server: $("$bin/postgres" --version) in $bin"
+    else
+        is_root && command -v apt-get >/dev/null 2>&1 \
+            || die "no PostgreSQL server binaries found; install them (e.g. \`apt-get install postgresql-$PG_PACKAGE_VERSION\`) or set TRIBUTARY_PG_BIN to the directory holding initdb and postgres"
+        export DEBIAN_FRONTEND=noninteractive
+        say "postgresql server: not found; installing with apt-get"
+        apt-get update
+        local package="postgresql-$PG_PACKAGE_VERSION"
+        if ! apt-cache policy "$package" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+            say "postgresql server: $package is not offered here; installing the distribution's postgresql"
+            package="postgresql"
+        fi
+        apt-get install -y --no-install-recommends "$package"
+        bin="$(find_pg_bin)" || die "installed $package but still found no initdb/postgres"
+        say "postgresql server: $("$bin/postgres" --version) in $bin"
+    fi
+    # initdb and postgres refuse root: the runtime runs them as the postgres user.
+    if is_root && ! getent passwd postgres >/dev/null 2>&1; then
+        say "system user postgres: creating (initdb and postgres refuse to run as root)"
+        useradd --system --user-group --home-dir /var/lib/postgresql --shell /bin/sh postgres
+    fi
+}
+
+# Prints the path of a working s3s-fs, if there is one.
+find_s3s_fs() {
+    local candidate
+    for candidate in "${TRIBUTARY_S3S_FS:-}" "$(command -v s3s-fs 2>/dev/null || true)" "$TOOLS/bin/s3s-fs"; do
+        if [ -n "$candidate" ] && [ -x "$candidate" ] && "$candidate" --version >/dev/null 2>&1; then
+            echo "$candidate"; return 0
+        fi
+    done
+    return 1
+}
+
+ensure_s3s_fs() {
+    local bin
+    if bin="$(find_s3s_fs)"; then
+        say "s3s-fs: $("$bin" --version) at $bin"
+    else
+        say "s3s-fs: installing $S3S_FS_VERSION into $TOOLS (a few minutes, once per machine)"
+        cargo install --locked --root "$TOOLS" s3s-fs --version "$S3S_FS_VERSION" --features binary
+        bin="$TOOLS/bin/s3s-fs"
+        "$bin" --version >/dev/null || die "s3s-fs was installed but $bin --version fails"
+    fi
+    export TRIBUTARY_S3S_FS="$bin"
+}
+
+# The package names of the plugins under plugins/.
+plugin_packages() {
+    local manifest
+    for manifest in "$ROOT"/plugins/*/Cargo.toml; do
+        [ -f "$manifest" ] || continue
+        sed -n 's/^name *= *"\(.*\)"/\1/p' "$manifest" | head -n 1
+    done
+}
+
+# Builds the given plugin packages (all of plugins/ when none are given) as wasm32-wasip2
+# components, in release.
+build_plugins() {
+    local packages=("$@") args=() package
+    if [ "${#packages[@]}" -eq 0 ]; then
+        mapfile -t packages < <(plugin_packages)
+    fi
+    [ "${#packages[@]}" -gt 0 ] || die "no plugins found under $ROOT/plugins"
+    for package in "${packages[@]}"; do args+=(-p "$package"); done
+    say "plugins: building ${packages[*]} for wasm32-wasip2 (release)"
+    (cd "$ROOT" && cargo build --release --target wasm32-wasip2 "${args[@]}")
+    local target="${CARGO_TARGET_DIR:-$ROOT/target}"
+    case "$target" in /*) ;; *) target="$ROOT/$target" ;; esac
+    export TRIBUTARY_PLUGIN_DIR="$target/wasm32-wasip2/release"
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs the whole test suite on this machine, installing what it needs first: the wasm32-wasip2
+# target, PostgreSQL server binaries, the s3s-fs S3 server, and the plugins the tests load.
+# Safe to run again: every step skips what is already there. Extra arguments go to `cargo test`.
+# Respects CARGO_TARGET_DIR.
+
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+ensure_cargo
+ensure_wasm_target
+ensure_postgres
+ensure_s3s_fs
+build_plugins
+
+say "tests: cargo test $*"
+cd "$ROOT"
+# The default members are the host side (runtime and tests); plugins and the guest SDK are
+# built for wasm32-wasip2 above.
+status=0
+cargo test "$@" || status=$?
+if [ "$status" -eq 0 ]; then say "tests: passed"; else say "tests: FAILED (exit $status)"; fi
+exit "$status"

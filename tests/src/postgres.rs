@@ -1,0 +1,126 @@
+//! The shared PostgreSQL cluster and a fresh database per test.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use tributary::cluster::{ClusterOptions, TempCluster};
+
+/// The shared cluster, or why it could not start (so every test reports the same cause
+/// instead of each trying again).
+static CLUSTER: OnceLock<Result<TempCluster, String>> = OnceLock::new();
+
+/// The process-wide cluster, started on first use and stopped when the process exits.
+///
+/// Blocks while the cluster starts (a second or two), which is fine inside a test runtime.
+pub fn postgres() -> &'static TempCluster {
+    let cluster = CLUSTER.get_or_init(|| {
+        // Every test takes a slot and a walsender of its own, all in this one cluster.
+        let options = ClusterOptions::fast()
+            .setting("max_replication_slots", "200")
+            .setting("max_wal_senders", "100")
+            .setting("max_connections", "300");
+        let cluster = TempCluster::start(options).map_err(|error| format!("{error}"))?;
+        register_exit_hook();
+        Ok(cluster)
+    });
+    match cluster {
+        Ok(cluster) => cluster,
+        Err(error) => panic!("the test PostgreSQL cluster did not start: {error}"),
+    }
+}
+
+fn register_exit_hook() {
+    extern "C" fn stop_cluster() {
+        if let Some(Ok(cluster)) = CLUSTER.get() {
+            let _ = cluster.shutdown();
+        }
+    }
+    // SAFETY: registers a plain function; atexit has no other preconditions.
+    unsafe { libc::atexit(stop_cluster) };
+}
+
+/// A database of its own for one test.
+pub struct TestDatabase {
+    /// The database name, unique in the cluster.
+    pub name: String,
+    /// A connection URL for it (superuser `postgres`, trust authentication).
+    pub url: String,
+    /// A connected client; its connection task runs on the test's runtime.
+    pub client: tokio_postgres::Client,
+}
+
+impl std::fmt::Debug for TestDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestDatabase")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A name no other test in this cluster uses: the hint (made identifier-safe), a counter and
+/// the pid. Use it for databases, slots and publications.
+pub fn unique_name(hint: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut hint: String = hint
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    // Identifiers stop at 63 bytes; leave room for the suffix.
+    hint.truncate(40);
+    format!("{hint}_{n}_{}", std::process::id())
+}
+
+/// Creates a new database for one test and connects to it.
+///
+/// Must be called inside a tokio runtime (the connection task is spawned on it).
+pub async fn fresh_database(hint: &str) -> TestDatabase {
+    let cluster = postgres();
+    let name = unique_name(hint);
+    let admin = connect(&cluster.url("postgres")).await;
+    admin
+        .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+        .await
+        .unwrap_or_else(|error| panic!("could not create database {name}: {error}"));
+    drop(admin);
+    let url = cluster.url(&name);
+    let client = connect(&url).await;
+    TestDatabase { name, url, client }
+}
+
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|error| panic!("could not connect to {url}: {error}"));
+    tokio::spawn(async move {
+        // The connection ends when the client is dropped; an error then is of no interest.
+        let _ = connection.await;
+    });
+    client
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_names_are_unique_and_safe_identifiers() {
+        let a = unique_name("Replication Slot-Test");
+        let b = unique_name("Replication Slot-Test");
+        assert_ne!(a, b);
+        assert!(a.starts_with("replication_slot_test_"), "{a}");
+        assert!(
+            a.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        );
+        let long = unique_name(&"x".repeat(200));
+        assert!(long.len() <= 63, "{long}");
+    }
+}
