@@ -160,7 +160,9 @@ impl ReplicationStream {
         Lsn(self.shared.confirmed.load(Ordering::Acquire))
     }
 
-    /// The end of WAL on the server, as its latest keepalive said (zero before the first one).
+    /// How far the server has sent WAL, as its latest keepalive or frame said (zero before the
+    /// first). Monotonic; while idle it advances only with keepalives, so it may trail
+    /// `pg_current_wal_lsn()` by up to half of `wal_sender_timeout`.
     pub fn server_wal_end(&self) -> Lsn {
         Lsn(self.shared.server_wal_end.load(Ordering::Acquire))
     }
@@ -312,7 +314,12 @@ impl Driver {
             match message {
                 Backend::Message(Message::CopyData(body)) => {
                     match decode_server_frame(body.into_bytes())? {
-                        ServerFrame::XLogData(frame) => batch.push(frame),
+                        ServerFrame::XLogData(frame) => {
+                            self.shared
+                                .server_wal_end
+                                .fetch_max(frame.wal_end.0, Ordering::AcqRel);
+                            batch.push(frame)
+                        }
                         ServerFrame::Keepalive(keepalive) => {
                             self.shared
                                 .server_wal_end
