@@ -1,4 +1,4 @@
-# Shared steps of scripts/test.sh and scripts/demo-deps.sh: make a fresh machine able to build
+# Shared steps of scripts/test.sh and scripts/demo.sh: make a fresh machine able to build
 # the plugins and run a throwaway PostgreSQL. Sourced, not run. Every step says what it does
 # and skips what is already there.
 

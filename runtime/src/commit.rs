@@ -485,7 +485,7 @@ mod tests {
         );
         assert_eq!(recovery.stale, [2, 10]);
         assert_eq!(recovery.abandoned.len(), 1);
-        assert_eq!(w.clean_up(&recovery).await.unwrap(), [orphan.clone()]);
+        assert_eq!(w.clean_up(&recovery).await.unwrap(), std::slice::from_ref(&orphan));
         assert!(
             sink.get(&Path::from(orphan.as_str()))
                 .await

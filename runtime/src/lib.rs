@@ -24,6 +24,7 @@ pub mod change;
 pub mod cluster;
 pub mod commit;
 pub mod config;
+pub mod demo;
 pub mod encode;
 mod lsn;
 pub mod pgoutput;
@@ -32,6 +33,7 @@ pub mod pipeline;
 pub mod provision;
 pub mod replication;
 pub mod sink;
+pub mod status;
 pub mod transform;
 
 pub use lsn::{Lsn, ParseLsnError};

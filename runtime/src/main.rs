@@ -1,1 +1,137 @@
-fn main() {}
+//! The `tributary` command: run a pipeline, try the whole thing on throwaway parts, or show
+//! how far behind a pipeline is.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tokio::sync::watch;
+use tributary::config::PipelineConfig;
+use tributary::pipeline::{self, Progress, RunOptions};
+use tributary::{demo, status};
+
+/// Change data capture from PostgreSQL, through WebAssembly transforms, to Parquet in object
+/// storage — exactly once.
+///
+/// Tributary reads a logical replication slot, hands every committed transaction to the
+/// transforms named in the pipeline file, writes what they emit as Parquet files to S3 or a
+/// directory, and only then lets the slot move on.
+#[derive(Parser)]
+#[command(name = "tributary", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a pipeline until SIGINT or SIGTERM (it then finishes the flush in flight and lands
+    /// what is committed before it stops).
+    Run {
+        /// The pipeline file (TOML). TRIBUTARY_SOURCE_URL overrides source.url.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Start even if the slot has moved past what the sink holds (changes in between are
+        /// lost to this sink).
+        #[arg(long)]
+        allow_gap: bool,
+    },
+    /// Run the whole pipeline on throwaway parts: a temporary PostgreSQL cluster, a sample
+    /// shop schema and workload, the passthrough plugin, and a local directory as the sink.
+    Demo(demo::DemoOptions),
+    /// Show the slot's and the sink's positions: how far behind the pipeline is and how much
+    /// WAL the slot holds back.
+    Status {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The demo prints its own story; the service logs what it does.
+    let default_filter = match cli.command {
+        Command::Demo(_) => "warn",
+        _ => "info,wasmtime=warn,cranelift=warn",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_filter.into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(execute(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn execute(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Run { config, allow_gap } => {
+            let config = PipelineConfig::load(&config)?;
+            let (stop, shutdown) = watch::channel(false);
+            tokio::spawn(async move {
+                wait_for_signal().await;
+                tracing::info!("stopping: finishing the flush in flight");
+                let _ = stop.send(true);
+            });
+            let (progress, _) = watch::channel(Progress::default());
+            let done = pipeline::run(config, RunOptions { allow_gap }, shutdown, progress).await?;
+            tracing::info!(
+                flushes = done.flushes,
+                transactions = done.transactions,
+                changes = done.changes,
+                "stopped"
+            );
+            Ok(())
+        }
+        Command::Demo(options) => demo::run(options).await,
+        Command::Status { config, json } => {
+            let config = PipelineConfig::load(&config)?;
+            let status = status::collect(&config).await?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&status).context("printing status")?
+                );
+            } else {
+                print!("{status}");
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

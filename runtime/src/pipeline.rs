@@ -1,1 +1,550 @@
-//! (Being written.)
+//! The running pipeline: provisioning, recovery, then the loop that reads the slot and
+//! lands batches.
+//!
+//! Order of a start: check the source (wal_level, publication, slot) → read the sink's commit
+//! log → refuse a slot that moved past it → create the slot if missing → load transforms →
+//! START_REPLICATION → delete what uncommitted flushes left behind → stream.
+//!
+//! The loop decodes frames into transactions, drops replays, and hands due batches to
+//! [`Pipeline::flush`], which runs transform → encode → intent → upload → commit and only
+//! then confirms the batch's end LSN to the slot. A flush blocks further reading; the
+//! replication driver keeps answering the server meanwhile, so a slow sink slows the slot
+//! down instead of losing anything. Sink failures are retried with backoff for as long as they
+//! last; transform and encode failures stop the pipeline with nothing past the last commit
+//! confirmed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+
+use crate::Lsn;
+use crate::batch::{Assembler, BatchError, BatchLimits, Batcher};
+use crate::change::{Batch, OutputBatch};
+use crate::commit::{Checkpoint, CommitEntry, CommitError, CommitLog, FileEntry, data_file_path};
+use crate::config::PipelineConfig;
+use crate::encode::{EncodeError, EncodeOptions, Encoder};
+use crate::pgoutput::{DecodeError, Decoder};
+use crate::provision::{self, ProvisionError};
+use crate::replication::{ReplicationConnection, ReplicationError, ReplicationStream, XLogData};
+use crate::sink::{Sink, SinkError};
+use crate::transform::{PluginInfo, TransformChain, TransformError};
+
+/// The pgoutput protocol version this pipeline asks for.
+const PROTO_VERSION: u32 = 1;
+/// Frames taken from the replication driver per wake-up.
+const RECV_BATCH: usize = 1024;
+/// Concurrent uploads within one flush.
+const UPLOAD_CONCURRENCY: usize = 4;
+const RETRY_MIN: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+/// How long start-up waits for a previous consumer's walsender to release the slot.
+const SLOT_RELEASE_WAIT: Duration = Duration::from_secs(15);
+
+/// Run a sink step until it succeeds or fails for good.
+macro_rules! with_retry {
+    ($what:expr, $confirmed:expr, $step:expr) => {{
+        let mut backoff = Backoff::new($what);
+        loop {
+            let result = $step.await;
+            if !backoff.after(&result, $confirmed).await? {
+                break result?;
+            }
+        }
+    }};
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Provision(#[from] ProvisionError),
+    #[error(transparent)]
+    Replication(#[from] ReplicationError),
+    #[error("malformed pgoutput message at {lsn}: {source}")]
+    Decode {
+        lsn: Lsn,
+        #[source]
+        source: DecodeError,
+    },
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+    #[error(transparent)]
+    Transform(#[from] TransformError),
+    #[error("parquet encoder settings: {0}")]
+    EncoderSettings(#[from] EncodeError),
+    #[error("encoding flush {sequence} (commits {first}..{last}): {source}")]
+    Encode {
+        sequence: u64,
+        first: Lsn,
+        last: Lsn,
+        #[source]
+        source: EncodeError,
+    },
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    #[error(transparent)]
+    Commit(#[from] CommitError),
+    #[error("the replication stream ended unexpectedly after {0}")]
+    StreamEnded(Lsn),
+    #[error("a blocking task failed: {0}")]
+    Task(String),
+}
+
+/// How a run was started.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Start even if the slot has moved past the sink's last commit.
+    pub allow_gap: bool,
+}
+
+/// What the pipeline has landed so far; published after every commit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    pub flushes: u64,
+    pub transactions: u64,
+    pub changes: u64,
+    pub rows_written: u64,
+    pub files_written: u64,
+    pub bytes_written: u64,
+    /// Transactions the server replayed that were already landed.
+    pub replays_skipped: u64,
+    pub last_entry: Option<CommitEntry>,
+    /// The slot is being read: every transaction that commits from now on will be landed.
+    pub streaming: bool,
+}
+
+/// Stop request: send `true` to finish the in-flight flush, land what is pending, and stop.
+pub type Shutdown = watch::Receiver<bool>;
+
+/// Run the pipeline until `shutdown` turns true or an error stops it.
+pub async fn run(
+    config: PipelineConfig,
+    options: RunOptions,
+    shutdown: Shutdown,
+    progress: watch::Sender<Progress>,
+) -> Result<Progress, PipelineError> {
+    // Boxed as `dyn Send` so the compiler checks Send here, with concrete lifetimes; checked
+    // through `tokio::spawn` instead, it trips over the borrows held across awaits.
+    let start: BoxFuture<'_, _> = Box::pin(Pipeline::start(config, options, shutdown, progress));
+    let mut pipeline = start.await?;
+    let stream: BoxFuture<'_, _> = Box::pin(pipeline.stream());
+    stream.await?;
+    let landed = pipeline.progress.borrow().clone();
+    // A clean goodbye: the final status update carries the last confirmed position.
+    pipeline.stream.shutdown().await?;
+    Ok(landed)
+}
+
+struct Pipeline {
+    config: PipelineConfig,
+    sink: Sink,
+    log: CommitLog,
+    checkpoint: Checkpoint,
+    transforms: Option<TransformChain>,
+    plugins: Vec<PluginInfo>,
+    encoder: Arc<Encoder>,
+    stream: ReplicationStream,
+    shutdown: Shutdown,
+    progress: watch::Sender<Progress>,
+}
+
+impl Pipeline {
+    async fn start(
+        config: PipelineConfig,
+        options: RunOptions,
+        shutdown: Shutdown,
+        progress: watch::Sender<Progress>,
+    ) -> Result<Pipeline, PipelineError> {
+        let source = &config.source;
+        let pg = provision::parse_url(&source.url)?;
+        let client = provision::connect(&pg).await?;
+        provision::check_wal_level(&client).await?;
+        provision::ensure_publication(&client, source).await?;
+        let database = provision::current_database(&client).await?;
+
+        let sink = Sink::open(&config.sink.url, &config.sink.options)?;
+        let log = CommitLog::new(sink.clone(), writer_id());
+        let recovery = log.recover().await?;
+        let checkpoint = Checkpoint::from_entry(recovery.latest.as_ref());
+
+        let mut slot = provision::slot_state(&client, &source.slot).await?;
+        checkpoint.check_slot(
+            &source.slot,
+            slot.as_ref().and_then(|s| s.confirmed_flush_lsn),
+            options.allow_gap,
+        )?;
+        let deadline = Instant::now() + SLOT_RELEASE_WAIT;
+        while let Some(state) = &slot {
+            match provision::check_slot(&source.slot, state, &database) {
+                Err(ProvisionError::SlotActive { .. }) if Instant::now() < deadline => {
+                    // A consumer that just stopped leaves its walsender behind for a moment.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    slot = provision::slot_state(&client, &source.slot).await?;
+                }
+                other => {
+                    other?;
+                    break;
+                }
+            }
+        }
+
+        let mut replication = ReplicationConnection::connect(&pg).await?;
+        if slot.is_none() {
+            if !source.create_slot {
+                return Err(ProvisionError::NoSlot {
+                    slot: source.slot.clone(),
+                }
+                .into());
+            }
+            let created = replication.create_logical_slot(&source.slot).await?;
+            tracing::info!(slot = %source.slot, at = %created.consistent_point, "created slot");
+        }
+
+        let (transforms, plugins) = load_transforms(&config).await?;
+
+        let publications = format!("\"{}\"", source.publication);
+        let proto = PROTO_VERSION.to_string();
+        let stream = replication
+            .start_logical(
+                &source.slot,
+                checkpoint.confirmed(),
+                &[
+                    ("proto_version", &proto),
+                    ("publication_names", &publications),
+                ],
+                Duration::from_secs(source.status_interval_secs),
+            )
+            .await?;
+
+        let removed = log.clean_up(&recovery).await?;
+        if !removed.is_empty() {
+            tracing::info!(
+                files = removed.len(),
+                "removed files of uncommitted flushes"
+            );
+        }
+        tracing::info!(
+            slot = %source.slot,
+            sink = %sink.url(),
+            committed = %checkpoint.confirmed(),
+            sequence = checkpoint.sequence(),
+            "streaming"
+        );
+        progress.send_modify(|p| {
+            p.last_entry = recovery.latest.clone();
+            p.streaming = true;
+        });
+        Ok(Pipeline {
+            encoder: Arc::new(Encoder::new(&EncodeOptions::default())?),
+            config,
+            sink,
+            log,
+            checkpoint,
+            transforms: Some(transforms),
+            plugins,
+            stream,
+            shutdown,
+            progress,
+        })
+    }
+
+    /// Read, assemble, batch and flush until shutdown.
+    async fn stream(&mut self) -> Result<(), PipelineError> {
+        let flush = &self.config.flush;
+        let mut batcher = Batcher::new(BatchLimits {
+            max_rows: flush.max_rows,
+            max_bytes: flush.max_mib << 20,
+            max_delay: Duration::from_millis(flush.max_delay_ms),
+        });
+        let mut decoder = Decoder::new(PROTO_VERSION);
+        let mut assembler = Assembler::new();
+        let mut frames: Vec<XLogData> = Vec::with_capacity(RECV_BATCH);
+        let mut shutdown = self.shutdown.clone();
+
+        loop {
+            let deadline = batcher.deadline().map(tokio::time::Instant::from_std);
+            tokio::select! {
+                biased;
+                changed = shutdown.changed() => {
+                    // A dropped controller can never ask again: treat it as a stop request.
+                    if changed.is_err() || *shutdown.borrow() { break }
+                }
+                _ = sleep_until(deadline) => {}
+                received = self.stream.recv_many(&mut frames, RECV_BATCH) => {
+                    if received? == 0 {
+                        return Err(PipelineError::StreamEnded(self.checkpoint.confirmed()));
+                    }
+                    let now = Instant::now();
+                    for frame in frames.drain(..) {
+                        let message = decoder.decode_bytes(frame.data).map_err(|source| {
+                            PipelineError::Decode { lsn: frame.wal_start, source }
+                        })?;
+                        if let Some(done) = assembler.push(message)? {
+                            if self.checkpoint.is_replay(done.transaction.commit_lsn) {
+                                self.progress.send_modify(|p| p.replays_skipped += 1);
+                                continue;
+                            }
+                            batcher.push(done, now);
+                        }
+                    }
+                }
+            }
+            if batcher.is_due(Instant::now()) {
+                let batch = batcher.take().expect("a due batcher holds transactions");
+                self.flush(batch).await?;
+            }
+        }
+
+        // Land what is committed and pending; an open transaction is replayed next time.
+        if let Some(batch) = batcher.take() {
+            self.flush(batch).await?;
+        }
+        Ok(())
+    }
+
+    /// Transform, encode, upload and commit one batch, then confirm it to the slot.
+    async fn flush(&mut self, batch: Batch) -> Result<(), PipelineError> {
+        let sequence = self.checkpoint.next_sequence();
+        let (first, last) = batch.lsn_range().expect("batches are never empty");
+        let last_end_lsn = batch
+            .transactions
+            .last()
+            .map(|t| t.end_lsn)
+            .unwrap_or_default();
+        let transactions = batch.transactions.len() as u64;
+        let changes = batch.change_count() as u64;
+
+        let mut chain = self
+            .transforms
+            .take()
+            .expect("transforms are put back after each flush");
+        let (chain, outputs) = tokio::task::spawn_blocking(move || {
+            let outputs = chain.process(&batch);
+            (chain, outputs)
+        })
+        .await
+        .map_err(|e| PipelineError::Task(e.to_string()))?;
+        self.transforms = Some(chain);
+        let outputs = outputs?;
+
+        let encoder = self.encoder.clone();
+        let encoded =
+            tokio::task::spawn_blocking(move || encode_outputs(&encoder, &outputs, sequence))
+                .await
+                .map_err(|e| PipelineError::Task(e.to_string()))?
+                .map_err(|source| PipelineError::Encode {
+                    sequence,
+                    first,
+                    last,
+                    source,
+                })?;
+
+        let paths: Vec<String> = encoded.iter().map(|(f, _)| f.path.clone()).collect();
+        let confirmed = self.checkpoint.confirmed();
+        with_retry!(
+            "writing the intent",
+            confirmed,
+            self.log.write_intent(sequence, &paths)
+        );
+        with_retry!(
+            "uploading data files",
+            confirmed,
+            upload_all(&self.sink, &encoded)
+        );
+
+        let entry = CommitEntry {
+            format: 1,
+            sequence,
+            writer: self.log.writer().to_owned(),
+            slot: self.config.source.slot.clone(),
+            first_commit_lsn: first,
+            last_commit_lsn: last,
+            last_end_lsn,
+            transactions,
+            changes,
+            files: encoded.iter().map(|(f, _)| f.clone()).collect(),
+            plugins: self.plugins.clone(),
+            committed_at: unix_micros(),
+        };
+        with_retry!(
+            "writing the commit entry",
+            confirmed,
+            self.log.commit(&entry)
+        );
+        self.checkpoint.advance(&entry)?;
+        // Durable: only now may the slot release this WAL.
+        self.stream.confirm(self.checkpoint.confirmed());
+        if let Err(e) = self.log.clear_intent(sequence).await {
+            tracing::warn!(sequence, error = %e, "could not remove a committed flush's intent; it is removed at the next start");
+        }
+
+        let rows: u64 = entry.files.iter().map(|f| f.rows).sum();
+        let bytes: u64 = entry.files.iter().map(|f| f.bytes).sum();
+        tracing::info!(
+            sequence,
+            transactions,
+            changes,
+            files = entry.files.len(),
+            bytes,
+            confirmed = %entry.last_end_lsn,
+            "committed"
+        );
+        self.progress.send_modify(|p| {
+            p.flushes += 1;
+            p.transactions += transactions;
+            p.changes += changes;
+            p.rows_written += rows;
+            p.files_written += entry.files.len() as u64;
+            p.bytes_written += bytes;
+            p.last_entry = Some(entry);
+        });
+        Ok(())
+    }
+}
+
+/// Sink failures are retried with capped exponential backoff for as long as they last;
+/// errors that retrying cannot fix (a conflicting writer, a corrupt entry) stop at once.
+struct Backoff {
+    what: &'static str,
+    delay: Duration,
+    attempts: u32,
+}
+
+impl Backoff {
+    fn new(what: &'static str) -> Self {
+        Backoff {
+            what,
+            delay: RETRY_MIN,
+            attempts: 0,
+        }
+    }
+
+    /// `Ok(true)` to try again after the wait, `Ok(false)` when the step succeeded.
+    async fn after<T>(
+        &mut self,
+        result: &Result<T, CommitError>,
+        confirmed: Lsn,
+    ) -> Result<bool, PipelineError> {
+        match result {
+            Ok(_) => {
+                if self.attempts > 0 {
+                    tracing::info!(
+                        attempts = self.attempts,
+                        "{}: the sink is reachable again",
+                        self.what
+                    );
+                }
+                Ok(false)
+            }
+            Err(CommitError::Sink(e)) => {
+                self.attempts += 1;
+                tracing::warn!(
+                    attempts = self.attempts,
+                    retry_in = ?self.delay,
+                    error = %e,
+                    "{} failed; nothing past {confirmed} is confirmed",
+                    self.what
+                );
+                tokio::time::sleep(self.delay).await;
+                self.delay = (self.delay * 2).min(RETRY_MAX);
+                Ok(true)
+            }
+            Err(_) => Ok(false),
+        }
+    }
+}
+
+/// Encode every output of a flush and name its files.
+fn encode_outputs(
+    encoder: &Encoder,
+    outputs: &[OutputBatch],
+    sequence: u64,
+) -> Result<Vec<(FileEntry, Bytes)>, EncodeError> {
+    let mut files = Vec::new();
+    let mut parts: BTreeMap<&str, usize> = BTreeMap::new();
+    for output in outputs {
+        let schema = schema_fingerprint(output);
+        let encoded = encoder.encode(output)?;
+        let mut rows_left = output.rows.len() as u64;
+        for bytes in encoded {
+            let part = parts.entry(output.output.as_str()).or_default();
+            let path = data_file_path(&output.output, sequence, *part);
+            *part += 1;
+            let rows = parquet_rows(&bytes).unwrap_or(rows_left).min(rows_left);
+            rows_left -= rows;
+            let file = FileEntry {
+                path,
+                output: output.output.clone(),
+                rows,
+                bytes: bytes.len() as u64,
+                schema: schema.clone(),
+            };
+            files.push((file, bytes));
+        }
+    }
+    Ok(files)
+}
+
+/// Row count from a Parquet footer.
+fn parquet_rows(bytes: &Bytes) -> Option<u64> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let reader = SerializedFileReader::new(bytes.clone()).ok()?;
+    u64::try_from(reader.metadata().file_metadata().num_rows()).ok()
+}
+
+async fn upload_all(sink: &Sink, files: &[(FileEntry, Bytes)]) -> Result<(), CommitError> {
+    for chunk in files.chunks(UPLOAD_CONCURRENCY) {
+        let mut uploads = Vec::with_capacity(chunk.len());
+        for (file, bytes) in chunk {
+            let path = object_store::path::Path::from(file.path.as_str());
+            uploads.push(async move { sink.put(&path, bytes.clone()).await });
+        }
+        futures::future::try_join_all(uploads).await?;
+    }
+    Ok(())
+}
+
+async fn load_transforms(
+    config: &PipelineConfig,
+) -> Result<(TransformChain, Vec<PluginInfo>), PipelineError> {
+    let specs = config.transform_specs();
+    let chain = tokio::task::spawn_blocking(move || TransformChain::load(&specs))
+        .await
+        .map_err(|e| PipelineError::Task(e.to_string()))??;
+    let plugins = chain.plugins();
+    Ok((chain, plugins))
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn schema_fingerprint(output: &crate::change::OutputBatch) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for c in output.columns.iter() {
+        hash.update(format!("{}\0{}\0{}\n", c.name, c.type_oid, c.type_modifier));
+    }
+    let digest = hash.finalize();
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unix_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// Identifies this process in the commit log: host, pid and start time.
+fn writer_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "unknown-host".into());
+    format!("{host}:{}:{}", std::process::id(), unix_micros())
+}

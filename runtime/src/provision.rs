@@ -37,14 +37,16 @@ pub enum ProvisionError {
     )]
     SlotPlugin { slot: String, plugin: String },
     #[error("slot {slot:?} belongs to database {database:?}, not {expected:?}")]
-    SlotDatabase { slot: String, database: String, expected: String },
+    SlotDatabase {
+        slot: String,
+        database: String,
+        expected: String,
+    },
     #[error(
         "slot {slot:?} is active for pid {pid}: another consumer is reading it; stop that consumer first"
     )]
     SlotActive { slot: String, pid: i32 },
-    #[error(
-        "slot {slot:?} does not exist; create it or set source.create_slot = true"
-    )]
+    #[error("slot {slot:?} does not exist; create it or set source.create_slot = true")]
     NoSlot { slot: String },
 }
 
@@ -67,7 +69,10 @@ pub fn parse_url(url: &str) -> Result<tokio_postgres::Config, ProvisionError> {
 
 /// An ordinary SQL session to the source; the connection runs on its own task.
 pub async fn connect(config: &tokio_postgres::Config) -> Result<Client, ProvisionError> {
-    let (client, connection) = config.connect(NoTls).await.map_err(ProvisionError::Connect)?;
+    let (client, connection) = config
+        .connect(NoTls)
+        .await
+        .map_err(ProvisionError::Connect)?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "source SQL connection closed");
@@ -88,7 +93,11 @@ pub fn quote_ident(name: &str) -> String {
 
 /// `schema.table` quoted part by part.
 fn quote_table(table: &str) -> String {
-    table.split('.').map(quote_ident).collect::<Vec<_>>().join(".")
+    table
+        .split('.')
+        .map(quote_ident)
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 pub async fn check_wal_level(client: &Client) -> Result<(), ProvisionError> {
@@ -110,13 +119,20 @@ pub async fn ensure_publication(
 ) -> Result<(), ProvisionError> {
     let publication = &source.publication;
     let exists = client
-        .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[publication])
+        .query_opt(
+            "SELECT 1 FROM pg_publication WHERE pubname = $1",
+            &[publication],
+        )
         .await
-        .map_err(query_error(format!("looking up publication {publication:?}")))?
+        .map_err(query_error(format!(
+            "looking up publication {publication:?}"
+        )))?
         .is_some();
     if !exists {
         if !source.create_publication {
-            return Err(ProvisionError::NoPublication { publication: publication.clone() });
+            return Err(ProvisionError::NoPublication {
+                publication: publication.clone(),
+            });
         }
         let target = if source.tables.is_empty() {
             "ALL TABLES".to_owned()
@@ -124,7 +140,10 @@ pub async fn ensure_publication(
             let tables: Vec<_> = source.tables.iter().map(|t| quote_table(t)).collect();
             format!("TABLE {}", tables.join(", "))
         };
-        let sql = format!("CREATE PUBLICATION {} FOR {target}", quote_ident(publication));
+        let sql = format!(
+            "CREATE PUBLICATION {} FOR {target}",
+            quote_ident(publication)
+        );
         client
             .batch_execute(&sql)
             .await
@@ -138,7 +157,9 @@ pub async fn ensure_publication(
             &[publication],
         )
         .await
-        .map_err(query_error(format!("listing tables of publication {publication:?}")))?;
+        .map_err(query_error(format!(
+            "listing tables of publication {publication:?}"
+        )))?;
     let published: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     let missing: Vec<&str> = source
         .tables
@@ -183,7 +204,10 @@ pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>
 /// Refuse a slot this pipeline cannot use.
 pub fn check_slot(slot: &str, state: &SlotState, database: &str) -> Result<(), ProvisionError> {
     if state.plugin != "pgoutput" {
-        return Err(ProvisionError::SlotPlugin { slot: slot.into(), plugin: state.plugin.clone() });
+        return Err(ProvisionError::SlotPlugin {
+            slot: slot.into(),
+            plugin: state.plugin.clone(),
+        });
     }
     if state.database != database {
         return Err(ProvisionError::SlotDatabase {
@@ -193,7 +217,10 @@ pub fn check_slot(slot: &str, state: &SlotState, database: &str) -> Result<(), P
         });
     }
     if let Some(pid) = state.active_pid {
-        return Err(ProvisionError::SlotActive { slot: slot.into(), pid });
+        return Err(ProvisionError::SlotActive {
+            slot: slot.into(),
+            pid,
+        });
     }
     Ok(())
 }
@@ -240,11 +267,17 @@ mod tests {
     #[test]
     fn unusable_slots_are_refused_with_the_reason() {
         check_slot("s", &state("pgoutput", None), "shop").unwrap();
-        let err = check_slot("s", &state("wal2json", None), "shop").unwrap_err().to_string();
+        let err = check_slot("s", &state("wal2json", None), "shop")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("\"wal2json\""), "{err}");
-        let err = check_slot("s", &state("pgoutput", Some(42)), "shop").unwrap_err().to_string();
+        let err = check_slot("s", &state("pgoutput", Some(42)), "shop")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("active for pid 42"), "{err}");
-        let err = check_slot("s", &state("pgoutput", None), "other").unwrap_err().to_string();
+        let err = check_slot("s", &state("pgoutput", None), "other")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("belongs to database \"shop\""), "{err}");
     }
 }

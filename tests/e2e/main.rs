@@ -1,2 +1,7 @@
-//! End-to-end tests against real PostgreSQL and S3.
+//! End-to-end tests against real PostgreSQL and S3, one module per area.
+
+mod checkpoint;
+mod demo;
 mod harness;
+mod landing;
+mod plugins;

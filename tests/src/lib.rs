@@ -10,6 +10,7 @@
 //!   Tests pass [`S3Server::object_store_options`] to `object_store` and never set process
 //!   environment variables, because tests share the process.
 //! - [`plugin`] finds a transform built for `wasm32-wasip2`.
+//! - [`pipeline`] runs a pipeline inside a test; [`lake`] reads back what it landed.
 //!
 //! Statics are never dropped, so the shared servers are stopped by an `atexit` hook: the test
 //! harness leaves through `std::process::exit`, which runs it.
@@ -17,6 +18,8 @@
 //! Missing prerequisites fail loudly with the command that installs them; `scripts/test.sh`
 //! installs all of them.
 
+pub mod lake;
+pub mod pipeline;
 mod plugins;
 mod postgres;
 mod s3;

@@ -191,10 +191,11 @@ pub struct TransformChain {
 }
 
 impl TransformChain {
-    /// Compile, instantiate, describe and initialize every plugin, in order.
-    pub fn load(specs: &[TransformSpec], limits: &HostLimits) -> Result<Self, TransformError> {
+    /// Compile, instantiate, describe and initialize every plugin, in order, each with its
+    /// own limits.
+    pub fn load(specs: &[(TransformSpec, HostLimits)]) -> Result<Self, TransformError> {
         let mut stages: Vec<chain::Stage> = Vec::with_capacity(specs.len());
-        for spec in specs {
+        for (spec, limits) in specs {
             let plugin = host::Plugin::load(&spec.plugin, spec.config.clone(), limits)?;
             let stage = chain::Stage::new(plugin)?;
             for name in stage.declared_names() {

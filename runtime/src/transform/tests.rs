@@ -4,7 +4,7 @@
 //! `cargo build -p passthrough -p trap -p spin -p mask --target wasm32-wasip2 --release`
 //! into `plugins/` beside the test binary's target directory (a separate target directory, so
 //! the inner build never waits on the lock the outer `cargo test` holds). Set
-//! `TRIBUTARY_TEST_PLUGINS` to a directory of prebuilt `.wasm` files to skip the build.
+//! `TRIBUTARY_PLUGIN_DIR` to a directory of prebuilt `.wasm` files to skip the build.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,7 +20,7 @@ use crate::pgoutput::{Relation, RelationColumn, ReplicaIdentity};
 fn plugin(name: &str) -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     let dir = DIR.get_or_init(|| {
-        if let Some(dir) = std::env::var_os("TRIBUTARY_TEST_PLUGINS") {
+        if let Some(dir) = std::env::var_os("TRIBUTARY_PLUGIN_DIR") {
             return PathBuf::from(dir);
         }
         // The test binary lives in <target>/<profile>/deps/.
@@ -58,18 +58,20 @@ fn plugin(name: &str) -> PathBuf {
 }
 
 fn load(names_and_config: &[(&str, &[(&str, &str)])], limits: &HostLimits) -> TransformChain {
-    let specs: Vec<TransformSpec> = names_and_config
+    let specs: Vec<(TransformSpec, HostLimits)> = names_and_config
         .iter()
-        .map(|(name, config)| TransformSpec {
-            plugin: plugin(name),
-            config: config
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+        .map(|(name, config)| {
+            let spec = TransformSpec {
+                plugin: plugin(name),
+                config: config
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            };
+            (spec, limits.clone())
         })
         .collect();
-    TransformChain::load(&specs, limits)
-        .unwrap_or_else(|e| panic!("load {names_and_config:?}: {e}"))
+    TransformChain::load(&specs).unwrap_or_else(|e| panic!("load {names_and_config:?}: {e}"))
 }
 
 fn relation(id: u32, schema: &str, table: &str, columns: &[(&str, u32, bool)]) -> Arc<Relation> {
@@ -243,7 +245,7 @@ fn rows<'a>(outputs: &'a [OutputBatch], output: &str) -> Vec<&'a OutputRow> {
 
 #[test]
 fn zero_plugins_is_the_identity() {
-    let mut chain = TransformChain::load(&[], &HostLimits::default()).unwrap();
+    let mut chain = TransformChain::load(&[]).unwrap();
     assert!(chain.plugins().is_empty());
     let batch = every_kind_batch();
     let out = chain.process(&batch).unwrap();
@@ -297,10 +299,7 @@ fn zero_plugins_is_the_identity() {
 #[test]
 fn passthrough_equals_the_identity() {
     let batch = every_kind_batch();
-    let identity = TransformChain::load(&[], &HostLimits::default())
-        .unwrap()
-        .process(&batch)
-        .unwrap();
+    let identity = TransformChain::load(&[]).unwrap().process(&batch).unwrap();
     let mut chain = load(&[("passthrough", &[])], &HostLimits::default());
     assert_eq!(chain.process(&batch).unwrap(), identity);
     // The instance is reused; a second batch gives the same answer.
@@ -528,7 +527,7 @@ fn a_refused_setting_is_reported_at_load() {
         plugin: plugin("mask"),
         config: vec![("colums".into(), "email".into())],
     };
-    let err = TransformChain::load(&[spec], &HostLimits::default())
+    let err = TransformChain::load(&[(spec, HostLimits::default())])
         .err()
         .expect("load must fail");
     assert!(matches!(err, TransformError::Init { .. }), "{err}");
@@ -545,7 +544,7 @@ fn a_missing_file_or_a_core_module_is_refused_with_its_path() {
         plugin: missing.clone(),
         config: vec![],
     };
-    let err = TransformChain::load(&[spec], &HostLimits::default())
+    let err = TransformChain::load(&[(spec, HostLimits::default())])
         .err()
         .expect("load must fail");
     assert!(matches!(err, TransformError::Read { .. }), "{err}");
@@ -561,7 +560,7 @@ fn a_missing_file_or_a_core_module_is_refused_with_its_path() {
         plugin: path.clone(),
         config: vec![],
     };
-    let err = TransformChain::load(&[spec], &HostLimits::default())
+    let err = TransformChain::load(&[(spec, HostLimits::default())])
         .err()
         .expect("load must fail");
     std::fs::remove_file(&path).ok();
@@ -670,7 +669,7 @@ fn measure_passthrough_throughput() {
         })
         .collect();
     let batch = Batch { transactions };
-    let mut identity = TransformChain::load(&[], &HostLimits::default()).unwrap();
+    let mut identity = TransformChain::load(&[]).unwrap();
     let mut chain = load(&[("passthrough", &[])], &HostLimits::default());
     chain.process(&batch).unwrap();
     for (name, chain) in [("identity", &mut identity), ("passthrough", &mut chain)] {

@@ -1,0 +1,163 @@
+//! `tributary status`: the positions an operator must see, side by side.
+//!
+//! The server's current WAL position, the slot's `restart_lsn` (what the server keeps) and
+//! `confirmed_flush_lsn` (what the slot believes is done), and the sink's latest commit entry
+//! (what is durable in the lake). The entry is never behind `confirmed_flush_lsn`.
+
+use serde::Serialize;
+
+use crate::Lsn;
+use crate::commit::{CommitError, CommitLog};
+use crate::config::PipelineConfig;
+use crate::provision::{self, ProvisionError};
+use crate::sink::{Sink, SinkError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error(transparent)]
+    Provision(#[from] ProvisionError),
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    #[error(transparent)]
+    Commit(#[from] CommitError),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SlotStatus {
+    pub name: String,
+    pub exists: bool,
+    pub active_pid: Option<i32>,
+    pub restart_lsn: Option<Lsn>,
+    pub confirmed_flush_lsn: Option<Lsn>,
+    /// WAL the server keeps for this slot: current WAL position minus `restart_lsn`.
+    pub retained_wal_bytes: Option<u64>,
+    /// Current WAL position minus `confirmed_flush_lsn`.
+    pub lag_bytes: Option<u64>,
+    pub wal_status: Option<String>,
+    pub safe_wal_size: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SinkStatus {
+    pub url: String,
+    pub last_sequence: Option<u64>,
+    pub last_commit_lsn: Option<Lsn>,
+    pub last_end_lsn: Option<Lsn>,
+    /// Microseconds since the Unix epoch.
+    pub last_committed_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub current_wal_lsn: Lsn,
+    pub slot: SlotStatus,
+    pub sink: SinkStatus,
+}
+
+pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
+    let client = provision::connect(&provision::parse_url(&config.source.url)?).await?;
+    let current = provision::current_wal_lsn(&client).await?;
+    let slot = provision::slot_state(&client, &config.source.slot).await?;
+    let behind = |lsn: Option<Lsn>| lsn.map(|l| current.0.saturating_sub(l.0));
+    let slot = SlotStatus {
+        name: config.source.slot.clone(),
+        exists: slot.is_some(),
+        active_pid: slot.as_ref().and_then(|s| s.active_pid),
+        restart_lsn: slot.as_ref().and_then(|s| s.restart_lsn),
+        confirmed_flush_lsn: slot.as_ref().and_then(|s| s.confirmed_flush_lsn),
+        retained_wal_bytes: behind(slot.as_ref().and_then(|s| s.restart_lsn)),
+        lag_bytes: behind(slot.as_ref().and_then(|s| s.confirmed_flush_lsn)),
+        wal_status: slot.as_ref().and_then(|s| s.wal_status.clone()),
+        safe_wal_size: slot.as_ref().and_then(|s| s.safe_wal_size),
+    };
+    let sink = Sink::open(&config.sink.url, &config.sink.options)?;
+    let latest = CommitLog::new(sink, "status").latest().await?;
+    let sink = SinkStatus {
+        url: config.sink.url.clone(),
+        last_sequence: latest.as_ref().map(|e| e.sequence),
+        last_commit_lsn: latest.as_ref().map(|e| e.last_commit_lsn),
+        last_end_lsn: latest.as_ref().map(|e| e.last_end_lsn),
+        last_committed_at: latest.as_ref().map(|e| e.committed_at),
+    };
+    Ok(Status {
+        current_wal_lsn: current,
+        slot,
+        sink,
+    })
+}
+
+/// Bytes as a person reads them.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lsn = |l: Option<Lsn>| l.map_or_else(|| "-".to_owned(), |l| l.to_string());
+        let size = |b: Option<u64>| b.map_or_else(|| "?".to_owned(), human_bytes);
+        let s = &self.slot;
+        writeln!(f, "current WAL         {}", self.current_wal_lsn)?;
+        if !s.exists {
+            writeln!(f, "slot {:?}: does not exist", s.name)?;
+        } else {
+            let active = s
+                .active_pid
+                .map_or_else(|| "inactive".to_owned(), |p| format!("active, pid {p}"));
+            writeln!(f, "slot {:?}: {active}", s.name)?;
+            writeln!(
+                f,
+                "  confirmed_flush   {}, {} behind",
+                lsn(s.confirmed_flush_lsn),
+                size(s.lag_bytes)
+            )?;
+            writeln!(
+                f,
+                "  restart_lsn       {}, {} of WAL retained",
+                lsn(s.restart_lsn),
+                size(s.retained_wal_bytes)
+            )?;
+            let safe = s
+                .safe_wal_size
+                .map_or_else(|| "unlimited".to_owned(), |b| human_bytes(b.max(0) as u64));
+            writeln!(
+                f,
+                "  wal_status        {} (safe_wal_size {safe})",
+                s.wal_status.as_deref().unwrap_or("-")
+            )?;
+        }
+        writeln!(f, "sink {}", self.sink.url)?;
+        match self.sink.last_sequence {
+            None => writeln!(f, "  nothing committed yet"),
+            Some(n) => writeln!(
+                f,
+                "  last commit       #{n}: transactions up to {} (confirmable {})",
+                lsn(self.sink.last_commit_lsn),
+                lsn(self.sink.last_end_lsn)
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_bytes;
+
+    #[test]
+    fn sizes_read_like_a_person_writes_them() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(5 << 30), "5.0 GiB");
+    }
+}

@@ -1,0 +1,97 @@
+//! A failing plugin stops the pipeline with an error that names it and the LSN, and nothing
+//! past the failed batch is confirmed.
+
+use std::time::Duration;
+
+use tributary::Lsn;
+use tributary_tests::pipeline::{RunningPipeline, config, confirmed_flush};
+use tributary_tests::{fresh_database, plugin, unique_name};
+
+async fn failing_plugin_stops_the_pipeline(plugin_name: &str) -> String {
+    let db = fresh_database(plugin_name).await;
+    db.client
+        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(unique_name("failing-lake"));
+    let sink_url = format!("file://{}", dir.display());
+    let name = unique_name(plugin_name);
+    let mut cfg = config(
+        &db.url,
+        &name,
+        &["public.events"],
+        &sink_url,
+        vec![],
+        &[plugin(plugin_name)],
+    );
+    cfg.transforms[0].timeout_ms = 500;
+    let running = RunningPipeline::start(cfg).await;
+
+    // The slot exists once the pipeline streams; its position then is the baseline. The
+    // trap plugin traps on the text `panic`; the spin plugin never returns.
+    let mut before = None;
+    for _ in 0..200 {
+        before = confirmed_flush(&db.client, &name).await;
+        if before.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = before.expect("the pipeline created its slot");
+    db.client
+        .batch_execute("INSERT INTO events SELECT g, 'panic' FROM generate_series(1, 10) g")
+        .await
+        .unwrap();
+    let after: Lsn = db
+        .client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get::<_, String>(0)
+        .parse()
+        .unwrap();
+
+    let error = format!(
+        "{:#}",
+        anyhow::Error::from(running.failure(Duration::from_secs(60)).await)
+    );
+    assert_eq!(
+        confirmed_flush(&db.client, &name).await,
+        Some(before),
+        "nothing was confirmed"
+    );
+    let log = dir.join("_tributary/log");
+    let entries = std::fs::read_dir(&log).map_or(0, |d| d.count());
+    assert_eq!(entries, 0, "no commit entry was written");
+    assert!(
+        error.contains(plugin_name),
+        "the error names the plugin: {error}"
+    );
+    // The error names the failed batch's commit LSN: after the slot's position, before the
+    // WAL position read after the insert committed.
+    let lsns: Vec<Lsn> = error
+        .split(|c: char| !(c.is_ascii_hexdigit() || c == '/'))
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(
+        lsns.iter().any(|l| *l > before && *l <= after),
+        "the error names an LSN between {before} and {after}: {error}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    error
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trapping_plugin_stops_the_pipeline_naming_plugin_and_lsn() {
+    let error = failing_plugin_stops_the_pipeline("trap").await;
+    assert!(error.contains("trap"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_plugin_hits_its_deadline_naming_plugin_and_lsn() {
+    let error = failing_plugin_stops_the_pipeline("spin").await;
+    assert!(
+        error.contains("time limit") || error.contains("deadline"),
+        "{error}"
+    );
+}
