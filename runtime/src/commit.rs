@@ -35,7 +35,8 @@ use crate::transform::PluginInfo;
 pub const STATE_PREFIX: &str = "_tributary";
 const LOG_DIR: &str = "_tributary/log";
 const INTENT_DIR: &str = "_tributary/intent";
-const FORMAT: u32 = 1;
+/// Version of the commit entry format this build writes and reads.
+pub const FORMAT: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
@@ -485,7 +486,10 @@ mod tests {
         );
         assert_eq!(recovery.stale, [2, 10]);
         assert_eq!(recovery.abandoned.len(), 1);
-        assert_eq!(w.clean_up(&recovery).await.unwrap(), std::slice::from_ref(&orphan));
+        assert_eq!(
+            w.clean_up(&recovery).await.unwrap(),
+            std::slice::from_ref(&orphan)
+        );
         assert!(
             sink.get(&Path::from(orphan.as_str()))
                 .await

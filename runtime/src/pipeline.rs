@@ -46,11 +46,11 @@ const SLOT_RELEASE_WAIT: Duration = Duration::from_secs(15);
 
 /// Run a sink step until it succeeds or fails for good.
 macro_rules! with_retry {
-    ($what:expr, $confirmed:expr, $step:expr) => {{
+    ($what:expr, $confirmed:expr, $shutdown:expr, $step:expr) => {{
         let mut backoff = Backoff::new($what);
         loop {
             let result = $step.await;
-            if !backoff.after(&result, $confirmed).await? {
+            if !backoff.after(&result, $confirmed, $shutdown).await? {
                 break result?;
             }
         }
@@ -87,6 +87,10 @@ pub enum PipelineError {
     Sink(#[from] SinkError),
     #[error(transparent)]
     Commit(#[from] CommitError),
+    #[error(
+        "stopped while {what} kept failing: nothing past {confirmed} was confirmed, and the unfinished flush is cleaned up and replayed at the next start"
+    )]
+    Interrupted { what: &'static str, confirmed: Lsn },
     #[error("the replication stream ended unexpectedly after {0}")]
     StreamEnded(Lsn),
     #[error("a blocking task failed: {0}")]
@@ -344,19 +348,22 @@ impl Pipeline {
 
         let paths: Vec<String> = encoded.iter().map(|(f, _)| f.path.clone()).collect();
         let confirmed = self.checkpoint.confirmed();
+        let mut shutdown = self.shutdown.clone();
         with_retry!(
             "writing the intent",
             confirmed,
+            &mut shutdown,
             self.log.write_intent(sequence, &paths)
         );
         with_retry!(
             "uploading data files",
             confirmed,
+            &mut shutdown,
             upload_all(&self.sink, &encoded)
         );
 
         let entry = CommitEntry {
-            format: 1,
+            format: crate::commit::FORMAT,
             sequence,
             writer: self.log.writer().to_owned(),
             slot: self.config.source.slot.clone(),
@@ -372,6 +379,7 @@ impl Pipeline {
         with_retry!(
             "writing the commit entry",
             confirmed,
+            &mut shutdown,
             self.log.commit(&entry)
         );
         self.checkpoint.advance(&entry)?;
@@ -422,11 +430,14 @@ impl Backoff {
         }
     }
 
-    /// `Ok(true)` to try again after the wait, `Ok(false)` when the step succeeded.
+    /// `Ok(true)` to try again after the wait, `Ok(false)` when the step succeeded or failed
+    /// for good. A stop request during the wait ends the retries: the flush stays uncommitted
+    /// and is replayed at the next start.
     async fn after<T>(
         &mut self,
         result: &Result<T, CommitError>,
         confirmed: Lsn,
+        shutdown: &mut Shutdown,
     ) -> Result<bool, PipelineError> {
         match result {
             Ok(_) => {
@@ -448,7 +459,19 @@ impl Backoff {
                     "{} failed; nothing past {confirmed} is confirmed",
                     self.what
                 );
-                tokio::time::sleep(self.delay).await;
+                let stop = async {
+                    while !*shutdown.borrow_and_update() {
+                        if shutdown.changed().await.is_err() {
+                            break;
+                        }
+                    }
+                };
+                tokio::select! {
+                    _ = tokio::time::sleep(self.delay) => {}
+                    _ = stop => {
+                        return Err(PipelineError::Interrupted { what: self.what, confirmed });
+                    }
+                }
                 self.delay = (self.delay * 2).min(RETRY_MAX);
                 Ok(true)
             }

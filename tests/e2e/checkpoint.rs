@@ -95,6 +95,49 @@ async fn confirmed_flush_waits_for_the_commit_entry_through_an_outage() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_an_outage_ends_promptly_and_confirms_nothing_more() {
+    let db = fresh_database("stop_in_outage").await;
+    db.client
+        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
+        .await
+        .unwrap();
+    let mut server = S3Server::start();
+    let bucket = server.fresh_bucket("stop-in-outage").await;
+    let options = server.object_store_options();
+    let name = unique_name("stop_in_outage");
+    let cfg = config(
+        &db.url,
+        &name,
+        &["public.events"],
+        &server.bucket_url(&bucket),
+        options,
+        &[],
+    );
+    let mut running = RunningPipeline::start(cfg).await;
+    insert_batches(&db.client, 1, 1, 10).await;
+    running.wait_for_changes(10, Duration::from_secs(60)).await;
+    let sink_end = running
+        .progress
+        .borrow()
+        .last_entry
+        .as_ref()
+        .unwrap()
+        .last_end_lsn;
+    assert_eq!(
+        wait_for_confirmed(&db.client, &name, sink_end).await,
+        sink_end
+    );
+
+    server.stop();
+    insert_batches(&db.client, 11, 1, 10).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let error = running.stop_with_error().await.to_string();
+    assert!(error.starts_with("stopped while"), "{error}");
+    assert!(error.contains(&sink_end.to_string()), "{error}");
+    assert_eq!(confirmed_flush(&db.client, &name).await, Some(sink_end));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confirmed_flush_never_passes_the_latest_commit_entry() {
     let db = fresh_database("never_passes").await;
     db.client

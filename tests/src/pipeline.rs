@@ -150,6 +150,18 @@ impl RunningPipeline {
             .expect("the pipeline failed")
     }
 
+    /// Ask for a stop that the pipeline cannot finish cleanly; returns its error.
+    pub async fn stop_with_error(self) -> PipelineError {
+        let _ = self.stop.send(true);
+        match tokio::time::timeout(Duration::from_secs(30), self.task).await {
+            Err(_) => panic!("the pipeline did not stop within 30 s"),
+            Ok(result) => match result.expect("pipeline task panicked") {
+                Ok(progress) => panic!("the pipeline stopped cleanly: {progress:?}"),
+                Err(e) => e,
+            },
+        }
+    }
+
     /// Kill it where it stands, as a crash would.
     pub async fn crash(self) {
         self.task.abort();

@@ -115,9 +115,7 @@ fn relation_to_wit(relation: &Relation) -> wit::Relation {
 }
 
 fn type_name(oid: u32) -> &'static str {
-    pgtype::type_name(oid)
-        .or_else(|| COLUMN_TYPES.iter().find(|t| t.1 == oid).map(|t| t.2))
-        .unwrap_or("")
+    pgtype::type_name(oid).unwrap_or("")
 }
 
 pub(super) fn op_to_wit(op: Op) -> wit::Op {
@@ -205,25 +203,25 @@ pub(super) fn value_from_wit(value: wit::Value) -> Value {
     }
 }
 
-/// The declared column types: WIT case, PostgreSQL type OID, `pg_type.typname`.
-const COLUMN_TYPES: &[(wit::ColumnType, u32, &str)] = &[
-    (wit::ColumnType::Boolean, 16, "bool"),
-    (wit::ColumnType::Int2, 21, "int2"),
-    (wit::ColumnType::Int4, 23, "int4"),
-    (wit::ColumnType::Int8, 20, "int8"),
-    (wit::ColumnType::Float4, 700, "float4"),
-    (wit::ColumnType::Float8, 701, "float8"),
-    (wit::ColumnType::Numeric, 1700, "numeric"),
-    (wit::ColumnType::Text, 25, "text"),
-    (wit::ColumnType::Bytea, 17, "bytea"),
-    (wit::ColumnType::Date, 1082, "date"),
-    (wit::ColumnType::Time, 1083, "time"),
-    (wit::ColumnType::Timestamp, 1114, "timestamp"),
-    (wit::ColumnType::Timestamptz, 1184, "timestamptz"),
-    (wit::ColumnType::Uuid, 2950, "uuid"),
-    (wit::ColumnType::Json, 114, "json"),
-    (wit::ColumnType::Jsonb, 3802, "jsonb"),
-    (wit::ColumnType::Interval, 1186, "interval"),
+/// The declared column types: WIT case and PostgreSQL type OID.
+const COLUMN_TYPES: &[(wit::ColumnType, u32)] = &[
+    (wit::ColumnType::Boolean, 16),
+    (wit::ColumnType::Int2, 21),
+    (wit::ColumnType::Int4, 23),
+    (wit::ColumnType::Int8, 20),
+    (wit::ColumnType::Float4, 700),
+    (wit::ColumnType::Float8, 701),
+    (wit::ColumnType::Numeric, 1700),
+    (wit::ColumnType::Text, 25),
+    (wit::ColumnType::Bytea, 17),
+    (wit::ColumnType::Date, 1082),
+    (wit::ColumnType::Time, 1083),
+    (wit::ColumnType::Timestamp, 1114),
+    (wit::ColumnType::Timestamptz, 1184),
+    (wit::ColumnType::Uuid, 2950),
+    (wit::ColumnType::Json, 114),
+    (wit::ColumnType::Jsonb, 3802),
+    (wit::ColumnType::Interval, 1186),
 ];
 
 /// The PostgreSQL type OID of a declared column type.
@@ -356,7 +354,7 @@ mod tests {
                 micros: 1,
             },
         };
-        for (t, oid, _) in COLUMN_TYPES {
+        for (t, oid) in COLUMN_TYPES {
             assert_eq!(column_type_oid(*t), *oid);
             assert!(fits(*oid, &sample(*t)), "{t:?}");
         }
