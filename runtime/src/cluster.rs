@@ -57,6 +57,9 @@ pub struct ClusterOptions {
     pub bin_dir: Option<PathBuf>,
     /// Extra `postgresql.conf` settings, applied after the defaults (so they win).
     pub settings: Vec<(String, String)>,
+    /// Extra `pg_hba.conf` lines, placed before the trust-everything defaults (the first
+    /// matching line wins), e.g. to make one role authenticate with SCRAM.
+    pub hba: Vec<String>,
 }
 
 impl ClusterOptions {
@@ -66,6 +69,12 @@ impl ClusterOptions {
             fast: true,
             ..Self::default()
         }
+    }
+
+    /// Adds a `pg_hba.conf` line that is matched before the defaults.
+    pub fn hba_rule(mut self, line: impl Into<String>) -> Self {
+        self.hba.push(line.into());
+        self
     }
 
     /// Adds a `postgresql.conf` setting; later settings win over earlier ones and the defaults.
@@ -294,7 +303,9 @@ impl TempCluster {
         fs::write(&ours, settings).map_err(io_error("write", &ours))?;
 
         let hba = self.data_dir.join("pg_hba.conf");
-        fs::write(&hba, HBA).map_err(io_error("write", &hba))?;
+        let mut rules: String = options.hba.iter().map(|l| format!("{l}\n")).collect();
+        rules.push_str(HBA);
+        fs::write(&hba, rules).map_err(io_error("write", &hba))?;
         if let Some(user) = self.run_as {
             chown(&ours, user)?;
             chown(&hba, user)?;

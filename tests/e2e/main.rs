@@ -1,5 +1,6 @@
 //! End-to-end tests against real PostgreSQL and S3, one module per area.
 
+mod auth;
 mod checkpoint;
 mod demo;
 mod harness;

@@ -9,16 +9,30 @@ use tributary::cluster::{ClusterOptions, TempCluster};
 /// instead of each trying again).
 static CLUSTER: OnceLock<Result<TempCluster, String>> = OnceLock::new();
 
+/// Roles the cluster authenticates by password, and how: a test creates the role with a
+/// password (`md5` needs `password_encryption = md5` when the password is set).
+pub const AUTH_METHODS: [(&str, &str); 3] = [
+    ("auth_password", "password"),
+    ("auth_md5", "md5"),
+    ("auth_scram", "scram-sha-256"),
+];
+
 /// The process-wide cluster, started on first use and stopped when the process exits.
 ///
 /// Blocks while the cluster starts (a second or two), which is fine inside a test runtime.
 pub fn postgres() -> &'static TempCluster {
     let cluster = CLUSTER.get_or_init(|| {
         // Every test takes a slot and a walsender of its own, all in this one cluster.
-        let options = ClusterOptions::fast()
+        let mut options = ClusterOptions::fast()
             .setting("max_replication_slots", "200")
             .setting("max_wal_senders", "100")
             .setting("max_connections", "300");
+        // Roles that must prove a password, one per method (see `AUTH_METHODS`).
+        for (role, method) in AUTH_METHODS {
+            for database in ["all", "replication"] {
+                options = options.hba_rule(format!("host {database} {role} 127.0.0.1/32 {method}"));
+            }
+        }
         let cluster = TempCluster::start(options).map_err(|error| format!("{error}"))?;
         register_exit_hook();
         Ok(cluster)
