@@ -223,6 +223,11 @@ impl Pipeline {
             )
             .await?;
 
+        if checkpoint.sequence() > 0 {
+            // A previous run may have stopped between its last commit and confirming it; what
+            // the sink holds is durable, so the slot may release it now.
+            stream.confirm(checkpoint.confirmed());
+        }
         let removed = log.clean_up(&recovery).await?;
         if !removed.is_empty() {
             tracing::info!(

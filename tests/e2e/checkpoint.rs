@@ -269,3 +269,63 @@ async fn crashes_and_restarts_land_every_change_exactly_once() {
     assert_eq!(rows.len(), 1200);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_confirms_what_the_sink_already_holds() {
+    let db = fresh_database("confirm_at_start").await;
+    db.client
+        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(unique_name("confirm-at-start-lake"));
+    let sink_url = format!("file://{}", dir.display());
+    let name = unique_name("confirm_at_start");
+    let cfg = config(&db.url, &name, &["public.events"], &sink_url, vec![], &[]);
+    RunningPipeline::start(cfg.clone()).await.stop().await;
+    let created = confirmed_flush(&db.client, &name).await.unwrap();
+
+    // A previous run landed transaction A and committed it, then died before confirming.
+    insert_batches(&db.client, 1, 1, 10).await;
+    let lsn_a: Lsn = db
+        .client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get::<_, String>(0)
+        .parse()
+        .unwrap();
+    let sink = Sink::open(&sink_url, &Default::default()).unwrap();
+    let entry = tributary::commit::CommitEntry {
+        format: tributary::commit::FORMAT,
+        sequence: 1,
+        writer: "an earlier run".into(),
+        slot: name.clone(),
+        first_commit_lsn: lsn_a,
+        last_commit_lsn: lsn_a,
+        last_end_lsn: lsn_a,
+        transactions: 1,
+        changes: 10,
+        files: vec![],
+        plugins: vec![],
+        committed_at: 0,
+    };
+    CommitLog::new(sink.clone(), "test")
+        .commit(&entry)
+        .await
+        .unwrap();
+    assert_eq!(confirmed_flush(&db.client, &name).await, Some(created));
+
+    // The next start confirms it without waiting for new work, and does not land A again.
+    let mut running = RunningPipeline::start(cfg).await;
+    assert_eq!(wait_for_confirmed(&db.client, &name, lsn_a).await, lsn_a);
+    insert_batches(&db.client, 11, 1, 10).await;
+    running.wait_for_changes(10, Duration::from_secs(60)).await;
+    running.stop().await;
+    let rows = read_output(sink.store().as_ref(), "public.events").await;
+    let ids: BTreeSet<u32> = rows
+        .iter()
+        .map(|r| r.values["id"].as_ref().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(ids, (11..=20).collect());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
