@@ -49,6 +49,35 @@ pub enum Value {
     Other(String),
 }
 
+impl Value {
+    /// The name of the variant, as the WIT contract spells it (`boolean`, `int4`, `text`, ...);
+    /// errors about a value of the wrong kind print it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Value::Null => "null",
+            Value::UnchangedToast => "unchanged-toast",
+            Value::Bool(_) => "boolean",
+            Value::Int2(_) => "int2",
+            Value::Int4(_) => "int4",
+            Value::Int8(_) => "int8",
+            Value::Float4(_) => "float4",
+            Value::Float8(_) => "float8",
+            Value::Numeric(_) => "numeric",
+            Value::Text(_) => "text",
+            Value::Bytea(_) => "bytea",
+            Value::Date(_) => "date",
+            Value::Time(_) => "time",
+            Value::Timestamp(_) => "timestamp",
+            Value::TimestampTz(_) => "timestamptz",
+            Value::Uuid(_) => "uuid",
+            Value::Json(_) => "json",
+            Value::Interval { .. } => "interval",
+            Value::Array(_) => "array",
+            Value::Other(_) => "other",
+        }
+    }
+}
+
 /// What a change did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {

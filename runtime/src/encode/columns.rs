@@ -25,32 +25,6 @@ use crate::change::{OutputRow, Value};
 /// Why a row's value could not go into its column: the row's index in the chunk and a reason.
 pub(super) type Refusal = (usize, String);
 
-/// The name of a value's variant, as errors print it.
-pub(super) fn value_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::UnchangedToast => "unchanged-toast",
-        Value::Bool(_) => "bool",
-        Value::Int2(_) => "int2",
-        Value::Int4(_) => "int4",
-        Value::Int8(_) => "int8",
-        Value::Float4(_) => "float4",
-        Value::Float8(_) => "float8",
-        Value::Numeric(_) => "numeric",
-        Value::Text(_) => "text",
-        Value::Bytea(_) => "bytea",
-        Value::Date(_) => "date",
-        Value::Time(_) => "time",
-        Value::Timestamp(_) => "timestamp",
-        Value::TimestampTz(_) => "timestamptz",
-        Value::Uuid(_) => "uuid",
-        Value::Json(_) => "json",
-        Value::Interval { .. } => "interval",
-        Value::Array(_) => "array",
-        Value::Other(_) => "other",
-    }
-}
-
 fn is_null(value: &Value) -> bool {
     // An unchanged TOAST value was not sent, so there is nothing to write; a later policy
     // may fill it from the previous image instead.
@@ -58,11 +32,7 @@ fn is_null(value: &Value) -> bool {
 }
 
 fn mismatch(kind: Kind, value: &Value) -> String {
-    format!(
-        "expected a {} value, got {}",
-        kind.expected(),
-        value_kind(value)
-    )
+    format!("expected a {} value, got {}", kind.expected(), value.kind())
 }
 
 /// The payload length a value adds to a chunk; used to bound chunks by bytes.

@@ -108,10 +108,10 @@ impl Kind {
         }
     }
 
-    /// The value variant a column of this kind takes, as [`value_kind`] names it.
+    /// The value variant a column of this kind takes, as [`crate::change::Value::kind`] names it.
     pub(super) fn expected(self) -> &'static str {
         match self {
-            Kind::Bool => "bool",
+            Kind::Bool => "boolean",
             Kind::Int2 => "int2",
             Kind::Int4 => "int4",
             Kind::Int8 => "int8",

@@ -255,7 +255,7 @@ pub(super) fn route(
         {
             let message = format!(
                 "a {} value does not fit column type oid {}",
-                convert::kind(value),
+                value.kind(),
                 column.type_oid
             );
             return Err(error(Some(column.name.clone()), message));

@@ -257,39 +257,13 @@ fn expected_kind(type_oid: u32) -> Option<&'static str> {
     })
 }
 
-/// The name of the `Value` case, as the WIT spells it.
-pub(super) fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::UnchangedToast => "unchanged-toast",
-        Value::Bool(_) => "boolean",
-        Value::Int2(_) => "int2",
-        Value::Int4(_) => "int4",
-        Value::Int8(_) => "int8",
-        Value::Float4(_) => "float4",
-        Value::Float8(_) => "float8",
-        Value::Numeric(_) => "numeric",
-        Value::Text(_) => "text",
-        Value::Bytea(_) => "bytea",
-        Value::Date(_) => "date",
-        Value::Time(_) => "time",
-        Value::Timestamp(_) => "timestamp",
-        Value::TimestampTz(_) => "timestamptz",
-        Value::Uuid(_) => "uuid",
-        Value::Json(_) => "json",
-        Value::Interval { .. } => "interval",
-        Value::Array(_) => "array",
-        Value::Other(_) => "other",
-    }
-}
-
 /// Whether `value` may sit in a column of type `type_oid`.
 ///
 /// Typed columns take their own kind; text-like columns also take `other`; columns of types
 /// the decoder keeps as text (arrays, enums, ranges, ...) take the text-like kinds. `null` and
 /// `unchanged-toast` fit everywhere.
 pub(super) fn fits(type_oid: u32, value: &Value) -> bool {
-    let kind = kind(value);
+    let kind = value.kind();
     if matches!(kind, "null" | "unchanged-toast") {
         return true;
     }
