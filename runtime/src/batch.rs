@@ -175,6 +175,7 @@ impl Assembler {
         let old = old
             .map(|t| typed_row(&relation, t, open, &mut bytes))
             .transpose()?;
+        let new = crate::toast::fill_from_old_image(&relation, new, old.as_deref());
         let seq = open.changes.len() as u32;
         open.changes.push(Change {
             op,

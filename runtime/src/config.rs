@@ -60,6 +60,46 @@ pub struct SourceConfig {
     /// Seconds between standby status updates; well inside the server's `wal_sender_timeout`.
     #[serde(default = "default_status_interval")]
     pub status_interval_secs: u64,
+    /// What to do with TOASTed values an update leaves untouched on tables whose updates do
+    /// not carry the whole old row.
+    #[serde(default)]
+    pub unchanged_toast: UnchangedToastPolicy,
+}
+
+/// `source.unchanged_toast`: PostgreSQL does not resend a TOASTed value an update left
+/// untouched. With `REPLICA IDENTITY FULL` the old row carries it and the pipeline fills it in;
+/// for any other table this policy decides.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum UnchangedToastPolicy {
+    /// Refuse to start while a tracked table could send such values.
+    #[default]
+    Refuse,
+    /// Land them as null.
+    Null,
+}
+
+impl UnchangedToastPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnchangedToastPolicy::Refuse => "refuse",
+            UnchangedToastPolicy::Null => "null",
+        }
+    }
+}
+
+impl TryFrom<String> for UnchangedToastPolicy {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, String> {
+        match value.as_str() {
+            "refuse" => Ok(UnchangedToastPolicy::Refuse),
+            "null" => Ok(UnchangedToastPolicy::Null),
+            other => Err(format!(
+                "source.unchanged_toast = {other:?} is not one of \"refuse\", \"null\""
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -274,6 +314,7 @@ mod tests {
         let c = parse(MINIMAL).unwrap();
         assert_eq!(c.source.tables, ["public.orders", "public.customers"]);
         assert!(c.source.create_slot && c.source.create_publication);
+        assert_eq!(c.source.unchanged_toast, UnchangedToastPolicy::Refuse);
         assert_eq!(c.transforms.len(), 1);
         assert_eq!(c.transforms[0].config["columns"], "email,phone");
         assert_eq!(c.transforms[0].memory_limit_mib, 256);
@@ -312,6 +353,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("\"orders\" is not of the form"), "{err}");
+    }
+
+    #[test]
+    fn unchanged_toast_takes_one_of_its_policies() {
+        for (text, policy) in [
+            ("refuse", UnchangedToastPolicy::Refuse),
+            ("null", UnchangedToastPolicy::Null),
+        ] {
+            let file = MINIMAL.replace(
+                "[[transform]]",
+                &format!("unchanged_toast = \"{text}\"\n\n[[transform]]"),
+            );
+            let c = parse(&file).unwrap();
+            assert_eq!(c.source.unchanged_toast, policy);
+            assert_eq!(policy.as_str(), text);
+        }
+    }
+
+    #[test]
+    fn an_unknown_unchanged_toast_policy_names_the_key_and_the_choices() {
+        let file = MINIMAL.replace(
+            "[[transform]]",
+            "unchanged_toast = \"Null\"\n\n[[transform]]",
+        );
+        let err = parse(&file).unwrap_err().to_string();
+        assert!(err.starts_with("pipeline file pipeline.toml:"), "{err}");
+        assert!(
+            err.contains("source.unchanged_toast = \"Null\" is not one of \"refuse\", \"null\""),
+            "{err}"
+        );
+        let file = MINIMAL.replace("[[transform]]", "unchanged_toast = 1\n\n[[transform]]");
+        let err = parse(&file).unwrap_err().to_string();
+        assert!(err.contains("unchanged_toast"), "{err}");
     }
 
     #[test]

@@ -81,6 +81,9 @@ const SCHEMA: &str = "
     CREATE TABLE orders (
         id bigint PRIMARY KEY, customer_id int NOT NULL, amount numeric(12,2), status text,
         placed_at timestamptz, items jsonb, ref uuid);
+    -- Updates then carry the whole old row: untouched large values are filled from it.
+    ALTER TABLE customers REPLICA IDENTITY FULL;
+    ALTER TABLE orders REPLICA IDENTITY FULL;
 ";
 
 pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
@@ -132,6 +135,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
             create_slot: true,
             create_publication: true,
             status_interval_secs: 10,
+            unchanged_toast: Default::default(),
         },
         transforms: plugin
             .iter()

@@ -34,6 +34,7 @@ pub mod provision;
 pub mod replication;
 pub mod sink;
 pub mod status;
+pub mod toast;
 pub mod transform;
 
 pub use lsn::{Lsn, ParseLsnError};

@@ -167,6 +167,7 @@ impl Pipeline {
         let client = provision::connect(&pg).await?;
         provision::check_wal_level(&client).await?;
         provision::ensure_publication(&client, source).await?;
+        provision::check_replica_identity(&client, source).await?;
         let database = provision::current_database(&client).await?;
 
         let sink = Sink::open(&config.sink.url, &config.sink.options)?;

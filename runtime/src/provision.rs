@@ -1,12 +1,22 @@
 //! Source-side checks and set-up over an ordinary SQL connection: server settings, the
-//! publication, and the slot's state as `pg_replication_slots` reports it.
+//! publication, the tracked tables' replica identity, and the slot's state as
+//! `pg_replication_slots` reports it.
+//!
+//! The replica identity check runs before streaming, for every tracked table (the configured
+//! `source.tables`, or every table of the publication when that list is empty). A table must
+//! have a usable identity, so that its updates and deletes carry the old key: a primary key
+//! (`REPLICA IDENTITY DEFAULT`), the chosen index (`USING INDEX`), or the whole old row
+//! (`FULL`). A table that may hold TOASTed values and is not `FULL` would send updates without
+//! their untouched large values; `source.unchanged_toast` says whether that refuses the start
+//! (the default) or lands those values as null (see [`toast`](crate::toast)).
 
 use std::str::FromStr;
 
 use tokio_postgres::{Client, NoTls};
 
 use crate::Lsn;
-use crate::config::SourceConfig;
+use crate::config::{SourceConfig, UnchangedToastPolicy};
+use crate::pgoutput::ReplicaIdentity;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProvisionError {
@@ -48,6 +58,23 @@ pub enum ProvisionError {
     SlotActive { slot: String, pid: i32 },
     #[error("slot {slot:?} does not exist; create it or set source.create_slot = true")]
     NoSlot { slot: String },
+    #[error(
+        "table {table} has no usable replica identity ({reason}), so its updates and deletes would carry no old key; run: ALTER TABLE {sql} ADD PRIMARY KEY (...), or: ALTER TABLE {sql} REPLICA IDENTITY FULL"
+    )]
+    NoReplicaIdentity {
+        table: String,
+        /// The table's name as SQL writes it.
+        sql: String,
+        reason: &'static str,
+    },
+    #[error(
+        "table {table} has columns PostgreSQL may store out of line as TOAST ({columns}), and an update that leaves such a value untouched does not send it; run: ALTER TABLE {sql} REPLICA IDENTITY FULL (the old row then carries it), or set source.unchanged_toast = \"null\" to land those values as null"
+    )]
+    UnchangedToast {
+        table: String,
+        sql: String,
+        columns: String,
+    },
 }
 
 /// A slot as `pg_replication_slots` shows it.
@@ -176,6 +203,173 @@ pub async fn ensure_publication(
     Ok(())
 }
 
+/// What a tracked table's updates and deletes will carry, as the catalog says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableIdentity {
+    /// `schema.table`.
+    pub table: String,
+    /// `pg_class.relreplident`.
+    pub identity: ReplicaIdentity,
+    pub has_primary_key: bool,
+    /// An index marked as the replica identity exists (`REPLICA IDENTITY USING INDEX`).
+    pub has_identity_index: bool,
+    /// Published columns whose type may be stored out of line (`typstorage <> 'p'`).
+    pub toastable: Vec<String>,
+}
+
+/// Which row operations a publication sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Publishes {
+    pub update: bool,
+    pub delete: bool,
+}
+
+/// Refuse a tracked table whose changes this pipeline could not land faithfully.
+pub fn check_identity(
+    table: &TableIdentity,
+    publishes: Publishes,
+    policy: UnchangedToastPolicy,
+) -> Result<(), ProvisionError> {
+    let sql = sql_table_name(&table.table);
+    if publishes.update || publishes.delete {
+        let missing = match table.identity {
+            ReplicaIdentity::Nothing => Some("REPLICA IDENTITY NOTHING"),
+            ReplicaIdentity::Default if !table.has_primary_key => {
+                Some("REPLICA IDENTITY DEFAULT without a primary key")
+            }
+            ReplicaIdentity::Index if !table.has_identity_index => {
+                Some("REPLICA IDENTITY USING INDEX, but the index no longer exists")
+            }
+            _ => None,
+        };
+        if let Some(reason) = missing {
+            return Err(ProvisionError::NoReplicaIdentity {
+                table: table.table.clone(),
+                sql,
+                reason,
+            });
+        }
+    }
+    if publishes.update
+        && policy == UnchangedToastPolicy::Refuse
+        && table.identity != ReplicaIdentity::Full
+        && !table.toastable.is_empty()
+    {
+        return Err(ProvisionError::UnchangedToast {
+            table: table.table.clone(),
+            sql,
+            columns: table.toastable.join(", "),
+        });
+    }
+    Ok(())
+}
+
+/// Check the replica identity of every tracked table before streaming.
+pub async fn check_replica_identity(
+    client: &Client,
+    source: &SourceConfig,
+) -> Result<(), ProvisionError> {
+    let publication = &source.publication;
+    let row = client
+        .query_one(
+            "SELECT pubupdate, pubdelete FROM pg_publication WHERE pubname = $1",
+            &[publication],
+        )
+        .await
+        .map_err(query_error(format!(
+            "reading what publication {publication:?} publishes"
+        )))?;
+    let publishes = Publishes {
+        update: row.get(0),
+        delete: row.get(1),
+    };
+    for table in table_identities(client, source).await? {
+        check_identity(&table, publishes, source.unchanged_toast)?;
+    }
+    Ok(())
+}
+
+/// Replica identity facts of the tracked tables, in name order.
+pub async fn table_identities(
+    client: &Client,
+    source: &SourceConfig,
+) -> Result<Vec<TableIdentity>, ProvisionError> {
+    let publication = &source.publication;
+    let tracked: Vec<String> = if source.tables.is_empty() {
+        client
+            .query(
+                "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1",
+                &[publication],
+            )
+            .await
+            .map_err(query_error(format!(
+                "listing tables of publication {publication:?}"
+            )))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    } else {
+        source.tables.clone()
+    };
+    // Generated columns are not published, so they never arrive as unchanged TOAST.
+    let rows = client
+        .query(
+            "SELECT n.nspname || '.' || c.relname, c.relreplident::text,
+                    EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
+                    EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident),
+                    ARRAY(SELECT a.attname::text
+                          FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+                          WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+                            AND a.attgenerated = '' AND t.typstorage <> 'p'
+                          ORDER BY a.attnum)
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname || '.' || c.relname = ANY($1) AND c.relkind IN ('r', 'p')
+             ORDER BY 1",
+            &[&tracked],
+        )
+        .await
+        .map_err(query_error(
+            "reading the replica identity of the tracked tables",
+        ))?;
+    Ok(rows
+        .iter()
+        .map(|r| TableIdentity {
+            table: r.get(0),
+            identity: match r.get::<_, String>(1).as_str() {
+                "n" => ReplicaIdentity::Nothing,
+                "f" => ReplicaIdentity::Full,
+                "i" => ReplicaIdentity::Index,
+                _ => ReplicaIdentity::Default,
+            },
+            has_primary_key: r.get(2),
+            has_identity_index: r.get(3),
+            toastable: r.get(4),
+        })
+        .collect())
+}
+
+/// `schema.table` as SQL reads it: each part quoted only when it has to be.
+fn sql_table_name(table: &str) -> String {
+    table
+        .split('.')
+        .map(|part| {
+            let plain = part
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            if plain {
+                part.to_owned()
+            } else {
+                quote_ident(part)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
 /// The slot's row in `pg_replication_slots`, `None` when there is no such slot.
 pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>, ProvisionError> {
     let row = client
@@ -262,6 +456,100 @@ mod tests {
             wal_status: None,
             safe_wal_size: None,
         }
+    }
+
+    fn table(
+        identity: ReplicaIdentity,
+        has_primary_key: bool,
+        toastable: &[&str],
+    ) -> TableIdentity {
+        TableIdentity {
+            table: "public.docs".into(),
+            identity,
+            has_primary_key,
+            has_identity_index: false,
+            toastable: toastable.iter().map(|c| (*c).to_owned()).collect(),
+        }
+    }
+
+    const ALL: Publishes = Publishes {
+        update: true,
+        delete: true,
+    };
+    const REFUSE: UnchangedToastPolicy = UnchangedToastPolicy::Refuse;
+    const NULL: UnchangedToastPolicy = UnchangedToastPolicy::Null;
+
+    #[test]
+    fn tables_without_a_usable_identity_are_refused_with_the_fix() {
+        let err = check_identity(&table(ReplicaIdentity::Default, false, &[]), ALL, NULL)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "table public.docs has no usable replica identity (REPLICA IDENTITY DEFAULT without a primary key), \
+             so its updates and deletes would carry no old key; run: ALTER TABLE public.docs ADD PRIMARY KEY (...), \
+             or: ALTER TABLE public.docs REPLICA IDENTITY FULL"
+        );
+        let err = check_identity(&table(ReplicaIdentity::Nothing, true, &[]), ALL, NULL)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("(REPLICA IDENTITY NOTHING)"), "{err}");
+        let err = check_identity(&table(ReplicaIdentity::Index, true, &[]), ALL, NULL)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the index no longer exists"), "{err}");
+
+        let mut indexed = table(ReplicaIdentity::Index, false, &[]);
+        indexed.has_identity_index = true;
+        check_identity(&indexed, ALL, REFUSE).unwrap();
+        check_identity(&table(ReplicaIdentity::Default, true, &[]), ALL, REFUSE).unwrap();
+        check_identity(&table(ReplicaIdentity::Full, false, &["body"]), ALL, REFUSE).unwrap();
+    }
+
+    #[test]
+    fn toastable_columns_need_full_identity_or_the_null_policy() {
+        let docs = table(ReplicaIdentity::Default, true, &["title", "body"]);
+        let err = check_identity(&docs, ALL, REFUSE).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "table public.docs has columns PostgreSQL may store out of line as TOAST (title, body), \
+             and an update that leaves such a value untouched does not send it; \
+             run: ALTER TABLE public.docs REPLICA IDENTITY FULL (the old row then carries it), \
+             or set source.unchanged_toast = \"null\" to land those values as null"
+        );
+        check_identity(&docs, ALL, NULL).unwrap();
+    }
+
+    #[test]
+    fn only_published_operations_need_an_identity() {
+        let inserts_only = Publishes {
+            update: false,
+            delete: false,
+        };
+        let bare = table(ReplicaIdentity::Nothing, false, &["body"]);
+        check_identity(&bare, inserts_only, REFUSE).unwrap();
+        let deletes = Publishes {
+            update: false,
+            delete: true,
+        };
+        // Deletes need the key but never carry unchanged TOAST values.
+        check_identity(
+            &table(ReplicaIdentity::Default, true, &["body"]),
+            deletes,
+            REFUSE,
+        )
+        .unwrap();
+        check_identity(&bare, deletes, REFUSE).unwrap_err();
+    }
+
+    #[test]
+    fn hints_quote_only_names_that_need_it() {
+        assert_eq!(sql_table_name("public.docs_2"), "public.docs_2");
+        assert_eq!(
+            sql_table_name("Sales.order items"),
+            "\"Sales\".\"order items\""
+        );
+        assert_eq!(sql_table_name("public.2fa"), "public.\"2fa\"");
     }
 
     #[test]

@@ -104,7 +104,10 @@ async fn run_stops_cleanly_on_sigterm_and_status_shows_the_positions() {
     let (client, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
     tokio::spawn(conn);
     client
-        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
+        .batch_execute(
+            "CREATE TABLE events (id int PRIMARY KEY, body text);
+             ALTER TABLE events REPLICA IDENTITY FULL",
+        )
         .await
         .unwrap();
 

@@ -4,5 +4,6 @@ mod auth;
 mod checkpoint;
 mod demo;
 mod harness;
+mod identity;
 mod landing;
 mod plugins;

@@ -7,10 +7,15 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tributary::Lsn;
-use tributary::config::{FlushConfig, PipelineConfig, SinkConfig, SourceConfig, TransformConfig};
+use tributary::config::{
+    FlushConfig, PipelineConfig, SinkConfig, SourceConfig, TransformConfig, UnchangedToastPolicy,
+};
 use tributary::pipeline::{self, PipelineError, Progress, RunOptions};
 
 /// A pipeline file for a test: its own slot and publication (named `name`), small flushes.
+///
+/// Unchanged TOAST values land as null (`source.unchanged_toast = "null"`), so tests may use
+/// text columns on tables with a plain primary key; tests of the default policy set it back.
 pub fn config(
     source_url: &str,
     name: &str,
@@ -28,6 +33,7 @@ pub fn config(
             create_slot: true,
             create_publication: true,
             status_interval_secs: 10,
+            unchanged_toast: UnchangedToastPolicy::Null,
         },
         transforms: plugins
             .iter()

@@ -1,0 +1,180 @@
+//! Replica identity and unchanged TOAST values: tables whose updates and deletes would lose
+//! data are refused before streaming, and large values an update left untouched land whole
+//! (`REPLICA IDENTITY FULL`) or as null (`source.unchanged_toast = "null"`).
+
+use std::time::Duration;
+
+use tributary::config::{PipelineConfig, UnchangedToastPolicy};
+use tributary::pipeline::{PipelineError, RunOptions};
+use tributary::provision::ProvisionError;
+use tributary::sink::Sink;
+use tributary_tests::lake::{LandedRow, read_output};
+use tributary_tests::pipeline::{RunningPipeline, config};
+use tributary_tests::{TestDatabase, fresh_database, plugin, unique_name};
+
+const BODY_LEN: usize = 100_000;
+
+/// A pipeline with the default policy on every table of its publication (`tables = []`, so
+/// the tracked tables come from `pg_publication_tables`).
+fn default_policy(db: &TestDatabase, name: &str, sink_url: &str) -> PipelineConfig {
+    let mut cfg = config(&db.url, name, &[], sink_url, vec![], &[]);
+    cfg.source.unchanged_toast = UnchangedToastPolicy::Refuse;
+    cfg
+}
+
+async fn refusal(hint: &str, schema: &str) -> String {
+    let db = fresh_database(hint).await;
+    db.client.batch_execute(schema).await.unwrap();
+    let dir = std::env::temp_dir().join(unique_name(hint));
+    let cfg = default_policy(
+        &db,
+        &unique_name(hint),
+        &format!("file://{}", dir.display()),
+    );
+    let err = RunningPipeline::start_failure(cfg, RunOptions::default()).await;
+    assert!(
+        matches!(
+            err,
+            PipelineError::Provision(
+                ProvisionError::NoReplicaIdentity { .. } | ProvisionError::UnchangedToast { .. }
+            )
+        ),
+        "{err:?}"
+    );
+    assert!(!dir.exists(), "a refused start wrote to the sink");
+    err.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_without_a_primary_key_is_refused() {
+    let err = refusal("no_pkey", "CREATE TABLE events (id int, n int)").await;
+    assert_eq!(
+        err,
+        "table public.events has no usable replica identity (REPLICA IDENTITY DEFAULT without a \
+         primary key), so its updates and deletes would carry no old key; run: ALTER TABLE \
+         public.events ADD PRIMARY KEY (...), or: ALTER TABLE public.events REPLICA IDENTITY FULL"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_with_replica_identity_nothing_is_refused() {
+    let err = refusal(
+        "identity_nothing",
+        "CREATE TABLE events (id int PRIMARY KEY, n int);
+         ALTER TABLE events REPLICA IDENTITY NOTHING",
+    )
+    .await;
+    assert_eq!(
+        err,
+        "table public.events has no usable replica identity (REPLICA IDENTITY NOTHING), so its \
+         updates and deletes would carry no old key; run: ALTER TABLE public.events ADD PRIMARY \
+         KEY (...), or: ALTER TABLE public.events REPLICA IDENTITY FULL"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_column_without_full_identity_is_refused_by_default() {
+    let err = refusal(
+        "toast_refused",
+        "CREATE TABLE docs (id int PRIMARY KEY, n int, title varchar(80), body text)",
+    )
+    .await;
+    assert_eq!(
+        err,
+        "table public.docs has columns PostgreSQL may store out of line as TOAST (title, body), \
+         and an update that leaves such a value untouched does not send it; run: ALTER TABLE \
+         public.docs REPLICA IDENTITY FULL (the old row then carries it), or set \
+         source.unchanged_toast = \"null\" to land those values as null"
+    );
+}
+
+/// Insert a row whose body is stored out of line, update another column, and read back what
+/// landed: the insert and the update, in that order.
+async fn land_an_update_beside_a_toasted_value(
+    db: &TestDatabase,
+    cfg: PipelineConfig,
+    sink_url: &str,
+) -> Vec<LandedRow> {
+    let mut running = RunningPipeline::start(cfg).await;
+    db.client
+        .batch_execute(&format!(
+            "INSERT INTO docs VALUES (1, 'draft', repeat('x', {BODY_LEN}))"
+        ))
+        .await
+        .unwrap();
+    // EXTERNAL storage keeps the value uncompressed, so it can only live in the TOAST table.
+    let toast_bytes: i64 = db
+        .client
+        .query_one(
+            "SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'docs'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(toast_bytes >= BODY_LEN as i64, "body was not TOASTed");
+    db.client
+        .batch_execute("UPDATE docs SET title = 'final' WHERE id = 1")
+        .await
+        .unwrap();
+    running.wait_for_changes(2, Duration::from_secs(60)).await;
+    running.stop().await;
+    let sink = Sink::open(sink_url, &Default::default()).unwrap();
+    let rows = read_output(sink.store().as_ref(), "public.docs").await;
+    let ops: Vec<&str> = rows.iter().map(|r| r.op.as_str()).collect();
+    assert_eq!(ops, ["insert", "update"]);
+    rows
+}
+
+const DOCS: &str = "CREATE TABLE docs (id int PRIMARY KEY, title text, body text);
+    ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL;";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_full_identity_an_untouched_toasted_value_lands_whole() {
+    let db = fresh_database("toast_full").await;
+    db.client
+        .batch_execute(&format!("{DOCS} ALTER TABLE docs REPLICA IDENTITY FULL;"))
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(unique_name("toast-full-lake"));
+    let sink_url = format!("file://{}", dir.display());
+    let name = unique_name("toast_full");
+    // Through a plugin, so the filled value also crosses the transform boundary.
+    let mut cfg = config(
+        &db.url,
+        &name,
+        &["public.docs"],
+        &sink_url,
+        vec![],
+        &[plugin("passthrough")],
+    );
+    cfg.source.unchanged_toast = UnchangedToastPolicy::Refuse;
+    let rows = land_an_update_beside_a_toasted_value(&db, cfg, &sink_url).await;
+    let update = &rows[1].values;
+    assert_eq!(update["title"].as_deref(), Some("final"));
+    assert_eq!(
+        update["body"].as_deref(),
+        Some("x".repeat(BODY_LEN).as_str())
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_null_policy_an_untouched_toasted_value_lands_as_null() {
+    let db = fresh_database("toast_null").await;
+    db.client.batch_execute(DOCS).await.unwrap();
+    let dir = std::env::temp_dir().join(unique_name("toast-null-lake"));
+    let sink_url = format!("file://{}", dir.display());
+    let name = unique_name("toast_null");
+    let mut cfg = config(&db.url, &name, &["public.docs"], &sink_url, vec![], &[]);
+    cfg.source.unchanged_toast = UnchangedToastPolicy::Null;
+    let rows = land_an_update_beside_a_toasted_value(&db, cfg, &sink_url).await;
+    assert_eq!(
+        rows[0].values["body"].as_deref(),
+        Some("x".repeat(BODY_LEN).as_str())
+    );
+    let update = &rows[1].values;
+    assert_eq!(update["title"].as_deref(), Some("final"));
+    assert_eq!(update["body"], None);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
