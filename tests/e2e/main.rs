@@ -6,3 +6,4 @@ mod demo;
 mod harness;
 mod landing;
 mod plugins;
+mod streaming;
