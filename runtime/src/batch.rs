@@ -1,14 +1,31 @@
 //! Transaction assembly and batching, without IO.
 //!
-//! [`Assembler`] turns the decoder's message stream into whole [`Transaction`]s: Begin opens
-//! one, row messages become typed [`Change`]s numbered by their ordinal in the transaction,
-//! Commit closes it. [`Batcher`] collects committed transactions and says when a batch is due:
-//! when it holds `max_rows` changes, `max_bytes` of decoded data, or its oldest transaction has
-//! waited `max_delay`. Time is always passed in; nothing here reads a clock.
+//! [`Assembler`] turns the decoder's message stream into whole [`Transaction`]s. [`Batcher`]
+//! collects committed transactions and says when a batch is due: when it holds `max_rows`
+//! changes, `max_bytes` of decoded data, or its oldest transaction has waited `max_delay`.
+//! Time is always passed in; nothing here reads a clock.
+//!
+//! Transactions reach the assembler in two shapes:
+//!
+//! - **Whole** (every protocol version): Begin, row messages, Commit, with nothing else in
+//!   between. Rows become typed [`Change`]s numbered by their ordinal in the transaction.
+//! - **Streamed** (protocol 2 and later, `streaming 'on'`): the server sends a transaction that
+//!   outgrows `logical_decoding_work_mem` in chunks before it commits. Each chunk sits between
+//!   Stream Start and Stream Stop and names the top-level xid; chunks of several transactions
+//!   interleave, and whole transactions may arrive between chunks. Inside a chunk, every row
+//!   message carries the xid of the (sub)transaction that made it. The transaction ends with
+//!   Stream Commit, or with Stream Abort: of the whole transaction (subxid equal to xid), or of
+//!   one subtransaction (a rolled-back savepoint), whose changes alone are dropped.
+//!
+//! A streamed transaction lands exactly as it would had it arrived whole: the changes that
+//! survived, in the order the server sent them, numbered 0.. at Stream Commit. The identity
+//! (commit LSN, seq) of a change therefore does not depend on whether the server streamed the
+//! transaction, which matters because a replay after a restart may arrive in either shape.
 //!
 //! A batch is the unit of a flush: it is transformed, encoded, uploaded and committed as one,
 //! and holds whole transactions only, so the confirmed position always falls on a commit.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,11 +59,50 @@ pub enum BatchError {
         reason: String,
     },
     #[error(
+        "table {table} column {column:?} in streamed transaction {xid} (not yet committed): {reason}"
+    )]
+    StreamedValue {
+        table: String,
+        column: String,
+        xid: u32,
+        reason: String,
+    },
+    #[error(
         "pgoutput sent {message}, which needs a protocol feature this pipeline did not ask for"
     )]
     Unsupported { message: &'static str },
+    #[error("pgoutput sent {message} while xid {open} (commit {open_lsn}) was open")]
+    TransactionOpen {
+        message: &'static str,
+        open: u32,
+        open_lsn: Lsn,
+    },
+    #[error("pgoutput sent {message} while a streamed chunk of xid {stream} was open")]
+    ChunkOpen { message: &'static str, stream: u32 },
+    #[error("pgoutput sent stream stop outside a streamed chunk")]
+    StopOutsideChunk,
+    #[error(
+        "pgoutput started streaming xid {xid} anew while its earlier chunks were held; \
+         the same transaction would land twice"
+    )]
+    StreamRestarted { xid: u32 },
+    #[error(
+        "pgoutput continued streaming xid {xid} but its first chunk never arrived; \
+         the transaction would land incomplete"
+    )]
+    StreamNotStarted { xid: u32 },
+    #[error(
+        "pgoutput sent stream commit at {commit_lsn} for xid {xid}, which no stream started \
+         (after commit {after})"
+    )]
+    UnknownStreamCommit {
+        xid: u32,
+        commit_lsn: Lsn,
+        after: Lsn,
+    },
 }
 
+/// A whole transaction between its Begin and Commit.
 struct OpenTransaction {
     xid: u32,
     final_lsn: Lsn,
@@ -54,10 +110,38 @@ struct OpenTransaction {
     bytes: usize,
 }
 
-/// Builds whole transactions from decoded messages.
+/// A streamed transaction between its first chunk and its Stream Commit or Stream Abort.
+#[derive(Default)]
+struct StreamedTransaction {
+    changes: Vec<StreamedChange>,
+    bytes: usize,
+}
+
+struct StreamedChange {
+    /// The (sub)transaction that made the change, for a later subtransaction abort.
+    xid: u32,
+    bytes: usize,
+    change: Change,
+}
+
+/// Where the next row message goes.
+enum Target<'a> {
+    Whole(&'a mut OpenTransaction),
+    Streamed {
+        top: u32,
+        own: u32,
+        transaction: &'a mut StreamedTransaction,
+    },
+}
+
+/// Builds whole transactions from decoded messages, whole or streamed.
 #[derive(Default)]
 pub struct Assembler {
     open: Option<OpenTransaction>,
+    /// Streamed transactions that have neither committed nor aborted, by top-level xid.
+    streams: HashMap<u32, StreamedTransaction>,
+    /// The top-level xid of the streamed chunk being received.
+    chunk: Option<u32>,
     last_commit: Lsn,
 }
 
@@ -73,10 +157,24 @@ impl Assembler {
         Assembler::default()
     }
 
-    /// Feed one message; returns the transaction its Commit completed, if any.
+    /// Approximate decoded size of everything held for transactions that have not committed
+    /// yet: the open whole transaction and every streamed one.
+    pub fn held_bytes(&self) -> usize {
+        self.open.as_ref().map_or(0, |o| o.bytes)
+            + self.streams.values().map(|s| s.bytes).sum::<usize>()
+    }
+
+    /// Streamed transactions held: started, neither committed nor aborted yet.
+    pub fn streams_in_progress(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Feed one message; returns the transaction its Commit or Stream Commit completed, if
+    /// any.
     pub fn push(&mut self, message: LogicalMessage) -> Result<Option<Assembled>, BatchError> {
         match message {
             LogicalMessage::Begin { final_lsn, xid, .. } => {
+                self.refuse_in_chunk("begin")?;
                 if let Some(open) = &self.open {
                     return Err(BatchError::NestedBegin {
                         xid,
@@ -98,6 +196,7 @@ impl Assembler {
                 commit_time,
                 ..
             } => {
+                self.refuse_in_chunk("commit")?;
                 let open = self.take_open("commit")?;
                 if open.final_lsn != commit_lsn {
                     return Err(BatchError::CommitMismatch {
@@ -118,21 +217,24 @@ impl Assembler {
                     bytes: open.bytes,
                 }))
             }
-            LogicalMessage::Insert { relation, new, .. } => {
-                self.change(Op::Insert, relation, Some(&new), None)
-            }
+            LogicalMessage::Insert {
+                xid, relation, new, ..
+            } => self.change(Op::Insert, xid, relation, Some(&new), None),
             LogicalMessage::Update {
-                relation, old, new, ..
+                xid,
+                relation,
+                old,
+                new,
             } => {
                 let old = old.as_ref().map(|o| o.tuple());
-                self.change(Op::Update, relation, Some(&new), old)
+                self.change(Op::Update, xid, relation, Some(&new), old)
             }
-            LogicalMessage::Delete { relation, old, .. } => {
-                self.change(Op::Delete, relation, None, Some(old.tuple()))
+            LogicalMessage::Delete { xid, relation, old } => {
+                self.change(Op::Delete, xid, relation, None, Some(old.tuple()))
             }
-            LogicalMessage::Truncate { relations, .. } => {
+            LogicalMessage::Truncate { xid, relations, .. } => {
                 for relation in relations {
-                    self.change(Op::Truncate, relation, None, None)?;
+                    self.change(Op::Truncate, xid, relation, None, None)?;
                 }
                 Ok(None)
             }
@@ -142,10 +244,121 @@ impl Assembler {
             | LogicalMessage::Origin { .. } => Ok(None),
             // Logical decoding messages are not surfaced to transforms yet.
             LogicalMessage::Message { .. } => Ok(None),
-            LogicalMessage::StreamStart { .. } => Err(unsupported("stream start")),
-            LogicalMessage::StreamStop => Err(unsupported("stream stop")),
-            LogicalMessage::StreamCommit { .. } => Err(unsupported("stream commit")),
-            LogicalMessage::StreamAbort { .. } => Err(unsupported("stream abort")),
+            LogicalMessage::StreamStart { xid, first_segment } => {
+                self.stream_start(xid, first_segment)
+            }
+            LogicalMessage::StreamStop => {
+                self.chunk.take().ok_or(BatchError::StopOutsideChunk)?;
+                Ok(None)
+            }
+            LogicalMessage::StreamCommit {
+                xid,
+                commit_lsn,
+                end_lsn,
+                commit_time,
+                ..
+            } => self.stream_commit(xid, commit_lsn, end_lsn, commit_time),
+            LogicalMessage::StreamAbort { xid, subxid, .. } => self.stream_abort(xid, subxid),
+        }
+    }
+
+    fn stream_start(
+        &mut self,
+        xid: u32,
+        first_segment: bool,
+    ) -> Result<Option<Assembled>, BatchError> {
+        self.refuse_in_chunk("stream start")?;
+        self.refuse_in_transaction("stream start")?;
+        match (first_segment, self.streams.contains_key(&xid)) {
+            (true, true) => return Err(BatchError::StreamRestarted { xid }),
+            (false, false) => return Err(BatchError::StreamNotStarted { xid }),
+            (true, false) => {
+                self.streams.insert(xid, StreamedTransaction::default());
+            }
+            (false, true) => {}
+        }
+        self.chunk = Some(xid);
+        Ok(None)
+    }
+
+    fn stream_commit(
+        &mut self,
+        xid: u32,
+        commit_lsn: Lsn,
+        end_lsn: Lsn,
+        commit_time: i64,
+    ) -> Result<Option<Assembled>, BatchError> {
+        self.refuse_in_chunk("stream commit")?;
+        self.refuse_in_transaction("stream commit")?;
+        let streamed = self
+            .streams
+            .remove(&xid)
+            .ok_or(BatchError::UnknownStreamCommit {
+                xid,
+                commit_lsn,
+                after: self.last_commit,
+            })?;
+        self.last_commit = commit_lsn;
+        // Subtransaction aborts may have left gaps: number what survived, as a replay that
+        // arrives whole would.
+        let changes = streamed
+            .changes
+            .into_iter()
+            .enumerate()
+            .map(|(seq, held)| Change {
+                seq: seq as u32,
+                ..held.change
+            })
+            .collect();
+        Ok(Some(Assembled {
+            transaction: Transaction {
+                xid,
+                commit_lsn,
+                end_lsn,
+                commit_time,
+                changes,
+            },
+            bytes: streamed.bytes,
+        }))
+    }
+
+    /// Drops the whole transaction (`subxid == xid`) or one subtransaction's changes. An abort
+    /// of something not held drops nothing: the server also aborts subtransactions whose
+    /// changes it never streamed.
+    fn stream_abort(&mut self, xid: u32, subxid: u32) -> Result<Option<Assembled>, BatchError> {
+        self.refuse_in_chunk("stream abort")?;
+        self.refuse_in_transaction("stream abort")?;
+        if subxid == xid {
+            self.streams.remove(&xid);
+        } else if let Some(streamed) = self.streams.get_mut(&xid) {
+            let mut dropped = 0;
+            streamed.changes.retain(|held| {
+                let keep = held.xid != subxid;
+                if !keep {
+                    dropped += held.bytes;
+                }
+                keep
+            });
+            streamed.bytes -= dropped;
+        }
+        Ok(None)
+    }
+
+    fn refuse_in_chunk(&self, message: &'static str) -> Result<(), BatchError> {
+        match self.chunk {
+            Some(stream) => Err(BatchError::ChunkOpen { message, stream }),
+            None => Ok(()),
+        }
+    }
+
+    fn refuse_in_transaction(&self, message: &'static str) -> Result<(), BatchError> {
+        match &self.open {
+            Some(open) => Err(BatchError::TransactionOpen {
+                message,
+                open: open.xid,
+                open_lsn: open.final_lsn,
+            }),
+            None => Ok(()),
         }
     }
 
@@ -156,55 +369,115 @@ impl Assembler {
         })
     }
 
+    fn target(
+        &mut self,
+        message: &'static str,
+        xid: Option<u32>,
+    ) -> Result<Target<'_>, BatchError> {
+        if let Some(top) = self.chunk {
+            let transaction = self
+                .streams
+                .get_mut(&top)
+                .ok_or(BatchError::StreamNotStarted { xid: top })?;
+            return Ok(Target::Streamed {
+                top,
+                own: xid.unwrap_or(top),
+                transaction,
+            });
+        }
+        match self.open.as_mut() {
+            Some(open) => Ok(Target::Whole(open)),
+            None => Err(BatchError::OutsideTransaction {
+                message,
+                after: self.last_commit,
+            }),
+        }
+    }
+
     fn change(
         &mut self,
         op: Op,
+        xid: Option<u32>,
         relation: Arc<Relation>,
         new: Option<&Tuple>,
         old: Option<&Tuple>,
     ) -> Result<Option<Assembled>, BatchError> {
-        let after = self.last_commit;
-        let open = self.open.as_mut().ok_or(BatchError::OutsideTransaction {
-            message: op.as_str(),
-            after,
-        })?;
+        let target = self.target(op.as_str(), xid)?;
         let mut bytes = 64;
-        let new = new
-            .map(|t| typed_row(&relation, t, open, &mut bytes))
-            .transpose()?;
-        let old = old
-            .map(|t| typed_row(&relation, t, open, &mut bytes))
-            .transpose()?;
-        let new = crate::toast::fill_from_old_image(&relation, new, old.as_deref());
-        let seq = open.changes.len() as u32;
-        open.changes.push(Change {
-            op,
-            relation,
-            seq,
-            new,
-            old,
-        });
-        open.bytes += bytes;
+        let rows = (|| {
+            let new = new
+                .map(|t| typed_row(&relation, t, &mut bytes))
+                .transpose()?;
+            let old = old
+                .map(|t| typed_row(&relation, t, &mut bytes))
+                .transpose()?;
+            let new = crate::toast::fill_from_old_image(&relation, new, old.as_deref());
+            Ok::<_, ValueError>((new, old))
+        })();
+        match target {
+            Target::Whole(open) => {
+                let (new, old) = rows.map_err(|e| BatchError::Value {
+                    table: relation.qualified_name(),
+                    column: e.column,
+                    xid: open.xid,
+                    lsn: open.final_lsn,
+                    reason: e.reason,
+                })?;
+                let seq = open.changes.len() as u32;
+                open.changes.push(Change {
+                    op,
+                    relation,
+                    seq,
+                    new,
+                    old,
+                });
+                open.bytes += bytes;
+            }
+            Target::Streamed {
+                top,
+                own,
+                transaction,
+            } => {
+                let (new, old) = rows.map_err(|e| BatchError::StreamedValue {
+                    table: relation.qualified_name(),
+                    column: e.column,
+                    xid: top,
+                    reason: e.reason,
+                })?;
+                // The final ordinal is only known at Stream Commit.
+                let seq = transaction.changes.len() as u32;
+                transaction.changes.push(StreamedChange {
+                    xid: own,
+                    bytes,
+                    change: Change {
+                        op,
+                        relation,
+                        seq,
+                        new,
+                        old,
+                    },
+                });
+                transaction.bytes += bytes;
+            }
+        }
         Ok(None)
     }
 }
 
-fn unsupported(message: &'static str) -> BatchError {
-    BatchError::Unsupported { message }
+/// A value that does not read as its column's type; the caller adds where it came from.
+struct ValueError {
+    column: String,
+    reason: String,
 }
 
 fn typed_row(
     relation: &Relation,
     tuple: &Tuple,
-    open: &OpenTransaction,
     bytes: &mut usize,
-) -> Result<Vec<Value>, BatchError> {
+) -> Result<Vec<Value>, ValueError> {
     // The decoder has already checked that the tuple has one value per relation column.
-    let error = |column: &str, reason: String| BatchError::Value {
-        table: relation.qualified_name(),
+    let error = |column: &str, reason: String| ValueError {
         column: column.to_owned(),
-        xid: open.xid,
-        lsn: open.final_lsn,
         reason,
     };
     relation
@@ -294,183 +567,4 @@ impl Batcher {
 }
 
 #[cfg(test)]
-mod tests {
-    use bytes::Bytes;
-
-    use super::*;
-    use crate::pgoutput::{OldTuple, RelationColumn, ReplicaIdentity};
-
-    fn relation() -> Arc<Relation> {
-        Arc::new(Relation {
-            id: 16384,
-            namespace: "public".into(),
-            name: "orders".into(),
-            replica_identity: ReplicaIdentity::Default,
-            columns: vec![
-                RelationColumn {
-                    name: "id".into(),
-                    type_oid: 23,
-                    type_modifier: -1,
-                    key: true,
-                },
-                RelationColumn {
-                    name: "note".into(),
-                    type_oid: 25,
-                    type_modifier: -1,
-                    key: false,
-                },
-            ],
-        })
-    }
-
-    fn tuple(id: &str, note: Option<&str>) -> Tuple {
-        Tuple(vec![
-            TupleValue::Text(Bytes::copy_from_slice(id.as_bytes())),
-            note.map_or(TupleValue::Null, |n| {
-                TupleValue::Text(Bytes::copy_from_slice(n.as_bytes()))
-            }),
-        ])
-    }
-
-    fn begin(xid: u32, lsn: u64) -> LogicalMessage {
-        LogicalMessage::Begin {
-            final_lsn: Lsn(lsn),
-            commit_time: 1_000,
-            xid,
-        }
-    }
-
-    fn commit(lsn: u64) -> LogicalMessage {
-        LogicalMessage::Commit {
-            flags: 0,
-            commit_lsn: Lsn(lsn),
-            end_lsn: Lsn(lsn + 8),
-            commit_time: 1_000,
-        }
-    }
-
-    fn insert(id: &str) -> LogicalMessage {
-        LogicalMessage::Insert {
-            xid: None,
-            relation: relation(),
-            new: tuple(id, Some("x")),
-        }
-    }
-
-    #[test]
-    fn assembles_a_transaction_with_ordinals() {
-        let mut a = Assembler::new();
-        assert_eq!(a.push(begin(7, 0x100)).unwrap(), None);
-        a.push(insert("1")).unwrap();
-        a.push(LogicalMessage::Update {
-            xid: None,
-            relation: relation(),
-            old: Some(OldTuple::Key(tuple("1", None))),
-            new: tuple("2", Some("y")),
-        })
-        .unwrap();
-        a.push(LogicalMessage::Delete {
-            xid: None,
-            relation: relation(),
-            old: OldTuple::Key(tuple("2", None)),
-        })
-        .unwrap();
-        a.push(LogicalMessage::Truncate {
-            xid: None,
-            options: 0,
-            relations: vec![relation()],
-        })
-        .unwrap();
-        let done = a
-            .push(commit(0x100))
-            .unwrap()
-            .expect("commit completes the transaction");
-        let t = done.transaction;
-        assert_eq!(
-            (t.xid, t.commit_lsn, t.end_lsn),
-            (7, Lsn(0x100), Lsn(0x108))
-        );
-        let ops: Vec<_> = t.changes.iter().map(|c| (c.op, c.seq)).collect();
-        assert_eq!(
-            ops,
-            [
-                (Op::Insert, 0),
-                (Op::Update, 1),
-                (Op::Delete, 2),
-                (Op::Truncate, 3)
-            ]
-        );
-        assert_eq!(t.changes[1].old.as_ref().unwrap()[1], Value::Null);
-        assert!(t.changes[2].new.is_none() && t.changes[2].old.is_some());
-        assert!(t.changes[3].new.is_none() && t.changes[3].old.is_none());
-        assert!(done.bytes > 0);
-    }
-
-    #[test]
-    fn refuses_rows_outside_a_transaction() {
-        let mut a = Assembler::new();
-        let err = a.push(insert("1")).unwrap_err();
-        assert!(matches!(
-            err,
-            BatchError::OutsideTransaction {
-                message: "insert",
-                ..
-            }
-        ));
-        assert!(matches!(
-            a.push(commit(1)).unwrap_err(),
-            BatchError::OutsideTransaction {
-                message: "commit",
-                ..
-            }
-        ));
-    }
-
-    #[test]
-    fn refuses_nested_begin_and_mismatched_commit() {
-        let mut a = Assembler::new();
-        a.push(begin(1, 0x10)).unwrap();
-        assert!(matches!(
-            a.push(begin(2, 0x20)).unwrap_err(),
-            BatchError::NestedBegin { .. }
-        ));
-        let err = a.push(commit(0x30)).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "commit at 0/30 does not match the open transaction xid 1 that announced commit 0/10"
-        );
-    }
-
-    #[test]
-    fn batcher_cuts_on_rows_and_on_age() {
-        let limits = BatchLimits {
-            max_rows: 3,
-            max_bytes: usize::MAX,
-            max_delay: Duration::from_secs(1),
-        };
-        let mut b = Batcher::new(limits);
-        let t0 = Instant::now();
-        assert!(!b.is_due(t0) && b.deadline().is_none());
-
-        let mut a = Assembler::new();
-        let mut txn = |xid: u32, rows: usize| {
-            a.push(begin(xid, u64::from(xid) * 0x100)).unwrap();
-            for i in 0..rows {
-                a.push(insert(&i.to_string())).unwrap();
-            }
-            a.push(commit(u64::from(xid) * 0x100)).unwrap().unwrap()
-        };
-        b.push(txn(1, 1), t0);
-        assert!(!b.is_due(t0 + Duration::from_millis(999)));
-        assert!(b.is_due(t0 + Duration::from_secs(1)), "age limit reached");
-        b.push(txn(2, 2), t0 + Duration::from_millis(10));
-        assert!(
-            b.is_due(t0 + Duration::from_millis(10)),
-            "row limit reached"
-        );
-        let batch = b.take().unwrap();
-        assert_eq!(batch.transactions.len(), 2);
-        assert_eq!(batch.lsn_range(), Some((Lsn(0x100), Lsn(0x200))));
-        assert!(b.take().is_none() && b.deadline().is_none());
-    }
-}
+mod tests;

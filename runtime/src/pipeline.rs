@@ -33,8 +33,10 @@ use crate::replication::{ReplicationConnection, ReplicationError, ReplicationStr
 use crate::sink::{Sink, SinkError};
 use crate::transform::{PluginInfo, TransformChain, TransformError};
 
-/// The pgoutput protocol version this pipeline asks for.
-const PROTO_VERSION: u32 = 1;
+/// The highest pgoutput protocol version this pipeline speaks. Streaming of in-progress
+/// transactions needs 2 (PostgreSQL 14); 3 (15) adds two-phase and 4 (16) parallel streaming,
+/// neither of which is asked for, so the newest is taken only to keep up with the server.
+const PROTO_VERSION: u32 = 4;
 /// Frames taken from the replication driver per wake-up.
 const RECV_BATCH: usize = 1024;
 /// Concurrent uploads within one flush.
@@ -43,6 +45,17 @@ const RETRY_MIN: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 /// How long start-up waits for a previous consumer's walsender to release the slot.
 const SLOT_RELEASE_WAIT: Duration = Duration::from_secs(15);
+
+/// The pgoutput protocol version to ask a server for, from its `server_version_num`; an
+/// unknown version gets protocol 1, which every supported server speaks.
+fn proto_version(server_version_num: Option<u32>) -> u32 {
+    match server_version_num {
+        Some(v) if v >= 160_000 => PROTO_VERSION,
+        Some(v) if v >= 150_000 => 3,
+        Some(v) if v >= 140_000 => 2,
+        _ => 1,
+    }
+}
 
 /// Run a sink step until it succeeds or fails for good.
 macro_rules! with_retry {
@@ -151,6 +164,8 @@ struct Pipeline {
     plugins: Vec<PluginInfo>,
     encoder: Arc<Encoder>,
     stream: ReplicationStream,
+    /// The pgoutput protocol version the stream was started with.
+    proto_version: u32,
     shutdown: Shutdown,
     progress: watch::Sender<Progress>,
 }
@@ -211,15 +226,23 @@ impl Pipeline {
         let (transforms, plugins) = load_transforms(&config).await?;
 
         let publications = format!("\"{}\"", source.publication);
-        let proto = PROTO_VERSION.to_string();
+        let proto_version = proto_version(replication.server_version_num());
+        let proto = proto_version.to_string();
+        let mut start_options = vec![
+            ("proto_version", proto.as_str()),
+            ("publication_names", publications.as_str()),
+        ];
+        if proto_version >= 2 {
+            // A transaction larger than logical_decoding_work_mem arrives in chunks as it is
+            // written, instead of being spilled to disk on the server until it commits.
+            start_options.push(("streaming", "on"));
+        }
+        tracing::info!(proto_version, "pgoutput protocol");
         let stream = replication
             .start_logical(
                 &source.slot,
                 checkpoint.confirmed(),
-                &[
-                    ("proto_version", &proto),
-                    ("publication_names", &publications),
-                ],
+                &start_options,
                 Duration::from_secs(source.status_interval_secs),
             )
             .await?;
@@ -256,6 +279,7 @@ impl Pipeline {
             transforms: Some(transforms),
             plugins,
             stream,
+            proto_version,
             shutdown,
             progress,
         })
@@ -269,7 +293,7 @@ impl Pipeline {
             max_bytes: flush.max_mib << 20,
             max_delay: Duration::from_millis(flush.max_delay_ms),
         });
-        let mut decoder = Decoder::new(PROTO_VERSION);
+        let mut decoder = Decoder::new(self.proto_version);
         let mut assembler = Assembler::new();
         let mut frames: Vec<XLogData> = Vec::with_capacity(RECV_BATCH);
         let mut shutdown = self.shutdown.clone();
@@ -576,4 +600,25 @@ fn writer_id() -> String {
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "unknown-host".into());
     format!("{host}:{}:{}", std::process::id(), unix_micros())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::proto_version;
+
+    #[test]
+    fn protocol_follows_the_server_version() {
+        let asked: Vec<u32> = [
+            None,
+            Some(130_011),
+            Some(140_000),
+            Some(150_004),
+            Some(160_002),
+            Some(180_000),
+        ]
+        .into_iter()
+        .map(proto_version)
+        .collect();
+        assert_eq!(asked, [1, 1, 2, 3, 4, 4]);
+    }
 }
