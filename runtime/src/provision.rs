@@ -167,8 +167,10 @@ pub async fn ensure_publication(
             let tables: Vec<_> = source.tables.iter().map(|t| quote_table(t)).collect();
             format!("TABLE {}", tables.join(", "))
         };
+        // Changes to a partition land under its partitioned table, one dataset per table as
+        // the user named it.
         let sql = format!(
-            "CREATE PUBLICATION {} FOR {target}",
+            "CREATE PUBLICATION {} FOR {target} WITH (publish_via_partition_root = true)",
             quote_ident(publication)
         );
         client

@@ -7,4 +7,5 @@ mod harness;
 mod identity;
 mod landing;
 mod plugins;
+mod schema;
 mod streaming;
