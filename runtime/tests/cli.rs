@@ -42,6 +42,17 @@ max_delay_ms = 100
     file
 }
 
+/// `tributary run --config file`, which must exit 1; its error output.
+fn refused_run(file: &Path) -> String {
+    let out = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    String::from_utf8(out.stderr).unwrap()
+}
+
 #[test]
 fn help_names_every_command() {
     let out = Command::new(BIN).arg("--help").output().unwrap();
@@ -60,13 +71,7 @@ fn an_unknown_key_is_refused_naming_the_key_and_the_file() {
         .unwrap()
         .replace("[sink]", "[sink]\nbukket = 1");
     std::fs::write(&file, text).unwrap();
-    let out = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8(out.stderr).unwrap();
+    let err = refused_run(&file);
     assert!(err.contains("bukket"), "{err}");
     assert!(err.contains(&file.display().to_string()), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -80,13 +85,7 @@ fn an_unreachable_source_is_named() {
         "postgres://nobody@127.0.0.1:1/shop",
         &dir.join("lake"),
     );
-    let out = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8(out.stderr).unwrap();
+    let err = refused_run(&file);
     assert!(
         err.contains("cannot connect to the source database"),
         "{err}"

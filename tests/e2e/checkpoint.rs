@@ -8,8 +8,10 @@ use tributary::Lsn;
 use tributary::commit::CommitLog;
 use tributary::sink::Sink;
 use tributary_tests::lake::read_output;
-use tributary_tests::pipeline::{RunningPipeline, config, confirmed_flush, wait_for_confirmed};
-use tributary_tests::{S3Server, fresh_database, plugin, unique_name};
+use tributary_tests::pipeline::{
+    RunningPipeline, config, confirmed_flush, events_database, wait_for_confirmed,
+};
+use tributary_tests::{S3Server, plugin, unique_name};
 
 async fn insert_batches(client: &tokio_postgres::Client, from: u32, transactions: u32, rows: u32) {
     for tx in 0..transactions {
@@ -34,11 +36,7 @@ async fn latest_end(sink: &Sink) -> Lsn {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confirmed_flush_waits_for_the_commit_entry_through_an_outage() {
-    let db = fresh_database("outage").await;
-    db.client
-        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
+    let db = events_database("outage").await;
     let mut server = S3Server::start();
     let bucket = server.fresh_bucket("outage").await;
     let options = server.object_store_options();
@@ -96,11 +94,7 @@ async fn confirmed_flush_waits_for_the_commit_entry_through_an_outage() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_during_an_outage_ends_promptly_and_confirms_nothing_more() {
-    let db = fresh_database("stop_in_outage").await;
-    db.client
-        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
+    let db = events_database("stop_in_outage").await;
     let mut server = S3Server::start();
     let bucket = server.fresh_bucket("stop-in-outage").await;
     let options = server.object_store_options();
@@ -139,11 +133,7 @@ async fn a_stop_during_an_outage_ends_promptly_and_confirms_nothing_more() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confirmed_flush_never_passes_the_latest_commit_entry() {
-    let db = fresh_database("never_passes").await;
-    db.client
-        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
+    let db = events_database("never_passes").await;
     let server = S3Server::start();
     let bucket = server.fresh_bucket("never-passes").await;
     let options = server.object_store_options();
@@ -213,11 +203,7 @@ async fn confirmed_flush_never_passes_the_latest_commit_entry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashes_and_restarts_land_every_change_exactly_once() {
-    let db = fresh_database("restart").await;
-    db.client
-        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
+    let db = events_database("restart").await;
     let dir = std::env::temp_dir().join(unique_name("restart-lake"));
     let sink_url = format!("file://{}", dir.display());
     let name = unique_name("restart");
@@ -272,11 +258,7 @@ async fn crashes_and_restarts_land_every_change_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_confirms_what_the_sink_already_holds() {
-    let db = fresh_database("confirm_at_start").await;
-    db.client
-        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
+    let db = events_database("confirm_at_start").await;
     let dir = std::env::temp_dir().join(unique_name("confirm-at-start-lake"));
     let sink_url = format!("file://{}", dir.display());
     let name = unique_name("confirm_at_start");
@@ -286,13 +268,8 @@ async fn a_restart_confirms_what_the_sink_already_holds() {
 
     // A previous run landed transaction A and committed it, then died before confirming.
     insert_batches(&db.client, 1, 1, 10).await;
-    let lsn_a: Lsn = db
-        .client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+    let lsn_a: Lsn = tributary::provision::current_wal_lsn(&db.client)
         .await
-        .unwrap()
-        .get::<_, String>(0)
-        .parse()
         .unwrap();
     let sink = Sink::open(&sink_url, &Default::default()).unwrap();
     let entry = tributary::commit::CommitEntry {

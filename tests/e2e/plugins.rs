@@ -4,15 +4,11 @@
 use std::time::Duration;
 
 use tributary::Lsn;
-use tributary_tests::pipeline::{RunningPipeline, config, confirmed_flush};
-use tributary_tests::{fresh_database, plugin, unique_name};
+use tributary_tests::pipeline::{RunningPipeline, config, confirmed_flush, events_database};
+use tributary_tests::{plugin, unique_name};
 
 async fn failing_plugin_stops_the_pipeline(plugin_name: &str) -> String {
-    let db = fresh_database(plugin_name).await;
-    db.client
-        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
+    let db = events_database(plugin_name).await;
     let dir = std::env::temp_dir().join(unique_name("failing-lake"));
     let sink_url = format!("file://{}", dir.display());
     let name = unique_name(plugin_name);
@@ -29,26 +25,15 @@ async fn failing_plugin_stops_the_pipeline(plugin_name: &str) -> String {
 
     // The slot exists once the pipeline streams; its position then is the baseline. The
     // trap plugin traps on the text `panic`; the spin plugin never returns.
-    let mut before = None;
-    for _ in 0..200 {
-        before = confirmed_flush(&db.client, &name).await;
-        if before.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let before = before.expect("the pipeline created its slot");
+    let before = confirmed_flush(&db.client, &name)
+        .await
+        .expect("the pipeline created its slot");
     db.client
         .batch_execute("INSERT INTO events SELECT g, 'panic' FROM generate_series(1, 10) g")
         .await
         .unwrap();
-    let after: Lsn = db
-        .client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+    let after: Lsn = tributary::provision::current_wal_lsn(&db.client)
         .await
-        .unwrap()
-        .get::<_, String>(0)
-        .parse()
         .unwrap();
 
     let error = format!(

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use tributary_tests::lake::{LandedRow, read_output};
-use tributary_tests::pipeline::{RunningPipeline, config};
-use tributary_tests::{fresh_database, plugin, s3, unique_name};
+use tributary_tests::pipeline::{RunningPipeline, config, events_database};
+use tributary_tests::{plugin, s3, unique_name};
 
 const TABLE: &str = "public.events";
 
@@ -60,11 +60,7 @@ fn ids(group: &[&LandedRow]) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_transactions_land_once_and_aborted_ones_never() {
-    let db = fresh_database("streaming").await;
-    db.client
-        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
+    let db = events_database("streaming").await;
     // The smallest decoding memory PostgreSQL allows, for this database only: a walsender of
     // a `replication=database` connection applies the database's settings at startup, so
     // every transaction below outgrows it many times and is streamed.

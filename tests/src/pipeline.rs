@@ -186,6 +186,17 @@ impl RunningPipeline {
     }
 }
 
+/// A fresh database holding the `events (id int PRIMARY KEY, body text)` table most tests
+/// write to.
+pub async fn events_database(hint: &str) -> crate::TestDatabase {
+    let db = crate::fresh_database(hint).await;
+    db.client
+        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
+        .await
+        .unwrap();
+    db
+}
+
 /// The slot's `confirmed_flush_lsn`.
 pub async fn confirmed_flush(client: &tokio_postgres::Client, slot: &str) -> Option<Lsn> {
     let row = client
