@@ -489,13 +489,14 @@ fn typed_row(
             TupleValue::UnchangedToast => Ok(Value::UnchangedToast),
             TupleValue::Text(text) => {
                 *bytes += text.len() + 16;
-                pgtype::decode_text(column.type_oid, column.type_modifier, text)
+                pgtype::decode_text(&column.ty, text)
                     .map_err(|e| error(&column.name, e.to_string()))
             }
-            TupleValue::Binary(_) => Err(error(
-                &column.name,
-                "binary tuple data arrived but the pipeline asked for text".into(),
-            )),
+            TupleValue::Binary(data) => {
+                *bytes += data.len() + 16;
+                pgtype::decode_binary(&column.ty, data)
+                    .map_err(|e| error(&column.name, e.to_string()))
+            }
         })
         .collect()
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::Lsn;
 use crate::pgoutput::Relation;
+use crate::pgtype::ColumnType;
 
 /// A PostgreSQL value, typed.
 ///
@@ -43,10 +44,52 @@ pub enum Value {
         days: i32,
         micros: i64,
     },
-    /// An array in PostgreSQL's text form (`{1,2,3}`).
-    Array(String),
-    /// Any other type, in its text form.
+    /// `timetz`: the local time of day and its UTC offset.
+    TimeTz {
+        /// Microseconds since midnight, local time.
+        micros: i64,
+        /// Seconds east of UTC (`+05:30` is 19 800).
+        offset: i32,
+    },
+    /// An array of any dimensionality; its elements are values of the element type.
+    Array(Box<Array>),
+    /// Any other type (composites, ranges, extension types), in its text form.
     Other(String),
+}
+
+/// A PostgreSQL array: its shape and its elements in row-major order.
+///
+/// `{{1,2,3},{4,5,6}}` has `dims == [2, 3]` and six elements. An empty array (`{}`) has no
+/// dimensions and no elements. PostgreSQL's lower bounds (`[0:2]={...}`) are not kept:
+/// elements are positions in a list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Array {
+    /// The length of each dimension, outermost first.
+    pub dims: Vec<u32>,
+    /// `dims.iter().product()` elements: scalars or `Null`, never arrays.
+    pub elements: Vec<Value>,
+}
+
+impl Array {
+    /// A one-dimensional array.
+    pub fn from_elements(elements: Vec<Value>) -> Array {
+        let dims = if elements.is_empty() {
+            Vec::new()
+        } else {
+            vec![elements.len() as u32]
+        };
+        Array { dims, elements }
+    }
+
+    /// Whether the shape and the number of elements agree.
+    pub fn is_consistent(&self) -> bool {
+        let expected = if self.dims.is_empty() {
+            0
+        } else {
+            self.dims.iter().map(|&d| d as usize).product()
+        };
+        expected == self.elements.len() && !self.dims.contains(&0)
+    }
 }
 
 impl Value {
@@ -72,6 +115,7 @@ impl Value {
             Value::Uuid(_) => "uuid",
             Value::Json(_) => "json",
             Value::Interval { .. } => "interval",
+            Value::TimeTz { .. } => "timetz",
             Value::Array(_) => "array",
             Value::Other(_) => "other",
         }
@@ -151,9 +195,12 @@ impl Batch {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct OutputColumn {
     pub name: String,
+    /// The declared type.
     pub type_oid: u32,
     /// -1 when the type has no modifier.
     pub type_modifier: i32,
+    /// What the declared type resolves to; decides the column's Arrow type.
+    pub ty: ColumnType,
 }
 
 /// One row bound for an output, with the identity of the change it came from.
@@ -179,6 +226,16 @@ pub struct OutputBatch {
 }
 
 impl OutputColumn {
+    /// A column of a built-in type.
+    pub fn builtin(name: impl Into<String>, type_oid: u32, type_modifier: i32) -> OutputColumn {
+        OutputColumn {
+            name: name.into(),
+            type_oid,
+            type_modifier,
+            ty: ColumnType::builtin(type_oid, type_modifier),
+        }
+    }
+
     /// The columns of an output derived from a source table.
     pub fn from_relation(relation: &Relation) -> Arc<[OutputColumn]> {
         relation
@@ -188,6 +245,7 @@ impl OutputColumn {
                 name: c.name.clone(),
                 type_oid: c.type_oid,
                 type_modifier: c.type_modifier,
+                ty: c.ty.clone(),
             })
             .collect()
     }

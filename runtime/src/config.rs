@@ -64,6 +64,11 @@ pub struct SourceConfig {
     /// not carry the whole old row.
     #[serde(default)]
     pub unchanged_toast: UnchangedToastPolicy,
+    /// Ask for column values in their binary send format (PostgreSQL 14+) instead of text.
+    /// Saves the server formatting and Tributary parsing; tables with columns of types read
+    /// only as text (composites, ranges, geometric and extension types) are refused.
+    #[serde(default)]
+    pub binary: bool,
 }
 
 /// `source.unchanged_toast`: PostgreSQL does not resend a TOASTed value an update left

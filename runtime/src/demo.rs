@@ -136,6 +136,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
             create_publication: true,
             status_interval_secs: 10,
             unchanged_toast: Default::default(),
+            binary: false,
         },
         transforms: plugin
             .iter()

@@ -20,6 +20,7 @@
 //! [`pipeline`] wires the stages together; [`config`] reads the pipeline file.
 
 pub mod batch;
+pub mod catalog;
 pub mod change;
 pub mod cluster;
 pub mod commit;

@@ -23,11 +23,12 @@ use tokio::sync::watch;
 
 use crate::Lsn;
 use crate::batch::{Assembler, BatchError, BatchLimits, Batcher};
+use crate::catalog::{Catalog, CatalogError};
 use crate::change::{Batch, OutputBatch};
 use crate::commit::{Checkpoint, CommitEntry, CommitError, CommitLog, FileEntry, data_file_path};
 use crate::config::PipelineConfig;
 use crate::encode::{EncodeError, EncodeOptions, Encoder};
-use crate::pgoutput::{DecodeError, Decoder};
+use crate::pgoutput::{DecodeError, Decoder, LogicalMessage};
 use crate::provision::{self, ProvisionError};
 use crate::replication::{ReplicationConnection, ReplicationError, ReplicationStream, XLogData};
 use crate::sink::{Sink, SinkError};
@@ -84,6 +85,12 @@ pub enum PipelineError {
     },
     #[error(transparent)]
     Batch(#[from] BatchError),
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error(
+        "source.binary = true needs pgoutput protocol 2 (PostgreSQL 14 or newer); this server speaks protocol {0}: set source.binary = false"
+    )]
+    BinaryUnsupported(u32),
     #[error(transparent)]
     Transform(#[from] TransformError),
     #[error("parquet encoder settings: {0}")]
@@ -166,6 +173,8 @@ struct Pipeline {
     stream: ReplicationStream,
     /// The pgoutput protocol version the stream was started with.
     proto_version: u32,
+    /// Resolves user-defined types and array dimensions of the relations that arrive.
+    catalog: Catalog,
     shutdown: Shutdown,
     progress: watch::Sender<Progress>,
 }
@@ -183,6 +192,12 @@ impl Pipeline {
         provision::check_wal_level(&client).await?;
         provision::ensure_publication(&client, source).await?;
         provision::check_replica_identity(&client, source).await?;
+        let mut catalog = Catalog::new(pg.clone(), source.binary);
+        if source.binary {
+            catalog
+                .check_tables(&provision::table_columns(&client, source).await?)
+                .await?;
+        }
         let database = provision::current_database(&client).await?;
 
         let sink = Sink::open(&config.sink.url, &config.sink.options)?;
@@ -237,6 +252,12 @@ impl Pipeline {
             // written, instead of being spilled to disk on the server until it commits.
             start_options.push(("streaming", "on"));
         }
+        if source.binary {
+            if proto_version < 2 {
+                return Err(PipelineError::BinaryUnsupported(proto_version));
+            }
+            start_options.push(("binary", "true"));
+        }
         tracing::info!(proto_version, "pgoutput protocol");
         let stream = replication
             .start_logical(
@@ -280,6 +301,7 @@ impl Pipeline {
             plugins,
             stream,
             proto_version,
+            catalog,
             shutdown,
             progress,
         })
@@ -316,6 +338,11 @@ impl Pipeline {
                         let message = decoder.decode_bytes(frame.data).map_err(|source| {
                             PipelineError::Decode { lsn: frame.wal_start, source }
                         })?;
+                        if let LogicalMessage::Relation { relation, .. } = &message
+                            && let Some(types) = self.catalog.resolve(relation).await?
+                        {
+                            decoder.resolve_types(relation.id, types);
+                        }
                         if let Some(done) = assembler.push(message)? {
                             if self.checkpoint.is_replay(done.transaction.commit_lsn) {
                                 self.progress.send_modify(|p| p.replays_skipped += 1);
@@ -519,7 +546,7 @@ fn encode_outputs(
     let mut files = Vec::new();
     let mut parts: BTreeMap<&str, usize> = BTreeMap::new();
     for output in outputs {
-        let schema = schema_fingerprint(output);
+        let schema = crate::encode::fingerprint(&output.columns);
         let encoded = encoder.encode(output)?;
         let mut rows_left = output.rows.len() as u64;
         for bytes in encoded {
@@ -576,16 +603,6 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
     }
-}
-
-fn schema_fingerprint(output: &crate::change::OutputBatch) -> String {
-    use sha2::{Digest, Sha256};
-    let mut hash = Sha256::new();
-    for c in output.columns.iter() {
-        hash.update(format!("{}\0{}\0{}\n", c.name, c.type_oid, c.type_modifier));
-    }
-    let digest = hash.finalize();
-    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn unix_micros() -> i64 {

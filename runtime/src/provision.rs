@@ -17,6 +17,7 @@ use tokio_postgres::{Client, NoTls};
 use crate::Lsn;
 use crate::config::{SourceConfig, UnchangedToastPolicy};
 use crate::pgoutput::ReplicaIdentity;
+use crate::pgtype::TypeRow;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProvisionError {
@@ -291,28 +292,36 @@ pub async fn check_replica_identity(
     Ok(())
 }
 
+/// `schema.table` of every tracked table: the configured list, or what the publication
+/// publishes.
+async fn tracked_tables(
+    client: &Client,
+    source: &SourceConfig,
+) -> Result<Vec<String>, ProvisionError> {
+    if !source.tables.is_empty() {
+        return Ok(source.tables.clone());
+    }
+    let publication = &source.publication;
+    Ok(client
+        .query(
+            "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1",
+            &[publication],
+        )
+        .await
+        .map_err(query_error(format!(
+            "listing tables of publication {publication:?}"
+        )))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
 /// Replica identity facts of the tracked tables, in name order.
 pub async fn table_identities(
     client: &Client,
     source: &SourceConfig,
 ) -> Result<Vec<TableIdentity>, ProvisionError> {
-    let publication = &source.publication;
-    let tracked: Vec<String> = if source.tables.is_empty() {
-        client
-            .query(
-                "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1",
-                &[publication],
-            )
-            .await
-            .map_err(query_error(format!(
-                "listing tables of publication {publication:?}"
-            )))?
-            .iter()
-            .map(|r| r.get(0))
-            .collect()
-    } else {
-        source.tables.clone()
-    };
+    let tracked = tracked_tables(client, source).await?;
     // Generated columns are not published, so they never arrive as unchanged TOAST.
     let rows = client
         .query(
@@ -348,6 +357,100 @@ pub async fn table_identities(
             toastable: r.get(4),
         })
         .collect())
+}
+
+/// One published column of a tracked table, with its declared type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableColumn {
+    pub table: String,
+    pub column: String,
+    pub type_oid: u32,
+    pub type_modifier: i32,
+    /// `attndims`: array dimensions as declared, 0 when not declared.
+    pub dims: i32,
+}
+
+/// Every published column of the tracked tables, in table and column order.
+pub async fn table_columns(
+    client: &Client,
+    source: &SourceConfig,
+) -> Result<Vec<TableColumn>, ProvisionError> {
+    let tracked = tracked_tables(client, source).await?;
+    let rows = client
+        .query(
+            "SELECT n.nspname || '.' || c.relname, a.attname::text, a.atttypid, a.atttypmod,
+                    a.attndims
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                  JOIN pg_attribute a ON a.attrelid = c.oid
+             WHERE n.nspname || '.' || c.relname = ANY($1) AND c.relkind IN ('r', 'p')
+               AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+             ORDER BY 1, a.attnum",
+            &[&tracked],
+        )
+        .await
+        .map_err(query_error("reading the columns of the tracked tables"))?;
+    Ok(rows
+        .iter()
+        .map(|r| TableColumn {
+            table: r.get(0),
+            column: r.get(1),
+            type_oid: r.get(2),
+            type_modifier: r.get(3),
+            dims: r.get(4),
+        })
+        .collect())
+}
+
+/// `attndims` of each column of the table with OID `relid`, by column name.
+pub async fn array_dims(client: &Client, relid: u32) -> Result<Vec<(String, i32)>, ProvisionError> {
+    let rows = client
+        .query(
+            "SELECT attname::text, attndims FROM pg_attribute
+             WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped",
+            &[&relid],
+        )
+        .await
+        .map_err(query_error(format!(
+            "reading the array dimensions of table oid {relid}"
+        )))?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// The `pg_type` rows of `oids`, as much as type resolution needs.
+pub async fn type_rows(client: &Client, oids: &[u32]) -> Result<Vec<TypeRow>, ProvisionError> {
+    let rows = client
+        .query(
+            "SELECT t.oid, n.nspname::text, t.typname::text, t.typtype, t.typbasetype, t.typtypmod,
+                    CASE WHEN t.typcategory = 'A' AND t.typelem <> 0 THEN t.typelem ELSE 0 END,
+                    t.typsend::text
+             FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+             WHERE t.oid = ANY($1)",
+            &[&oids],
+        )
+        .await
+        .map_err(query_error("reading column types from pg_type"))?;
+    Ok(rows
+        .iter()
+        .map(|r| TypeRow {
+            oid: r.get(0),
+            schema: r.get(1),
+            name: r.get(2),
+            kind: r.get::<_, i8>(3) as u8,
+            base: r.get(4),
+            base_modifier: r.get(5),
+            element: r.get(6),
+            send: r.get(7),
+        })
+        .collect())
+}
+
+/// How many fraction digits `money` has under the server's `lc_monetary`.
+pub async fn money_digits(client: &Client) -> Result<i32, ProvisionError> {
+    let row = client
+        .query_one("SELECT scale('1'::money::numeric)", &[])
+        .await
+        .map_err(query_error("reading the fraction digits of money"))?;
+    Ok(row.get(0))
 }
 
 /// `schema.table` as SQL reads it: each part quoted only when it has to be.

@@ -53,12 +53,7 @@ mod tests {
     use crate::pgoutput::RelationColumn;
 
     fn relation(replica_identity: ReplicaIdentity) -> Relation {
-        let column = |name: &str, type_oid| RelationColumn {
-            name: name.into(),
-            type_oid,
-            type_modifier: -1,
-            key: name == "id",
-        };
+        let column = |name: &str, type_oid| RelationColumn::new(name, type_oid, -1, name == "id");
         Relation {
             id: 16384,
             namespace: "public".into(),

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use tributary::Lsn;
 use tributary::batch::Assembler;
-use tributary::change::{Op, Transaction, Value};
+use tributary::change::{Array, Op, Transaction, Value};
 use tributary::pgoutput::{Decoder, LogicalMessage};
 
 /// Each seed: the protocol version, then messages as (2-byte big-endian length, bytes).
@@ -117,7 +117,11 @@ fn the_row_of_every_type_reads_back_as_written() {
             days: -3,
             micros: 14_706_000_000,
         },
-        Value::Array("{1,NULL,3}".into()),
+        Value::Array(Box::new(Array::from_elements(vec![
+            Value::Int4(1),
+            Value::Null,
+            Value::Int4(3),
+        ]))),
     ];
     let actual = insert.new.as_ref().unwrap();
     assert_eq!(actual.len(), expected.len());

@@ -34,6 +34,7 @@ pub fn config(
             create_publication: true,
             status_interval_secs: 10,
             unchanged_toast: UnchangedToastPolicy::Null,
+            binary: false,
         },
         transforms: plugins
             .iter()

@@ -10,18 +10,8 @@ fn relation() -> Arc<Relation> {
         name: "orders".into(),
         replica_identity: ReplicaIdentity::Default,
         columns: vec![
-            RelationColumn {
-                name: "id".into(),
-                type_oid: 23,
-                type_modifier: -1,
-                key: true,
-            },
-            RelationColumn {
-                name: "note".into(),
-                type_oid: 25,
-                type_modifier: -1,
-                key: false,
-            },
+            RelationColumn::new("id", 23, -1, true),
+            RelationColumn::new("note", 25, -1, false),
         ],
     })
 }

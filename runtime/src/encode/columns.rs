@@ -13,13 +13,14 @@ use arrow_array::types::{
     Int64Type, Time64MicrosecondType, TimestampMicrosecondType, UInt32Type, UInt64Type,
 };
 use arrow_array::{
-    ArrayRef, ArrowPrimitiveType, FixedSizeBinaryArray, PrimitiveArray, StringArray, StructArray,
+    ArrayRef, ArrowPrimitiveType, FixedSizeBinaryArray, ListArray, PrimitiveArray, StringArray,
+    StructArray,
 };
-use arrow_buffer::{Buffer, NullBufferBuilder, ScalarBuffer};
+use arrow_buffer::{Buffer, NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::DataType;
 
 use super::decimal;
-use super::schema::{Kind, interval_fields};
+use super::schema::{Kind, interval_fields, timetz_fields};
 use crate::change::{OutputRow, Value};
 
 /// Why a row's value could not go into its column: the row's index in the chunk and a reason.
@@ -38,9 +39,8 @@ fn mismatch(kind: Kind, value: &Value) -> String {
 /// The payload length a value adds to a chunk; used to bound chunks by bytes.
 pub(super) fn value_bytes(value: &Value) -> usize {
     match value {
-        Value::Numeric(s) | Value::Text(s) | Value::Json(s) | Value::Array(s) | Value::Other(s) => {
-            s.len()
-        }
+        Value::Numeric(s) | Value::Text(s) | Value::Json(s) | Value::Other(s) => s.len(),
+        Value::Array(a) => a.elements.iter().map(value_bytes).sum::<usize>() + 8,
         Value::Bytea(b) => b.len(),
         Value::Uuid(_) | Value::Interval { .. } => 16,
         _ => 8,
@@ -49,42 +49,35 @@ pub(super) fn value_bytes(value: &Value) -> usize {
 
 /// Fills a primitive array; `pick` maps a non-null value to its native form.
 fn primitive<T: ArrowPrimitiveType>(
-    rows: &[OutputRow],
-    col: usize,
+    values: &[&Value],
     data_type: &DataType,
     mut pick: impl FnMut(&Value) -> Result<T::Native, String>,
 ) -> Result<ArrayRef, Refusal> {
-    let mut values = Vec::with_capacity(rows.len());
-    let mut nulls = NullBufferBuilder::new(rows.len());
-    for (i, row) in rows.iter().enumerate() {
-        let value = &row.values[col];
+    let mut natives = Vec::with_capacity(values.len());
+    let mut nulls = NullBufferBuilder::new(values.len());
+    for (i, &value) in values.iter().enumerate() {
         if is_null(value) {
-            values.push(T::Native::default());
+            natives.push(T::Native::default());
             nulls.append_null();
         } else {
-            values.push(pick(value).map_err(|reason| (i, reason))?);
+            natives.push(pick(value).map_err(|reason| (i, reason))?);
             nulls.append_non_null();
         }
     }
-    let array = PrimitiveArray::<T>::new(ScalarBuffer::from(values), nulls.finish())
+    let array = PrimitiveArray::<T>::new(ScalarBuffer::from(natives), nulls.finish())
         .with_data_type(data_type.clone());
     Ok(Arc::new(array))
 }
 
 /// Fills a string array; `pick` returns the text of a value of the column's variant.
 fn utf8(
-    rows: &[OutputRow],
-    col: usize,
+    values: &[&Value],
     kind: Kind,
     pick: impl Fn(&Value) -> Option<&str>,
 ) -> Result<ArrayRef, Refusal> {
-    let bytes = rows
-        .iter()
-        .map(|r| pick(&r.values[col]).map_or(0, str::len))
-        .sum();
-    let mut builder = StringBuilder::with_capacity(rows.len(), bytes);
-    for (i, row) in rows.iter().enumerate() {
-        let value = &row.values[col];
+    let bytes = values.iter().map(|v| pick(v).map_or(0, str::len)).sum();
+    let mut builder = StringBuilder::with_capacity(values.len(), bytes);
+    for (i, &value) in values.iter().enumerate() {
         match pick(value) {
             Some(text) => builder.append_value(text),
             None if is_null(value) => builder.append_null(),
@@ -94,10 +87,10 @@ fn utf8(
     Ok(Arc::new(builder.finish()))
 }
 
-fn boolean(rows: &[OutputRow], col: usize, kind: Kind) -> Result<ArrayRef, Refusal> {
-    let mut builder = BooleanBuilder::with_capacity(rows.len());
-    for (i, row) in rows.iter().enumerate() {
-        match &row.values[col] {
+fn boolean(values: &[&Value], kind: Kind) -> Result<ArrayRef, Refusal> {
+    let mut builder = BooleanBuilder::with_capacity(values.len());
+    for (i, &value) in values.iter().enumerate() {
+        match value {
             Value::Bool(b) => builder.append_value(*b),
             v if is_null(v) => builder.append_null(),
             v => return Err((i, mismatch(kind, v))),
@@ -106,17 +99,17 @@ fn boolean(rows: &[OutputRow], col: usize, kind: Kind) -> Result<ArrayRef, Refus
     Ok(Arc::new(builder.finish()))
 }
 
-fn binary(rows: &[OutputRow], col: usize, kind: Kind) -> Result<ArrayRef, Refusal> {
-    let bytes = rows
+fn binary(values: &[&Value], kind: Kind) -> Result<ArrayRef, Refusal> {
+    let bytes = values
         .iter()
-        .map(|r| match &r.values[col] {
+        .map(|v| match v {
             Value::Bytea(b) => b.len(),
             _ => 0,
         })
         .sum();
-    let mut builder = BinaryBuilder::with_capacity(rows.len(), bytes);
-    for (i, row) in rows.iter().enumerate() {
-        match &row.values[col] {
+    let mut builder = BinaryBuilder::with_capacity(values.len(), bytes);
+    for (i, &value) in values.iter().enumerate() {
+        match value {
             Value::Bytea(b) => builder.append_value(b),
             v if is_null(v) => builder.append_null(),
             v => return Err((i, mismatch(kind, v))),
@@ -125,11 +118,11 @@ fn binary(rows: &[OutputRow], col: usize, kind: Kind) -> Result<ArrayRef, Refusa
     Ok(Arc::new(builder.finish()))
 }
 
-fn uuid(rows: &[OutputRow], col: usize, kind: Kind) -> Result<ArrayRef, Refusal> {
-    let mut bytes = Vec::with_capacity(rows.len() * 16);
-    let mut nulls = NullBufferBuilder::new(rows.len());
-    for (i, row) in rows.iter().enumerate() {
-        match &row.values[col] {
+fn uuid(values: &[&Value], kind: Kind) -> Result<ArrayRef, Refusal> {
+    let mut bytes = Vec::with_capacity(values.len() * 16);
+    let mut nulls = NullBufferBuilder::new(values.len());
+    for (i, &value) in values.iter().enumerate() {
+        match value {
             Value::Uuid(u) => {
                 bytes.extend_from_slice(u);
                 nulls.append_non_null();
@@ -148,13 +141,13 @@ fn uuid(rows: &[OutputRow], col: usize, kind: Kind) -> Result<ArrayRef, Refusal>
     )))
 }
 
-fn interval(rows: &[OutputRow], col: usize, kind: Kind) -> Result<ArrayRef, Refusal> {
-    let mut months = Vec::with_capacity(rows.len());
-    let mut days = Vec::with_capacity(rows.len());
-    let mut micros = Vec::with_capacity(rows.len());
-    let mut nulls = NullBufferBuilder::new(rows.len());
-    for (i, row) in rows.iter().enumerate() {
-        match &row.values[col] {
+fn interval(values: &[&Value], kind: Kind) -> Result<ArrayRef, Refusal> {
+    let mut months = Vec::with_capacity(values.len());
+    let mut days = Vec::with_capacity(values.len());
+    let mut micros = Vec::with_capacity(values.len());
+    let mut nulls = NullBufferBuilder::new(values.len());
+    for (i, &value) in values.iter().enumerate() {
+        match value {
             Value::Interval {
                 months: m,
                 days: d,
@@ -186,96 +179,242 @@ fn interval(rows: &[OutputRow], col: usize, kind: Kind) -> Result<ArrayRef, Refu
     )))
 }
 
-/// Builds column `col` of `rows` as an array of `kind`'s Arrow type.
-pub(super) fn build(
+fn timetz(values: &[&Value], kind: Kind) -> Result<ArrayRef, Refusal> {
+    let mut times = Vec::with_capacity(values.len());
+    let mut offsets = Vec::with_capacity(values.len());
+    let mut nulls = NullBufferBuilder::new(values.len());
+    for (i, &value) in values.iter().enumerate() {
+        match value {
+            Value::TimeTz { micros, offset } => {
+                times.push(*micros);
+                offsets.push(*offset);
+                nulls.append_non_null();
+            }
+            v if is_null(v) => {
+                times.push(0);
+                offsets.push(0);
+                nulls.append_null();
+            }
+            v => return Err((i, mismatch(kind, v))),
+        }
+    }
+    let children: Vec<ArrayRef> = vec![
+        Arc::new(PrimitiveArray::<Time64MicrosecondType>::new(
+            times.into(),
+            None,
+        )),
+        Arc::new(PrimitiveArray::<Int32Type>::new(offsets.into(), None)),
+    ];
+    Ok(Arc::new(StructArray::new(
+        timetz_fields(),
+        children,
+        nulls.finish(),
+    )))
+}
+
+/// Builds column `col` of `rows` as an array of the column's Arrow type: `kind`'s, wrapped in
+/// `dims` levels of lists for an array column.
+pub(super) fn build_column(
     rows: &[OutputRow],
     col: usize,
     kind: Kind,
+    dims: u8,
     data_type: &DataType,
 ) -> Result<ArrayRef, Refusal> {
+    let values: Vec<&Value> = rows.iter().map(|r| &r.values[col]).collect();
+    if dims == 0 {
+        build(&values, kind, data_type)
+    } else {
+        list(&values, kind, dims, data_type)
+    }
+}
+
+/// Array values as nested lists: one offsets buffer per dimension, the elements flattened
+/// underneath. Only the outermost level is nullable; a null or missing value is a null list,
+/// an empty array an empty one.
+fn list(
+    values: &[&Value],
+    kind: Kind,
+    dims: u8,
+    data_type: &DataType,
+) -> Result<ArrayRef, Refusal> {
+    let depth = usize::from(dims);
+    let mut offsets: Vec<Vec<i32>> = vec![vec![0]; depth];
+    let mut nulls = NullBufferBuilder::new(values.len());
+    let mut elements: Vec<&Value> = Vec::new();
+    // The row each element came from, to name it in an error.
+    let mut element_rows: Vec<usize> = Vec::new();
+    let too_many = |i: usize| {
+        (
+            i,
+            "an array column holds more elements than Arrow addresses".to_owned(),
+        )
+    };
+    for (i, &value) in values.iter().enumerate() {
+        let array = match value {
+            Value::Array(array) => array,
+            v if is_null(v) => {
+                let end = *offsets[0].last().expect("offsets start at 0");
+                offsets[0].push(end);
+                nulls.append_null();
+                continue;
+            }
+            v => return Err((i, mismatch(kind, v))),
+        };
+        nulls.append_non_null();
+        if array.dims.is_empty() {
+            let end = *offsets[0].last().expect("offsets start at 0");
+            offsets[0].push(end);
+            continue;
+        }
+        if array.dims.len() != depth {
+            return Err((
+                i,
+                format!(
+                    "a {}-dimensional array in a column declared with {depth} (declare the column \
+                     with as many [] as its values have dimensions)",
+                    array.dims.len()
+                ),
+            ));
+        }
+        if !array.is_consistent() {
+            return Err((
+                i,
+                "an array whose shape does not match its elements".to_owned(),
+            ));
+        }
+        let mut lists_at_level = 1usize;
+        for (level, &len) in array.dims.iter().enumerate() {
+            let level_offsets = &mut offsets[level];
+            for _ in 0..lists_at_level {
+                let end = *level_offsets.last().expect("offsets start at 0");
+                let next = i32::try_from(len)
+                    .ok()
+                    .and_then(|len| end.checked_add(len))
+                    .ok_or_else(|| too_many(i))?;
+                level_offsets.push(next);
+            }
+            lists_at_level *= len as usize;
+        }
+        for element in &array.elements {
+            if matches!(element, Value::Array(_)) {
+                return Err((i, "an array element that is itself an array".to_owned()));
+            }
+            elements.push(element);
+            element_rows.push(i);
+        }
+    }
+    let mut item_types = Vec::with_capacity(depth);
+    let mut dt = data_type;
+    for _ in 0..depth {
+        let DataType::List(item) = dt else {
+            unreachable!("array columns have list types as deep as their dimensions");
+        };
+        item_types.push(Arc::clone(item));
+        dt = item.data_type();
+    }
+    let mut array = build(&elements, kind, dt).map_err(|(e, reason)| (element_rows[e], reason))?;
+    for level in (0..depth).rev() {
+        let level_nulls = if level == 0 { nulls.finish() } else { None };
+        let list = ListArray::try_new(
+            Arc::clone(&item_types[level]),
+            OffsetBuffer::new(ScalarBuffer::from(std::mem::take(&mut offsets[level]))),
+            array,
+            level_nulls,
+        )
+        .map_err(|e| (0, format!("building a list column: {e}")))?;
+        array = Arc::new(list);
+    }
+    Ok(array)
+}
+
+/// Builds `values` as an array of `kind`'s Arrow type.
+fn build(values: &[&Value], kind: Kind, data_type: &DataType) -> Result<ArrayRef, Refusal> {
     let dt = data_type;
+    let rows = values;
     match kind {
-        Kind::Bool => boolean(rows, col, kind),
-        Kind::Int2 => primitive::<Int16Type>(rows, col, dt, |v| match v {
+        Kind::Bool => boolean(rows, kind),
+        Kind::Int2 => primitive::<Int16Type>(rows, dt, |v| match v {
             Value::Int2(n) => Ok(*n),
             v => Err(mismatch(kind, v)),
         }),
-        Kind::Int4 => primitive::<Int32Type>(rows, col, dt, |v| match v {
+        Kind::Int4 => primitive::<Int32Type>(rows, dt, |v| match v {
             Value::Int4(n) => Ok(*n),
             v => Err(mismatch(kind, v)),
         }),
-        Kind::Int8 => primitive::<Int64Type>(rows, col, dt, |v| match v {
+        Kind::Int8 => primitive::<Int64Type>(rows, dt, |v| match v {
             Value::Int8(n) => Ok(*n),
             v => Err(mismatch(kind, v)),
         }),
-        Kind::Oid => primitive::<UInt32Type>(rows, col, dt, |v| match v {
+        Kind::Oid => primitive::<UInt32Type>(rows, dt, |v| match v {
             Value::Int8(n) => u32::try_from(*n).map_err(|_| format!("oid {n} out of range")),
             v => Err(mismatch(kind, v)),
         }),
-        Kind::Float4 => primitive::<Float32Type>(rows, col, dt, |v| match v {
+        Kind::Float4 => primitive::<Float32Type>(rows, dt, |v| match v {
             Value::Float4(n) => Ok(*n),
             v => Err(mismatch(kind, v)),
         }),
-        Kind::Float8 => primitive::<Float64Type>(rows, col, dt, |v| match v {
+        Kind::Float8 => primitive::<Float64Type>(rows, dt, |v| match v {
             Value::Float8(n) => Ok(*n),
             v => Err(mismatch(kind, v)),
         }),
         Kind::Decimal128 { precision, scale } => {
-            primitive::<Decimal128Type>(rows, col, dt, |v| match v {
+            primitive::<Decimal128Type>(rows, dt, |v| match v {
                 Value::Numeric(text) => decimal::parse_i128(text, precision, scale),
                 v => Err(mismatch(kind, v)),
             })
         }
         Kind::Decimal256 { precision, scale } => {
-            primitive::<Decimal256Type>(rows, col, dt, |v| match v {
+            primitive::<Decimal256Type>(rows, dt, |v| match v {
                 Value::Numeric(text) => decimal::parse_i256(text, precision, scale),
                 v => Err(mismatch(kind, v)),
             })
         }
-        Kind::Date => primitive::<Date32Type>(rows, col, dt, |v| match v {
+        Kind::Date => primitive::<Date32Type>(rows, dt, |v| match v {
             Value::Date(d) => Ok(*d),
             v => Err(mismatch(kind, v)),
         }),
-        Kind::Time => primitive::<Time64MicrosecondType>(rows, col, dt, |v| match v {
+        Kind::Time => primitive::<Time64MicrosecondType>(rows, dt, |v| match v {
             Value::Time(t) => Ok(*t),
             v => Err(mismatch(kind, v)),
         }),
-        Kind::Timestamp => primitive::<TimestampMicrosecondType>(rows, col, dt, |v| match v {
+        Kind::Timestamp => primitive::<TimestampMicrosecondType>(rows, dt, |v| match v {
             Value::Timestamp(t) => Ok(*t),
             v => Err(mismatch(kind, v)),
         }),
-        Kind::TimestampTz => primitive::<TimestampMicrosecondType>(rows, col, dt, |v| match v {
+        Kind::TimestampTz => primitive::<TimestampMicrosecondType>(rows, dt, |v| match v {
             Value::TimestampTz(t) => Ok(*t),
             v => Err(mismatch(kind, v)),
         }),
-        Kind::NumericText => utf8(rows, col, kind, |v| match v {
+        Kind::NumericText => utf8(rows, kind, |v| match v {
             Value::Numeric(s) => Some(s),
             _ => None,
         }),
-        Kind::Text => utf8(rows, col, kind, |v| match v {
+        Kind::Text => utf8(rows, kind, |v| match v {
             Value::Text(s) => Some(s),
             _ => None,
         }),
-        Kind::Json => utf8(rows, col, kind, |v| match v {
+        Kind::Json => utf8(rows, kind, |v| match v {
             Value::Json(s) => Some(s),
             _ => None,
         }),
-        Kind::Array => utf8(rows, col, kind, |v| match v {
-            Value::Array(s) => Some(s),
-            _ => None,
-        }),
-        Kind::Other => utf8(rows, col, kind, |v| match v {
+        Kind::Other => utf8(rows, kind, |v| match v {
             Value::Other(s) => Some(s),
             _ => None,
         }),
-        Kind::Bytea => binary(rows, col, kind),
-        Kind::Uuid => uuid(rows, col, kind),
-        Kind::Interval => interval(rows, col, kind),
+        Kind::Bytea => binary(rows, kind),
+        Kind::Uuid => uuid(rows, kind),
+        Kind::Interval => interval(rows, kind),
+        Kind::TimeTz => timetz(rows, kind),
     }
 }
 
 /// The change metadata columns of `rows`, in schema order.
-pub(super) fn metadata(rows: &[OutputRow], commit_time_type: &DataType) -> [ArrayRef; 5] {
+pub(super) fn metadata(
+    rows: &[OutputRow],
+    commit_time_type: &DataType,
+    fingerprint: &str,
+) -> [ArrayRef; 6] {
     let ops = StringArray::from_iter_values(rows.iter().map(|r| r.op.as_str()));
     let lsns = PrimitiveArray::<UInt64Type>::from_iter_values(rows.iter().map(|r| r.commit_lsn.0));
     let seqs = PrimitiveArray::<UInt32Type>::from_iter_values(rows.iter().map(|r| r.seq));
@@ -290,5 +429,9 @@ pub(super) fn metadata(rows: &[OutputRow], commit_time_type: &DataType) -> [Arra
         Arc::new(seqs),
         Arc::new(xids),
         Arc::new(times),
+        Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+            fingerprint,
+            rows.len(),
+        ))),
     ]
 }

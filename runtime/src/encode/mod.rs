@@ -70,7 +70,10 @@ use parquet::schema::types::ColumnPath;
 use crate::Lsn;
 use crate::change::{OutputBatch, OutputRow};
 
-pub use schema::{METADATA_COLUMNS, PG_OID_KEY, PG_TYPE_KEY, PG_TYPMOD_KEY, arrow_schema};
+pub use schema::{
+    LIST_ITEM, METADATA_COLUMNS, PG_DIMS_KEY, PG_OID_KEY, PG_TYPE_KEY, PG_TYPMOD_KEY, arrow_schema,
+    fingerprint,
+};
 
 use schema::Kind;
 
@@ -166,6 +169,7 @@ impl Encoder {
             .set_statistics_enabled(EnabledStatistics::Page)
             .set_max_row_group_row_count(Some(options.row_group_rows))
             .set_column_dictionary_enabled(ColumnPath::from("_op"), true)
+            .set_column_dictionary_enabled(ColumnPath::from("_schema"), true)
             .set_created_by(format!("tributary {}", env!("CARGO_PKG_VERSION")))
             .build();
         Ok(Encoder {
@@ -192,6 +196,7 @@ impl Encoder {
         }
         let schema = arrow_schema(&batch.columns);
         let kinds: Vec<Kind> = batch.columns.iter().map(Kind::of).collect();
+        let fingerprint = fingerprint(&batch.columns);
         let parquet_err = |source| EncodeError::Parquet {
             output: output.clone(),
             source,
@@ -202,7 +207,13 @@ impl Encoder {
         let mut start = 0;
         while start < batch.rows.len() {
             let end = self.chunk_end(batch, start)?;
-            let record = record_batch(batch, &schema, &kinds, &batch.rows[start..end])?;
+            let record = record_batch(
+                batch,
+                &schema,
+                &kinds,
+                &fingerprint,
+                &batch.rows[start..end],
+            )?;
             let w = match &mut writer {
                 Some(w) => w,
                 None => writer.insert(
@@ -274,15 +285,17 @@ fn record_batch(
     batch: &OutputBatch,
     schema: &SchemaRef,
     kinds: &[Kind],
+    fingerprint: &str,
     rows: &[OutputRow],
 ) -> Result<RecordBatch, EncodeError> {
     let offset = METADATA_COLUMNS.len();
-    let commit_time_type = schema.field(METADATA_COLUMNS.len() - 1).data_type();
+    let commit_time_type = schema.field(4).data_type();
     let mut arrays: Vec<ArrayRef> = Vec::with_capacity(offset + kinds.len());
-    arrays.extend(columns::metadata(rows, commit_time_type));
+    arrays.extend(columns::metadata(rows, commit_time_type, fingerprint));
     for (col, &kind) in kinds.iter().enumerate() {
         let data_type: &DataType = schema.field(offset + col).data_type();
-        let array = columns::build(rows, col, kind, data_type)
+        let dims = batch.columns[col].ty.dims;
+        let array = columns::build_column(rows, col, kind, dims, data_type)
             .map_err(|(i, reason)| value_error(batch, col, &rows[i], reason))?;
         arrays.push(array);
     }

@@ -7,7 +7,7 @@ use arrow_schema::extension::{Json, Uuid};
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 use crate::change::OutputColumn;
-use crate::pgtype::{self, oid};
+use crate::pgtype::oid;
 
 /// Field metadata key holding the PostgreSQL type name (`int4`, `_text`, `numeric`).
 pub const PG_TYPE_KEY: &str = "pg.type";
@@ -15,9 +15,21 @@ pub const PG_TYPE_KEY: &str = "pg.type";
 pub const PG_OID_KEY: &str = "pg.oid";
 /// Field metadata key holding the type modifier (`atttypmod`), present when it is not -1.
 pub const PG_TYPMOD_KEY: &str = "pg.typmod";
+/// Field metadata key holding the number of array dimensions of an array column.
+pub const PG_DIMS_KEY: &str = "pg.dims";
 
 /// The change metadata columns that open every file, in order.
-pub const METADATA_COLUMNS: [&str; 5] = ["_op", "_commit_lsn", "_seq", "_xid", "_commit_time"];
+pub const METADATA_COLUMNS: [&str; 6] = [
+    "_op",
+    "_commit_lsn",
+    "_seq",
+    "_xid",
+    "_commit_time",
+    "_schema",
+];
+
+/// Name of the child field of a list column, as the Parquet LIST convention spells it.
+pub const LIST_ITEM: &str = "element";
 
 /// The largest precision Arrow's 256-bit decimal holds.
 const DECIMAL256_MAX_PRECISION: u16 = 76;
@@ -53,15 +65,17 @@ pub(super) enum Kind {
     Timestamp,
     TimestampTz,
     Interval,
+    TimeTz,
     Uuid,
     Json,
-    Array,
     Other,
 }
 
 impl Kind {
+    /// The kind of a column's values; for an array column, of its elements.
     pub(super) fn of(column: &OutputColumn) -> Kind {
-        match column.type_oid {
+        let ty = &column.ty;
+        match ty.scalar {
             oid::BOOL => Kind::Bool,
             oid::INT2 => Kind::Int2,
             oid::INT4 => Kind::Int4,
@@ -69,17 +83,31 @@ impl Kind {
             oid::OID => Kind::Oid,
             oid::FLOAT4 => Kind::Float4,
             oid::FLOAT8 => Kind::Float8,
-            oid::NUMERIC => numeric_kind(column.type_modifier),
-            oid::TEXT | oid::VARCHAR | oid::BPCHAR | oid::NAME | oid::CHAR => Kind::Text,
+            oid::NUMERIC => numeric_kind(ty.modifier),
+            // Minor units in a signed 64-bit integer: at most 19 digits.
+            oid::MONEY => Kind::Decimal128 {
+                precision: 19,
+                scale: ty.modifier.clamp(0, 18) as i8,
+            },
+            oid::TEXT
+            | oid::VARCHAR
+            | oid::BPCHAR
+            | oid::NAME
+            | oid::CHAR
+            | oid::XML
+            | oid::INET
+            | oid::CIDR
+            | oid::MACADDR
+            | oid::MACADDR8 => Kind::Text,
             oid::BYTEA => Kind::Bytea,
             oid::DATE => Kind::Date,
             oid::TIME => Kind::Time,
             oid::TIMESTAMP => Kind::Timestamp,
             oid::TIMESTAMPTZ => Kind::TimestampTz,
             oid::INTERVAL => Kind::Interval,
+            oid::TIMETZ => Kind::TimeTz,
             oid::UUID => Kind::Uuid,
             oid::JSON | oid::JSONB => Kind::Json,
-            other if pgtype::is_array(other) => Kind::Array,
             _ => Kind::Other,
         }
     }
@@ -95,17 +123,40 @@ impl Kind {
             Kind::Float8 => DataType::Float64,
             Kind::Decimal128 { precision, scale } => DataType::Decimal128(precision, scale),
             Kind::Decimal256 { precision, scale } => DataType::Decimal256(precision, scale),
-            Kind::NumericText | Kind::Text | Kind::Json | Kind::Array | Kind::Other => {
-                DataType::Utf8
-            }
+            Kind::NumericText | Kind::Text | Kind::Json | Kind::Other => DataType::Utf8,
             Kind::Bytea => DataType::Binary,
             Kind::Date => DataType::Date32,
             Kind::Time => DataType::Time64(TimeUnit::Microsecond),
             Kind::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
             Kind::TimestampTz => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             Kind::Interval => DataType::Struct(interval_fields()),
+            Kind::TimeTz => DataType::Struct(timetz_fields()),
             Kind::Uuid => DataType::FixedSizeBinary(16),
         }
+    }
+
+    /// A field of this kind, with the extension type that gives it its Parquet logical type.
+    pub(super) fn field(self, name: &str) -> Field {
+        let field = Field::new(name, self.data_type(), true);
+        // The extension types add `ARROW:extension:*` keys that the Parquet writer turns into
+        // the UUID and JSON logical types.
+        match self {
+            Kind::Uuid => field.with_extension_type(Uuid),
+            Kind::Json => field.with_extension_type(Json::default()),
+            _ => field,
+        }
+    }
+
+    /// The Arrow type of a column of this kind with `dims` array dimensions: a list of lists
+    /// as deep as the dimensions, each level's items named [`LIST_ITEM`].
+    pub(super) fn column_type(self, dims: u8) -> DataType {
+        let mut data_type = self.data_type();
+        let mut item = self.field(LIST_ITEM);
+        for _ in 0..dims {
+            data_type = DataType::List(Arc::new(item));
+            item = Field::new(LIST_ITEM, data_type.clone(), true);
+        }
+        data_type
     }
 
     /// The value variant a column of this kind takes, as [`crate::change::Value::kind`] names it.
@@ -126,9 +177,9 @@ impl Kind {
             Kind::Timestamp => "timestamp",
             Kind::TimestampTz => "timestamptz",
             Kind::Interval => "interval",
+            Kind::TimeTz => "timetz",
             Kind::Uuid => "uuid",
             Kind::Json => "json",
-            Kind::Array => "array",
             Kind::Other => "other",
         }
     }
@@ -173,39 +224,60 @@ pub(super) fn interval_fields() -> Fields {
     ])
 }
 
-/// The type as a person reads it in an error: `int4`, `numeric(12,2)`, `type with oid 16385`.
+/// `timetz` as the local time of day and its offset, the two things PostgreSQL keeps:
+/// normalising to UTC would lose the offset, and no Arrow type holds both.
+pub(super) fn timetz_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("time", DataType::Time64(TimeUnit::Microsecond), false),
+        Field::new("offset_seconds", DataType::Int32, false),
+    ])
+}
+
+/// The type as a person reads it in an error: `int4`, `numeric(12,2)`, `public.mood`.
 pub(super) fn type_label(column: &OutputColumn) -> String {
-    let name = match pgtype::type_name(column.type_oid) {
-        Some(name) => name.to_owned(),
-        None => return format!("type with oid {}", column.type_oid),
-    };
     match (
         column.type_oid,
         numeric_precision_scale(column.type_modifier),
     ) {
         (oid::NUMERIC, Some((p, s))) => format!("numeric({p},{s})"),
-        _ => name,
+        _ => column.ty.label(),
     }
 }
 
 fn column_field(column: &OutputColumn) -> Field {
     let kind = Kind::of(column);
-    let mut metadata = HashMap::with_capacity(3);
-    if let Some(name) = pgtype::type_name(column.type_oid) {
-        metadata.insert(PG_TYPE_KEY.to_owned(), name.to_owned());
+    let mut metadata = HashMap::with_capacity(4);
+    if !column.ty.name.is_empty() {
+        metadata.insert(PG_TYPE_KEY.to_owned(), column.ty.name.to_string());
     }
     metadata.insert(PG_OID_KEY.to_owned(), column.type_oid.to_string());
     if column.type_modifier != -1 {
         metadata.insert(PG_TYPMOD_KEY.to_owned(), column.type_modifier.to_string());
     }
-    let field = Field::new(&column.name, kind.data_type(), true).with_metadata(metadata);
-    // The extension types add `ARROW:extension:*` keys that the Parquet writer turns into
-    // the UUID and JSON logical types.
-    match kind {
-        Kind::Uuid => field.with_extension_type(Uuid),
-        Kind::Json => field.with_extension_type(Json::default()),
-        _ => field,
+    if column.ty.dims > 0 {
+        metadata.insert(PG_DIMS_KEY.to_owned(), column.ty.dims.to_string());
+        return Field::new(&column.name, kind.column_type(column.ty.dims), true)
+            .with_metadata(metadata);
     }
+    let field = kind.field(&column.name);
+    let mut merged = field.metadata().clone();
+    merged.extend(metadata);
+    field.with_metadata(merged)
+}
+
+/// A short stable digest of an output's columns: names, declared types and how they are
+/// stored. Files of one output with the same fingerprint have the same schema.
+pub fn fingerprint(columns: &[OutputColumn]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for c in columns {
+        hash.update(format!(
+            "{}\0{}\0{}\0{}\0{}\0{}\n",
+            c.name, c.type_oid, c.type_modifier, c.ty.scalar, c.ty.modifier, c.ty.dims
+        ));
+    }
+    let digest = hash.finalize();
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The Arrow schema of an output's files: the change metadata columns, then the output's
@@ -222,6 +294,7 @@ pub fn arrow_schema(columns: &[OutputColumn]) -> SchemaRef {
             DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             false,
         ),
+        Field::new("_schema", DataType::Utf8, false),
     ]);
     fields.extend(columns.iter().map(column_field));
     Arc::new(Schema::new(fields))
@@ -280,11 +353,7 @@ mod tests {
 
     #[test]
     fn type_labels() {
-        let col = |type_oid, type_modifier| OutputColumn {
-            name: "c".into(),
-            type_oid,
-            type_modifier,
-        };
+        let col = |type_oid, type_modifier| OutputColumn::builtin("c", type_oid, type_modifier);
         assert_eq!(type_label(&col(oid::INT4, -1)), "int4");
         assert_eq!(
             type_label(&col(oid::NUMERIC, numeric(12, 2))),

@@ -210,6 +210,26 @@ impl Decoder {
         self.relations.get(&id)
     }
 
+    /// Replace the resolved column types of cached relation `id` (one per column, in order),
+    /// so that the row messages decoded from now on carry them. Returns the updated relation,
+    /// or `None` when the relation is not cached or the count does not match.
+    pub fn resolve_types(
+        &mut self,
+        id: u32,
+        types: Vec<crate::pgtype::ColumnType>,
+    ) -> Option<Arc<Relation>> {
+        let cached = self.relations.get_mut(&id)?;
+        if cached.columns.len() != types.len() {
+            return None;
+        }
+        let mut relation = Relation::clone(cached);
+        for (column, ty) in relation.columns.iter_mut().zip(types) {
+            column.ty = ty;
+        }
+        *cached = Arc::new(relation);
+        Some(Arc::clone(cached))
+    }
+
     /// The xid of the streamed transaction whose chunk is open (between Stream Start and
     /// Stream Stop), if any.
     pub fn open_stream(&self) -> Option<u32> {
@@ -309,12 +329,12 @@ impl Decoder {
             let name = r.cstr("column name")?.to_owned();
             let type_oid = r.u32("column type oid")?;
             let type_modifier = r.i32("column type modifier")?;
-            columns.push(RelationColumn {
+            columns.push(RelationColumn::new(
                 name,
                 type_oid,
                 type_modifier,
-                key: flags & tag::COLUMN_FLAG_KEY != 0,
-            });
+                flags & tag::COLUMN_FLAG_KEY != 0,
+            ));
         }
         r.finish()?;
         let relation = Arc::new(Relation {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::Lsn;
+use crate::pgtype::ColumnType;
 
 /// Microseconds between the Unix epoch and PostgreSQL's epoch (2000-01-01 00:00:00 UTC).
 pub const PG_EPOCH_OFFSET_MICROS: i64 = 946_684_800_000_000;
@@ -41,11 +42,29 @@ pub enum ReplicaIdentity {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RelationColumn {
     pub name: String,
+    /// The declared type, as the server sent it: a domain's own OID, not its base type's.
     pub type_oid: u32,
     /// `atttypmod`: precision and scale of numeric, length of varchar, ...; -1 when none.
     pub type_modifier: i32,
     /// Part of the replica identity key.
     pub key: bool,
+    /// What the type resolves to. The decoder knows built-in types only; the pipeline fills
+    /// in user-defined types and array dimensions from the catalog
+    /// ([`Decoder::resolve_types`](super::Decoder::resolve_types)).
+    pub ty: ColumnType,
+}
+
+impl RelationColumn {
+    /// A column whose type is resolved from the built-in types only.
+    pub fn new(name: impl Into<String>, type_oid: u32, type_modifier: i32, key: bool) -> Self {
+        RelationColumn {
+            name: name.into(),
+            type_oid,
+            type_modifier,
+            key,
+            ty: ColumnType::builtin(type_oid, type_modifier),
+        }
+    }
 }
 
 /// A table as the server described it in a Relation message.

@@ -212,6 +212,18 @@ pub fn parse_time(s: &[u8]) -> Parsed<i64> {
     Ok(micros)
 }
 
+/// A `timetz` as local microseconds since midnight and seconds east of UTC.
+pub fn parse_timetz(s: &[u8]) -> Parsed<(i64, i32)> {
+    let mut c = Cursor::new(s);
+    let micros = time_of_day(&mut c)?;
+    let offset = utc_offset(&mut c)?;
+    if !c.at_end() {
+        return Err("unexpected text after the time zone");
+    }
+    let offset = i32::try_from(offset).map_err(|_| "time zone out of range")?;
+    Ok((micros, offset))
+}
+
 /// A `timestamp` (`with_offset == false`) or `timestamptz` as microseconds since
 /// 1970-01-01 00:00:00 (UTC for `timestamptz`); infinities are `i64::MAX` / `i64::MIN`.
 pub fn parse_timestamp(s: &[u8], with_offset: bool) -> Parsed<i64> {

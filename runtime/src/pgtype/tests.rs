@@ -1,7 +1,7 @@
 use super::*;
 
 fn decode(type_oid: u32, text: &str) -> Result<Value, ValueError> {
-    decode_text(type_oid, -1, text.as_bytes())
+    decode_text(&ColumnType::builtin(type_oid, -1), text.as_bytes())
 }
 
 fn ok(type_oid: u32, text: &str) -> Value {
@@ -91,7 +91,7 @@ fn text_types() {
         assert_eq!(ok(type_oid, "héllo ✓"), Value::Text("héllo ✓".into()));
         assert_eq!(ok(type_oid, ""), Value::Text(String::new()));
     }
-    let err = decode_text(oid::TEXT, -1, b"\xff\xfe").unwrap_err();
+    let err = decode_text(&ColumnType::builtin(oid::TEXT, -1), b"\xff\xfe").unwrap_err();
     assert_eq!(err.reason, "not valid UTF-8");
 }
 
@@ -127,11 +127,21 @@ fn dates_times_and_timestamps() {
     );
     let err = decode(oid::TIMESTAMP, "294276-12-31 23:59:59.999999").unwrap_err();
     assert!(err.reason.contains("out of range"), "{err}");
-    // timetz has no dedicated value; it keeps its text.
     assert_eq!(
         ok(oid::TIMETZ, "12:00:00+02"),
-        Value::Other("12:00:00+02".into())
+        Value::TimeTz {
+            micros: 12 * 3_600_000_000,
+            offset: 7200
+        }
     );
+    assert_eq!(
+        ok(oid::TIMETZ, "23:59:59.999999-05:30:15"),
+        Value::TimeTz {
+            micros: 86_400_000_000 - 1,
+            offset: -(5 * 3600 + 30 * 60 + 15)
+        }
+    );
+    assert!(decode(oid::TIMETZ, "12:00:00").is_err());
 }
 
 #[test]
@@ -187,7 +197,7 @@ fn uuids() {
 }
 
 #[test]
-fn json_arrays_and_other_types_keep_their_text() {
+fn json_network_money_and_other_types() {
     assert_eq!(
         ok(oid::JSON, r#"{"a": [1, 2]}"#),
         Value::Json(r#"{"a": [1, 2]}"#.into())
@@ -197,18 +207,87 @@ fn json_arrays_and_other_types_keep_their_text() {
         Value::Json(r#"{"a": [1, 2]}"#.into())
     );
     assert_eq!(
-        ok(oid::INT4_ARRAY, "{1,2,NULL}"),
-        Value::Array("{1,2,NULL}".into())
-    );
-    assert_eq!(
-        ok(oid::TEXT_ARRAY, r#"{"a b",c}"#),
-        Value::Array(r#"{"a b",c}"#.into())
-    );
-    assert_eq!(
         ok(oid::INET, "10.0.0.1/8"),
-        Value::Other("10.0.0.1/8".into())
+        Value::Text("10.0.0.1/8".into())
     );
+    assert_eq!(
+        ok(oid::MONEY, "$1,234.56"),
+        Value::Numeric("1234.56".into())
+    );
+    assert_eq!(ok(oid::MONEY, "-$0.05"), Value::Numeric("-0.05".into()));
+    assert_eq!(
+        ok(oid::MONEY, "-$92,233,720,368,547,758.08"),
+        Value::Numeric("-92233720368547758.08".into())
+    );
+    assert!(decode(oid::MONEY, "$").is_err());
     assert_eq!(ok(70_000, "happy"), Value::Other("happy".into()));
+    assert_eq!(ok(oid::POINT, "(1,2)"), Value::Other("(1,2)".into()));
+}
+
+#[test]
+fn arrays_decode_their_elements() {
+    let ints =
+        |dims: Vec<u32>, elements: Vec<Value>| Value::Array(Box::new(Array { dims, elements }));
+    assert_eq!(
+        ok(oid::INT4_ARRAY, "{1,2,NULL}"),
+        ints(vec![3], vec![Value::Int4(1), Value::Int4(2), Value::Null])
+    );
+    assert_eq!(
+        ok(oid::TEXT_ARRAY, r#"{"a b",c,"NULL",""}"#),
+        ints(
+            vec![4],
+            ["a b", "c", "NULL", ""]
+                .into_iter()
+                .map(|s| Value::Text(s.into()))
+                .collect()
+        )
+    );
+    assert_eq!(
+        ok(oid::INT8_ARRAY, "{{1,2},{3,4}}"),
+        ints(vec![2, 2], (1..=4).map(Value::Int8).collect())
+    );
+    assert_eq!(ok(oid::DATE_ARRAY, "{}"), ints(vec![], vec![]));
+    assert_eq!(
+        ok(oid::POINT_ARRAY, r#"{"(1,2)","(3,4)"}"#),
+        ints(
+            vec![2],
+            vec![Value::Other("(1,2)".into()), Value::Other("(3,4)".into())]
+        )
+    );
+    let err = decode(oid::INT4_ARRAY, "{1,x}").unwrap_err();
+    assert_eq!(err.type_name, "_int4");
+    assert!(err.reason.contains("integer"), "{err}");
+}
+
+#[test]
+fn binary_values_decode_like_their_text() {
+    let binary = |type_oid: u32, bytes: &[u8]| {
+        decode_binary(&ColumnType::builtin(type_oid, -1), bytes).unwrap_or_else(|e| panic!("{e}"))
+    };
+    assert_eq!(binary(oid::INT4, &7i32.to_be_bytes()), ok(oid::INT4, "7"));
+    assert_eq!(
+        binary(oid::MONEY, &(-123_456i64).to_be_bytes()),
+        ok(oid::MONEY, "-$1,234.56")
+    );
+    assert_eq!(
+        binary(oid::MONEY, &5i64.to_be_bytes()),
+        ok(oid::MONEY, "$0.05")
+    );
+    assert_eq!(binary(oid::JSONB, b"\x01{}"), ok(oid::JSONB, "{}"));
+    let mut array = Vec::new();
+    for n in [1i32, 1, oid::TEXT as i32, 2, 1] {
+        array.extend(n.to_be_bytes());
+    }
+    array.extend(1i32.to_be_bytes());
+    array.extend(b"a");
+    array.extend((-1i32).to_be_bytes());
+    assert_eq!(
+        binary(oid::TEXT_ARRAY, &array),
+        ok(oid::TEXT_ARRAY, "{a,NULL}")
+    );
+    let err = decode_binary(&ColumnType::builtin(oid::POINT, -1), &[0; 16]).unwrap_err();
+    assert!(err.reason.contains("source.binary = false"), "{err}");
+    assert_eq!(err.text, format!("\\x{}", "00".repeat(16)));
 }
 
 #[test]
@@ -224,7 +303,7 @@ fn errors_name_the_type_and_quote_a_bounded_text() {
     assert_eq!(err.type_name, "date");
     assert_eq!(err.text, format!("{}...", "ü".repeat(64)));
 
-    let err = decode_text(99_999, -1, b"\xff").unwrap_err();
+    let err = decode_text(&ColumnType::builtin(99_999, -1), b"\xff").unwrap_err();
     assert_eq!(err.type_name, "type with oid 99999");
 }
 
@@ -253,8 +332,13 @@ fn malformed_input_never_panics() {
     ];
     for &(scalar, _, array) in oid::SCALARS {
         for text in samples {
-            let _ = decode_text(scalar, -1, text);
-            let _ = decode_text(array, -1, text);
+            for ty in [
+                ColumnType::builtin(scalar, -1),
+                ColumnType::builtin(array, -1),
+            ] {
+                let _ = decode_text(&ty, text);
+                let _ = decode_binary(&ty, text);
+            }
         }
     }
 }

@@ -40,11 +40,11 @@ impl Stage {
                         column.name
                     )));
                 }
-                columns.push(OutputColumn {
-                    name: column.name.clone(),
-                    type_oid: convert::column_type_oid(column.type_),
-                    type_modifier: -1,
-                });
+                columns.push(OutputColumn::builtin(
+                    column.name.clone(),
+                    convert::column_type_oid(column.type_),
+                    -1,
+                ));
             }
             if declared.insert(name.clone(), columns.into()).is_some() {
                 return Err(invalid(format!("declares output {name:?} twice")));
@@ -251,7 +251,7 @@ pub(super) fn route(
         if let Some((column, value)) = columns
             .iter()
             .zip(&values)
-            .find(|(c, v)| !convert::fits(c.type_oid, v))
+            .find(|(c, v)| !convert::fits(&c.ty, v))
         {
             let message = format!(
                 "a {} value does not fit column type oid {}",

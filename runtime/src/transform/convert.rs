@@ -9,9 +9,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::host::wit;
-use crate::change::{Batch, Op, OutputColumn, Value};
+use crate::change::{Array, Batch, Op, OutputColumn, Value};
 use crate::pgoutput::Relation;
-use crate::pgtype;
+use crate::pgtype::{self, ColumnType};
 
 /// The relations of one batch, by handle, with the output each one derives.
 pub(super) struct Relations {
@@ -107,15 +107,11 @@ fn relation_to_wit(relation: &Relation) -> wit::Relation {
                 name: c.name.clone(),
                 type_oid: c.type_oid,
                 type_modifier: c.type_modifier,
-                type_name: type_name(c.type_oid).to_owned(),
+                type_name: c.ty.name.to_string(),
                 key: c.key,
             })
             .collect(),
     }
-}
-
-fn type_name(oid: u32) -> &'static str {
-    pgtype::type_name(oid).unwrap_or("")
 }
 
 pub(super) fn op_to_wit(op: Op) -> wit::Op {
@@ -136,71 +132,121 @@ pub(super) fn op_from_wit(op: wit::Op) -> Op {
     }
 }
 
-pub(super) fn value_to_wit(value: &Value) -> wit::Value {
-    match value {
-        Value::Null => wit::Value::Null,
-        Value::UnchangedToast => wit::Value::UnchangedToast,
-        Value::Bool(b) => wit::Value::Boolean(*b),
-        Value::Int2(v) => wit::Value::Int2(*v),
-        Value::Int4(v) => wit::Value::Int4(*v),
-        Value::Int8(v) => wit::Value::Int8(*v),
-        Value::Float4(v) => wit::Value::Float4(*v),
-        Value::Float8(v) => wit::Value::Float8(*v),
-        Value::Numeric(s) => wit::Value::Numeric(s.clone()),
-        Value::Text(s) => wit::Value::Text(s.clone()),
-        Value::Bytea(b) => wit::Value::Bytea(b.clone()),
-        Value::Date(d) => wit::Value::Date(*d),
-        Value::Time(t) => wit::Value::Time(*t),
-        Value::Timestamp(t) => wit::Value::Timestamp(*t),
-        Value::TimestampTz(t) => wit::Value::Timestamptz(*t),
-        Value::Uuid(bytes) => {
-            let n = u128::from_be_bytes(*bytes);
-            wit::Value::Uuid(((n >> 64) as u64, n as u64))
+/// The scalar cases, which `value` and `element` share, in both directions. `$rest` handles
+/// what is not a scalar.
+macro_rules! scalar_to_wit {
+    ($wit:ident, $value:expr, $rest:pat => $other:expr) => {
+        match $value {
+            Value::Null => wit::$wit::Null,
+            Value::Bool(b) => wit::$wit::Boolean(*b),
+            Value::Int2(v) => wit::$wit::Int2(*v),
+            Value::Int4(v) => wit::$wit::Int4(*v),
+            Value::Int8(v) => wit::$wit::Int8(*v),
+            Value::Float4(v) => wit::$wit::Float4(*v),
+            Value::Float8(v) => wit::$wit::Float8(*v),
+            Value::Numeric(s) => wit::$wit::Numeric(s.clone()),
+            Value::Text(s) => wit::$wit::Text(s.clone()),
+            Value::Bytea(b) => wit::$wit::Bytea(b.clone()),
+            Value::Date(d) => wit::$wit::Date(*d),
+            Value::Time(t) => wit::$wit::Time(*t),
+            Value::Timestamp(t) => wit::$wit::Timestamp(*t),
+            Value::TimestampTz(t) => wit::$wit::Timestamptz(*t),
+            Value::Uuid(bytes) => wit::$wit::Uuid(uuid_to_wit(bytes)),
+            Value::Json(s) => wit::$wit::Json(s.clone()),
+            Value::Interval {
+                months,
+                days,
+                micros,
+            } => wit::$wit::Interval(wit::Interval {
+                months: *months,
+                days: *days,
+                micros: *micros,
+            }),
+            Value::TimeTz { micros, offset } => wit::$wit::Timetz(wit::Timetz {
+                micros: *micros,
+                offset_seconds: *offset,
+            }),
+            Value::Other(s) => wit::$wit::Other(s.clone()),
+            $rest => $other,
         }
-        Value::Json(s) => wit::Value::Json(s.clone()),
-        Value::Interval {
-            months,
-            days,
-            micros,
-        } => wit::Value::Interval(wit::Interval {
-            months: *months,
-            days: *days,
-            micros: *micros,
+    };
+}
+
+macro_rules! scalar_from_wit {
+    ($wit:ident, $value:expr, $rest:pat => $other:expr) => {
+        match $value {
+            wit::$wit::Null => Value::Null,
+            wit::$wit::Boolean(b) => Value::Bool(b),
+            wit::$wit::Int2(v) => Value::Int2(v),
+            wit::$wit::Int4(v) => Value::Int4(v),
+            wit::$wit::Int8(v) => Value::Int8(v),
+            wit::$wit::Float4(v) => Value::Float4(v),
+            wit::$wit::Float8(v) => Value::Float8(v),
+            wit::$wit::Numeric(s) => Value::Numeric(s),
+            wit::$wit::Text(s) => Value::Text(s),
+            wit::$wit::Bytea(b) => Value::Bytea(b),
+            wit::$wit::Date(d) => Value::Date(d),
+            wit::$wit::Time(t) => Value::Time(t),
+            wit::$wit::Timestamp(t) => Value::Timestamp(t),
+            wit::$wit::Timestamptz(t) => Value::TimestampTz(t),
+            wit::$wit::Uuid(halves) => Value::Uuid(uuid_from_wit(halves)),
+            wit::$wit::Json(s) => Value::Json(s),
+            wit::$wit::Interval(i) => Value::Interval {
+                months: i.months,
+                days: i.days,
+                micros: i.micros,
+            },
+            wit::$wit::Timetz(t) => Value::TimeTz {
+                micros: t.micros,
+                offset: t.offset_seconds,
+            },
+            wit::$wit::Other(s) => Value::Other(s),
+            $rest => $other,
+        }
+    };
+}
+
+fn uuid_to_wit(bytes: &[u8; 16]) -> (u64, u64) {
+    let n = u128::from_be_bytes(*bytes);
+    ((n >> 64) as u64, n as u64)
+}
+
+fn uuid_from_wit((hi, lo): (u64, u64)) -> [u8; 16] {
+    ((u128::from(hi) << 64) | u128::from(lo)).to_be_bytes()
+}
+
+pub(super) fn value_to_wit(value: &Value) -> wit::Value {
+    scalar_to_wit!(Value, value, rest => match rest {
+        Value::UnchangedToast => wit::Value::UnchangedToast,
+        Value::Array(array) => wit::Value::Array(wit::PgArray {
+            dims: array.dims.clone(),
+            elements: array.elements.iter().map(element_to_wit).collect(),
         }),
-        Value::Array(s) => wit::Value::Array(s.clone()),
-        Value::Other(s) => wit::Value::Other(s.clone()),
-    }
+        _ => unreachable!("every scalar case is matched above"),
+    })
+}
+
+/// An array element; arrays hold scalars only, so a nested array or an unchanged-TOAST
+/// marker (which the decoder never puts in an array) crosses as null.
+fn element_to_wit(value: &Value) -> wit::Element {
+    scalar_to_wit!(Element, value, Value::UnchangedToast | Value::Array(_) => wit::Element::Null)
 }
 
 pub(super) fn value_from_wit(value: wit::Value) -> Value {
-    match value {
-        wit::Value::Null => Value::Null,
+    scalar_from_wit!(Value, value, rest => match rest {
         wit::Value::UnchangedToast => Value::UnchangedToast,
-        wit::Value::Boolean(b) => Value::Bool(b),
-        wit::Value::Int2(v) => Value::Int2(v),
-        wit::Value::Int4(v) => Value::Int4(v),
-        wit::Value::Int8(v) => Value::Int8(v),
-        wit::Value::Float4(v) => Value::Float4(v),
-        wit::Value::Float8(v) => Value::Float8(v),
-        wit::Value::Numeric(s) => Value::Numeric(s),
-        wit::Value::Text(s) => Value::Text(s),
-        wit::Value::Bytea(b) => Value::Bytea(b),
-        wit::Value::Date(d) => Value::Date(d),
-        wit::Value::Time(t) => Value::Time(t),
-        wit::Value::Timestamp(t) => Value::Timestamp(t),
-        wit::Value::Timestamptz(t) => Value::TimestampTz(t),
-        wit::Value::Uuid((hi, lo)) => {
-            Value::Uuid(((u128::from(hi) << 64) | u128::from(lo)).to_be_bytes())
-        }
-        wit::Value::Json(s) => Value::Json(s),
-        wit::Value::Interval(i) => Value::Interval {
-            months: i.months,
-            days: i.days,
-            micros: i.micros,
-        },
-        wit::Value::Array(s) => Value::Array(s),
-        wit::Value::Other(s) => Value::Other(s),
-    }
+        wit::Value::Array(array) => Value::Array(Box::new(Array {
+            dims: array.dims,
+            elements: array.elements.into_iter().map(element_from_wit).collect(),
+        })),
+        _ => unreachable!("every scalar case is matched above"),
+    })
+}
+
+fn element_from_wit(element: wit::Element) -> Value {
+    #[allow(unreachable_patterns)]
+    let value = scalar_from_wit!(Element, element, _ => unreachable!("elements are scalars"));
+    value
 }
 
 /// The declared column types: WIT case and PostgreSQL type OID.
@@ -232,45 +278,64 @@ pub(super) fn column_type_oid(column_type: wit::ColumnType) -> u32 {
         .map_or(25, |t| t.1)
 }
 
-/// The kind of value a column of type `type_oid` holds, as the name of its `Value` case, when
-/// the type is one the decoder reads into a typed value.
+/// The kind of value a scalar of the built-in type `type_oid` holds, as the name of its
+/// `Value` case, when the decoder reads it into a typed value.
 fn expected_kind(type_oid: u32) -> Option<&'static str> {
+    use pgtype::oid;
     Some(match type_oid {
-        16 => "boolean",
-        21 => "int2",
-        23 => "int4",
-        20 => "int8",
-        700 => "float4",
-        701 => "float8",
-        1700 => "numeric",
-        17 => "bytea",
-        1082 => "date",
-        1083 => "time",
-        1114 => "timestamp",
-        1184 => "timestamptz",
-        2950 => "uuid",
-        114 | 3802 => "json",
-        1186 => "interval",
-        // text, varchar, bpchar, name, "char": text, or other when read as an unknown type
-        25 | 1043 | 1042 | 19 | 18 => "text",
+        oid::BOOL => "boolean",
+        oid::INT2 => "int2",
+        oid::INT4 => "int4",
+        oid::INT8 | oid::OID => "int8",
+        oid::FLOAT4 => "float4",
+        oid::FLOAT8 => "float8",
+        oid::NUMERIC | oid::MONEY => "numeric",
+        oid::BYTEA => "bytea",
+        oid::DATE => "date",
+        oid::TIME => "time",
+        oid::TIMETZ => "timetz",
+        oid::TIMESTAMP => "timestamp",
+        oid::TIMESTAMPTZ => "timestamptz",
+        oid::UUID => "uuid",
+        oid::JSON | oid::JSONB => "json",
+        oid::INTERVAL => "interval",
+        oid::TEXT
+        | oid::VARCHAR
+        | oid::BPCHAR
+        | oid::NAME
+        | oid::CHAR
+        | oid::XML
+        | oid::INET
+        | oid::CIDR
+        | oid::MACADDR
+        | oid::MACADDR8 => "text",
         _ => return None,
     })
 }
 
-/// Whether `value` may sit in a column of type `type_oid`.
+/// Whether `value` may sit in a column of type `ty`.
 ///
 /// Typed columns take their own kind; text-like columns also take `other`; columns of types
-/// the decoder keeps as text (arrays, enums, ranges, ...) take the text-like kinds. `null` and
-/// `unchanged-toast` fit everywhere.
-pub(super) fn fits(type_oid: u32, value: &Value) -> bool {
-    let kind = value.kind();
-    if matches!(kind, "null" | "unchanged-toast") {
-        return true;
+/// kept as text (composites, ranges, ...) take the text-like kinds; array columns take arrays
+/// whose elements fit the element type. `null` and `unchanged-toast` fit everywhere.
+pub(super) fn fits(ty: &ColumnType, value: &Value) -> bool {
+    match value {
+        Value::Null | Value::UnchangedToast => true,
+        Value::Array(array) if ty.is_array() => array.elements.iter().all(|e| {
+            !matches!(e, Value::Array(_) | Value::UnchangedToast) && fits_scalar(ty.scalar, e)
+        }),
+        _ if ty.is_array() => false,
+        _ => fits_scalar(ty.scalar, value),
     }
-    match expected_kind(type_oid) {
+}
+
+fn fits_scalar(scalar: u32, value: &Value) -> bool {
+    let kind = value.kind();
+    match expected_kind(scalar) {
+        _ if kind == "null" => true,
         Some("text") => matches!(kind, "text" | "other"),
         Some(expected) => kind == expected,
-        None => matches!(kind, "text" | "other" | "array" | "json"),
+        None => matches!(kind, "text" | "other" | "json"),
     }
 }
 
@@ -294,14 +359,19 @@ mod tests {
 
     #[test]
     fn values_fit_their_types_and_nothing_else() {
-        assert!(fits(23, &Value::Int4(1)));
-        assert!(!fits(23, &Value::Int8(1)));
-        assert!(!fits(23, &Value::Text("1".into())));
-        assert!(fits(23, &Value::Null));
-        assert!(fits(1043, &Value::Text("x".into())));
-        assert!(fits(1007, &Value::Array("{1,2}".into())));
-        assert!(!fits(1007, &Value::Int4(1)));
-        assert!(fits(3802, &Value::Json("{}".into())));
+        let ty = |oid| ColumnType::builtin(oid, -1);
+        let ints = |elements| Value::Array(Box::new(Array::from_elements(elements)));
+        assert!(fits(&ty(23), &Value::Int4(1)));
+        assert!(!fits(&ty(23), &Value::Int8(1)));
+        assert!(!fits(&ty(23), &Value::Text("1".into())));
+        assert!(fits(&ty(23), &Value::Null));
+        assert!(fits(&ty(1043), &Value::Text("x".into())));
+        assert!(fits(&ty(869), &Value::Text("10.0.0.1".into())));
+        assert!(fits(&ty(1007), &ints(vec![Value::Int4(1), Value::Null])));
+        assert!(!fits(&ty(1007), &ints(vec![Value::Int8(1)])));
+        assert!(!fits(&ty(1007), &Value::Int4(1)));
+        assert!(!fits(&ty(23), &ints(vec![])));
+        assert!(fits(&ty(3802), &Value::Json("{}".into())));
     }
 
     #[test]
@@ -330,7 +400,7 @@ mod tests {
         };
         for (t, oid) in COLUMN_TYPES {
             assert_eq!(column_type_oid(*t), *oid);
-            assert!(fits(*oid, &sample(*t)), "{t:?}");
+            assert!(fits(&ColumnType::builtin(*oid, -1), &sample(*t)), "{t:?}");
         }
     }
 }

@@ -82,12 +82,7 @@ fn relation(id: u32, schema: &str, table: &str, columns: &[(&str, u32, bool)]) -
         replica_identity: ReplicaIdentity::Default,
         columns: columns
             .iter()
-            .map(|&(name, type_oid, key)| RelationColumn {
-                name: name.into(),
-                type_oid,
-                type_modifier: -1,
-                key,
-            })
+            .map(|&(name, type_oid, key)| RelationColumn::new(name, type_oid, -1, key))
             .collect(),
     })
 }
@@ -164,8 +159,11 @@ fn every_kind_batch() -> Batch {
                 days: -3,
                 micros: 5,
             },
-            Value::Array("{1,2,NULL}".into()),
-            Value::Other("$1.00".into()),
+            Value::Array(Box::new(crate::change::Array {
+                dims: vec![2, 2],
+                elements: vec![Value::Int4(1), Value::Int4(2), Value::Null, Value::Int4(4)],
+            })),
+            Value::Numeric("1.00".into()),
         ]
     };
     let key_only = |id: i32| {

@@ -59,12 +59,7 @@ fn relation_message_is_cached_and_a_new_one_replaces_it() {
     assert_eq!(relation.replica_identity, ReplicaIdentity::Default);
     assert_eq!(
         relation.columns[3],
-        RelationColumn {
-            name: "amount".into(),
-            type_oid: 1700,
-            type_modifier: NUMERIC_10_2,
-            key: false,
-        }
+        RelationColumn::new("amount", 1700, NUMERIC_10_2, false)
     );
     assert!(relation.columns[0].key);
     assert!(Arc::ptr_eq(&relation, d.relation(ORDERS).expect("cached")));
