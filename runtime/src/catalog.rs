@@ -151,6 +151,22 @@ impl Catalog {
         Ok(Some(types))
     }
 
+    /// The resolved type of a column declared as `type_oid` with `type_modifier` and `dims`
+    /// array dimensions (`attndims`).
+    pub async fn column_type(
+        &mut self,
+        type_oid: u32,
+        type_modifier: i32,
+        dims: i32,
+    ) -> Result<ColumnType, ProvisionError> {
+        self.load([type_oid]).await?;
+        let ty = self.types.resolve(type_oid, type_modifier, dims);
+        if self.ensure_money(std::slice::from_ref(&ty)).await? {
+            return Ok(self.types.resolve(type_oid, type_modifier, dims));
+        }
+        Ok(ty)
+    }
+
     /// Refuse, before streaming, tracked columns that binary tuples would make unreadable.
     pub async fn check_tables(&mut self, columns: &[TableColumn]) -> Result<(), CatalogError> {
         if !self.binary {

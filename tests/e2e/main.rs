@@ -9,3 +9,4 @@ mod landing;
 mod plugins;
 mod schema;
 mod streaming;
+mod types;
