@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    Date32Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type,
-    TimestampMicrosecondType, UInt32Type, UInt64Type,
+    Date32Type, Decimal256Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type,
+    Time64MicrosecondType, TimestampMicrosecondType, UInt32Type, UInt64Type,
 };
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::{DataType, TimeUnit};
@@ -27,6 +27,8 @@ pub struct LandedRow {
     /// Microseconds since the Unix epoch.
     pub commit_time: i64,
     pub values: BTreeMap<String, Option<String>>,
+    /// The fingerprint of the schema the row was written with (`_schema`).
+    pub schema: String,
     /// The file it came from.
     pub file: String,
 }
@@ -76,12 +78,13 @@ fn rows_of(batch: &RecordBatch, file: &str) -> Vec<LandedRow> {
             .column_by_name(name)
             .unwrap_or_else(|| panic!("{file} has no column {name}"))
     };
-    let (op, lsn, seq, xid, time) = (
+    let (op, lsn, seq, xid, time, fingerprint) = (
         column("_op"),
         column("_commit_lsn"),
         column("_seq"),
         column("_xid"),
         column("_commit_time"),
+        column("_schema"),
     );
     (0..batch.num_rows())
         .map(|i| LandedRow {
@@ -97,6 +100,7 @@ fn rows_of(batch: &RecordBatch, file: &str) -> Vec<LandedRow> {
                 .filter(|(f, _)| !f.name().starts_with('_'))
                 .map(|(f, a)| (f.name().clone(), cell(a.as_ref(), i)))
                 .collect(),
+            schema: cell(fingerprint.as_ref(), i).expect("_schema is never null"),
             file: file.to_owned(),
         })
         .collect()
@@ -105,7 +109,8 @@ fn rows_of(batch: &RecordBatch, file: &str) -> Vec<LandedRow> {
 /// The canonical text of one value:
 /// booleans `true`/`false`; integers and floats in Rust's shortest round-trip form; decimals
 /// with exactly their scale's digits; binary and UUIDs as lower-case hex; dates as days since
-/// 1970-01-01; timestamps as microseconds since the epoch; strings as they are.
+/// 1970-01-01; times and timestamps as microseconds; strings as they are; lists as
+/// `[a,null,b]`; structs as `{name:value,...}`.
 pub fn cell(array: &dyn Array, i: usize) -> Option<String> {
     if array.is_null(i) {
         return None;
@@ -133,6 +138,33 @@ pub fn cell(array: &dyn Array, i: usize) -> Option<String> {
         DataType::LargeBinary => hex(array.as_binary::<i64>().value(i)),
         DataType::FixedSizeBinary(_) => hex(array.as_fixed_size_binary().value(i)),
         DataType::Date32 => array.as_primitive::<Date32Type>().value(i).to_string(),
+        DataType::Time64(TimeUnit::Microsecond) => array
+            .as_primitive::<Time64MicrosecondType>()
+            .value(i)
+            .to_string(),
+        DataType::Decimal256(_, scale) => {
+            let v = array.as_primitive::<Decimal256Type>().value(i);
+            decimal_digits(v.to_string(), *scale)
+        }
+        DataType::List(_) => {
+            let items = array.as_list::<i32>().value(i);
+            let rendered: Vec<String> = (0..items.len())
+                .map(|j| cell(items.as_ref(), j).unwrap_or_else(|| "null".to_owned()))
+                .collect();
+            format!("[{}]", rendered.join(","))
+        }
+        DataType::Struct(fields) => {
+            let s = array.as_struct();
+            let rendered: Vec<String> = fields
+                .iter()
+                .zip(s.columns())
+                .map(|(f, c)| {
+                    let v = cell(c.as_ref(), i).unwrap_or_else(|| "null".to_owned());
+                    format!("{}:{v}", f.name())
+                })
+                .collect();
+            format!("{{{}}}", rendered.join(","))
+        }
         DataType::Timestamp(TimeUnit::Microsecond, _) => array
             .as_primitive::<TimestampMicrosecondType>()
             .value(i)
@@ -147,14 +179,22 @@ pub fn cell(array: &dyn Array, i: usize) -> Option<String> {
 }
 
 fn decimal_text(value: i128, scale: i8) -> String {
+    decimal_digits(value.to_string(), scale)
+}
+
+/// An unscaled integer's digits with the point put back `scale` digits from the right.
+fn decimal_digits(unscaled: String, scale: i8) -> String {
     if scale <= 0 {
-        return value.to_string();
+        return unscaled;
     }
     let scale = scale as usize;
-    let digits = value.unsigned_abs().to_string();
+    let (sign, digits) = match unscaled.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", unscaled.as_str()),
+    };
     let digits = format!("{digits:0>width$}", width = scale + 1);
     let (int, frac) = digits.split_at(digits.len() - scale);
-    format!("{}{int}.{frac}", if value < 0 { "-" } else { "" })
+    format!("{sign}{int}.{frac}")
 }
 
 #[cfg(test)]
