@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on this machine, installing what it needs first: the wasm32-wasip2
-# target, PostgreSQL server binaries, the s3s-fs S3 server, and the plugins the tests load.
+# target, PostgreSQL server binaries, the s3s-fs S3 server, DuckDB and pyarrow (independent
+# Parquet readers), and the plugins the tests load.
 # Safe to run again: every step skips what is already there. Extra arguments go to `cargo test`.
 # Respects CARGO_TARGET_DIR.
 
@@ -10,6 +11,7 @@ ensure_cargo
 ensure_wasm_target
 ensure_postgres
 ensure_s3s_fs
+ensure_python_readers
 build_plugins
 
 say "tests: cargo test $*"

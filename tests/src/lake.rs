@@ -208,3 +208,63 @@ mod tests {
         assert_eq!(decimal_text(100, 0), "100");
     }
 }
+
+/// What DuckDB and pyarrow, reading the files themselves, make of landed Parquet.
+#[derive(Debug)]
+pub struct IndependentRead {
+    /// Column to DuckDB type (`DESCRIBE`).
+    pub duckdb_types: BTreeMap<String, String>,
+    /// Key to column to value as DuckDB casts it to text (inserted rows only).
+    pub duckdb_rows: BTreeMap<String, BTreeMap<String, Option<String>>>,
+    /// Column to Arrow type as pyarrow prints it.
+    pub pyarrow_types: BTreeMap<String, String>,
+    /// Column to its `pg.type` field metadata.
+    pub pg_types: BTreeMap<String, String>,
+}
+
+/// Read the Parquet files matching `pattern` with DuckDB and pyarrow through
+/// `tests/readers/describe_parquet.py`, using the interpreter `TRIBUTARY_PYTHON` names (the test
+/// script installs one with both), keyed by the column `key`.
+pub fn read_independently(pattern: &str, key: &str) -> IndependentRead {
+    let python = std::env::var("TRIBUTARY_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("readers/describe_parquet.py");
+    let output = std::process::Command::new(&python)
+        .arg(&script)
+        .args([pattern, key])
+        .output()
+        .unwrap_or_else(|e| panic!("running {python}: {e} (run the tests through scripts/test.sh, which installs DuckDB and pyarrow)"));
+    assert!(
+        output.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let strings = |v: &serde_json::Value| -> BTreeMap<String, String> {
+        v.as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+            .collect()
+    };
+    IndependentRead {
+        duckdb_types: strings(&doc["duckdb"]["types"]),
+        duckdb_rows: doc["duckdb"]["rows"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, row)| {
+                let row = row
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(c, v)| (c.clone(), v.as_str().map(str::to_owned)))
+                    .collect();
+                (k.clone(), row)
+            })
+            .collect(),
+        pyarrow_types: strings(&doc["pyarrow"]["types"]),
+        pg_types: strings(&doc["pyarrow"]["pg_types"]),
+    }
+}

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use arrow_array::builder::{BinaryBuilder, BooleanBuilder, StringBuilder};
 use arrow_array::types::{
-    Date32Type, Decimal128Type, Decimal256Type, Float32Type, Float64Type, Int16Type, Int32Type,
-    Int64Type, Time64MicrosecondType, TimestampMicrosecondType, UInt32Type, UInt64Type,
+    Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type,
+    Time64MicrosecondType, TimestampMicrosecondType, UInt32Type, UInt64Type,
 };
 use arrow_array::{
     ArrayRef, ArrowPrimitiveType, FixedSizeBinaryArray, ListArray, PrimitiveArray, StringArray,
@@ -22,6 +22,21 @@ use arrow_schema::DataType;
 use super::decimal;
 use super::schema::{Kind, interval_fields, timetz_fields};
 use crate::change::{OutputRow, Value};
+
+/// `-infinity` dates and timestamps are written one above the type's minimum: the values
+/// DuckDB (and Arrow's own convention for it) read as `-infinity`, where the minimum itself is
+/// out of DuckDB's range and fails the whole column. `infinity` is the maximum, which they
+/// already read as `infinity`.
+const NEG_INFINITY_DATE: i32 = i32::MIN + 1;
+const NEG_INFINITY_TIMESTAMP: i64 = i64::MIN + 1;
+
+fn timestamp(micros: i64) -> i64 {
+    if micros == i64::MIN {
+        NEG_INFINITY_TIMESTAMP
+    } else {
+        micros
+    }
+}
 
 /// Why a row's value could not go into its column: the row's index in the chunk and a reason.
 pub(super) type Refusal = (usize, String);
@@ -364,14 +379,12 @@ fn build(values: &[&Value], kind: Kind, data_type: &DataType) -> Result<ArrayRef
                 v => Err(mismatch(kind, v)),
             })
         }
-        Kind::Decimal256 { precision, scale } => {
-            primitive::<Decimal256Type>(rows, dt, |v| match v {
-                Value::Numeric(text) => decimal::parse_i256(text, precision, scale),
-                v => Err(mismatch(kind, v)),
-            })
-        }
         Kind::Date => primitive::<Date32Type>(rows, dt, |v| match v {
-            Value::Date(d) => Ok(*d),
+            Value::Date(d) => Ok(if *d == i32::MIN {
+                NEG_INFINITY_DATE
+            } else {
+                *d
+            }),
             v => Err(mismatch(kind, v)),
         }),
         Kind::Time => primitive::<Time64MicrosecondType>(rows, dt, |v| match v {
@@ -379,11 +392,11 @@ fn build(values: &[&Value], kind: Kind, data_type: &DataType) -> Result<ArrayRef
             v => Err(mismatch(kind, v)),
         }),
         Kind::Timestamp => primitive::<TimestampMicrosecondType>(rows, dt, |v| match v {
-            Value::Timestamp(t) => Ok(*t),
+            Value::Timestamp(t) => Ok(timestamp(*t)),
             v => Err(mismatch(kind, v)),
         }),
         Kind::TimestampTz => primitive::<TimestampMicrosecondType>(rows, dt, |v| match v {
-            Value::TimestampTz(t) => Ok(*t),
+            Value::TimestampTz(t) => Ok(timestamp(*t)),
             v => Err(mismatch(kind, v)),
         }),
         Kind::NumericText => utf8(rows, kind, |v| match v {

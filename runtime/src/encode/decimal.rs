@@ -5,8 +5,6 @@
 //! fractional digits than the scale, or more integer digits than `p - s`, does not belong to
 //! the column and is refused.
 
-use arrow_buffer::i256;
-
 /// The digits of `text` laid out for `scale`: sign, integer digits without leading zeros,
 /// fractional digits, and how many zeros pad the fraction up to the scale.
 struct Scaled<'a> {
@@ -62,21 +60,6 @@ pub(super) fn parse_i128(text: &str, precision: u8, scale: i8) -> Result<i128, S
     Ok(if s.negative { -n } else { n })
 }
 
-/// `text` as an `i256` scaled by `10^scale`, for `precision <= 76`.
-pub(super) fn parse_i256(text: &str, precision: u8, scale: i8) -> Result<i256, String> {
-    let s = scaled(text, precision, scale)?;
-    let ten = i256::from_i128(10);
-    // At most 76 digits in all, well inside i256.
-    let mut n = i256::ZERO;
-    for &d in s.whole.iter().chain(s.fraction) {
-        n = n
-            .wrapping_mul(ten)
-            .wrapping_add(i256::from_i128(i128::from(d - b'0')));
-    }
-    n = n.wrapping_mul(ten.wrapping_pow(s.padding));
-    Ok(if s.negative { n.wrapping_neg() } else { n })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,18 +94,5 @@ mod tests {
         for bad in ["", "-", "1.", ".5", "1e5", "1.2.3", "+1", "--1", "1 "] {
             assert!(parse_i128(bad, 12, 2).is_err(), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn wide_decimals() {
-        assert_eq!(parse_i256("-12.5", 40, 3), Ok(i256::from_i128(-12_500)));
-        let max76 = "9".repeat(76);
-        let expected = i256::from_i128(10).wrapping_pow(76).wrapping_sub(i256::ONE);
-        assert_eq!(parse_i256(&max76, 76, 0), Ok(expected));
-        assert_eq!(
-            parse_i256(&format!("-{max76}"), 76, 0),
-            Ok(expected.wrapping_neg())
-        );
-        assert!(parse_i256(&format!("1{max76}"), 76, 0).is_err());
     }
 }

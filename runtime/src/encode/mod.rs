@@ -10,6 +10,7 @@
 //! | `_seq` | `UInt32`, the change's ordinal within its transaction |
 //! | `_xid` | `UInt32` |
 //! | `_commit_time` | `Timestamp(Microsecond, "UTC")` |
+//! | `_schema` | `Utf8`, the fingerprint of the output's columns ([`fingerprint`]); dictionary-encoded |
 //!
 //! Output columns map from their PostgreSQL type, and all are nullable:
 //!
@@ -20,19 +21,24 @@
 //! | `oid` | `UInt32` | |
 //! | `float4` / `float8` | `Float32` / `Float64` | NaN and ±infinity kept |
 //! | `numeric(p,s)`, `p <= 38` | `Decimal128(p,s)` | |
-//! | `numeric(p,s)`, `38 < p <= 76` | `Decimal256(p,s)` | exact in pyarrow; DuckDB reads it as DOUBLE, Spark and Trino stop at 38 digits |
+//! | `numeric(p,s)`, `p > 38` | `Utf8` | exact text: DuckDB misreads wider Parquet decimals, Spark and Trino stop at 38 digits |
 //! | `numeric` without a modifier | `Utf8` | the exact text: no fixed scale holds every value, and NaN/Infinity are legal |
-//! | `numeric(p,s)` with `p > 76`, `s < 0` or `s > p` | `Utf8` | exact text; Parquet decimals cannot hold them |
+//! | `numeric(p,s)` with `s < 0` or `s > p` | `Utf8` | exact text; Parquet decimals cannot hold them |
 //! | `text`, `varchar`, `bpchar`, `name`, `"char"` | `Utf8` | |
 //! | `bytea` | `Binary` | |
-//! | `date` | `Date32` | ±infinity are `i32::MAX` / `i32::MIN` |
+//! | `date` | `Date32` | infinity is `i32::MAX`, -infinity `i32::MIN + 1` (DuckDB reads both as infinities) |
 //! | `time` | `Time64(Microsecond)` | |
-//! | `timestamp` | `Timestamp(Microsecond, None)` | ±infinity are `i64::MAX` / `i64::MIN` |
+//! | `timestamp` | `Timestamp(Microsecond, None)` | infinity is `i64::MAX`, -infinity `i64::MIN + 1` (as DuckDB reads them) |
 //! | `timestamptz` | `Timestamp(Microsecond, "UTC")` | as above |
 //! | `interval` | `Struct{months: Int32, days: Int32, micros: Int64}` | see below |
 //! | `uuid` | `FixedSizeBinary(16)` | Parquet `UUID` logical type |
 //! | `json`, `jsonb` | `Utf8` | Parquet `JSON` logical type |
-//! | arrays, everything else | `Utf8` | PostgreSQL's text form |
+//! | `money` | `Decimal128(19, d)` | `d` is the server's `lc_monetary` fraction digits |
+//! | `timetz` | `Struct{time: Time64(Microsecond), offset_seconds: Int32}` | local time and its offset east of UTC |
+//! | `inet`, `cidr`, `macaddr`, `macaddr8`, `xml`, enums | `Utf8` | as PostgreSQL prints them |
+//! | a domain | its base type's | `pg.type` names the domain |
+//! | arrays of any of these | `List` of the element type, one level per declared dimension | `pg.dims` holds the dimensions |
+//! | composites, ranges, everything else | `Utf8` | PostgreSQL's text form; `pg.type` names the type |
 //!
 //! `interval` is a struct because Arrow's `Interval(MonthDayNano)`, which both pyarrow and
 //! DuckDB read, cannot be written by the Parquet crate, and Parquet's own `INTERVAL` holds

@@ -31,8 +31,6 @@ pub const METADATA_COLUMNS: [&str; 6] = [
 /// Name of the child field of a list column, as the Parquet LIST convention spells it.
 pub const LIST_ITEM: &str = "element";
 
-/// The largest precision Arrow's 256-bit decimal holds.
-const DECIMAL256_MAX_PRECISION: u16 = 76;
 const DECIMAL128_MAX_PRECISION: u16 = 38;
 
 /// How a column is stored, and so which [`Value`](crate::change::Value) variant it takes.
@@ -51,12 +49,7 @@ pub(super) enum Kind {
         precision: u8,
         scale: i8,
     },
-    /// `numeric(p,s)` with `38 < p <= 76`.
-    Decimal256 {
-        precision: u8,
-        scale: i8,
-    },
-    /// `numeric` without a modifier (or one Arrow decimals cannot hold): exact text.
+    /// `numeric` without a modifier, or wider than 38 digits: exact text.
     NumericText,
     Text,
     Bytea,
@@ -122,7 +115,6 @@ impl Kind {
             Kind::Float4 => DataType::Float32,
             Kind::Float8 => DataType::Float64,
             Kind::Decimal128 { precision, scale } => DataType::Decimal128(precision, scale),
-            Kind::Decimal256 { precision, scale } => DataType::Decimal256(precision, scale),
             Kind::NumericText | Kind::Text | Kind::Json | Kind::Other => DataType::Utf8,
             Kind::Bytea => DataType::Binary,
             Kind::Date => DataType::Date32,
@@ -169,7 +161,7 @@ impl Kind {
             Kind::Oid => "int8 (0 to 4294967295)",
             Kind::Float4 => "float4",
             Kind::Float8 => "float8",
-            Kind::Decimal128 { .. } | Kind::Decimal256 { .. } | Kind::NumericText => "numeric",
+            Kind::Decimal128 { .. } | Kind::NumericText => "numeric",
             Kind::Text => "text",
             Kind::Bytea => "bytea",
             Kind::Date => "date",
@@ -202,10 +194,10 @@ fn numeric_kind(type_modifier: i32) -> Kind {
     match numeric_precision_scale(type_modifier) {
         Some((p, s)) if p >= 1 && s >= 0 && s as u16 <= p => {
             let (precision, scale) = (p as u8, s as i8);
+            // Wider decimals stay exact text: DuckDB misreads Parquet decimals of more than
+            // 38 digits, and Spark and Trino stop at 38.
             if p <= DECIMAL128_MAX_PRECISION {
                 Kind::Decimal128 { precision, scale }
-            } else if p <= DECIMAL256_MAX_PRECISION {
-                Kind::Decimal256 { precision, scale }
             } else {
                 Kind::NumericText
             }
@@ -332,20 +324,8 @@ mod tests {
                 scale: 0
             }
         );
-        assert_eq!(
-            numeric_kind(numeric(39, 5)),
-            Kind::Decimal256 {
-                precision: 39,
-                scale: 5
-            }
-        );
-        assert_eq!(
-            numeric_kind(numeric(76, 76)),
-            Kind::Decimal256 {
-                precision: 76,
-                scale: 76
-            }
-        );
+        assert_eq!(numeric_kind(numeric(39, 5)), Kind::NumericText);
+        assert_eq!(numeric_kind(numeric(76, 76)), Kind::NumericText);
         assert_eq!(numeric_kind(numeric(77, 0)), Kind::NumericText);
         assert_eq!(numeric_kind(numeric(5, -3)), Kind::NumericText);
         assert_eq!(numeric_kind(numeric(3, 5)), Kind::NumericText);

@@ -3,8 +3,8 @@ use std::time::Instant;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    Date32Type, Decimal128Type, Decimal256Type, Float32Type, Float64Type, Int16Type, Int32Type,
-    Int64Type, Time64MicrosecondType, TimestampMicrosecondType, UInt32Type, UInt64Type,
+    Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type,
+    Time64MicrosecondType, TimestampMicrosecondType, UInt32Type, UInt64Type,
 };
 use arrow_array::{Array, RecordBatchReader};
 use arrow_schema::{DataType, Field, TimeUnit};
@@ -227,10 +227,6 @@ fn cell(array: &dyn Array, i: usize, kind: Kind) -> Value {
             array.as_primitive::<Decimal128Type>().value(i).to_string(),
             scale as usize,
         )),
-        Kind::Decimal256 { scale, .. } => Value::Numeric(decimal_text(
-            array.as_primitive::<Decimal256Type>().value(i).to_string(),
-            scale as usize,
-        )),
         Kind::NumericText => Value::Numeric(array.as_string::<i32>().value(i).into()),
         Kind::Text => Value::Text(array.as_string::<i32>().value(i).into()),
         Kind::Json => Value::Json(array.as_string::<i32>().value(i).into()),
@@ -314,7 +310,7 @@ fn every_type_round_trips_with_its_schema() {
         DataType::Float32,
         DataType::Float64,
         DataType::Decimal128(12, 2),
-        DataType::Decimal256(50, 10),
+        DataType::Utf8,
         DataType::Utf8,
         DataType::Utf8,
         DataType::Utf8,
@@ -421,6 +417,8 @@ fn every_type_round_trips_with_its_schema() {
     let mut expected = input.iter().map(|r| r.values.clone()).collect::<Vec<_>>();
     expected[1] = vec![Value::Null; columns.len()];
     expected[2][9] = Value::Numeric("NaN".into());
+    // -infinity is written as the value DuckDB reads as -infinity.
+    expected[2][17] = Value::Timestamp(i64::MIN + 1);
     for (c, column) in columns.iter().enumerate() {
         let kind = Kind::of(column);
         for (r, want) in expected.iter().enumerate() {
