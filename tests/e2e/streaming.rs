@@ -151,3 +151,49 @@ async fn streamed_transactions_land_once_and_aborted_ones_never() {
         "changes of the savepoint's subtransaction carry the top-level xid"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_million_row_transaction_streams_and_lands_once() {
+    let db = events_database("streaming_2m").await;
+    db.client
+        .batch_execute(&format!(
+            "ALTER DATABASE \"{}\" SET logical_decoding_work_mem = '64kB'",
+            db.name
+        ))
+        .await
+        .unwrap();
+    let server = s3();
+    let bucket = server.fresh_bucket("streaming-2m").await;
+    let name = unique_name("streaming_2m");
+    let mut cfg = config(
+        &db.url,
+        &name,
+        &[TABLE],
+        &server.bucket_url(&bucket),
+        server.object_store_options(),
+        &[],
+    );
+    cfg.flush.max_mib = 1024;
+    let mut running = RunningPipeline::start(cfg).await;
+
+    // An aborted transaction of a million rows first, then two million rows that commit.
+    transaction(&db.client, &insert(3_000_001, 4_000_000), "ROLLBACK").await;
+    let big = transaction(&db.client, &insert(1, 2_000_000), "COMMIT").await;
+    running
+        .wait_for_changes(2_000_000, Duration::from_secs(300))
+        .await;
+    let (streamed, spilled) = slot_stats(&db.client, &name).await;
+    assert!(
+        streamed >= 2 && spilled == 0,
+        "stream_txns {streamed}, spill_txns {spilled}"
+    );
+    let progress = running.stop().await;
+    assert_eq!((progress.transactions, progress.changes), (1, 2_000_000));
+
+    let rows = read_output(&server.object_store(&bucket), TABLE).await;
+    assert_eq!(rows.len(), 2_000_000);
+    assert!(rows.iter().all(|r| r.xid == big && r.op == "insert"));
+    let groups = by_transaction(&rows);
+    assert_eq!(groups.len(), 1, "the aborted transaction lands nothing");
+    assert_eq!(ids(&groups[0]), (1..=2_000_000).collect::<Vec<i64>>());
+}
