@@ -69,7 +69,7 @@ pub enum ProvisionError {
         reason: &'static str,
     },
     #[error(
-        "table {table} has columns PostgreSQL may store out of line as TOAST ({columns}), and an update that leaves such a value untouched does not send it; run: ALTER TABLE {sql} REPLICA IDENTITY FULL (the old row then carries it), or set source.unchanged_toast = \"null\" to land those values as null"
+        "table {table} has columns PostgreSQL may store out of line as TOAST ({columns}), and an update that leaves such a value untouched does not send it; run: ALTER TABLE {sql} REPLICA IDENTITY FULL (the old row then carries it), or set source.unchanged_toast = \"null\" to land those values as null, flagged in _unchanged_toast"
     )]
     UnchangedToast {
         table: String,
@@ -620,7 +620,7 @@ mod tests {
             "table public.docs has columns PostgreSQL may store out of line as TOAST (title, body), \
              and an update that leaves such a value untouched does not send it; \
              run: ALTER TABLE public.docs REPLICA IDENTITY FULL (the old row then carries it), \
-             or set source.unchanged_toast = \"null\" to land those values as null"
+             or set source.unchanged_toast = \"null\" to land those values as null, flagged in _unchanged_toast"
         );
         check_identity(&docs, ALL, NULL).unwrap();
     }

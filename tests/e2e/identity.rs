@@ -84,7 +84,7 @@ async fn a_text_column_without_full_identity_is_refused_by_default() {
         "table public.docs has columns PostgreSQL may store out of line as TOAST (title, body), \
          and an update that leaves such a value untouched does not send it; run: ALTER TABLE \
          public.docs REPLICA IDENTITY FULL (the old row then carries it), or set \
-         source.unchanged_toast = \"null\" to land those values as null"
+         source.unchanged_toast = \"null\" to land those values as null, flagged in _unchanged_toast"
     );
 }
 
@@ -156,6 +156,7 @@ async fn with_full_identity_an_untouched_toasted_value_lands_whole() {
         update["body"].as_deref(),
         Some("x".repeat(BODY_LEN).as_str())
     );
+    assert_eq!(rows[1].unchanged_toast, None, "filled, so not flagged");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -173,8 +174,10 @@ async fn with_the_null_policy_an_untouched_toasted_value_lands_as_null() {
         rows[0].values["body"].as_deref(),
         Some("x".repeat(BODY_LEN).as_str())
     );
+    assert_eq!(rows[0].unchanged_toast, None);
     let update = &rows[1].values;
     assert_eq!(update["title"].as_deref(), Some("final"));
     assert_eq!(update["body"], None);
+    assert_eq!(rows[1].unchanged_toast.as_deref(), Some("[body]"));
     std::fs::remove_dir_all(&dir).unwrap();
 }

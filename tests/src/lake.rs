@@ -29,6 +29,8 @@ pub struct LandedRow {
     pub values: BTreeMap<String, Option<String>>,
     /// The fingerprint of the schema the row was written with (`_schema`).
     pub schema: String,
+    /// Columns that held an unchanged TOAST value (`_unchanged_toast`), as `[a,b]`.
+    pub unchanged_toast: Option<String>,
     /// The file it came from.
     pub file: String,
 }
@@ -86,6 +88,7 @@ fn rows_of(batch: &RecordBatch, file: &str) -> Vec<LandedRow> {
         column("_commit_time"),
         column("_schema"),
     );
+    let unchanged = column("_unchanged_toast");
     (0..batch.num_rows())
         .map(|i| LandedRow {
             op: cell(op.as_ref(), i).expect("_op is never null"),
@@ -101,6 +104,7 @@ fn rows_of(batch: &RecordBatch, file: &str) -> Vec<LandedRow> {
                 .map(|(f, a)| (f.name().clone(), cell(a.as_ref(), i)))
                 .collect(),
             schema: cell(fingerprint.as_ref(), i).expect("_schema is never null"),
+            unchanged_toast: cell(unchanged.as_ref(), i),
             file: file.to_owned(),
         })
         .collect()

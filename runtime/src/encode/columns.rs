@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{BinaryBuilder, BooleanBuilder, StringBuilder};
+use arrow_array::builder::{BinaryBuilder, BooleanBuilder, ListBuilder, StringBuilder};
 use arrow_array::types::{
     Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type,
     Time64MicrosecondType, TimestampMicrosecondType, UInt32Type, UInt64Type,
@@ -20,8 +20,8 @@ use arrow_buffer::{Buffer, NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::DataType;
 
 use super::decimal;
-use super::schema::{Kind, interval_fields, timetz_fields};
-use crate::change::{OutputRow, Value};
+use super::schema::{Kind, interval_fields, timetz_fields, unchanged_toast_item};
+use crate::change::{OutputColumn, OutputRow, Value};
 
 /// `-infinity` dates and timestamps are written one above the type's minimum: the values
 /// DuckDB (and Arrow's own convention for it) read as `-infinity`, where the minimum itself is
@@ -425,9 +425,10 @@ fn build(values: &[&Value], kind: Kind, data_type: &DataType) -> Result<ArrayRef
 /// The change metadata columns of `rows`, in schema order.
 pub(super) fn metadata(
     rows: &[OutputRow],
+    columns: &[OutputColumn],
     commit_time_type: &DataType,
     fingerprint: &str,
-) -> [ArrayRef; 6] {
+) -> [ArrayRef; 7] {
     let ops = StringArray::from_iter_values(rows.iter().map(|r| r.op.as_str()));
     let lsns = PrimitiveArray::<UInt64Type>::from_iter_values(rows.iter().map(|r| r.commit_lsn.0));
     let seqs = PrimitiveArray::<UInt32Type>::from_iter_values(rows.iter().map(|r| r.seq));
@@ -446,5 +447,24 @@ pub(super) fn metadata(
             fingerprint,
             rows.len(),
         ))),
+        unchanged_toast(rows, columns),
     ]
+}
+
+/// Per row, the names of the columns that hold an unchanged TOAST value (written as null),
+/// or null when there are none.
+fn unchanged_toast(rows: &[OutputRow], columns: &[OutputColumn]) -> ArrayRef {
+    let mut builder =
+        ListBuilder::new(StringBuilder::new()).with_field(Arc::new(unchanged_toast_item()));
+    for row in rows {
+        let mut any = false;
+        for (value, column) in row.values.iter().zip(columns) {
+            if matches!(value, Value::UnchangedToast) {
+                builder.values().append_value(&column.name);
+                any = true;
+            }
+        }
+        builder.append(any);
+    }
+    Arc::new(builder.finish())
 }

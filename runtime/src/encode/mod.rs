@@ -11,6 +11,7 @@
 //! | `_xid` | `UInt32` |
 //! | `_commit_time` | `Timestamp(Microsecond, "UTC")` |
 //! | `_schema` | `Utf8`, the fingerprint of the output's columns ([`fingerprint`]); dictionary-encoded |
+//! | `_unchanged_toast` | `List<Utf8>`: the columns that hold an unchanged TOAST value (landed as null); null when none |
 //!
 //! Output columns map from their PostgreSQL type, and all are nullable:
 //!
@@ -52,7 +53,7 @@
 //! `oid`), plus `Null`. Anything else (text in an `int4` column, a numeric that does not fit
 //! `numeric(p,s)`, NaN in a decimal) is an [`EncodeError::Value`] naming the output, the
 //! column, its type and the change: transforms that emit rows which do not match their
-//! declared schema are caught here. `UnchangedToast` is written as null for now.
+//! declared schema are caught here. `UnchangedToast` is written as null and named in `_unchanged_toast`.
 //!
 //! Rows are encoded in chunks; a file is closed after the chunk that takes it past
 //! [`EncodeOptions::target_file_bytes`], so files split only at row boundaries and a file
@@ -297,7 +298,12 @@ fn record_batch(
     let offset = METADATA_COLUMNS.len();
     let commit_time_type = schema.field(4).data_type();
     let mut arrays: Vec<ArrayRef> = Vec::with_capacity(offset + kinds.len());
-    arrays.extend(columns::metadata(rows, commit_time_type, fingerprint));
+    arrays.extend(columns::metadata(
+        rows,
+        &batch.columns,
+        commit_time_type,
+        fingerprint,
+    ));
     for (col, &kind) in kinds.iter().enumerate() {
         let data_type: &DataType = schema.field(offset + col).data_type();
         let dims = batch.columns[col].ty.dims;

@@ -19,13 +19,14 @@ pub const PG_TYPMOD_KEY: &str = "pg.typmod";
 pub const PG_DIMS_KEY: &str = "pg.dims";
 
 /// The change metadata columns that open every file, in order.
-pub const METADATA_COLUMNS: [&str; 6] = [
+pub const METADATA_COLUMNS: [&str; 7] = [
     "_op",
     "_commit_lsn",
     "_seq",
     "_xid",
     "_commit_time",
     "_schema",
+    "_unchanged_toast",
 ];
 
 /// Name of the child field of a list column, as the Parquet LIST convention spells it.
@@ -257,6 +258,11 @@ fn column_field(column: &OutputColumn) -> Field {
     field.with_metadata(merged)
 }
 
+/// The item field of `_unchanged_toast`: column names, never null.
+pub(super) fn unchanged_toast_item() -> Field {
+    Field::new(LIST_ITEM, DataType::Utf8, false)
+}
+
 /// A short stable digest of an output's columns: names, declared types and how they are
 /// stored. Files of one output with the same fingerprint have the same schema.
 pub fn fingerprint(columns: &[OutputColumn]) -> String {
@@ -287,6 +293,11 @@ pub fn arrow_schema(columns: &[OutputColumn]) -> SchemaRef {
             false,
         ),
         Field::new("_schema", DataType::Utf8, false),
+        Field::new(
+            "_unchanged_toast",
+            DataType::List(Arc::new(unchanged_toast_item())),
+            true,
+        ),
     ]);
     fields.extend(columns.iter().map(column_field));
     Arc::new(Schema::new(fields))

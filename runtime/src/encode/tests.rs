@@ -292,8 +292,8 @@ fn every_type_round_trips_with_its_schema() {
     let (schema, batches) = read(&files[0]);
     assert_eq!(schema.fields(), arrow_schema(&columns).fields());
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-    assert_eq!(names[..6], METADATA_COLUMNS);
-    assert_eq!(names[6..].len(), columns.len());
+    assert_eq!(names[..7], METADATA_COLUMNS);
+    assert_eq!(names[7..].len(), columns.len());
     let utc = || Some("UTC".into());
     let expected_types = [
         DataType::Utf8,
@@ -302,6 +302,7 @@ fn every_type_round_trips_with_its_schema() {
         DataType::UInt32,
         DataType::Timestamp(TimeUnit::Microsecond, utc()),
         DataType::Utf8,
+        DataType::List(Arc::new(Field::new(LIST_ITEM, DataType::Utf8, false))),
         DataType::Boolean,
         DataType::Int16,
         DataType::Int32,
@@ -355,7 +356,7 @@ fn every_type_round_trips_with_its_schema() {
     ];
     let types: Vec<&DataType> = schema.fields().iter().map(|f| f.data_type()).collect();
     assert_eq!(types, expected_types.iter().collect::<Vec<_>>());
-    assert!(schema.fields()[6..].iter().all(|f| f.is_nullable()));
+    assert!(schema.fields()[7..].iter().all(|f| f.is_nullable()));
 
     let meta = |name: &str| schema.field_with_name(name).unwrap().metadata().clone();
     let pg = |ty: &str, oid: &str| {
@@ -409,6 +410,14 @@ fn every_type_round_trips_with_its_schema() {
             1_709_210_096_000_002
         ]
     );
+    let unchanged = got.column(6).as_list::<i32>();
+    assert!(unchanged.is_null(0) && unchanged.is_null(2));
+    let names = unchanged.value(1);
+    let names = names.as_string::<i32>();
+    assert_eq!(
+        (0..names.len()).map(|i| names.value(i)).collect::<Vec<_>>(),
+        [columns[10].name.as_str(), columns[14].name.as_str()]
+    );
     let fingerprints = got.column(5).as_string::<i32>();
     assert!((0..3).all(|r| fingerprints.value(r) == fingerprint(&columns)));
     assert_eq!(fingerprint(&columns).len(), 16);
@@ -422,7 +431,7 @@ fn every_type_round_trips_with_its_schema() {
     for (c, column) in columns.iter().enumerate() {
         let kind = Kind::of(column);
         for (r, want) in expected.iter().enumerate() {
-            let have = cell(got.column(6 + c), r, kind);
+            let have = cell(got.column(7 + c), r, kind);
             assert_eq!(
                 format!("{have:?}"),
                 format!("{:?}", want[c]),
