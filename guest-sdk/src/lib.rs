@@ -156,16 +156,17 @@ impl Value {
 
 impl Emit {
     /// The row of `change` (see [`ChangeRef::values`]), bound for the output derived from
-    /// its own relation, unchanged.
+    /// its own relation, unchanged, with its old image.
     pub fn passthrough(change: &Change, commit_lsn: u64, relation: &Relation) -> Emit {
         let values = change
             .row()
             .map(<[Value]>::to_vec)
             .unwrap_or_else(|| relation.null_row());
-        Emit::source(change, commit_lsn, values)
+        Emit::source(change, commit_lsn, values).with_old(change.old.clone())
     }
 
-    /// `values` bound for the output derived from the change's relation.
+    /// `values` bound for the output derived from the change's relation, without an old
+    /// image (add one with [`Emit::with_old`]).
     pub fn source(change: &Change, commit_lsn: u64, values: Vec<Value>) -> Emit {
         Emit {
             target: Target::Source(change.relation),
@@ -173,7 +174,14 @@ impl Emit {
             seq: change.seq,
             op: change.op,
             values,
+            old: None,
         }
+    }
+
+    /// The same row with `old` as the old image an update lands in `_old`.
+    pub fn with_old(mut self, old: Option<Vec<Value>>) -> Emit {
+        self.old = old;
+        self
     }
 
     /// `values` bound for the declared output `output`, with the identity of `change`.
@@ -184,6 +192,7 @@ impl Emit {
             seq: change.seq,
             op: change.op,
             values,
+            old: None,
         }
     }
 }
@@ -216,9 +225,11 @@ impl<'a> ChangeRef<'a> {
         self.change.row()?.get(index)
     }
 
-    /// The change, unchanged, bound for the output derived from its relation.
+    /// The change, unchanged, bound for the output derived from its relation, with its old
+    /// image.
     pub fn passthrough(&self) -> Emit {
         Emit::source(self.change, self.transaction.commit_lsn, self.values())
+            .with_old(self.change.old.clone())
     }
 
     /// `values` bound for the output derived from the change's relation.

@@ -214,6 +214,10 @@ pub struct OutputRow {
     pub commit_time: i64,
     /// One value per output column, in column order.
     pub values: Vec<Value>,
+    /// The row before an update or delete, as far as the replica identity sent it (key
+    /// columns, or the whole row under `REPLICA IDENTITY FULL`); outputs derived from source
+    /// tables land it in `_old`.
+    pub old: Option<Vec<Value>>,
 }
 
 /// Rows for one output that share one schema, in commit order.
@@ -223,6 +227,8 @@ pub struct OutputBatch {
     pub output: String,
     pub columns: Arc<[OutputColumn]>,
     pub rows: Vec<OutputRow>,
+    /// Derived from a source table: the files carry an `_old` column with the old images.
+    pub old_image: bool,
 }
 
 impl OutputColumn {

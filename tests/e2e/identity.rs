@@ -181,3 +181,104 @@ async fn with_the_null_policy_an_untouched_toasted_value_lands_as_null() {
     assert_eq!(rows[1].unchanged_toast.as_deref(), Some("[body]"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Land an insert, an update that changes the key, a plain update and a delete of `people`.
+async fn land_old_images(db: &TestDatabase, cfg: PipelineConfig, sink_url: &str) -> Vec<LandedRow> {
+    let mut running = RunningPipeline::start(cfg).await;
+    db.client
+        .batch_execute(
+            "INSERT INTO people VALUES (1, 'ann@example.com', 'Ann');
+             UPDATE people SET id = 2, email = 'ann@example.org' WHERE id = 1;
+             UPDATE people SET name = 'Anne' WHERE id = 2;
+             DELETE FROM people WHERE id = 2;",
+        )
+        .await
+        .unwrap();
+    running.wait_for_changes(4, Duration::from_secs(60)).await;
+    running.stop().await;
+    let sink = Sink::open(sink_url, &Default::default()).unwrap();
+    let rows = read_output(sink.store().as_ref(), "public.people").await;
+    let ops: Vec<&str> = rows.iter().map(|r| r.op.as_str()).collect();
+    assert_eq!(ops, ["insert", "update", "update", "delete"]);
+    rows
+}
+
+fn old(row: &LandedRow, column: &str) -> Option<String> {
+    row.old.as_ref().expect("an old image")[column].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_and_deletes_carry_the_old_image_their_identity_sends() {
+    let db = fresh_database("old_images").await;
+    db.client
+        .batch_execute("CREATE TABLE people (id int PRIMARY KEY, email text, name text)")
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(unique_name("old-images-lake"));
+    let sink_url = format!("file://{}", dir.display());
+    let cfg = config(
+        &db.url,
+        &unique_name("old_images"),
+        &["public.people"],
+        &sink_url,
+        vec![],
+        &[],
+    );
+    let rows = land_old_images(&db, cfg, &sink_url).await;
+    assert_eq!(rows[0].old, None, "an insert has no old image");
+    // The key changed: the old key comes along, the other columns are not sent.
+    assert_eq!(old(&rows[1], "id").as_deref(), Some("1"));
+    assert_eq!(old(&rows[1], "email"), None);
+    assert_eq!(
+        rows[2].old, None,
+        "an update that keeps the key sends no old row"
+    );
+    assert_eq!(old(&rows[3], "id").as_deref(), Some("2"));
+
+    // Under REPLICA IDENTITY FULL every update carries the whole old row, and a masking
+    // plugin masks it like the new one.
+    let db = fresh_database("old_images_full").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE people (id int PRIMARY KEY, email text, name text);
+             ALTER TABLE people REPLICA IDENTITY FULL;",
+        )
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(unique_name("old-images-full-lake"));
+    let sink_url = format!("file://{}", dir.display());
+    let mut cfg = config(
+        &db.url,
+        &unique_name("old_images_full"),
+        &["public.people"],
+        &sink_url,
+        vec![],
+        &[plugin("mask")],
+    );
+    cfg.transforms[0]
+        .config
+        .insert("columns".into(), "email".into());
+    cfg.transforms[0]
+        .config
+        .insert("salt".into(), "pepper".into());
+    let rows = land_old_images(&db, cfg, &sink_url).await;
+    let masked = |row: &LandedRow| row.values["email"].clone().unwrap();
+    assert!(masked(&rows[0]).starts_with("sha256:"));
+    assert_eq!(old(&rows[1], "id").as_deref(), Some("1"));
+    assert_eq!(old(&rows[1], "name").as_deref(), Some("Ann"));
+    assert_eq!(
+        old(&rows[1], "email"),
+        Some(masked(&rows[0])),
+        "the old email is masked"
+    );
+    assert_eq!(old(&rows[2], "id").as_deref(), Some("2"));
+    assert_eq!(old(&rows[2], "name").as_deref(), Some("Ann"));
+    assert_eq!(rows[2].values["name"].as_deref(), Some("Anne"));
+    assert_eq!(old(&rows[3], "name").as_deref(), Some("Anne"));
+    for row in &rows {
+        assert!(
+            !format!("{row:?}").contains("@example"),
+            "unmasked email in {row:?}"
+        );
+    }
+}

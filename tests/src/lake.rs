@@ -31,6 +31,9 @@ pub struct LandedRow {
     pub schema: String,
     /// Columns that held an unchanged TOAST value (`_unchanged_toast`), as `[a,b]`.
     pub unchanged_toast: Option<String>,
+    /// The old image (`_old`) by column, for outputs derived from tables; `None` when the row
+    /// has none.
+    pub old: Option<BTreeMap<String, Option<String>>>,
     /// The file it came from.
     pub file: String,
 }
@@ -89,6 +92,7 @@ fn rows_of(batch: &RecordBatch, file: &str) -> Vec<LandedRow> {
         column("_schema"),
     );
     let unchanged = column("_unchanged_toast");
+    let old = batch.column_by_name("_old").map(|a| a.as_struct().clone());
     (0..batch.num_rows())
         .map(|i| LandedRow {
             op: cell(op.as_ref(), i).expect("_op is never null"),
@@ -105,6 +109,13 @@ fn rows_of(batch: &RecordBatch, file: &str) -> Vec<LandedRow> {
                 .collect(),
             schema: cell(fingerprint.as_ref(), i).expect("_schema is never null"),
             unchanged_toast: cell(unchanged.as_ref(), i),
+            old: old.as_ref().filter(|o| o.is_valid(i)).map(|o| {
+                o.column_names()
+                    .into_iter()
+                    .zip(o.columns())
+                    .map(|(name, a)| (name.to_owned(), cell(a.as_ref(), i)))
+                    .collect()
+            }),
             file: file.to_owned(),
         })
         .collect()

@@ -75,15 +75,19 @@ impl Transform for Mask {
                 if settings.drop_deletes && change.op() == Op::Delete {
                     continue;
                 }
-                let mut values = change.values();
-                for (column, value) in change.relation.columns.iter().zip(values.iter_mut()) {
-                    if let Value::Text(text) = value
-                        && settings.columns.contains(&column.name)
-                    {
-                        *text = digest(&settings.salt, text);
+                let mask = |mut row: Vec<Value>| {
+                    for (column, value) in change.relation.columns.iter().zip(row.iter_mut()) {
+                        if let Value::Text(text) = value
+                            && settings.columns.contains(&column.name)
+                        {
+                            *text = digest(&settings.salt, text);
+                        }
                     }
-                }
-                out.push(change.emit(values));
+                    row
+                };
+                // The old image is masked too, or it would land what the new row hides.
+                let old = change.change.old.clone().map(mask);
+                out.push(change.emit(mask(change.values())).with_old(old));
             }
             Ok(out)
         })

@@ -237,11 +237,53 @@ pub(super) fn build_column(
     data_type: &DataType,
 ) -> Result<ArrayRef, Refusal> {
     let values: Vec<&Value> = rows.iter().map(|r| &r.values[col]).collect();
+    build_values(&values, kind, dims, data_type)
+}
+
+fn build_values(
+    values: &[&Value],
+    kind: Kind,
+    dims: u8,
+    data_type: &DataType,
+) -> Result<ArrayRef, Refusal> {
     if dims == 0 {
-        build(&values, kind, data_type)
+        build(values, kind, data_type)
     } else {
-        list(&values, kind, dims, data_type)
+        list(values, kind, dims, data_type)
     }
+}
+
+/// The `_old` struct: each column of the old images, null where a row has none. Refusals
+/// name the row and the column.
+pub(super) fn old_images(
+    rows: &[OutputRow],
+    columns: &[OutputColumn],
+    kinds: &[Kind],
+    data_type: &DataType,
+) -> Result<ArrayRef, (usize, usize, String)> {
+    static NULL: Value = Value::Null;
+    let DataType::Struct(fields) = data_type else {
+        unreachable!("_old is a struct");
+    };
+    let mut children = Vec::with_capacity(columns.len());
+    for (col, (column, &kind)) in columns.iter().zip(kinds).enumerate() {
+        let values: Vec<&Value> = rows
+            .iter()
+            .map(|r| r.old.as_ref().and_then(|old| old.get(col)).unwrap_or(&NULL))
+            .collect();
+        let child = build_values(&values, kind, column.ty.dims, fields[col].data_type())
+            .map_err(|(row, reason)| (row, col, format!("in the old image: {reason}")))?;
+        children.push(child);
+    }
+    let mut nulls = NullBufferBuilder::new(rows.len());
+    for row in rows {
+        nulls.append(row.old.is_some());
+    }
+    Ok(Arc::new(StructArray::new(
+        fields.clone(),
+        children,
+        nulls.finish(),
+    )))
 }
 
 /// Array values as nested lists: one offsets buffer per dimension, the elements flattened

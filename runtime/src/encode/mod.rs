@@ -13,6 +13,10 @@
 //! | `_schema` | `Utf8`, the fingerprint of the output's columns ([`fingerprint`]); dictionary-encoded |
 //! | `_unchanged_toast` | `List<Utf8>`: the columns that hold an unchanged TOAST value (landed as null); null when none |
 //!
+//! Outputs derived from a source table end with `_old`, a struct with the table's columns:
+//! the row before an update or delete (key columns only, others null, unless the table is
+//! `REPLICA IDENTITY FULL`), null for inserts, truncates and updates that sent no old row.
+//!
 //! Output columns map from their PostgreSQL type, and all are nullable:
 //!
 //! | PostgreSQL | Arrow | notes |
@@ -78,8 +82,8 @@ use crate::Lsn;
 use crate::change::{OutputBatch, OutputRow};
 
 pub use schema::{
-    LIST_ITEM, METADATA_COLUMNS, PG_DIMS_KEY, PG_OID_KEY, PG_TYPE_KEY, PG_TYPMOD_KEY, arrow_schema,
-    fingerprint,
+    LIST_ITEM, METADATA_COLUMNS, OLD_COLUMN, PG_DIMS_KEY, PG_OID_KEY, PG_TYPE_KEY, PG_TYPMOD_KEY,
+    arrow_schema, fingerprint,
 };
 
 use schema::Kind;
@@ -191,17 +195,22 @@ impl Encoder {
     pub fn encode(&self, batch: &OutputBatch) -> Result<Vec<Bytes>, EncodeError> {
         let output = &batch.output;
         for row in &batch.rows {
-            if row.values.len() != batch.columns.len() {
+            let old_len = row.old.as_ref().map_or(batch.columns.len(), Vec::len);
+            if row.values.len() != batch.columns.len() || old_len != batch.columns.len() {
                 return Err(EncodeError::Arity {
                     output: output.clone(),
                     commit_lsn: row.commit_lsn,
                     seq: row.seq,
-                    values: row.values.len(),
+                    values: if row.values.len() != batch.columns.len() {
+                        row.values.len()
+                    } else {
+                        old_len
+                    },
                     columns: batch.columns.len(),
                 });
             }
         }
-        let schema = arrow_schema(&batch.columns);
+        let schema = arrow_schema(&batch.columns, batch.old_image);
         let kinds: Vec<Kind> = batch.columns.iter().map(Kind::of).collect();
         let fingerprint = fingerprint(&batch.columns);
         let parquet_err = |source| EncodeError::Parquet {
@@ -262,6 +271,9 @@ impl Encoder {
                 }
                 bytes += len;
             }
+            if let Some(old) = &rows[end].old {
+                bytes += old.iter().map(columns::value_bytes).sum::<usize>();
+            }
             end += 1;
         }
         Ok(end)
@@ -310,6 +322,12 @@ fn record_batch(
         let array = columns::build_column(rows, col, kind, dims, data_type)
             .map_err(|(i, reason)| value_error(batch, col, &rows[i], reason))?;
         arrays.push(array);
+    }
+    if batch.old_image {
+        let data_type = schema.field(offset + kinds.len()).data_type();
+        let old = columns::old_images(rows, &batch.columns, kinds, data_type)
+            .map_err(|(i, col, reason)| value_error(batch, col, &rows[i], reason))?;
+        arrays.push(old);
     }
     RecordBatch::try_new(Arc::clone(schema), arrays).map_err(|source| EncodeError::Arrow {
         output: batch.output.clone(),

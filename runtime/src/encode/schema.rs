@@ -278,9 +278,18 @@ pub fn fingerprint(columns: &[OutputColumn]) -> String {
     digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Name of the struct column that holds the old image of updates and deletes.
+pub const OLD_COLUMN: &str = "_old";
+
+/// The struct type of `_old`: the output's columns, as they are typed in the row.
+pub(super) fn old_image_type(columns: &[OutputColumn]) -> DataType {
+    DataType::Struct(columns.iter().map(column_field).collect())
+}
+
 /// The Arrow schema of an output's files: the change metadata columns, then the output's
-/// columns in order, every one nullable.
-pub fn arrow_schema(columns: &[OutputColumn]) -> SchemaRef {
+/// columns in order, every one nullable, then, for an output derived from a source table
+/// (`old_image`), `_old`: the row before an update or delete, null for other rows.
+pub fn arrow_schema(columns: &[OutputColumn], old_image: bool) -> SchemaRef {
     let mut fields = Vec::with_capacity(METADATA_COLUMNS.len() + columns.len());
     fields.extend([
         Field::new("_op", DataType::Utf8, false),
@@ -300,6 +309,9 @@ pub fn arrow_schema(columns: &[OutputColumn]) -> SchemaRef {
         ),
     ]);
     fields.extend(columns.iter().map(column_field));
+    if old_image {
+        fields.push(Field::new(OLD_COLUMN, old_image_type(columns), true));
+    }
     Arc::new(Schema::new(fields))
 }
 

@@ -164,6 +164,7 @@ fn row(seq: u32, values: Vec<Value>) -> OutputRow {
         xid: 771,
         commit_time: 1_709_210_096_000_000 + i64::from(seq),
         values,
+        old: None,
     }
 }
 
@@ -172,6 +173,7 @@ fn batch(columns: Vec<OutputColumn>, rows: Vec<OutputRow>) -> OutputBatch {
         output: "public.things".into(),
         columns: columns.into(),
         rows,
+        old_image: false,
     }
 }
 
@@ -290,7 +292,7 @@ fn every_type_round_trips_with_its_schema() {
     assert_eq!(files.len(), 1);
 
     let (schema, batches) = read(&files[0]);
-    assert_eq!(schema.fields(), arrow_schema(&columns).fields());
+    assert_eq!(schema.fields(), arrow_schema(&columns, false).fields());
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     assert_eq!(names[..7], METADATA_COLUMNS);
     assert_eq!(names[7..].len(), columns.len());
@@ -440,6 +442,46 @@ fn every_type_round_trips_with_its_schema() {
             );
         }
     }
+}
+
+#[test]
+fn old_images_land_in_a_struct_beside_the_row() {
+    let columns = every_type();
+    let mut update = row(1, typical());
+    update.old = Some(edges());
+    let mut key_only = vec![Value::Null; columns.len()];
+    key_only[2] = Value::Int4(7);
+    let mut delete = row(2, key_only.clone());
+    delete.old = Some(key_only);
+    let mut output = batch(columns.clone(), vec![row(0, typical()), update, delete]);
+    output.old_image = true;
+    let files = encode(&output, &EncodeOptions::default()).unwrap();
+    let (schema, batches) = read(&files[0]);
+    assert_eq!(schema.fields(), arrow_schema(&columns, true).fields());
+    assert_eq!(schema.fields().last().unwrap().name(), OLD_COLUMN);
+    let old = batches[0].column_by_name(OLD_COLUMN).unwrap().as_struct();
+    assert!(old.is_null(0) && old.is_valid(1) && old.is_valid(2));
+    for (c, column) in columns.iter().enumerate() {
+        let kind = Kind::of(column);
+        let have = cell(old.column(c).as_ref(), 1, kind);
+        let want = match (c, &edges()[c]) {
+            (9, _) => Value::Numeric("NaN".into()),
+            (17, _) => Value::Timestamp(i64::MIN + 1),
+            (_, v) => v.clone(),
+        };
+        assert_eq!(format!("{have:?}"), format!("{want:?}"), "{}", column.name);
+    }
+    assert_eq!(cell(old.column(2).as_ref(), 2, Kind::Int4), Value::Int4(7));
+    assert_eq!(cell(old.column(3).as_ref(), 2, Kind::Int8), Value::Null);
+
+    // An old image of the wrong width is refused like a row of the wrong width.
+    let mut short = row(3, typical());
+    short.old = Some(vec![Value::Null]);
+    output.rows = vec![short];
+    assert!(matches!(
+        encode(&output, &EncodeOptions::default()),
+        Err(EncodeError::Arity { values: 1, .. })
+    ));
 }
 
 #[test]

@@ -70,13 +70,14 @@ pub(super) struct Collector {
 }
 
 impl Collector {
-    fn group(&mut self, output: &str, columns: &Arc<[OutputColumn]>) -> usize {
+    fn group(&mut self, output: &str, columns: &Arc<[OutputColumn]>, old_image: bool) -> usize {
         let key = (output.to_owned(), columns.clone());
         *self.index.entry(key).or_insert_with(|| {
             self.batches.push(OutputBatch {
                 output: output.to_owned(),
                 columns: columns.clone(),
                 rows: Vec::new(),
+                old_image,
             });
             self.batches.len() - 1
         })
@@ -117,13 +118,20 @@ fn identity(batch: Cow<'_, Batch>, collector: &mut Collector) {
     let groups: Vec<usize> = relations
         .outputs
         .iter()
-        .map(|(name, columns)| collector.group(name, columns))
+        .map(|(name, columns)| collector.group(name, columns, true))
         .collect();
     let mut handles = handles.into_iter();
-    // The row of a change: new (insert, update), else old (delete), else nulls (truncate).
-    let mut push = |tx: &Transaction, change: &Change, row: Option<Vec<Value>>| {
+    // The row of a change: new (insert, update), else old (delete), else nulls (truncate);
+    // the old image goes along for updates and deletes.
+    let mut push = |tx: &Transaction, change: &Change, row: Option<Vec<Value>>, old| {
         let handle = handles.next().unwrap_or_default() as usize;
         let values = row.unwrap_or_else(|| vec![Value::Null; change.relation.columns.len()]);
+        // A delete's old image is the row it lands; only updates carry a separate one.
+        let old = match change.op {
+            Op::Update => old,
+            Op::Delete => Some(values.clone()),
+            Op::Insert | Op::Truncate => None,
+        };
         collector.batches[groups[handle]].rows.push(OutputRow {
             op: change.op,
             commit_lsn: tx.commit_lsn,
@@ -131,25 +139,26 @@ fn identity(batch: Cow<'_, Batch>, collector: &mut Collector) {
             xid: tx.xid,
             commit_time: tx.commit_time,
             values,
+            old,
         });
     };
     match batch {
         Cow::Borrowed(batch) => {
             for tx in &batch.transactions {
                 for change in &tx.changes {
-                    push(
-                        tx,
-                        change,
-                        change.new.as_ref().or(change.old.as_ref()).cloned(),
-                    );
+                    let row = change.new.as_ref().or(change.old.as_ref()).cloned();
+                    push(tx, change, row, change.old.clone());
                 }
             }
         }
         Cow::Owned(batch) => {
             for mut tx in batch.transactions {
                 for mut change in std::mem::take(&mut tx.changes) {
-                    let row = change.new.take().or(change.old.take());
-                    push(&tx, &change, row);
+                    let (row, old) = match change.new.take() {
+                        Some(new) => (Some(new), change.old.take()),
+                        None => (change.old.take(), None),
+                    };
+                    push(&tx, &change, row, old);
                 }
             }
         }
@@ -261,10 +270,38 @@ pub(super) fn route(
             return Err(error(Some(column.name.clone()), message));
         }
         let op = convert::op_from_wit(emit.op);
+        let old_image = match (&emit.target, op, emit.old) {
+            (wit::Target::Source(_), Op::Update, Some(old)) => {
+                let old: Vec<Value> = old.into_iter().map(convert::value_from_wit).collect();
+                if old.len() != columns.len() {
+                    let message = format!(
+                        "the old image has {} values for {} columns",
+                        old.len(),
+                        columns.len()
+                    );
+                    return Err(error(None, message));
+                }
+                if let Some((column, value)) = columns
+                    .iter()
+                    .zip(&old)
+                    .find(|(c, v)| !convert::fits(&c.ty, v))
+                {
+                    let message = format!(
+                        "a {} value in the old image does not fit column type oid {}",
+                        value.kind(),
+                        column.type_oid
+                    );
+                    return Err(error(Some(column.name.clone()), message));
+                }
+                Some(old)
+            }
+            _ => None,
+        };
         match emit.target {
             wit::Target::Source(h) => {
                 let (new, old) = match op {
-                    Op::Insert | Op::Update => (Some(values), None),
+                    Op::Insert => (Some(values), None),
+                    Op::Update => (Some(values), old_image),
                     Op::Delete => (None, Some(values)),
                     // A truncate carries no row; its output row is all nulls anyway.
                     Op::Truncate => (None, None),
@@ -281,7 +318,7 @@ pub(super) fn route(
             wit::Target::Declared(_) => {
                 let group = *declared_groups
                     .entry(output.as_str())
-                    .or_insert_with(|| collector.group(output, columns));
+                    .or_insert_with(|| collector.group(output, columns, false));
                 let t = &next[tx];
                 collector.batches[group].rows.push(OutputRow {
                     op,
@@ -290,6 +327,7 @@ pub(super) fn route(
                     xid: t.xid,
                     commit_time: t.commit_time,
                     values,
+                    old: None,
                 });
             }
         }

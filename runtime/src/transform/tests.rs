@@ -589,6 +589,7 @@ fn rows_that_do_not_fit_their_output_are_refused() {
         seq: 0,
         op: wit::Op::Insert,
         values,
+        old: None,
     };
     let good = || vec![wit::Value::Int4(1), wit::Value::Text("x".into())];
     let cases = [
