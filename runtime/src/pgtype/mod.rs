@@ -258,6 +258,14 @@ pub fn type_name(type_oid: u32) -> Option<&'static str> {
         })
 }
 
+/// Every built-in type the pipeline knows by OID: each scalar, then each array type.
+pub fn builtin_types() -> impl Iterator<Item = u32> {
+    oid::SCALARS
+        .iter()
+        .map(|s| s.0)
+        .chain(oid::SCALARS.iter().map(|s| s.2))
+}
+
 /// Whether `type_oid` is one of the built-in array types.
 pub fn is_array(type_oid: u32) -> bool {
     array_element(type_oid).is_some()
