@@ -71,6 +71,16 @@ pub enum BatchError {
         "pgoutput sent {message}, which needs a protocol feature this pipeline did not ask for"
     )]
     Unsupported { message: &'static str },
+    #[error(
+        "pgoutput sent {message} of prepared transaction {gid:?} (xid {xid}): the slot decodes \
+         two-phase commit, which this pipeline does not land (it would confirm a prepared \
+         transaction before its outcome is known); use a slot created without two_phase"
+    )]
+    TwoPhase {
+        message: &'static str,
+        xid: u32,
+        gid: String,
+    },
     #[error("pgoutput sent {message} while xid {open} (commit {open_lsn}) was open")]
     TransactionOpen {
         message: &'static str,
@@ -259,6 +269,21 @@ impl Assembler {
                 ..
             } => self.stream_commit(xid, commit_lsn, end_lsn, commit_time),
             LogicalMessage::StreamAbort { xid, subxid, .. } => self.stream_abort(xid, subxid),
+            // The pipeline does not ask for two_phase: a prepared transaction then arrives
+            // whole (or streamed) at COMMIT PREPARED, like any other.
+            LogicalMessage::BeginPrepare { xid, gid, .. } => {
+                Err(two_phase("begin prepare", xid, gid))
+            }
+            LogicalMessage::Prepare { xid, gid, .. } => Err(two_phase("prepare", xid, gid)),
+            LogicalMessage::StreamPrepare { xid, gid, .. } => {
+                Err(two_phase("stream prepare", xid, gid))
+            }
+            LogicalMessage::CommitPrepared { xid, gid, .. } => {
+                Err(two_phase("commit prepared", xid, gid))
+            }
+            LogicalMessage::RollbackPrepared { xid, gid, .. } => {
+                Err(two_phase("rollback prepared", xid, gid))
+            }
         }
     }
 
@@ -462,6 +487,10 @@ impl Assembler {
         }
         Ok(None)
     }
+}
+
+fn two_phase(message: &'static str, xid: u32, gid: String) -> BatchError {
+    BatchError::TwoPhase { message, xid, gid }
 }
 
 /// A value that does not read as its column's type; the caller adds where it came from.

@@ -62,19 +62,16 @@ fn transactions(version: u32) -> Vec<Transaction> {
         let mut decoder = Decoder::new(v);
         let mut assembler = Assembler::new();
         for message in &messages {
-            match decoder.decode(message).unwrap() {
-                m @ (LogicalMessage::Begin { .. }
-                | LogicalMessage::Commit { .. }
-                | LogicalMessage::Relation { .. }
-                | LogicalMessage::Insert { .. }
-                | LogicalMessage::Update { .. }
-                | LogicalMessage::Delete { .. }
-                | LogicalMessage::Truncate { .. }) => {
-                    if let Some(t) = assembler.push(m).unwrap() {
-                        done.push(t.transaction);
-                    }
-                }
-                _ => {}
+            if let m @ (LogicalMessage::Begin { .. }
+            | LogicalMessage::Commit { .. }
+            | LogicalMessage::Relation { .. }
+            | LogicalMessage::Insert { .. }
+            | LogicalMessage::Update { .. }
+            | LogicalMessage::Delete { .. }
+            | LogicalMessage::Truncate { .. }) = decoder.decode(message).unwrap()
+                && let Some(t) = assembler.push(m).unwrap()
+            {
+                done.push(t.transaction);
             }
         }
     }

@@ -420,3 +420,79 @@ fn a_bad_value_in_a_stream_names_the_transaction() {
         "table public.orders column \"id\" in streamed transaction 7 (not yet committed): "
     ));
 }
+
+#[test]
+fn two_phase_messages_are_refused_with_the_way_out() {
+    let gid = || "order-42".to_owned();
+    let messages = [
+        (
+            "begin prepare",
+            LogicalMessage::BeginPrepare {
+                prepare_lsn: Lsn(0x100),
+                end_lsn: Lsn(0x108),
+                prepare_time: 1,
+                xid: 7,
+                gid: gid(),
+            },
+        ),
+        (
+            "prepare",
+            LogicalMessage::Prepare {
+                flags: 0,
+                prepare_lsn: Lsn(0x100),
+                end_lsn: Lsn(0x108),
+                prepare_time: 1,
+                xid: 7,
+                gid: gid(),
+            },
+        ),
+        (
+            "stream prepare",
+            LogicalMessage::StreamPrepare {
+                flags: 0,
+                prepare_lsn: Lsn(0x100),
+                end_lsn: Lsn(0x108),
+                prepare_time: 1,
+                xid: 7,
+                gid: gid(),
+            },
+        ),
+        (
+            "commit prepared",
+            LogicalMessage::CommitPrepared {
+                flags: 0,
+                commit_lsn: Lsn(0x200),
+                end_lsn: Lsn(0x208),
+                commit_time: 2,
+                xid: 7,
+                gid: gid(),
+            },
+        ),
+        (
+            "rollback prepared",
+            LogicalMessage::RollbackPrepared {
+                flags: 0,
+                prepare_end_lsn: Lsn(0x108),
+                rollback_end_lsn: Lsn(0x208),
+                prepare_time: 1,
+                rollback_time: 2,
+                xid: 7,
+                gid: gid(),
+            },
+        ),
+    ];
+    for (message, m) in messages {
+        let err = Assembler::new().push(m).unwrap_err();
+        assert_eq!(
+            err,
+            BatchError::TwoPhase {
+                message,
+                xid: 7,
+                gid: gid()
+            }
+        );
+        let text = err.to_string();
+        assert!(text.contains("\"order-42\""), "{text}");
+        assert!(text.contains("without two_phase"), "{text}");
+    }
+}
