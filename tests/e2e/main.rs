@@ -6,6 +6,7 @@ mod demo;
 mod harness;
 mod identity;
 mod landing;
+mod messages;
 mod plugins;
 mod schema;
 mod streaming;

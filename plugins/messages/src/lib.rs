@@ -30,6 +30,9 @@ impl Transform for Messages {
                     column("text", ColumnType::Text),
                     column("lsn", ColumnType::Int8),
                     column("transactional", ColumnType::Boolean),
+                    // How many of the transaction's changes precede a transactional message;
+                    // null for a non-transactional one, whose position counts transactions of
+                    // the batch and so depends on where batches were cut.
                     column("before_seq", ColumnType::Int8),
                 ],
             }],
@@ -84,7 +87,10 @@ fn row(transaction: &Transaction, seq: usize, message: &Message, transactional: 
             text,
             Value::Int8(message.lsn as i64),
             Value::Boolean(transactional),
-            Value::Int8(i64::from(message.before_seq)),
+            match transactional {
+                true => Value::Int8(i64::from(message.before_seq)),
+                false => Value::Null,
+            },
         ],
     }
 }

@@ -406,7 +406,7 @@ fn logical_decoding_messages_reach_every_plugin_of_the_chain() {
                 700,
                 text("plain"),
                 Value::Bool(false),
-                Value::Int8(0)
+                Value::Null
             ),
             (
                 Lsn(0x200),
@@ -414,7 +414,7 @@ fn logical_decoding_messages_reach_every_plugin_of_the_chain() {
                 701,
                 text("later"),
                 Value::Bool(false),
-                Value::Int8(1)
+                Value::Null
             ),
         ]
     );
