@@ -10,3 +10,4 @@ mod messages;
 mod plugins;
 mod schema;
 mod streaming;
+mod two_phase;
