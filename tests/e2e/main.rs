@@ -8,6 +8,7 @@ mod identity;
 mod landing;
 mod messages;
 mod plugins;
+mod postgres16;
 mod schema;
 mod streaming;
 mod two_phase;
