@@ -24,8 +24,9 @@
 //!
 //! Logical decoding messages (`pg_logical_emit_message`) travel with the transactions too.
 //! A transactional one belongs to its transaction (to the streamed transaction whose chunk
-//! carries it, dropped with it or with its subtransaction on abort) and is placed among the
-//! changes by the number of changes before it, without taking a `seq`. A non-transactional
+//! carries it, dropped with it on abort, and with its subtransaction when it names one, which
+//! PostgreSQL does not do: see docs/design.md) and is placed among the changes by the number of
+//! changes before it, without taking a `seq`. A non-transactional
 //! one is not part of any transaction; the server sends it as soon as it decodes it, between
 //! transactions. It is held until the next transaction completes and travels with it
 //! ([`Assembled::preceding`]), so it lands in the same flush as the first commit after it:
