@@ -303,6 +303,7 @@ fn protocol_4_captures_assemble_into_the_committed_transactions() {
             (0, 1),   // a message alone
             (1, 1),   // an insert and a bytea message
             (1, 0),   // from upstream
+            (1, 0),   // a savepoint (and the message in it) rolled back
             (600, 0), // streamed, committed
             (401, 2), // streamed, a savepoint rolled back
             (1, 0),   // after the streamed rollback
@@ -318,16 +319,18 @@ fn protocol_4_captures_assemble_into_the_committed_transactions() {
             .enumerate()
             .all(|(i, a)| i == 7 || a.preceding.is_empty())
     );
+    // Whole, a transaction arrives without its rolled-back savepoint's rows and messages.
+    assert_eq!(ids(transactions[9]), [30]);
     // Streamed transactions land whole, numbered 0.., without what rolled back.
-    assert_eq!(ids(transactions[9]), (1000..1600).collect::<Vec<_>>());
-    let seqs: Vec<u32> = transactions[10].changes.iter().map(|c| c.seq).collect();
+    assert_eq!(ids(transactions[10]), (1000..1600).collect::<Vec<_>>());
+    let seqs: Vec<u32> = transactions[11].changes.iter().map(|c| c.seq).collect();
     assert_eq!(seqs, (0..401).collect::<Vec<_>>());
     let mut expected: Vec<i32> = (2000..2400).collect();
     expected.push(3000);
-    assert_eq!(ids(transactions[10]), expected);
+    assert_eq!(ids(transactions[11]), expected);
     // PostgreSQL labels a streamed message with the top-level xid only, so a message streamed
     // before its savepoint rolled back cannot be told apart and stays (see docs/design.md).
-    let placed: Vec<(String, u32)> = transactions[10]
+    let placed: Vec<(String, u32)> = transactions[11]
         .messages
         .iter()
         .map(|m| {
@@ -344,7 +347,7 @@ fn protocol_4_captures_assemble_into_the_committed_transactions() {
             ("after the savepoint".to_owned(), 400)
         ]
     );
-    assert_eq!(ids(transactions[11]), [5000]);
+    assert_eq!(ids(transactions[12]), [5000]);
 }
 
 #[test]
