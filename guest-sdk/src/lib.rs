@@ -45,8 +45,8 @@ pub mod bindings {
 use bindings::Guest;
 pub use bindings::tributary::transform::host::{Level, log};
 pub use bindings::tributary::transform::types::{
-    Batch, Change, Column, ColumnType, Emit, Error, Interval, Op, Output, OutputColumn, PluginInfo,
-    Relation, Target, Transaction, Value,
+    Batch, Change, Column, ColumnType, Emit, Error, Interval, Message, Op, Output, OutputColumn,
+    PluginInfo, Relation, Target, Transaction, Value,
 };
 
 /// What a plugin implements. The generated `Guest` trait is implemented for every

@@ -22,6 +22,17 @@
 //! (commit LSN, seq) of a change therefore does not depend on whether the server streamed the
 //! transaction, which matters because a replay after a restart may arrive in either shape.
 //!
+//! Logical decoding messages (`pg_logical_emit_message`) travel with the transactions too.
+//! A transactional one belongs to its transaction (to the streamed transaction whose chunk
+//! carries it, dropped with it on abort, and with its subtransaction when it names one, which
+//! PostgreSQL does not do: see docs/design.md) and is placed among the changes by the number of
+//! changes before it, without taking a `seq`. A non-transactional
+//! one is not part of any transaction; the server sends it as soon as it decodes it, between
+//! transactions. It is held until the next transaction completes and travels with it
+//! ([`Assembled::preceding`]), so it lands in the same flush as the first commit after it:
+//! once that flush is confirmed, the server never sends the message again, and until then it
+//! is replayed with that commit.
+//!
 //! A batch is the unit of a flush: it is transformed, encoded, uploaded and committed as one,
 //! and holds whole transactions only, so the confirmed position always falls on a commit.
 
@@ -30,7 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::Lsn;
-use crate::change::{Batch, Change, Op, Transaction, Value};
+use crate::change::{Batch, Change, Message, Op, Transaction, Value};
 use crate::pgoutput::{LogicalMessage, Relation, Tuple, TupleValue};
 use crate::pgtype;
 
@@ -71,6 +82,16 @@ pub enum BatchError {
         "pgoutput sent {message}, which needs a protocol feature this pipeline did not ask for"
     )]
     Unsupported { message: &'static str },
+    #[error(
+        "pgoutput sent {message} of prepared transaction {gid:?} (xid {xid}): the slot decodes \
+         two-phase commit, which this pipeline does not land (it would confirm a prepared \
+         transaction before its outcome is known); use a slot created without two_phase"
+    )]
+    TwoPhase {
+        message: &'static str,
+        xid: u32,
+        gid: String,
+    },
     #[error("pgoutput sent {message} while xid {open} (commit {open_lsn}) was open")]
     TransactionOpen {
         message: &'static str,
@@ -107,6 +128,7 @@ struct OpenTransaction {
     xid: u32,
     final_lsn: Lsn,
     changes: Vec<Change>,
+    messages: Vec<Message>,
     bytes: usize,
 }
 
@@ -114,6 +136,8 @@ struct OpenTransaction {
 #[derive(Default)]
 struct StreamedTransaction {
     changes: Vec<StreamedChange>,
+    /// Each with the (sub)transaction that wrote it; `before_seq` counts held changes.
+    messages: Vec<(u32, Message)>,
     bytes: usize,
 }
 
@@ -142,6 +166,8 @@ pub struct Assembler {
     streams: HashMap<u32, StreamedTransaction>,
     /// The top-level xid of the streamed chunk being received.
     chunk: Option<u32>,
+    /// Non-transactional messages since the last completed transaction.
+    preceding: Vec<Message>,
     last_commit: Lsn,
 }
 
@@ -149,6 +175,9 @@ pub struct Assembler {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Assembled {
     pub transaction: Transaction,
+    /// Non-transactional messages that arrived after the previous completed transaction and
+    /// before this one, in WAL order (their `before_seq` is not set yet: the batcher places them).
+    pub preceding: Vec<Message>,
     pub bytes: usize,
 }
 
@@ -162,6 +191,7 @@ impl Assembler {
     pub fn held_bytes(&self) -> usize {
         self.open.as_ref().map_or(0, |o| o.bytes)
             + self.streams.values().map(|s| s.bytes).sum::<usize>()
+            + self.preceding.iter().map(message_bytes).sum::<usize>()
     }
 
     /// Streamed transactions held: started, neither committed nor aborted yet.
@@ -186,6 +216,7 @@ impl Assembler {
                     xid,
                     final_lsn,
                     changes: Vec::new(),
+                    messages: Vec::new(),
                     bytes: 0,
                 });
                 Ok(None)
@@ -206,16 +237,17 @@ impl Assembler {
                     });
                 }
                 self.last_commit = commit_lsn;
-                Ok(Some(Assembled {
-                    transaction: Transaction {
+                Ok(Some(self.assembled(
+                    Transaction {
                         xid: open.xid,
                         commit_lsn,
                         end_lsn,
                         commit_time,
                         changes: open.changes,
+                        messages: open.messages,
                     },
-                    bytes: open.bytes,
-                }))
+                    open.bytes,
+                )))
             }
             LogicalMessage::Insert {
                 xid, relation, new, ..
@@ -242,8 +274,26 @@ impl Assembler {
             LogicalMessage::Relation { .. }
             | LogicalMessage::Type { .. }
             | LogicalMessage::Origin { .. } => Ok(None),
-            // Logical decoding messages are not surfaced to transforms yet.
-            LogicalMessage::Message { .. } => Ok(None),
+            LogicalMessage::Message {
+                xid,
+                transactional,
+                lsn,
+                prefix,
+                content,
+            } => {
+                let message = Message {
+                    prefix,
+                    content: content.to_vec(),
+                    lsn,
+                    before_seq: 0,
+                };
+                if transactional {
+                    self.transactional_message(xid, message)?;
+                } else {
+                    self.preceding.push(message);
+                }
+                Ok(None)
+            }
             LogicalMessage::StreamStart { xid, first_segment } => {
                 self.stream_start(xid, first_segment)
             }
@@ -259,6 +309,21 @@ impl Assembler {
                 ..
             } => self.stream_commit(xid, commit_lsn, end_lsn, commit_time),
             LogicalMessage::StreamAbort { xid, subxid, .. } => self.stream_abort(xid, subxid),
+            // The pipeline does not ask for two_phase: a prepared transaction then arrives
+            // whole (or streamed) at COMMIT PREPARED, like any other.
+            LogicalMessage::BeginPrepare { xid, gid, .. } => {
+                Err(two_phase("begin prepare", xid, gid))
+            }
+            LogicalMessage::Prepare { xid, gid, .. } => Err(two_phase("prepare", xid, gid)),
+            LogicalMessage::StreamPrepare { xid, gid, .. } => {
+                Err(two_phase("stream prepare", xid, gid))
+            }
+            LogicalMessage::CommitPrepared { xid, gid, .. } => {
+                Err(two_phase("commit prepared", xid, gid))
+            }
+            LogicalMessage::RollbackPrepared { xid, gid, .. } => {
+                Err(two_phase("rollback prepared", xid, gid))
+            }
         }
     }
 
@@ -299,6 +364,7 @@ impl Assembler {
                 after: self.last_commit,
             })?;
         self.last_commit = commit_lsn;
+        let messages = streamed.messages.into_iter().map(|(_, m)| m).collect();
         // Subtransaction aborts may have left gaps: number what survived, as a replay that
         // arrives whole would.
         let changes = streamed
@@ -310,16 +376,52 @@ impl Assembler {
                 ..held.change
             })
             .collect();
-        Ok(Some(Assembled {
-            transaction: Transaction {
+        Ok(Some(self.assembled(
+            Transaction {
                 xid,
                 commit_lsn,
                 end_lsn,
                 commit_time,
                 changes,
+                messages,
             },
-            bytes: streamed.bytes,
-        }))
+            streamed.bytes,
+        )))
+    }
+
+    /// A completed transaction, with the non-transactional messages that preceded it.
+    fn assembled(&mut self, transaction: Transaction, bytes: usize) -> Assembled {
+        let preceding = std::mem::take(&mut self.preceding);
+        Assembled {
+            bytes: bytes + preceding.iter().map(message_bytes).sum::<usize>(),
+            transaction,
+            preceding,
+        }
+    }
+
+    /// A transactional message goes where the next row message would, placed after the
+    /// changes already held.
+    fn transactional_message(
+        &mut self,
+        xid: Option<u32>,
+        mut message: Message,
+    ) -> Result<(), BatchError> {
+        let bytes = message_bytes(&message);
+        match self.target("logical decoding message", xid)? {
+            Target::Whole(open) => {
+                message.before_seq = open.changes.len() as u32;
+                open.messages.push(message);
+                open.bytes += bytes;
+            }
+            Target::Streamed {
+                own, transaction, ..
+            } => {
+                message.before_seq = transaction.changes.len() as u32;
+                transaction.messages.push((own, message));
+                transaction.bytes += bytes;
+            }
+        }
+        Ok(())
     }
 
     /// Drops the whole transaction (`subxid == xid`) or one subtransaction's changes. An abort
@@ -332,12 +434,25 @@ impl Assembler {
             self.streams.remove(&xid);
         } else if let Some(streamed) = self.streams.get_mut(&xid) {
             let mut dropped = 0;
+            // Positions of the dropped changes, ascending, to move the messages after them.
+            let mut removed: Vec<u32> = Vec::new();
+            let mut position = 0;
             streamed.changes.retain(|held| {
                 let keep = held.xid != subxid;
                 if !keep {
                     dropped += held.bytes;
+                    removed.push(position);
                 }
+                position += 1;
                 keep
+            });
+            streamed.messages.retain_mut(|(own, message)| {
+                if *own == subxid {
+                    dropped += message_bytes(message);
+                    return false;
+                }
+                message.before_seq -= removed.partition_point(|&i| i < message.before_seq) as u32;
+                true
             });
             streamed.bytes -= dropped;
         }
@@ -464,6 +579,15 @@ impl Assembler {
     }
 }
 
+fn two_phase(message: &'static str, xid: u32, gid: String) -> BatchError {
+    BatchError::TwoPhase { message, xid, gid }
+}
+
+/// Approximate decoded size of a logical decoding message.
+fn message_bytes(message: &Message) -> usize {
+    64 + message.prefix.len() + message.content.len()
+}
+
 /// A value that does not read as its column's type; the caller adds where it came from.
 struct ValueError {
     column: String,
@@ -513,6 +637,8 @@ pub struct BatchLimits {
 pub struct Batcher {
     limits: BatchLimits,
     pending: Vec<Transaction>,
+    /// Non-transactional messages, placed among `pending`.
+    messages: Vec<Message>,
     rows: usize,
     bytes: usize,
     oldest: Option<Instant>,
@@ -523,6 +649,7 @@ impl Batcher {
         Batcher {
             limits,
             pending: Vec::new(),
+            messages: Vec::new(),
             rows: 0,
             bytes: 0,
             oldest: None,
@@ -533,6 +660,12 @@ impl Batcher {
         self.rows += assembled.transaction.changes.len();
         self.bytes += assembled.bytes;
         self.oldest.get_or_insert(now);
+        let before = self.pending.len() as u32;
+        self.messages
+            .extend(assembled.preceding.into_iter().map(|message| Message {
+                before_seq: before,
+                ..message
+            }));
         self.pending.push(assembled.transaction);
     }
 
@@ -563,6 +696,7 @@ impl Batcher {
         self.oldest = None;
         Some(Batch {
             transactions: std::mem::take(&mut self.pending),
+            messages: std::mem::take(&mut self.messages),
         })
     }
 }

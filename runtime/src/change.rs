@@ -169,12 +169,35 @@ pub struct Transaction {
     /// Microseconds since the Unix epoch.
     pub commit_time: i64,
     pub changes: Vec<Change>,
+    /// The transaction's logical decoding messages (`pg_logical_emit_message(true, ...)`), in
+    /// the order they were written; [`Message::before_seq`] places each among `changes`.
+    pub messages: Vec<Message>,
+}
+
+/// A logical decoding message: what `pg_logical_emit_message` wrote to the WAL.
+///
+/// Messages are not changes: they do not take a `seq`, so a change's identity is the same
+/// whether or not messages were asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub prefix: String,
+    pub content: Vec<u8>,
+    /// LSN of the message's WAL record.
+    pub lsn: Lsn,
+    /// Where it falls among its neighbours: in [`Transaction::messages`], the number of the
+    /// transaction's changes that precede it; in [`Batch::messages`], the number of the
+    /// batch's transactions that precede it.
+    pub before_seq: u32,
 }
 
 /// What one transform call receives: one or more whole transactions in commit order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Batch {
     pub transactions: Vec<Transaction>,
+    /// Non-transactional logical decoding messages (`pg_logical_emit_message(false, ...)`)
+    /// written after the previous batch's last commit and before this batch's last commit, in
+    /// WAL order. [`Message::before_seq`] counts the transactions that committed before each.
+    pub messages: Vec<Message>,
 }
 
 impl Batch {

@@ -251,6 +251,9 @@ impl Pipeline {
             // A transaction larger than logical_decoding_work_mem arrives in chunks as it is
             // written, instead of being spilled to disk on the server until it commits.
             start_options.push(("streaming", "on"));
+            // Logical decoding messages (pg_logical_emit_message) reach the transforms; the
+            // option exists from PostgreSQL 14, as protocol 2 does.
+            start_options.push(("messages", "true"));
         }
         if source.binary {
             if proto_version < 2 {

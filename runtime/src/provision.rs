@@ -47,6 +47,12 @@ pub enum ProvisionError {
         "slot {slot:?} uses output plugin {plugin:?}; tributary reads pgoutput slots (drop it or choose another source.slot)"
     )]
     SlotPlugin { slot: String, plugin: String },
+    #[error(
+        "slot {slot:?} decodes two-phase commit (it was created with two_phase), so it would send \
+         prepared transactions before they commit; tributary lands committed transactions only: \
+         drop the slot and let tributary create it, or choose another source.slot"
+    )]
+    SlotTwoPhase { slot: String },
     #[error("slot {slot:?} belongs to database {database:?}, not {expected:?}")]
     SlotDatabase {
         slot: String,
@@ -88,6 +94,8 @@ pub struct SlotState {
     pub restart_lsn: Option<Lsn>,
     pub wal_status: Option<String>,
     pub safe_wal_size: Option<i64>,
+    /// Decodes prepared transactions at PREPARE (PostgreSQL 14 and later).
+    pub two_phase: bool,
 }
 
 /// Parse the source URL the way libpq would.
@@ -479,9 +487,11 @@ fn sql_table_name(table: &str) -> String {
 pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>, ProvisionError> {
     let row = client
         .query_opt(
+            // `two_phase` exists from PostgreSQL 14; read through jsonb, it is null before.
             "SELECT coalesce(plugin, ''), coalesce(database, ''), active_pid,
-                    confirmed_flush_lsn::text, restart_lsn::text, wal_status, safe_wal_size
-             FROM pg_replication_slots WHERE slot_name = $1",
+                    confirmed_flush_lsn::text, restart_lsn::text, wal_status, safe_wal_size,
+                    coalesce((to_jsonb(s) ->> 'two_phase')::bool, false)
+             FROM pg_replication_slots s WHERE slot_name = $1",
             &[&slot],
         )
         .await
@@ -496,6 +506,7 @@ pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>
             restart_lsn: lsn(4),
             wal_status: r.get(5),
             safe_wal_size: r.get(6),
+            two_phase: r.get(7),
         }
     }))
 }
@@ -514,6 +525,11 @@ pub fn check_slot(slot: &str, state: &SlotState, database: &str) -> Result<(), P
             database: state.database.clone(),
             expected: database.into(),
         });
+    }
+    // Such a slot sends prepared transactions as they prepare whether or not the client asks
+    // for two_phase; see docs/design.md (Two-phase commit).
+    if state.two_phase {
+        return Err(ProvisionError::SlotTwoPhase { slot: slot.into() });
     }
     if let Some(pid) = state.active_pid {
         return Err(ProvisionError::SlotActive {
@@ -560,6 +576,7 @@ mod tests {
             restart_lsn: None,
             wal_status: None,
             safe_wal_size: None,
+            two_phase: false,
         }
     }
 
@@ -672,5 +689,12 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("belongs to database \"shop\""), "{err}");
+        let two_phase = SlotState {
+            two_phase: true,
+            ..state("pgoutput", None)
+        };
+        let err = check_slot("s", &two_phase, "shop").unwrap_err().to_string();
+        assert!(err.contains("two-phase commit"), "{err}");
+        assert!(err.contains("drop the slot"), "{err}");
     }
 }

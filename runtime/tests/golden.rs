@@ -1,13 +1,18 @@
-//! Golden tests: pgoutput bytes captured from a real PostgreSQL 15 server (`fuzz/seeds/`, with
-//! the SQL that produced them in `fuzz/README.md`) decode completely, and the row of every type
-//! reads back as the values the SQL wrote.
+//! Golden tests: pgoutput bytes captured from real servers (`fuzz/seeds/`) decode completely.
+//!
+//! The `v1-*` to `v3-*` seeds come from PostgreSQL 15 (the SQL is in `fuzz/README.md`): the row
+//! of every type reads back as the values the SQL wrote. The `v<N>-pg<major>-*` captures are
+//! whole workloads written by `runtime/examples/capture_pgoutput.rs` (which holds their SQL):
+//! protocol 4 from PostgreSQL 16 with parallel streaming, origins, logical decoding messages
+//! and two-phase commit, and binary tuples from PostgreSQL 15 and 16; they are checked message
+//! by message and, where the pipeline takes them, assembled into transactions.
 
 use std::path::PathBuf;
 
 use tributary::Lsn;
-use tributary::batch::Assembler;
-use tributary::change::{Array, Op, Transaction, Value};
-use tributary::pgoutput::{Decoder, LogicalMessage};
+use tributary::batch::{Assembled, Assembler, BatchError};
+use tributary::change::{Array, Message, Op, Transaction, Value};
+use tributary::pgoutput::{Decoder, LogicalMessage, TupleValue};
 
 /// Each seed: the protocol version, then messages as (2-byte big-endian length, bytes).
 fn seeds() -> Vec<(String, u32, Vec<Vec<u8>>)> {
@@ -52,8 +57,10 @@ fn every_captured_message_decodes() {
             tags.insert(message[0]);
         }
     }
-    // Begin, Commit, Relation, Insert, Update, Delete, Truncate, Message, and the streaming set.
-    assert_eq!(tags, b"BCDEIMRSTUc".iter().copied().collect());
+    // Begin, Commit, Origin, Relation, Insert, Update, Delete, Truncate, Message, the streaming
+    // set (Stream Start, Stop, Commit, Abort) and the two-phase set (Begin Prepare, Prepare,
+    // Commit Prepared, Rollback Prepared, Stream Prepare).
+    assert_eq!(tags, b"ABCDEIKMOPRSTUbcpr".iter().copied().collect());
 }
 
 fn transactions(version: u32) -> Vec<Transaction> {
@@ -62,19 +69,16 @@ fn transactions(version: u32) -> Vec<Transaction> {
         let mut decoder = Decoder::new(v);
         let mut assembler = Assembler::new();
         for message in &messages {
-            match decoder.decode(message).unwrap() {
-                m @ (LogicalMessage::Begin { .. }
-                | LogicalMessage::Commit { .. }
-                | LogicalMessage::Relation { .. }
-                | LogicalMessage::Insert { .. }
-                | LogicalMessage::Update { .. }
-                | LogicalMessage::Delete { .. }
-                | LogicalMessage::Truncate { .. }) => {
-                    if let Some(t) = assembler.push(m).unwrap() {
-                        done.push(t.transaction);
-                    }
-                }
-                _ => {}
+            if let m @ (LogicalMessage::Begin { .. }
+            | LogicalMessage::Commit { .. }
+            | LogicalMessage::Relation { .. }
+            | LogicalMessage::Insert { .. }
+            | LogicalMessage::Update { .. }
+            | LogicalMessage::Delete { .. }
+            | LogicalMessage::Truncate { .. }) = decoder.decode(message).unwrap()
+                && let Some(t) = assembler.push(m).unwrap()
+            {
+                done.push(t.transaction);
             }
         }
     }
@@ -166,4 +170,350 @@ fn updates_deletes_and_truncates_carry_what_the_identity_sends() {
     let lsns: Vec<Lsn> = transactions.iter().map(|t| t.commit_lsn).collect();
     assert!(lsns.windows(2).all(|w| w[0] < w[1]), "{lsns:?}");
     assert!(transactions.iter().all(|t| t.end_lsn > t.commit_lsn));
+}
+
+/// The messages of one whole-workload capture, and its protocol version.
+fn capture(name: &str) -> (u32, Vec<Vec<u8>>) {
+    let (_, version, messages) = seeds()
+        .into_iter()
+        .find(|s| s.0 == name)
+        .unwrap_or_else(|| panic!("no capture {name}"));
+    (version, messages)
+}
+
+/// Every message of a capture, decoded.
+fn decoded(name: &str) -> Vec<LogicalMessage> {
+    let (version, messages) = capture(name);
+    let mut decoder = Decoder::new(version);
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            decoder
+                .decode(m)
+                .unwrap_or_else(|e| panic!("{name} message {i}: {e}"))
+        })
+        .collect()
+}
+
+fn int4(value: &Value) -> i32 {
+    match value {
+        Value::Int4(v) => *v,
+        other => panic!("not an int4: {other:?}"),
+    }
+}
+
+/// The `id` (first column) of every change.
+fn ids(transaction: &Transaction) -> Vec<i32> {
+    transaction
+        .changes
+        .iter()
+        .map(|c| int4(&c.new.as_ref().or(c.old.as_ref()).unwrap()[0]))
+        .collect()
+}
+
+fn texts(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.content).into_owned())
+        .collect()
+}
+
+#[test]
+fn protocol_4_messages_from_postgresql_16_are_what_the_workload_wrote() {
+    let messages = decoded("v4-pg16-changes");
+    let mut relations = std::collections::BTreeMap::new();
+    let mut open_stream = None;
+    let mut aborts = Vec::new();
+    let mut origins = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        match message {
+            LogicalMessage::Relation { xid, relation } => {
+                // Inside a chunk: the (sub)transaction that first touched the table.
+                assert_eq!(xid.is_some(), open_stream.is_some(), "message {i}");
+                assert_eq!(relation.namespace, "public");
+                relations.insert(relation.name.clone(), relation.columns.len());
+            }
+            LogicalMessage::StreamStart { xid, .. } => open_stream = Some(*xid),
+            LogicalMessage::StreamStop => open_stream = None,
+            // Inside a chunk every data message names the streamed transaction.
+            LogicalMessage::Insert { xid, .. } | LogicalMessage::Message { xid, .. } => {
+                assert_eq!(xid.is_some(), open_stream.is_some(), "message {i}");
+            }
+            LogicalMessage::StreamAbort {
+                xid,
+                subxid,
+                abort_lsn,
+                abort_time,
+            } => {
+                // Parallel streaming: the abort carries its position and time.
+                assert!(abort_lsn.is_some() && abort_time.is_some(), "message {i}");
+                aborts.push((*xid, *subxid, abort_lsn.unwrap()));
+            }
+            LogicalMessage::Origin { name, .. } => {
+                origins.push(name.clone());
+                // The origin follows the Begin of the transaction it marks.
+                assert!(matches!(messages[i - 1], LogicalMessage::Begin { .. }));
+                let LogicalMessage::Insert { new, .. } = &messages[i + 1] else {
+                    panic!("the insert from upstream follows its origin");
+                };
+                assert_eq!(new.0[0], TupleValue::Text("20".into()));
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        relations.into_iter().collect::<Vec<_>>(),
+        [("k".to_owned(), 2), ("t".to_owned(), 16)]
+    );
+    assert_eq!(origins, ["upstream"]);
+    // A savepoint rolled back inside a stream (its own subtransaction xid), then a whole stream.
+    assert_eq!(aborts.len(), 2, "{aborts:?}");
+    assert_ne!(aborts[0].0, aborts[0].1);
+    assert_eq!(aborts[1].0, aborts[1].1);
+    assert!(aborts[0].2 < aborts[1].2);
+}
+
+#[test]
+fn protocol_4_captures_assemble_into_the_committed_transactions() {
+    let mut assembler = Assembler::new();
+    let mut done: Vec<Assembled> = Vec::new();
+    for message in decoded("v4-pg16-changes") {
+        if let Some(assembled) = assembler.push(message).unwrap() {
+            done.push(assembled);
+        }
+    }
+    assert_eq!(
+        (assembler.streams_in_progress(), assembler.held_bytes()),
+        (0, 0)
+    );
+    let transactions: Vec<&Transaction> = done.iter().map(|a| &a.transaction).collect();
+    let lsns: Vec<Lsn> = transactions.iter().map(|t| t.commit_lsn).collect();
+    assert!(lsns.windows(2).all(|w| w[0] < w[1]), "{lsns:?}");
+    assert!(transactions.iter().all(|t| t.end_lsn > t.commit_lsn));
+    let shape: Vec<(usize, usize)> = transactions
+        .iter()
+        .map(|t| (t.changes.len(), t.messages.len()))
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            (1, 0),   // insert into t
+            (1, 0),   // update t
+            (2, 0),   // two inserts into k
+            (1, 0),   // key change
+            (1, 0),   // delete
+            (1, 0),   // truncate
+            (0, 1),   // a message alone
+            (1, 1),   // an insert and a bytea message
+            (1, 0),   // from upstream
+            (1, 0),   // a savepoint (and the message in it) rolled back
+            (600, 0), // streamed, committed
+            (401, 2), // streamed, a savepoint rolled back
+            (1, 0),   // after the streamed rollback
+        ]
+    );
+    assert_eq!(texts(&transactions[6].messages), ["transactional message"]);
+    assert_eq!(transactions[7].messages[0].content, [0x00, 0xff]);
+    assert_eq!(transactions[7].messages[0].before_seq, 1);
+    // The non-transactional message travels with the next commit.
+    assert_eq!(texts(&done[7].preceding), ["plain message"]);
+    assert!(
+        done.iter()
+            .enumerate()
+            .all(|(i, a)| i == 7 || a.preceding.is_empty())
+    );
+    // Whole, a transaction arrives without its rolled-back savepoint's rows and messages.
+    assert_eq!(ids(transactions[9]), [30]);
+    // Streamed transactions land whole, numbered 0.., without what rolled back.
+    assert_eq!(ids(transactions[10]), (1000..1600).collect::<Vec<_>>());
+    let seqs: Vec<u32> = transactions[11].changes.iter().map(|c| c.seq).collect();
+    assert_eq!(seqs, (0..401).collect::<Vec<_>>());
+    let mut expected: Vec<i32> = (2000..2400).collect();
+    expected.push(3000);
+    assert_eq!(ids(transactions[11]), expected);
+    // PostgreSQL labels a streamed message with the top-level xid only, so a message streamed
+    // before its savepoint rolled back cannot be told apart and stays (see docs/design.md).
+    let placed: Vec<(String, u32)> = transactions[11]
+        .messages
+        .iter()
+        .map(|m| {
+            (
+                String::from_utf8_lossy(&m.content).into_owned(),
+                m.before_seq,
+            )
+        })
+        .collect();
+    assert_eq!(
+        placed,
+        [
+            ("inside the savepoint".to_owned(), 400),
+            ("after the savepoint".to_owned(), 400)
+        ]
+    );
+    assert_eq!(ids(transactions[12]), [5000]);
+}
+
+#[test]
+fn two_phase_messages_from_postgresql_16_pair_up_by_gid_and_xid() {
+    let messages = decoded("v4-pg16-two-phase");
+    let mut prepared = std::collections::HashMap::new();
+    let mut outcomes = Vec::new();
+    let mut begun: Option<(u32, String, Lsn)> = None;
+    let mut streamed_xid = None;
+    let mut rows_in_prepared = 0;
+    for message in &messages {
+        match message {
+            LogicalMessage::BeginPrepare {
+                prepare_lsn,
+                end_lsn,
+                xid,
+                gid,
+                ..
+            } => {
+                assert!(end_lsn > prepare_lsn);
+                begun = Some((*xid, gid.clone(), *prepare_lsn));
+            }
+            LogicalMessage::Insert { xid: None, .. } if begun.is_some() => rows_in_prepared += 1,
+            LogicalMessage::Prepare {
+                prepare_lsn,
+                end_lsn,
+                xid,
+                gid,
+                ..
+            } => {
+                let (begin_xid, begin_gid, begin_lsn) = begun.take().expect("begin prepare");
+                assert_eq!(
+                    (begin_xid, &begin_gid, begin_lsn),
+                    (*xid, gid, *prepare_lsn)
+                );
+                prepared.insert(gid.clone(), (*xid, *end_lsn));
+            }
+            LogicalMessage::StreamStart { xid, .. } => streamed_xid = Some(*xid),
+            LogicalMessage::StreamPrepare {
+                prepare_lsn,
+                end_lsn,
+                xid,
+                gid,
+                ..
+            } => {
+                assert_eq!(
+                    Some(*xid),
+                    streamed_xid,
+                    "the streamed transaction is prepared"
+                );
+                assert!(end_lsn > prepare_lsn);
+                prepared.insert(gid.clone(), (*xid, *end_lsn));
+            }
+            LogicalMessage::CommitPrepared {
+                commit_lsn,
+                end_lsn,
+                xid,
+                gid,
+                ..
+            } => {
+                let (prepared_xid, prepare_end) = prepared[gid];
+                assert_eq!(prepared_xid, *xid);
+                assert!(*commit_lsn >= prepare_end && end_lsn > commit_lsn);
+                outcomes.push(("commit", gid.clone()));
+            }
+            LogicalMessage::RollbackPrepared {
+                prepare_end_lsn,
+                rollback_end_lsn,
+                prepare_time,
+                rollback_time,
+                xid,
+                gid,
+                ..
+            } => {
+                let (prepared_xid, prepare_end) = prepared[gid];
+                assert_eq!((prepared_xid, prepare_end), (*xid, *prepare_end_lsn));
+                assert!(rollback_end_lsn > prepare_end_lsn);
+                assert!(rollback_time >= prepare_time);
+                outcomes.push(("rollback", gid.clone()));
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        rows_in_prepared, 2,
+        "one row in each small prepared transaction"
+    );
+    assert_eq!(
+        outcomes,
+        [
+            ("commit", "small".to_owned()),
+            ("rollback", "undone".to_owned()),
+            ("commit", "large".to_owned())
+        ]
+    );
+    // The pipeline does not ask for two_phase; the assembler refuses what such a slot sends.
+    let err = Assembler::new().push(messages[0].clone()).unwrap_err();
+    assert!(
+        matches!(&err, BatchError::TwoPhase { gid, .. } if gid == "small"),
+        "{err}"
+    );
+}
+
+#[test]
+fn binary_tuples_from_postgresql_15_and_16_decode_to_binary_values() {
+    for name in ["v3-pg15-binary", "v4-pg16-binary"] {
+        let messages = decoded(name);
+        let mut tuples = Vec::new();
+        let mut commits = Vec::new();
+        for message in &messages {
+            match message {
+                LogicalMessage::Relation { relation, .. } => {
+                    let columns = match relation.name.as_str() {
+                        "t" => 16,
+                        "k" => 2,
+                        other => panic!("{name}: unexpected relation {other}"),
+                    };
+                    assert_eq!(relation.columns.len(), columns, "{name}");
+                }
+                LogicalMessage::Insert { relation, new, .. } => {
+                    tuples.push((relation.name.clone(), new.clone()))
+                }
+                LogicalMessage::Update {
+                    relation, old, new, ..
+                } => {
+                    if let Some(old) = old {
+                        tuples.push((relation.name.clone(), old.tuple().clone()));
+                    }
+                    tuples.push((relation.name.clone(), new.clone()));
+                }
+                LogicalMessage::Delete { relation, old, .. } => {
+                    tuples.push((relation.name.clone(), old.tuple().clone()))
+                }
+                LogicalMessage::Commit { commit_lsn, .. } => commits.push(*commit_lsn),
+                _ => {}
+            }
+        }
+        assert_eq!(commits.len(), 7, "{name}");
+        assert!(commits.windows(2).all(|w| w[0] < w[1]), "{name}");
+        // Every value that is there is in its type's binary send format.
+        for (table, tuple) in &tuples {
+            for value in &tuple.0 {
+                assert!(
+                    matches!(value, TupleValue::Binary(_) | TupleValue::Null),
+                    "{name}: {table}: {value:?}"
+                );
+            }
+        }
+        let (table, first) = &tuples[0];
+        assert_eq!(table, "t");
+        let binary = |i: usize| match &first.0[i] {
+            TupleValue::Binary(bytes) => bytes.to_vec(),
+            other => panic!("{name}: column {i} is {other:?}"),
+        };
+        assert_eq!(binary(0), 1i32.to_be_bytes());
+        assert_eq!(binary(1), [1]);
+        assert_eq!(binary(2), (-2i16).to_be_bytes());
+        assert_eq!(binary(3), 9_000_000_000i64.to_be_bytes());
+        assert_eq!(binary(4), 1.5f32.to_be_bytes());
+        assert_eq!(binary(7), "héllo".as_bytes());
+        assert_eq!(binary(8), [0x00, 0xff]);
+        // date: days since 2000-01-01.
+        assert_eq!(binary(9), 8_825i32.to_be_bytes());
+    }
 }

@@ -26,7 +26,9 @@ pub fn postgres() -> &'static TempCluster {
         let mut options = ClusterOptions::fast()
             .setting("max_replication_slots", "200")
             .setting("max_wal_senders", "100")
-            .setting("max_connections", "300");
+            .setting("max_connections", "300")
+            // Two-phase commit tests prepare transactions.
+            .setting("max_prepared_transactions", "20");
         // Roles that must prove a password, one per method (see `AUTH_METHODS`).
         for (role, method) in AUTH_METHODS {
             for database in ["all", "replication"] {

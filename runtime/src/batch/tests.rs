@@ -1,6 +1,7 @@
 use bytes::Bytes;
 
 use super::*;
+use crate::change::Message;
 use crate::pgoutput::{OldTuple, RelationColumn, ReplicaIdentity};
 
 fn relation() -> Arc<Relation> {
@@ -409,4 +410,239 @@ fn a_bad_value_in_a_stream_names_the_transaction() {
     assert!(err.to_string().starts_with(
         "table public.orders column \"id\" in streamed transaction 7 (not yet committed): "
     ));
+}
+
+#[test]
+fn two_phase_messages_are_refused_with_the_way_out() {
+    let gid = || "order-42".to_owned();
+    let messages = [
+        (
+            "begin prepare",
+            LogicalMessage::BeginPrepare {
+                prepare_lsn: Lsn(0x100),
+                end_lsn: Lsn(0x108),
+                prepare_time: 1,
+                xid: 7,
+                gid: gid(),
+            },
+        ),
+        (
+            "prepare",
+            LogicalMessage::Prepare {
+                flags: 0,
+                prepare_lsn: Lsn(0x100),
+                end_lsn: Lsn(0x108),
+                prepare_time: 1,
+                xid: 7,
+                gid: gid(),
+            },
+        ),
+        (
+            "stream prepare",
+            LogicalMessage::StreamPrepare {
+                flags: 0,
+                prepare_lsn: Lsn(0x100),
+                end_lsn: Lsn(0x108),
+                prepare_time: 1,
+                xid: 7,
+                gid: gid(),
+            },
+        ),
+        (
+            "commit prepared",
+            LogicalMessage::CommitPrepared {
+                flags: 0,
+                commit_lsn: Lsn(0x200),
+                end_lsn: Lsn(0x208),
+                commit_time: 2,
+                xid: 7,
+                gid: gid(),
+            },
+        ),
+        (
+            "rollback prepared",
+            LogicalMessage::RollbackPrepared {
+                flags: 0,
+                prepare_end_lsn: Lsn(0x108),
+                rollback_end_lsn: Lsn(0x208),
+                prepare_time: 1,
+                rollback_time: 2,
+                xid: 7,
+                gid: gid(),
+            },
+        ),
+    ];
+    for (message, m) in messages {
+        let err = Assembler::new().push(m).unwrap_err();
+        assert_eq!(
+            err,
+            BatchError::TwoPhase {
+                message,
+                xid: 7,
+                gid: gid()
+            }
+        );
+        let text = err.to_string();
+        assert!(text.contains("\"order-42\""), "{text}");
+        assert!(text.contains("without two_phase"), "{text}");
+    }
+}
+
+fn message(xid: Option<u32>, transactional: bool, lsn: u64, content: &str) -> LogicalMessage {
+    LogicalMessage::Message {
+        xid,
+        transactional,
+        lsn: Lsn(lsn),
+        prefix: "audit".into(),
+        content: Bytes::copy_from_slice(content.as_bytes()),
+    }
+}
+
+/// Content and position of each message.
+fn placed(messages: &[Message]) -> Vec<(String, u32)> {
+    messages
+        .iter()
+        .map(|m| {
+            (
+                String::from_utf8_lossy(&m.content).into_owned(),
+                m.before_seq,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_transactional_message_is_placed_among_the_changes_without_taking_a_seq() {
+    let mut a = Assembler::new();
+    a.push(begin(7, 0x100)).unwrap();
+    a.push(message(None, true, 0xf0, "first")).unwrap();
+    a.push(insert("1")).unwrap();
+    a.push(insert("2")).unwrap();
+    a.push(message(None, true, 0xf8, "between")).unwrap();
+    a.push(message(None, true, 0xf9, "again")).unwrap();
+    a.push(insert("3")).unwrap();
+    a.push(message(None, true, 0xfa, "last")).unwrap();
+    let done = a.push(commit(0x100)).unwrap().unwrap();
+    let t = done.transaction;
+    assert_eq!(ids(&t), [(1, 0), (2, 1), (3, 2)]);
+    assert_eq!(
+        placed(&t.messages),
+        [
+            ("first".into(), 0),
+            ("between".into(), 2),
+            ("again".into(), 2),
+            ("last".into(), 3)
+        ]
+    );
+    assert_eq!(t.messages[0].prefix, "audit");
+    assert_eq!(t.messages[0].lsn, Lsn(0xf0));
+    assert!(done.preceding.is_empty());
+}
+
+#[test]
+fn a_transaction_of_messages_only_is_a_transaction() {
+    let mut a = Assembler::new();
+    a.push(begin(7, 0x100)).unwrap();
+    a.push(message(None, true, 0xf0, "hello")).unwrap();
+    let t = a.push(commit(0x100)).unwrap().unwrap().transaction;
+    assert!(t.changes.is_empty());
+    assert_eq!(placed(&t.messages), [("hello".into(), 0)]);
+}
+
+#[test]
+fn a_transactional_message_outside_a_transaction_is_refused() {
+    let err = Assembler::new()
+        .push(message(None, true, 0xf0, "x"))
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        BatchError::OutsideTransaction {
+            message: "logical decoding message",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn non_transactional_messages_travel_with_the_next_commit() {
+    let mut a = Assembler::new();
+    let mut b = Batcher::new(BatchLimits {
+        max_rows: 100,
+        max_bytes: usize::MAX,
+        max_delay: Duration::from_secs(1),
+    });
+    let now = Instant::now();
+    assert_eq!(a.push(message(None, false, 0x10, "a")).unwrap(), None);
+    assert!(a.held_bytes() > 0, "held until a transaction completes");
+    a.push(begin(1, 0x100)).unwrap();
+    a.push(insert("1")).unwrap();
+    let t1 = a.push(commit(0x100)).unwrap().unwrap();
+    assert_eq!(placed(&t1.preceding), [("a".into(), 0)]);
+    assert!(t1.transaction.messages.is_empty());
+    b.push(t1, now);
+    // Between two chunks of a streamed transaction, then a whole one commits first.
+    chunk(&mut a, 200, true, &[(200, "20")]);
+    a.push(message(None, false, 0x180, "b")).unwrap();
+    a.push(message(None, false, 0x181, "c")).unwrap();
+    a.push(begin(2, 0x200)).unwrap();
+    a.push(insert("2")).unwrap();
+    b.push(a.push(commit(0x200)).unwrap().unwrap(), now);
+    a.push(message(None, false, 0x280, "d")).unwrap();
+    b.push(a.push(stream_commit(200, 0x300)).unwrap().unwrap(), now);
+    a.push(message(None, false, 0x380, "after the last commit"))
+        .unwrap();
+
+    let batch = b.take().unwrap();
+    assert_eq!(batch.transactions.len(), 3);
+    // Placed by the number of the batch's transactions before each.
+    assert_eq!(
+        placed(&batch.messages),
+        [
+            ("a".into(), 0),
+            ("b".into(), 1),
+            ("c".into(), 1),
+            ("d".into(), 2)
+        ]
+    );
+    assert!(batch.transactions.iter().all(|t| t.messages.is_empty()));
+    // The next batch counts from its own first transaction.
+    a.push(begin(4, 0x400)).unwrap();
+    b.push(a.push(commit(0x400)).unwrap().unwrap(), now);
+    let next = b.take().unwrap();
+    assert_eq!(
+        placed(&next.messages),
+        [("after the last commit".into(), 0)]
+    );
+    assert_eq!(a.held_bytes(), 0);
+}
+
+#[test]
+fn a_streamed_message_belongs_to_its_stream_and_goes_with_its_subtransaction() {
+    let mut a = Assembler::new();
+    let streamed_message = |a: &mut Assembler, top: u32, own: u32, content: &str| {
+        a.push(stream_start(top, false)).unwrap();
+        a.push(message(Some(own), true, 0x10, content)).unwrap();
+        a.push(LogicalMessage::StreamStop).unwrap();
+    };
+    chunk(&mut a, 100, true, &[(100, "1"), (101, "2")]);
+    streamed_message(&mut a, 100, 101, "in the savepoint");
+    chunk(&mut a, 200, true, &[(200, "20")]);
+    streamed_message(&mut a, 200, 200, "other stream");
+    chunk(&mut a, 100, false, &[(101, "3"), (100, "4")]);
+    streamed_message(&mut a, 100, 100, "kept");
+    // A whole transaction between chunks does not take the streams' messages.
+    a.push(begin(300, 0x300)).unwrap();
+    a.push(insert("30")).unwrap();
+    let whole = a.push(commit(0x300)).unwrap().unwrap();
+    assert!(whole.transaction.messages.is_empty());
+
+    // The rolled-back savepoint takes its changes and its message; the later message moves up.
+    a.push(stream_abort(100, 101)).unwrap();
+    let t1 = a.push(stream_commit(100, 0x400)).unwrap().unwrap();
+    assert_eq!(ids(&t1.transaction), [(1, 0), (4, 1)]);
+    assert_eq!(placed(&t1.transaction.messages), [("kept".into(), 2)]);
+
+    // An aborted stream takes its messages with it.
+    a.push(stream_abort(200, 200)).unwrap();
+    assert_eq!((a.streams_in_progress(), a.held_bytes()), (0, 0));
 }

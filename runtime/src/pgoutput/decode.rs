@@ -30,20 +30,18 @@ pub enum DecodeError {
     UnknownTag(u8),
 
     #[error(
-        "{name} message (tag {}) is not supported yet; start replication without two_phase",
-        show_byte(*tag)
-    )]
-    Unsupported { tag: u8, name: &'static str },
-
-    #[error(
         "{message} message (tag {}) does not exist in protocol version {proto_version}; \
-         streaming needs proto_version 2 or later",
+         {feature} needs proto_version {needs} or later",
         show_byte(*tag)
     )]
     NotInProtocol {
         tag: u8,
         message: &'static str,
         proto_version: u32,
+        /// The protocol feature the message belongs to (`streaming`, `two-phase commit`).
+        feature: &'static str,
+        /// The first protocol version that has it.
+        needs: u32,
     },
 
     #[error(
@@ -256,11 +254,11 @@ impl Decoder {
             tag::STREAM_STOP => self.stream_stop(&mut r)?,
             tag::STREAM_COMMIT => self.stream_commit(&mut r)?,
             tag::STREAM_ABORT => self.stream_abort(&mut r)?,
-            tag::BEGIN_PREPARE => return Err(unsupported(tag, "begin prepare")),
-            tag::PREPARE => return Err(unsupported(tag, "prepare")),
-            tag::COMMIT_PREPARED => return Err(unsupported(tag, "commit prepared")),
-            tag::ROLLBACK_PREPARED => return Err(unsupported(tag, "rollback prepared")),
-            tag::STREAM_PREPARE => return Err(unsupported(tag, "stream prepare")),
+            tag::BEGIN_PREPARE => self.begin_prepare(&mut r)?,
+            tag::PREPARE => self.prepare(&mut r, tag::PREPARE, "prepare")?,
+            tag::COMMIT_PREPARED => self.commit_prepared(&mut r)?,
+            tag::ROLLBACK_PREPARED => self.rollback_prepared(&mut r)?,
+            tag::STREAM_PREPARE => self.prepare(&mut r, tag::STREAM_PREPARE, "stream prepare")?,
             other => return Err(DecodeError::UnknownTag(other)),
         };
         Ok(message)
@@ -463,6 +461,99 @@ impl Decoder {
         })
     }
 
+    fn begin_prepare(&mut self, r: &mut Reader<'_>) -> Result<LogicalMessage, DecodeError> {
+        self.two_phase_message(r, tag::BEGIN_PREPARE, "begin prepare")?;
+        let prepare_lsn = lsn(r, "prepare lsn")?;
+        let end_lsn = lsn(r, "end lsn")?;
+        let prepare_time = timestamp(r, "prepare time")?;
+        let xid = r.u32("xid")?;
+        let gid = r.cstr("gid")?.to_owned();
+        r.finish()?;
+        Ok(LogicalMessage::BeginPrepare {
+            prepare_lsn,
+            end_lsn,
+            prepare_time,
+            xid,
+            gid,
+        })
+    }
+
+    /// Prepare and Stream Prepare share their layout.
+    fn prepare(
+        &mut self,
+        r: &mut Reader<'_>,
+        tag: u8,
+        message: &'static str,
+    ) -> Result<LogicalMessage, DecodeError> {
+        self.two_phase_message(r, tag, message)?;
+        let flags = r.u8("flags")?;
+        let prepare_lsn = lsn(r, "prepare lsn")?;
+        let end_lsn = lsn(r, "end lsn")?;
+        let prepare_time = timestamp(r, "prepare time")?;
+        let xid = r.u32("xid")?;
+        let gid = r.cstr("gid")?.to_owned();
+        r.finish()?;
+        Ok(if tag == tag::STREAM_PREPARE {
+            LogicalMessage::StreamPrepare {
+                flags,
+                prepare_lsn,
+                end_lsn,
+                prepare_time,
+                xid,
+                gid,
+            }
+        } else {
+            LogicalMessage::Prepare {
+                flags,
+                prepare_lsn,
+                end_lsn,
+                prepare_time,
+                xid,
+                gid,
+            }
+        })
+    }
+
+    fn commit_prepared(&mut self, r: &mut Reader<'_>) -> Result<LogicalMessage, DecodeError> {
+        self.two_phase_message(r, tag::COMMIT_PREPARED, "commit prepared")?;
+        let flags = r.u8("flags")?;
+        let commit_lsn = lsn(r, "commit lsn")?;
+        let end_lsn = lsn(r, "end lsn")?;
+        let commit_time = timestamp(r, "commit time")?;
+        let xid = r.u32("xid")?;
+        let gid = r.cstr("gid")?.to_owned();
+        r.finish()?;
+        Ok(LogicalMessage::CommitPrepared {
+            flags,
+            commit_lsn,
+            end_lsn,
+            commit_time,
+            xid,
+            gid,
+        })
+    }
+
+    fn rollback_prepared(&mut self, r: &mut Reader<'_>) -> Result<LogicalMessage, DecodeError> {
+        self.two_phase_message(r, tag::ROLLBACK_PREPARED, "rollback prepared")?;
+        let flags = r.u8("flags")?;
+        let prepare_end_lsn = lsn(r, "prepare end lsn")?;
+        let rollback_end_lsn = lsn(r, "rollback end lsn")?;
+        let prepare_time = timestamp(r, "prepare time")?;
+        let rollback_time = timestamp(r, "rollback time")?;
+        let xid = r.u32("xid")?;
+        let gid = r.cstr("gid")?.to_owned();
+        r.finish()?;
+        Ok(LogicalMessage::RollbackPrepared {
+            flags,
+            prepare_end_lsn,
+            rollback_end_lsn,
+            prepare_time,
+            rollback_time,
+            xid,
+            gid,
+        })
+    }
+
     fn stream_start(&mut self, r: &mut Reader<'_>) -> Result<LogicalMessage, DecodeError> {
         self.streaming_message(r, tag::STREAM_START, "stream start", false)?;
         let xid = r.u32("xid")?;
@@ -531,12 +622,36 @@ impl Decoder {
         message: &'static str,
         needs_open_stream: bool,
     ) -> Result<(), DecodeError> {
+        self.control_message(r, tag, message, ("streaming", 2), needs_open_stream)
+    }
+
+    /// Checks that a two-phase message may arrive now: the protocol has two-phase commit, and
+    /// no streamed chunk is open (Stream Prepare, like Stream Commit, follows the last chunk).
+    fn two_phase_message(
+        &self,
+        r: &mut Reader<'_>,
+        tag: u8,
+        message: &'static str,
+    ) -> Result<(), DecodeError> {
+        self.control_message(r, tag, message, ("two-phase commit", 3), false)
+    }
+
+    fn control_message(
+        &self,
+        r: &mut Reader<'_>,
+        tag: u8,
+        message: &'static str,
+        (feature, needs): (&'static str, u32),
+        needs_open_stream: bool,
+    ) -> Result<(), DecodeError> {
         r.set_message(message);
-        if self.proto_version < 2 {
+        if self.proto_version < needs {
             return Err(DecodeError::NotInProtocol {
                 tag,
                 message,
                 proto_version: self.proto_version,
+                feature,
+                needs,
             });
         }
         let stream_open = self.open_stream.is_some();
@@ -567,10 +682,6 @@ impl Decoder {
             .cloned()
             .ok_or(DecodeError::UnknownRelation { id })
     }
-}
-
-fn unsupported(tag: u8, name: &'static str) -> DecodeError {
-    DecodeError::Unsupported { tag, name }
 }
 
 #[inline]

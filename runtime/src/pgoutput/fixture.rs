@@ -248,3 +248,58 @@ pub(crate) fn stream_abort(xid: u32, subxid: u32, abort: Option<(u64, i64)>) -> 
     }
     .build()
 }
+
+/// Begin Prepare: prepare lsn, end lsn, prepare time, xid, gid.
+pub(crate) fn begin_prepare(
+    prepare_lsn: u64,
+    end_lsn: u64,
+    pg_time: i64,
+    xid: u32,
+    gid: &str,
+) -> Vec<u8> {
+    Wire::tag(tag::BEGIN_PREPARE)
+        .u64(prepare_lsn)
+        .u64(end_lsn)
+        .i64(pg_time)
+        .u32(xid)
+        .cstr(gid)
+        .build()
+}
+
+/// Prepare (`tag::PREPARE`) or Stream Prepare (`tag::STREAM_PREPARE`), which share a layout;
+/// so does Commit Prepared (`tag::COMMIT_PREPARED`), with the commit's lsns and time.
+pub(crate) fn prepare_like(
+    tag: u8,
+    lsn: u64,
+    end_lsn: u64,
+    pg_time: i64,
+    xid: u32,
+    gid: &str,
+) -> Vec<u8> {
+    Wire::tag(tag)
+        .u8(0)
+        .u64(lsn)
+        .u64(end_lsn)
+        .i64(pg_time)
+        .u32(xid)
+        .cstr(gid)
+        .build()
+}
+
+pub(crate) fn rollback_prepared(
+    prepare_end_lsn: u64,
+    rollback_end_lsn: u64,
+    (prepare_time, rollback_time): (i64, i64),
+    xid: u32,
+    gid: &str,
+) -> Vec<u8> {
+    Wire::tag(tag::ROLLBACK_PREPARED)
+        .u8(0)
+        .u64(prepare_end_lsn)
+        .u64(rollback_end_lsn)
+        .i64(prepare_time)
+        .i64(rollback_time)
+        .u32(xid)
+        .cstr(gid)
+        .build()
+}

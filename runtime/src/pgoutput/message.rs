@@ -176,6 +176,63 @@ pub enum LogicalMessage {
         abort_lsn: Option<Lsn>,
         abort_time: Option<i64>,
     },
+    /// Protocol 3+ with `two_phase`: a transaction was prepared (`PREPARE TRANSACTION`). Its
+    /// row messages follow, then [`LogicalMessage::Prepare`]; whether it commits comes later,
+    /// as [`LogicalMessage::CommitPrepared`] or [`LogicalMessage::RollbackPrepared`].
+    BeginPrepare {
+        /// LSN of the prepare record.
+        prepare_lsn: Lsn,
+        /// LSN just past the prepare record.
+        end_lsn: Lsn,
+        /// Prepare time in microseconds since the Unix epoch.
+        prepare_time: i64,
+        xid: u32,
+        /// The global transaction identifier given to `PREPARE TRANSACTION`.
+        gid: String,
+    },
+    /// Protocol 3+ with `two_phase`: the end of a prepared transaction's changes.
+    Prepare {
+        flags: u8,
+        prepare_lsn: Lsn,
+        end_lsn: Lsn,
+        prepare_time: i64,
+        xid: u32,
+        gid: String,
+    },
+    /// Protocol 3+ with `two_phase`: `COMMIT PREPARED` of a transaction sent earlier.
+    CommitPrepared {
+        flags: u8,
+        /// LSN of the commit record.
+        commit_lsn: Lsn,
+        /// LSN just past the commit record.
+        end_lsn: Lsn,
+        commit_time: i64,
+        xid: u32,
+        gid: String,
+    },
+    /// Protocol 3+ with `two_phase`: `ROLLBACK PREPARED` of a transaction sent earlier.
+    RollbackPrepared {
+        flags: u8,
+        /// LSN just past the prepare record.
+        prepare_end_lsn: Lsn,
+        /// LSN just past the rollback record.
+        rollback_end_lsn: Lsn,
+        prepare_time: i64,
+        rollback_time: i64,
+        xid: u32,
+        gid: String,
+    },
+    /// Protocol 3+ with `two_phase` and streaming: a streamed transaction was prepared. It
+    /// takes the place of Stream Commit; the outcome comes later as for
+    /// [`LogicalMessage::Prepare`].
+    StreamPrepare {
+        flags: u8,
+        prepare_lsn: Lsn,
+        end_lsn: Lsn,
+        prepare_time: i64,
+        xid: u32,
+        gid: String,
+    },
 }
 
 /// The old image an update or delete carries.

@@ -11,8 +11,10 @@
 //! onwards. Protocol 1 gives whole transactions (`Begin`, rows, `Commit`). Protocol 2 and
 //! later may also stream a large transaction in chunks before it commits: each chunk sits
 //! between `StreamStart` and `StreamStop`, its messages carry the (sub)transaction's xid, and
-//! the transaction ends later with `StreamCommit` or `StreamAbort`. Two-phase messages
-//! (protocol 3) are refused as unsupported.
+//! the transaction ends later with `StreamCommit` or `StreamAbort`. Protocol 3 adds two-phase
+//! commit (sent only when the slot decodes prepared transactions): `BeginPrepare`, rows and
+//! `Prepare` (or `StreamPrepare` after streamed chunks) at `PREPARE TRANSACTION`, then later
+//! `CommitPrepared` or `RollbackPrepared`.
 //!
 //! [`Decoder::decode_bytes`] takes the frame as [`bytes::Bytes`] and hands out column values
 //! as views into it, so a row costs one allocation (its tuple) rather than one per column.

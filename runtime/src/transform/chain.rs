@@ -190,6 +190,8 @@ pub(super) fn route(
             end_lsn: t.end_lsn,
             commit_time: t.commit_time,
             changes: Vec::new(),
+            // Messages are not emitted: every plugin of the chain sees them all.
+            messages: t.messages.clone(),
         })
         .collect();
     let mut declared_groups: HashMap<&str, usize> = HashMap::new();
@@ -332,5 +334,8 @@ pub(super) fn route(
             }
         }
     }
-    Ok(Batch { transactions: next })
+    Ok(Batch {
+        transactions: next,
+        messages: batch.messages.clone(),
+    })
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::host::wit;
-use crate::change::{Array, Batch, Op, OutputColumn, Value};
+use crate::change::{Array, Batch, Message, Op, OutputColumn, Value};
 use crate::pgoutput::Relation;
 use crate::pgtype::{self, ColumnType};
 
@@ -83,6 +83,7 @@ pub(super) fn batch_to_wit(batch: &Batch, relations: &Relations, handles: &[u32]
                         .map(|row| row.iter().map(value_to_wit).collect()),
                 })
                 .collect(),
+            messages: t.messages.iter().map(message_to_wit).collect(),
         })
         .collect();
     wit::Batch {
@@ -92,6 +93,16 @@ pub(super) fn batch_to_wit(batch: &Batch, relations: &Relations, handles: &[u32]
             .map(|r| relation_to_wit(r))
             .collect(),
         transactions,
+        messages: batch.messages.iter().map(message_to_wit).collect(),
+    }
+}
+
+fn message_to_wit(message: &Message) -> wit::Message {
+    wit::Message {
+        prefix: message.prefix.clone(),
+        content: message.content.clone(),
+        lsn: message.lsn.0,
+        before_seq: message.before_seq,
     }
 }
 

@@ -18,6 +18,8 @@
 //! - Every emitted row is checked against its output's columns (arity and value kinds) and
 //!   must carry the commit LSN of a transaction of the batch; the host fills in xid and commit
 //!   time from it, so identities stay exact.
+//! - Logical decoding messages (`transaction.messages`, `batch.messages`) reach every plugin of
+//!   the chain unchanged; nothing lands for them unless a plugin emits rows for them.
 //!
 //! Loading compiles each plugin once (one shared engine, with the compile cache), links it
 //! against the `host` interface and an empty WASI context (no files, network, environment or

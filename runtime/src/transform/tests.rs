@@ -1,7 +1,7 @@
 //! The host against the real plugins of `plugins/`.
 //!
 //! The plugins are built once per test run with
-//! `cargo build -p passthrough -p trap -p spin -p mask --target wasm32-wasip2 --release`
+//! `cargo build -p passthrough -p trap -p spin -p mask -p messages --target wasm32-wasip2 --release`
 //! into `plugins/` beside the test binary's target directory (a separate target directory, so
 //! the inner build never waits on the lock the outer `cargo test` holds). Set
 //! `TRIBUTARY_PLUGIN_DIR` to a directory of prebuilt `.wasm` files to skip the build.
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use super::*;
-use crate::change::{Change, Op, OutputRow, Transaction, Value};
+use crate::change::{Change, Message, Op, OutputRow, Transaction, Value};
 use crate::pgoutput::{Relation, RelationColumn, ReplicaIdentity};
 
 fn plugin(name: &str) -> PathBuf {
@@ -46,6 +46,8 @@ fn plugin(name: &str) -> PathBuf {
                 "spin",
                 "-p",
                 "mask",
+                "-p",
+                "messages",
             ])
             .args(["--target", "wasm32-wasip2", "--release", "--target-dir"])
             .arg(&target_dir)
@@ -110,6 +112,7 @@ fn tx(xid: u32, commit_lsn: u64, changes: Vec<Change>) -> Transaction {
         end_lsn: Lsn(commit_lsn + 8),
         commit_time: 1_700_000_000_000_000 + i64::from(xid),
         changes,
+        messages: Vec::new(),
     }
 }
 
@@ -230,6 +233,7 @@ fn every_kind_batch() -> Batch {
                 ],
             ),
         ],
+        messages: Vec::new(),
     }
 }
 
@@ -311,6 +315,113 @@ fn passthrough_equals_the_identity() {
 }
 
 #[test]
+fn logical_decoding_messages_reach_every_plugin_of_the_chain() {
+    let message = |content: &[u8], lsn: u64, before_seq: u32| Message {
+        prefix: "audit".into(),
+        content: content.to_vec(),
+        lsn: Lsn(lsn),
+        before_seq,
+    };
+    let mut batch = every_kind_batch();
+    batch.transactions[0].messages = vec![message(b"hello", 0xf0, 1), message(b"\xff", 0xf1, 4)];
+    batch.transactions[1].messages = vec![message(b"second", 0x1f0, 0)];
+    batch.messages = vec![message(b"plain", 0x80, 0), message(b"later", 0x180, 1)];
+    let identity = TransformChain::load(&[]).unwrap().process(&batch).unwrap();
+    // After a passthrough, so the messages also cross from one plugin to the next.
+    let mut chain = load(
+        &[("passthrough", &[]), ("messages", &[])],
+        &HostLimits::default(),
+    );
+    let out = chain.process(&batch).unwrap();
+    let (messages, changes): (Vec<_>, Vec<_>) =
+        out.into_iter().partition(|b| b.output == "messages");
+    assert_eq!(changes, identity, "changes pass through untouched");
+
+    let columns: Vec<&str> = messages[0]
+        .columns
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            "prefix",
+            "content",
+            "text",
+            "lsn",
+            "transactional",
+            "before_seq"
+        ]
+    );
+    let rows = &messages[0].rows;
+    let got: Vec<(Lsn, u32, u32, Value, Value, Value)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.commit_lsn,
+                r.seq,
+                r.xid,
+                r.values[2].clone(),
+                r.values[4].clone(),
+                r.values[5].clone(),
+            )
+        })
+        .collect();
+    let text = |s: &str| Value::Text(s.into());
+    assert_eq!(
+        got,
+        [
+            (
+                Lsn(0x100),
+                0,
+                700,
+                text("hello"),
+                Value::Bool(true),
+                Value::Int8(1)
+            ),
+            // Not UTF-8: no text, the bytes are in `content`.
+            (
+                Lsn(0x100),
+                1,
+                700,
+                Value::Null,
+                Value::Bool(true),
+                Value::Int8(4)
+            ),
+            (
+                Lsn(0x200),
+                0,
+                701,
+                text("second"),
+                Value::Bool(true),
+                Value::Int8(0)
+            ),
+            // Non-transactional: with the transaction that commits after each, numbered on
+            // from that transaction's own messages.
+            (
+                Lsn(0x100),
+                2,
+                700,
+                text("plain"),
+                Value::Bool(false),
+                Value::Null
+            ),
+            (
+                Lsn(0x200),
+                1,
+                701,
+                text("later"),
+                Value::Bool(false),
+                Value::Null
+            ),
+        ]
+    );
+    assert_eq!(rows[1].values[1], Value::Bytea(vec![0xff]));
+    assert_eq!(rows[0].values[0], text("audit"));
+    assert_eq!(rows[0].values[3], Value::Int8(0xf0));
+}
+
+#[test]
 fn plugins_are_recorded_with_name_version_and_digest() {
     let chain = load(&[("passthrough", &[])], &HostLimits::default());
     let path = plugin("passthrough");
@@ -340,6 +451,7 @@ fn batch_with_text(lsn: u64, text: &str) -> Batch {
             tx(9, lsn, vec![change(Op::Insert, &notes, 0, Some(row), None)]),
             tx(10, lsn + 0x100, vec![]),
         ],
+        messages: Vec::new(),
     }
 }
 
@@ -497,6 +609,7 @@ fn mask_masks_chosen_columns_and_drops_deletes() {
                 change(Op::Insert, &users, 3, row(2, "bob@example.com"), None),
             ],
         )],
+        messages: Vec::new(),
     };
     let out = chain.process(&batch).unwrap();
     let rows = rows(&out, "app.users");
@@ -667,7 +780,10 @@ fn measure_passthrough_throughput() {
             tx(t, 0x1000 + u64::from(t) * 0x100, changes)
         })
         .collect();
-    let batch = Batch { transactions };
+    let batch = Batch {
+        transactions,
+        messages: Vec::new(),
+    };
     let mut identity = TransformChain::load(&[]).unwrap();
     let mut chain = load(&[("passthrough", &[])], &HostLimits::default());
     chain.process(&batch).unwrap();

@@ -37,23 +37,6 @@ fn stream_control_messages_must_match_the_open_stream() {
 }
 
 #[test]
-fn two_phase_messages_are_refused_by_name() {
-    for (tag, name) in [
-        (b'b', "begin prepare"),
-        (b'P', "prepare"),
-        (b'K', "commit prepared"),
-        (b'r', "rollback prepared"),
-        (b'p', "stream prepare"),
-    ] {
-        let err = Decoder::new(3).decode(&[tag, 0, 0, 0]).unwrap_err();
-        assert_eq!(err, DecodeError::Unsupported { tag, name });
-        let text = err.to_string();
-        assert!(text.contains(&format!("'{}'", char::from(tag))), "{text}");
-        assert!(text.contains(name), "{text}");
-    }
-}
-
-#[test]
 fn empty_and_unknown_tags_are_refused() {
     assert_eq!(Decoder::new(1).decode(&[]).unwrap_err(), DecodeError::Empty);
     let err = Decoder::new(1).decode(b"Z").unwrap_err();
@@ -357,6 +340,36 @@ fn cases() -> Vec<Case> {
                 fixture::stream_abort(900, 901, Some((1, PG_TIME))),
             )
         },
+        case(
+            "begin prepare",
+            3,
+            vec![],
+            fixture::begin_prepare(1, 2, PG_TIME, 3, "gid"),
+        ),
+        case(
+            "prepare",
+            3,
+            vec![],
+            fixture::prepare_like(tag::PREPARE, 1, 2, PG_TIME, 3, "gid"),
+        ),
+        case(
+            "commit prepared",
+            3,
+            vec![],
+            fixture::prepare_like(tag::COMMIT_PREPARED, 1, 2, PG_TIME, 3, "gid"),
+        ),
+        case(
+            "rollback prepared",
+            3,
+            vec![],
+            fixture::rollback_prepared(1, 2, (PG_TIME, PG_TIME), 3, "gid"),
+        ),
+        case(
+            "stream prepare",
+            4,
+            vec![],
+            fixture::prepare_like(tag::STREAM_PREPARE, 1, 2, PG_TIME, 3, "gid"),
+        ),
         case("streamed relation", 2, streaming(), orders(Some(900))),
         case(
             "streamed type",

@@ -339,6 +339,132 @@ fn stream_abort_reads_the_abort_position_only_from_protocol_4() {
 }
 
 #[test]
+fn a_prepared_transaction_and_its_outcome_decode_from_protocol_3() {
+    let mut d = decoder(3);
+    let gid = "order-42";
+    assert_eq!(
+        decode_ok(
+            &mut d,
+            &fixture::begin_prepare(0x700, 0x728, PG_TIME, 910, gid)
+        ),
+        LogicalMessage::BeginPrepare {
+            prepare_lsn: Lsn(0x700),
+            end_lsn: Lsn(0x728),
+            prepare_time: UNIX_TIME,
+            xid: 910,
+            gid: gid.into(),
+        }
+    );
+    // Rows of a prepared transaction carry no xid: they are not inside a streamed chunk.
+    assert!(matches!(
+        decode_ok(&mut d, &fixture::insert(None, ORDERS, ROW)),
+        LogicalMessage::Insert { xid: None, .. }
+    ));
+    assert_eq!(
+        decode_ok(
+            &mut d,
+            &fixture::prepare_like(tag::PREPARE, 0x700, 0x728, PG_TIME, 910, gid)
+        ),
+        LogicalMessage::Prepare {
+            flags: 0,
+            prepare_lsn: Lsn(0x700),
+            end_lsn: Lsn(0x728),
+            prepare_time: UNIX_TIME,
+            xid: 910,
+            gid: gid.into(),
+        }
+    );
+    assert_eq!(
+        decode_ok(
+            &mut d,
+            &fixture::prepare_like(tag::COMMIT_PREPARED, 0x800, 0x830, PG_TIME + 1, 910, gid)
+        ),
+        LogicalMessage::CommitPrepared {
+            flags: 0,
+            commit_lsn: Lsn(0x800),
+            end_lsn: Lsn(0x830),
+            commit_time: UNIX_TIME + 1,
+            xid: 910,
+            gid: gid.into(),
+        }
+    );
+    assert_eq!(
+        decode_ok(
+            &mut d,
+            &fixture::rollback_prepared(0x728, 0x900, (PG_TIME, PG_TIME + 2), 911, "other")
+        ),
+        LogicalMessage::RollbackPrepared {
+            flags: 0,
+            prepare_end_lsn: Lsn(0x728),
+            rollback_end_lsn: Lsn(0x900),
+            prepare_time: UNIX_TIME,
+            rollback_time: UNIX_TIME + 2,
+            xid: 911,
+            gid: "other".into(),
+        }
+    );
+}
+
+#[test]
+fn a_streamed_transaction_is_prepared_after_its_last_chunk() {
+    let mut d = decoder(4);
+    decode_ok(&mut d, &fixture::stream_start(920, true));
+    decode_ok(&mut d, &fixture::insert(Some(920), ORDERS, ROW));
+    let inside = fixture::prepare_like(tag::STREAM_PREPARE, 0xa00, 0xa28, PG_TIME, 920, "big");
+    assert_eq!(
+        d.decode(&inside).unwrap_err(),
+        DecodeError::StreamState {
+            message: "stream prepare",
+            stream_open: true
+        }
+    );
+    decode_ok(&mut d, &fixture::stream_stop());
+    assert_eq!(
+        decode_ok(&mut d, &inside),
+        LogicalMessage::StreamPrepare {
+            flags: 0,
+            prepare_lsn: Lsn(0xa00),
+            end_lsn: Lsn(0xa28),
+            prepare_time: UNIX_TIME,
+            xid: 920,
+            gid: "big".into(),
+        }
+    );
+}
+
+#[test]
+fn two_phase_messages_do_not_exist_before_protocol_3() {
+    for bytes in [
+        fixture::begin_prepare(1, 2, 3, 4, "g"),
+        fixture::prepare_like(tag::PREPARE, 1, 2, 3, 4, "g"),
+        fixture::prepare_like(tag::COMMIT_PREPARED, 1, 2, 3, 4, "g"),
+        fixture::rollback_prepared(1, 2, (3, 4), 5, "g"),
+        fixture::prepare_like(tag::STREAM_PREPARE, 1, 2, 3, 4, "g"),
+    ] {
+        for proto in [1, 2] {
+            let err = Decoder::new(proto).decode(&bytes).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    DecodeError::NotInProtocol {
+                        feature: "two-phase commit",
+                        needs: 3,
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            let text = err.to_string();
+            assert!(text.contains("proto_version 3"), "{text}");
+            assert!(
+                text.contains(&format!("'{}'", char::from(bytes[0]))),
+                "{text}"
+            );
+        }
+    }
+}
+
+#[test]
 fn streaming_messages_do_not_exist_in_protocol_1() {
     for bytes in [
         fixture::stream_start(1, true),
