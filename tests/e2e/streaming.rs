@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tributary_tests::lake::{LandedRow, read_output};
 use tributary_tests::pipeline::{RunningPipeline, config, events_database};
-use tributary_tests::{plugin, s3, unique_name};
+use tributary_tests::{TestDatabase, plugin, s3, unique_name};
 
 const TABLE: &str = "public.events";
 
@@ -39,6 +39,21 @@ async fn slot_stats(client: &tokio_postgres::Client, slot: &str) -> (i64, i64) {
         .map_or((0, 0), |row| (row.get(0), row.get(1)))
 }
 
+/// An events database with the smallest decoding memory PostgreSQL allows, for this database
+/// only: a walsender of a `replication=database` connection applies the database's settings
+/// at startup, so every large transaction outgrows it many times and is streamed.
+async fn streaming_database(hint: &str) -> TestDatabase {
+    let db = events_database(hint).await;
+    db.client
+        .batch_execute(&format!(
+            "ALTER DATABASE \"{}\" SET logical_decoding_work_mem = '64kB'",
+            db.name
+        ))
+        .await
+        .unwrap();
+    db
+}
+
 /// Rows grouped by transaction, in commit order.
 fn by_transaction(rows: &[LandedRow]) -> Vec<Vec<&LandedRow>> {
     let mut groups: Vec<Vec<&LandedRow>> = Vec::new();
@@ -60,17 +75,7 @@ fn ids(group: &[&LandedRow]) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_transactions_land_once_and_aborted_ones_never() {
-    let db = events_database("streaming").await;
-    // The smallest decoding memory PostgreSQL allows, for this database only: a walsender of
-    // a `replication=database` connection applies the database's settings at startup, so
-    // every transaction below outgrows it many times and is streamed.
-    db.client
-        .batch_execute(&format!(
-            "ALTER DATABASE \"{}\" SET logical_decoding_work_mem = '64kB'",
-            db.name
-        ))
-        .await
-        .unwrap();
+    let db = streaming_database("streaming").await;
     let server = s3();
     let bucket = server.fresh_bucket("streaming").await;
     let name = unique_name("streaming");
@@ -154,14 +159,7 @@ async fn streamed_transactions_land_once_and_aborted_ones_never() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_two_million_row_transaction_streams_and_lands_once() {
-    let db = events_database("streaming_2m").await;
-    db.client
-        .batch_execute(&format!(
-            "ALTER DATABASE \"{}\" SET logical_decoding_work_mem = '64kB'",
-            db.name
-        ))
-        .await
-        .unwrap();
+    let db = streaming_database("streaming_2m").await;
     let server = s3();
     let bucket = server.fresh_bucket("streaming-2m").await;
     let name = unique_name("streaming_2m");

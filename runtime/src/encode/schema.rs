@@ -7,7 +7,7 @@ use arrow_schema::extension::{Json, Uuid};
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 use crate::change::OutputColumn;
-use crate::pgtype::oid;
+use crate::pgtype::{self, oid};
 
 /// Field metadata key holding the PostgreSQL type name (`int4`, `_text`, `numeric`).
 pub const PG_TYPE_KEY: &str = "pg.type";
@@ -83,16 +83,7 @@ impl Kind {
                 precision: 19,
                 scale: ty.modifier.clamp(0, 18) as i8,
             },
-            oid::TEXT
-            | oid::VARCHAR
-            | oid::BPCHAR
-            | oid::NAME
-            | oid::CHAR
-            | oid::XML
-            | oid::INET
-            | oid::CIDR
-            | oid::MACADDR
-            | oid::MACADDR8 => Kind::Text,
+            t if pgtype::is_text_like(t) => Kind::Text,
             oid::BYTEA => Kind::Bytea,
             oid::DATE => Kind::Date,
             oid::TIME => Kind::Time,

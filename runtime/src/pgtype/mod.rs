@@ -174,10 +174,7 @@ fn scalar_text(type_oid: u32, modifier: i32, text: &[u8]) -> Result<Value, &'sta
             Value::Numeric(utf8()?.to_owned())
         }
         oid::MONEY => Value::Numeric(parse_money(text, modifier)?),
-        oid::TEXT | oid::VARCHAR | oid::BPCHAR | oid::NAME | oid::CHAR | oid::XML => {
-            Value::Text(utf8()?.to_owned())
-        }
-        oid::INET | oid::CIDR | oid::MACADDR | oid::MACADDR8 => Value::Text(utf8()?.to_owned()),
+        _ if is_text_like(type_oid) => Value::Text(utf8()?.to_owned()),
         oid::BYTEA => Value::Bytea(parse_bytea(text)?),
         oid::DATE => Value::Date(datetime::parse_date(text)?),
         oid::TIME => Value::Time(datetime::parse_time(text)?),
@@ -256,6 +253,24 @@ pub fn type_name(type_oid: u32) -> Option<&'static str> {
                 None
             }
         })
+}
+
+/// Built-in types whose values are strings: character types, `xml`, and the network types,
+/// kept as PostgreSQL prints them.
+pub fn is_text_like(type_oid: u32) -> bool {
+    matches!(
+        type_oid,
+        oid::TEXT
+            | oid::VARCHAR
+            | oid::BPCHAR
+            | oid::NAME
+            | oid::CHAR
+            | oid::XML
+            | oid::INET
+            | oid::CIDR
+            | oid::MACADDR
+            | oid::MACADDR8
+    )
 }
 
 /// Every built-in type the pipeline knows by OID: each scalar, then each array type.

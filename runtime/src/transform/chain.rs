@@ -246,57 +246,14 @@ pub(super) fn route(
             };
             return Err(error(None, message));
         };
-        let values: Vec<Value> = emit
-            .values
-            .into_iter()
-            .map(convert::value_from_wit)
-            .collect();
-        if values.len() != columns.len() {
-            let message = format!(
-                "the row has {} values for {} columns",
-                values.len(),
-                columns.len()
-            );
-            return Err(error(None, message));
-        }
-        if let Some((column, value)) = columns
-            .iter()
-            .zip(&values)
-            .find(|(c, v)| !convert::fits(&c.ty, v))
-        {
-            let message = format!(
-                "a {} value does not fit column type oid {}",
-                value.kind(),
-                column.type_oid
-            );
-            return Err(error(Some(column.name.clone()), message));
-        }
+        let values = checked_row(columns, emit.values, "the row")
+            .map_err(|(column, message)| error(column, message))?;
         let op = convert::op_from_wit(emit.op);
         let old_image = match (&emit.target, op, emit.old) {
-            (wit::Target::Source(_), Op::Update, Some(old)) => {
-                let old: Vec<Value> = old.into_iter().map(convert::value_from_wit).collect();
-                if old.len() != columns.len() {
-                    let message = format!(
-                        "the old image has {} values for {} columns",
-                        old.len(),
-                        columns.len()
-                    );
-                    return Err(error(None, message));
-                }
-                if let Some((column, value)) = columns
-                    .iter()
-                    .zip(&old)
-                    .find(|(c, v)| !convert::fits(&c.ty, v))
-                {
-                    let message = format!(
-                        "a {} value in the old image does not fit column type oid {}",
-                        value.kind(),
-                        column.type_oid
-                    );
-                    return Err(error(Some(column.name.clone()), message));
-                }
-                Some(old)
-            }
+            (wit::Target::Source(_), Op::Update, Some(old)) => Some(
+                checked_row(columns, old, "the old image")
+                    .map_err(|(column, message)| error(column, message))?,
+            ),
             _ => None,
         };
         match emit.target {
@@ -338,4 +295,36 @@ pub(super) fn route(
         transactions: next,
         messages: batch.messages.clone(),
     })
+}
+
+/// An emitted row (`what`: the row, the old image) as values, checked against the output's
+/// columns: one value per column, each of a kind its column takes. An error names the column
+/// when one is at fault.
+fn checked_row(
+    columns: &[OutputColumn],
+    row: Vec<wit::Value>,
+    what: &str,
+) -> Result<Vec<Value>, (Option<String>, String)> {
+    let values: Vec<Value> = row.into_iter().map(convert::value_from_wit).collect();
+    if values.len() != columns.len() {
+        let message = format!(
+            "{what} has {} values for {} columns",
+            values.len(),
+            columns.len()
+        );
+        return Err((None, message));
+    }
+    if let Some((column, value)) = columns
+        .iter()
+        .zip(&values)
+        .find(|(c, v)| !convert::fits(&c.ty, v))
+    {
+        let message = format!(
+            "a {} value in {what} does not fit column type {}",
+            value.kind(),
+            column.ty.label()
+        );
+        return Err((Some(column.name.clone()), message));
+    }
+    Ok(values)
 }

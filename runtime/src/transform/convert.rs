@@ -310,16 +310,7 @@ fn expected_kind(type_oid: u32) -> Option<&'static str> {
         oid::UUID => "uuid",
         oid::JSON | oid::JSONB => "json",
         oid::INTERVAL => "interval",
-        oid::TEXT
-        | oid::VARCHAR
-        | oid::BPCHAR
-        | oid::NAME
-        | oid::CHAR
-        | oid::XML
-        | oid::INET
-        | oid::CIDR
-        | oid::MACADDR
-        | oid::MACADDR8 => "text",
+        t if pgtype::is_text_like(t) => "text",
         _ => return None,
     })
 }
