@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use tributary::cluster::{ClusterOptions, TempCluster};
 use tributary::config::{PipelineConfig, UnchangedToastPolicy};
 use tributary::pipeline::{PipelineError, RunOptions};
 use tributary::provision::ProvisionError;
@@ -281,4 +282,31 @@ async fn updates_and_deletes_carry_the_old_image_their_identity_sends() {
             "unmasked email in {row:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_logical_decoding_is_refused() {
+    // A cluster of its own: the shared one runs with wal_level = logical.
+    let cluster = tokio::task::spawn_blocking(|| {
+        TempCluster::start(ClusterOptions::fast().setting("wal_level", "replica"))
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let dir = std::env::temp_dir().join(unique_name("wal-level-lake"));
+    let cfg = config(
+        &cluster.url("postgres"),
+        &unique_name("wal_level"),
+        &[],
+        &format!("file://{}", dir.display()),
+        vec![],
+        &[],
+    );
+    let err = RunningPipeline::start_failure(cfg, RunOptions::default()).await;
+    assert_eq!(
+        err.to_string(),
+        "the source server runs with wal_level = replica; logical replication needs wal_level = \
+         logical (set it in postgresql.conf and restart the server)"
+    );
+    assert!(!dir.exists(), "a refused start wrote to the sink");
 }
