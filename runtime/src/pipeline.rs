@@ -227,6 +227,10 @@ impl Pipeline {
         }
 
         let mut replication = ReplicationConnection::connect(&pg).await?;
+        let proto_version = proto_version(replication.server_version_num());
+        if source.binary && proto_version < 2 {
+            return Err(PipelineError::BinaryUnsupported(proto_version));
+        }
         if slot.is_none() {
             if !source.create_slot {
                 return Err(ProvisionError::NoSlot {
@@ -241,7 +245,6 @@ impl Pipeline {
         let (transforms, plugins) = load_transforms(&config).await?;
 
         let publications = format!("\"{}\"", source.publication);
-        let proto_version = proto_version(replication.server_version_num());
         let proto = proto_version.to_string();
         let mut start_options = vec![
             ("proto_version", proto.as_str()),
@@ -256,9 +259,6 @@ impl Pipeline {
             start_options.push(("messages", "true"));
         }
         if source.binary {
-            if proto_version < 2 {
-                return Err(PipelineError::BinaryUnsupported(proto_version));
-            }
             start_options.push(("binary", "true"));
         }
         tracing::info!(proto_version, "pgoutput protocol");
