@@ -269,21 +269,22 @@ pub async fn generate(client: &Client, workload: &Workload) -> anyhow::Result<Ge
         }
         Scenario::SmallTxns => {
             // One server-side loop, a commit per row: the client's round trips stay out of it.
+            // Each statement on its own: a DO block may only commit outside a transaction.
+            client.batch_execute("SET synchronous_commit = off").await?;
             client
                 .batch_execute(&format!(
-                    "SET synchronous_commit = off;
-                     DO $$ BEGIN
+                    "DO $$ BEGIN
                        FOR g IN 1..{n} LOOP
                          INSERT INTO bench_rows VALUES (g, g % 1000, (g % 100000) / 100.0,
                            timestamptz '2026-01-01' + g * interval '1 second',
                            'user' || g || '@example.com', repeat(md5(g::text), 4));
                          COMMIT;
                        END LOOP;
-                     END $$;
-                     RESET synchronous_commit",
+                     END $$",
                     n = workload.changes
                 ))
                 .await?;
+            client.batch_execute("RESET synchronous_commit").await?;
         }
         Scenario::Updates => {
             let half = workload.preload / 2;
