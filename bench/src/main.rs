@@ -58,6 +58,9 @@ struct Args {
     /// Also write every measurement as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Exit with an error if any measurement failed (for CI: the harness must keep working).
+    #[arg(long)]
+    strict: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -235,6 +238,19 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(&results)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    let failed = results
+        .scenarios
+        .iter()
+        .flat_map(|s| s.runs.values().flatten())
+        .filter(|r| r.is_err())
+        .count()
+        + results
+            .latency
+            .iter()
+            .flat_map(|l| &l.runs)
+            .filter(|r| r.is_err())
+            .count();
+    let strict = bench.args.strict;
     let Bench {
         cluster,
         client,
@@ -245,6 +261,9 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     drop((client, s3));
     tokio::task::spawn_blocking(move || cluster.stop()).await??;
+    if failed > 0 && strict {
+        bail!("{failed} measurement(s) failed");
+    }
     Ok(())
 }
 
