@@ -301,14 +301,28 @@ fn process_hwm(pid: u32) -> Option<u64> {
 }
 
 /// Runs this binary as a consumer child with `args`, sampling the slot's walsender meanwhile.
+/// With `perf`, the child runs under `perf record` writing `<perf>/<slot>.data`.
 pub async fn measure_child(
     client: Arc<Client>,
     slot: &str,
     args: &[String],
+    perf: Option<&Path>,
 ) -> anyhow::Result<Measured> {
     let exe = std::env::current_exe()?;
     let sampler = WalsenderSampler::start(client, slot.to_owned());
-    let mut child = tokio::process::Command::new(exe)
+    let mut command = match perf {
+        Some(dir) => {
+            let mut command = tokio::process::Command::new("perf");
+            command
+                .args(["record", "--quiet", "-F", "999", "-o"])
+                .arg(dir.join(format!("{slot}.data")))
+                .arg("--")
+                .arg(exe);
+            command
+        }
+        None => tokio::process::Command::new(exe),
+    };
+    let mut child = command
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -58,6 +58,10 @@ struct Args {
     /// Also write every measurement as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Run the pipeline consumers under `perf record`, one profile per run in this directory
+    /// (the figures of such a run are perturbed by the sampling; use it for where time goes).
+    #[arg(long)]
+    perf: Option<PathBuf>,
     /// Exit with an error if any measurement failed (for CI: the harness must keep working).
     #[arg(long)]
     strict: bool,
@@ -372,7 +376,7 @@ impl Bench {
                     &marker.to_string(),
                 ]
                 .map(str::to_owned);
-                consume::measure_child(self.client.clone(), slot, &args).await
+                consume::measure_child(self.client.clone(), slot, &args, None).await
             }
             Consumer::Pipeline { plugin, s3 } => {
                 let (config, cleanup) = self
@@ -388,7 +392,13 @@ impl Bench {
                     config.display().to_string(),
                     marker.to_string(),
                 ];
-                let measured = consume::measure_child(self.client.clone(), slot, &args).await;
+                let measured = consume::measure_child(
+                    self.client.clone(),
+                    slot,
+                    &args,
+                    self.args.perf.as_deref(),
+                )
+                .await;
                 let _ = std::fs::remove_dir_all(&cleanup);
                 let measured = measured?;
                 // The marker transaction lands too.
