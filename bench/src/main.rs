@@ -43,9 +43,10 @@ struct Args {
     /// Small sizes, for development and CI.
     #[arg(long)]
     quick: bool,
-    /// Runs per figure; each figure is their median, with min and max.
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
+    /// Runs per figure; each figure is their median, with min and max (default 3, 1 with
+    /// --quick).
+    #[arg(long)]
+    runs: Option<usize>,
     /// Multiply every workload size by this.
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
@@ -128,10 +129,12 @@ fn main() -> anyhow::Result<()> {
         }
         _ => {}
     }
-    let args = Args::parse();
-    if args.runs == 0 {
+    let mut args = Args::parse();
+    let runs = args.runs.unwrap_or(if args.quick { 1 } else { 3 });
+    if runs == 0 {
         bail!("--runs must be at least 1");
     }
+    args.runs = Some(runs);
     runtime.block_on(bench(args))
 }
 
@@ -202,7 +205,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("tributary-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
 
-    let facts = Facts::gather(cluster.server_version(), args.quick, args.runs);
+    let facts = Facts::gather(cluster.server_version(), args.quick, args.runs.unwrap_or(1));
     facts.print();
     let mut scenarios = args.scenarios.clone();
     if scenarios.is_empty() {
@@ -282,6 +285,10 @@ async fn connect(url: &str) -> anyhow::Result<Client> {
 }
 
 impl Bench {
+    fn runs(&self) -> usize {
+        self.args.runs.unwrap_or(1)
+    }
+
     async fn throughput(&self, scenario: Scenario) -> anyhow::Result<ScenarioResult> {
         let workload = Workload::new(scenario, self.args.quick, self.args.scale);
         eprintln!("==> {}: {}", scenario.name(), workload.description);
@@ -300,7 +307,7 @@ impl Bench {
                 .collect(),
             order: consumers.iter().map(|(n, _)| (*n).to_owned()).collect(),
         };
-        for run in 0..self.args.runs {
+        for run in 0..self.runs() {
             workload::prepare(&self.client, &workload).await?;
             let slots: Vec<String> = (0..consumers.len())
                 .map(|i| format!("bench_{}_{run}_{i}", scenario.name().replace('-', "_")))
@@ -506,7 +513,7 @@ impl Bench {
             description: String::new(),
         };
         let mut runs = Vec::new();
-        for run in 0..self.args.runs {
+        for run in 0..self.runs() {
             workload::prepare(&self.client, &workload).await?;
             let slot = format!("bench_latency_{run}");
             self.client
