@@ -53,6 +53,10 @@ struct Args {
     /// Seconds of steady load in the latency scenario (default 30, 5 with --quick).
     #[arg(long)]
     latency_secs: Option<u64>,
+    /// flush.max_delay_ms of the pipeline in the latency scenario (the pipeline's default when
+    /// not given); it bounds how long a committed transaction waits to be landed.
+    #[arg(long)]
+    max_delay_ms: Option<u64>,
     /// Leave out the S3 consumer (no S3 server needed).
     #[arg(long)]
     skip_s3: bool,
@@ -392,6 +396,7 @@ impl Bench {
                         plugin,
                         s3,
                         &format!("{}-{run}", workload.scenario.name()),
+                        None,
                     )
                     .await?;
                 let args = [
@@ -428,6 +433,7 @@ impl Bench {
         plugin: Option<&str>,
         s3: bool,
         label: &str,
+        max_delay: Option<u64>,
     ) -> anyhow::Result<(PathBuf, PathBuf)> {
         let base = self.dir.join(slot);
         std::fs::create_dir_all(&base)?;
@@ -472,6 +478,9 @@ impl Bench {
                 "[sink]\nurl = \"file://{}\"\n",
                 base.join("sink").display()
             ));
+        }
+        if let Some(delay) = max_delay {
+            text.push_str(&format!("\n[flush]\nmax_delay_ms = {delay}\n"));
         }
         let path = base.join("pipeline.toml");
         std::fs::write(&path, text)?;
@@ -523,7 +532,13 @@ impl Bench {
                 )
                 .await?;
             let (config, cleanup) = self
-                .pipeline_config(&slot, None, false, &format!("latency-{run}"))
+                .pipeline_config(
+                    &slot,
+                    None,
+                    false,
+                    &format!("latency-{run}"),
+                    self.args.max_delay_ms,
+                )
                 .await?;
             let result = latency::run_once(
                 self.client.clone(),
@@ -549,7 +564,10 @@ impl Bench {
         }
         Ok(latency::LatencyResult {
             seconds,
-            max_delay_ms: tributary::config::FlushConfig::default().max_delay_ms,
+            max_delay_ms: self
+                .args
+                .max_delay_ms
+                .unwrap_or(tributary::config::FlushConfig::default().max_delay_ms),
             runs,
         })
     }
