@@ -309,9 +309,10 @@ impl ScenarioResult {
             }
             let _ = write!(
                 line,
-                " other/waiting {:.2} ({:.0}%); {} flushes, Parquet {:.1} MB",
+                " other/waiting {:.2} ({:.0}%); start-up before the first read {:.2} s; {} flushes, Parquet {:.1} MB",
                 total - busy,
                 (total - busy) / total * 100.0,
+                median(&|m| m.consumer.startup_seconds),
                 ok[0].1.consumer.flushes,
                 ok[0].1.consumer.parquet_bytes as f64 / 1e6
             );
