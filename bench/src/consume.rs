@@ -78,9 +78,10 @@ fn timeval(t: libc::timeval) -> f64 {
     t.tv_sec as f64 + t.tv_usec as f64 / 1e6
 }
 
-/// The child side: run the pipeline until it has landed a commit at or past `until` (or, with
-/// none, until stdin closes), then stop it cleanly and print the report.
-pub async fn run_pipeline_child(config: &Path, until: Option<Lsn>) -> anyhow::Result<()> {
+/// The child side: run the pipeline until it has landed `changes` changes or a commit at or
+/// past `until` (or, with neither, until stdin closes), then stop it cleanly and print the
+/// report.
+pub async fn run_pipeline_child(config: &Path, until: Option<(Lsn, u64)>) -> anyhow::Result<()> {
     let config = PipelineConfig::load(config)?;
     let started = Instant::now();
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -105,12 +106,14 @@ pub async fn run_pipeline_child(config: &Path, until: Option<Lsn>) -> anyhow::Re
     let (cpu0, _) = cpu_and_rss();
     println!("{{\"streaming\":true}}");
     match until {
-        Some(until) => loop {
-            let landed = progress
-                .borrow_and_update()
-                .last_entry
-                .as_ref()
-                .is_some_and(|e| e.last_commit_lsn >= until);
+        Some((until, changes)) => loop {
+            let landed = {
+                let p = progress.borrow_and_update();
+                p.changes >= changes
+                    || p.last_entry
+                        .as_ref()
+                        .is_some_and(|e| e.last_commit_lsn >= until)
+            };
             if landed {
                 break;
             }
@@ -151,8 +154,7 @@ pub async fn run_pipeline_child(config: &Path, until: Option<Lsn>) -> anyhow::Re
 }
 
 /// The child side of the raw reader: stream the slot with Tributary's replication client,
-/// look at nothing but commit messages, confirm them, stop at the first commit at or past
-/// `until`.
+/// count changes and commits, stop at the first commit at or past `until` and confirm it.
 pub async fn run_raw_child(
     url: &str,
     slot: &str,
@@ -184,12 +186,13 @@ pub async fn run_raw_child(
     let (cpu0, _) = cpu_and_rss();
     let (mut changes, mut transactions) = (0u64, 0u64);
     let mut frames: Vec<XLogData> = Vec::with_capacity(8192);
-    'read: loop {
+    // Confirmed once, at the end: each confirm sends a status update the walsender must
+    // process, and pg_recvlogical reports only every 10 s.
+    let end = 'read: loop {
         frames.clear();
         if stream.recv_many(&mut frames, 8192).await? == 0 {
             bail!("the server ended the stream before {until}");
         }
-        let mut confirm = None;
         for frame in &frames {
             let data = &frame.data;
             // Commit: 'C', flags, commit LSN, end LSN; Stream Commit: 'c', xid, flags, ...
@@ -204,20 +207,12 @@ pub async fn run_raw_child(
             };
             if let Some((commit, end)) = lsns {
                 transactions += 1;
-                let commit = Lsn(u64::from_be_bytes(commit.try_into()?));
-                confirm = Some(Lsn(u64::from_be_bytes(end.try_into()?)));
-                if commit >= until {
-                    if let Some(end) = confirm {
-                        stream.confirm(end);
-                    }
-                    break 'read;
+                if Lsn(u64::from_be_bytes(commit.try_into()?)) >= until {
+                    break 'read Lsn(u64::from_be_bytes(end.try_into()?));
                 }
             }
         }
-        if let Some(end) = confirm {
-            stream.confirm(end);
-        }
-    }
+    };
     let seconds = streaming.elapsed().as_secs_f64();
     let (cpu1, rss) = cpu_and_rss();
     let report = ConsumerReport {
@@ -230,6 +225,7 @@ pub async fn run_raw_child(
         ..ConsumerReport::default()
     };
     println!("{}", serde_json::to_string(&report)?);
+    stream.confirm(end);
     stream.shutdown().await?;
     Ok(())
 }
