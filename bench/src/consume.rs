@@ -322,9 +322,21 @@ pub async fn measure_child(
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()?;
+    // The child's log goes on to ours; its last line says why it failed, if it did.
+    let mut errors = BufReader::new(child.stderr.take().context("child stderr")?).lines();
+    let last_error = tokio::spawn(async move {
+        let mut last = None;
+        while let Ok(Some(line)) = errors.next_line().await {
+            eprintln!("{line}");
+            if !line.trim().is_empty() {
+                last = Some(line);
+            }
+        }
+        last
+    });
     let mut lines = BufReader::new(child.stdout.take().context("child stdout")?).lines();
     let mut report = None;
     while let Some(line) = lines.next_line().await? {
@@ -336,8 +348,9 @@ pub async fn measure_child(
     // The walsender is still serving the child while it stops.
     let walsender = sampler.finish().await?;
     let status = child.wait().await?;
+    let last_error = last_error.await?.unwrap_or_default();
     let Some(consumer) = report else {
-        bail!("consumer {args:?} ended ({status}) without a report");
+        bail!("the consumer ended ({status}) without a report: {last_error}");
     };
     if !status.success() {
         bail!("consumer {args:?} failed after its report ({status})");
