@@ -23,7 +23,7 @@ cargo test "$@" || status=$?
 if [ "$status" -eq 0 ]; then say "tests: passed"; else say "tests: FAILED (exit $status)"; fi
 if [ "$status" -eq 0 ] && [ "$#" -eq 0 ] && [ "${TRIBUTARY_SKIP_BENCH:-0}" != 1 ]; then
     say "bench: the harness at --quick size, one run (dev profile; figures are not checked)"
-    cargo run -p tributary-bench -- --quick --strict || status=$?
+    { cargo test -p tributary-bench && cargo run -p tributary-bench -- --quick --strict; } || status=$?
     if [ "$status" -eq 0 ]; then say "bench: ran"; else say "bench: FAILED (exit $status)"; fi
 fi
 exit "$status"

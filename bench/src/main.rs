@@ -121,6 +121,11 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     // The consumers run as children of this binary, so each has its own CPU and memory count.
+    let arg = |i: usize| {
+        args.get(i)
+            .map(String::as_str)
+            .with_context(|| format!("{} needs {} arguments", args[1], i - 1))
+    };
     match args.get(1).map(String::as_str) {
         Some("__pipeline") => {
             init_logging();
@@ -128,11 +133,11 @@ fn main() -> anyhow::Result<()> {
                 (Some(lsn), Some(changes)) => Some((lsn.parse::<Lsn>()?, changes.parse::<u64>()?)),
                 _ => None,
             };
-            return runtime.block_on(consume::run_pipeline_child(Path::new(&args[2]), until));
+            return runtime.block_on(consume::run_pipeline_child(Path::new(arg(2)?), until));
         }
         Some("__raw") => {
-            let until: Lsn = args[5].parse()?;
-            return runtime.block_on(consume::run_raw_child(&args[2], &args[3], &args[4], until));
+            let until: Lsn = arg(5)?.parse()?;
+            return runtime.block_on(consume::run_raw_child(arg(2)?, arg(3)?, arg(4)?, until));
         }
         _ => {}
     }
