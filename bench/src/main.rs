@@ -117,9 +117,18 @@ const CONSUMERS: [(&str, Consumer); 6] = [
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    // The raw reader runs on one thread, like pg_recvlogical: on a small machine the threads of
+    // a multi-threaded runtime handing frames to each other compete with the walsender for
+    // cores. The pipeline runs as `tributary run` does.
+    let runtime = if args.get(1).map(String::as_str) == Some("__raw") {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+    };
     // The consumers run as children of this binary, so each has its own CPU and memory count.
     let arg = |i: usize| {
         args.get(i)
