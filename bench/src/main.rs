@@ -181,7 +181,7 @@ struct Bench {
     cluster: TempCluster,
     client: Arc<Client>,
     s3: Option<S3Server>,
-    dir: PathBuf,
+    dir: ScratchDir,
     plugins: BTreeMap<&'static str, PathBuf>,
     proto: u32,
 }
@@ -223,8 +223,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     } else {
         Some(tokio::task::spawn_blocking(S3Server::start).await?)
     };
-    let dir = std::env::temp_dir().join(format!("tributary-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    let dir = ScratchDir::create()?;
 
     let facts = Facts::gather(cluster.server_version(), args.quick, args.runs.unwrap_or(1));
     facts.print();
@@ -286,13 +285,30 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         dir,
         ..
     } = bench;
-    let _ = std::fs::remove_dir_all(&dir);
-    drop((client, s3));
+    drop((client, s3, dir));
     tokio::task::spawn_blocking(move || cluster.stop()).await??;
     if failed > 0 && strict {
         bail!("{failed} measurement(s) failed");
     }
     Ok(())
+}
+
+/// Pipeline files and sink directories of one harness run; removed when the run ends, however
+/// it ends.
+struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    fn create() -> anyhow::Result<ScratchDir> {
+        let dir = std::env::temp_dir().join(format!("tributary-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(ScratchDir(dir))
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 async fn connect(url: &str) -> anyhow::Result<Client> {
@@ -450,7 +466,7 @@ impl Bench {
         label: &str,
         max_delay: Option<u64>,
     ) -> anyhow::Result<(PathBuf, PathBuf)> {
-        let base = self.dir.join(slot);
+        let base = self.dir.0.join(slot);
         std::fs::create_dir_all(&base)?;
         let tables: Vec<String> = workload::TABLES.iter().map(|t| format!("{t:?}")).collect();
         let mut text = format!(
