@@ -3,7 +3,9 @@
 # target, PostgreSQL server binaries, the s3s-fs S3 server, DuckDB and pyarrow (independent
 # Parquet readers), and the plugins the tests load.
 # Safe to run again: every step skips what is already there. Extra arguments go to `cargo test`.
-# Respects CARGO_TARGET_DIR.
+# Without extra arguments the benchmark harness then runs once at its smallest size (debug
+# build), so it keeps working; its figures do not decide the outcome, only whether it runs.
+# TRIBUTARY_SKIP_BENCH=1 leaves it out. Respects CARGO_TARGET_DIR.
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -21,4 +23,9 @@ cd "$ROOT"
 status=0
 cargo test "$@" || status=$?
 if [ "$status" -eq 0 ]; then say "tests: passed"; else say "tests: FAILED (exit $status)"; fi
+if [ "$status" -eq 0 ] && [ "$#" -eq 0 ] && [ "${TRIBUTARY_SKIP_BENCH:-0}" != 1 ]; then
+    say "bench: the harness at --quick size, one run (dev profile; figures are not checked)"
+    { cargo test -p tributary-bench && cargo run -p tributary-bench -- --quick --strict; } || status=$?
+    if [ "$status" -eq 0 ]; then say "bench: ran"; else say "bench: FAILED (exit $status)"; fi
+fi
 exit "$status"

@@ -138,6 +138,31 @@ pub struct Progress {
     pub last_entry: Option<CommitEntry>,
     /// The slot is being read: every transaction that commits from now on will be landed.
     pub streaming: bool,
+    /// Where the time went, summed over the run.
+    pub stages: StageTimes,
+}
+
+/// Wall time spent in each stage, summed over a run: where a pipeline's time goes. The rest of
+/// a run's time is spent waiting for the server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StageTimes {
+    /// Decoding pgoutput messages and assembling transactions.
+    pub decode: Duration,
+    /// The transform chain: the plugins, or the built-in derivation without any.
+    pub transform: Duration,
+    /// Arrow and Parquet encoding.
+    pub encode: Duration,
+    /// Writing the intent and uploading the data files.
+    pub upload: Duration,
+    /// Writing the commit entry and removing the intent.
+    pub commit: Duration,
+}
+
+impl StageTimes {
+    /// The sum of all stages.
+    pub fn total(&self) -> Duration {
+        self.decode + self.transform + self.encode + self.upload + self.commit
+    }
 }
 
 /// Stop request: send `true` to finish the in-flight flush, land what is pending, and stop.
@@ -337,6 +362,7 @@ impl Pipeline {
                         return Err(PipelineError::StreamEnded(self.checkpoint.confirmed()));
                     }
                     let now = Instant::now();
+                    let mut replays = 0;
                     for frame in frames.drain(..) {
                         let message = decoder.decode_bytes(frame.data).map_err(|source| {
                             PipelineError::Decode { lsn: frame.wal_start, source }
@@ -348,12 +374,19 @@ impl Pipeline {
                         }
                         if let Some(done) = assembler.push(message)? {
                             if self.checkpoint.is_replay(done.transaction.commit_lsn) {
-                                self.progress.send_modify(|p| p.replays_skipped += 1);
+                                replays += 1;
                                 continue;
                             }
                             batcher.push(done, now);
                         }
                     }
+                    let decoded = now.elapsed();
+                    self.progress.send_if_modified(|p| {
+                        p.stages.decode += decoded;
+                        p.replays_skipped += replays;
+                        // Subscribers hear of replays; decode time is read along with a flush.
+                        replays > 0
+                    });
                 }
             }
             if batcher.is_due(Instant::now()) {
@@ -385,6 +418,7 @@ impl Pipeline {
             .transforms
             .take()
             .expect("transforms are put back after each flush");
+        let started = Instant::now();
         let (chain, outputs) = tokio::task::spawn_blocking(move || {
             let outputs = chain.process(&batch);
             (chain, outputs)
@@ -393,6 +427,7 @@ impl Pipeline {
         .map_err(|e| PipelineError::Task(e.to_string()))?;
         self.transforms = Some(chain);
         let outputs = outputs?;
+        let transformed = Instant::now();
 
         let encoder = self.encoder.clone();
         let encoded =
@@ -405,6 +440,7 @@ impl Pipeline {
                     last,
                     source,
                 })?;
+        let encoded_at = Instant::now();
 
         let paths: Vec<String> = encoded.iter().map(|(f, _)| f.path.clone()).collect();
         let confirmed = self.checkpoint.confirmed();
@@ -421,6 +457,7 @@ impl Pipeline {
             &mut shutdown,
             upload_all(&self.sink, &encoded)
         );
+        let uploaded = Instant::now();
 
         let entry = CommitEntry {
             format: crate::commit::FORMAT,
@@ -448,6 +485,13 @@ impl Pipeline {
         if let Err(e) = self.log.clear_intent(sequence).await {
             tracing::warn!(sequence, error = %e, "could not remove a committed flush's intent; it is removed at the next start");
         }
+        let stages = StageTimes {
+            decode: Duration::ZERO,
+            transform: transformed - started,
+            encode: encoded_at - transformed,
+            upload: uploaded - encoded_at,
+            commit: uploaded.elapsed(),
+        };
 
         let rows: u64 = entry.files.iter().map(|f| f.rows).sum();
         let bytes: u64 = entry.files.iter().map(|f| f.bytes).sum();
@@ -468,6 +512,10 @@ impl Pipeline {
             p.files_written += entry.files.len() as u64;
             p.bytes_written += bytes;
             p.last_entry = Some(entry);
+            p.stages.transform += stages.transform;
+            p.stages.encode += stages.encode;
+            p.stages.upload += stages.upload;
+            p.stages.commit += stages.commit;
         });
         Ok(())
     }
@@ -624,7 +672,22 @@ fn writer_id() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::proto_version;
+    use std::time::Duration;
+
+    use super::{StageTimes, proto_version};
+
+    #[test]
+    fn stage_times_add_up() {
+        let stages = StageTimes {
+            decode: Duration::from_millis(1),
+            transform: Duration::from_millis(2),
+            encode: Duration::from_millis(3),
+            upload: Duration::from_millis(4),
+            commit: Duration::from_millis(5),
+        };
+        assert_eq!(stages.total(), Duration::from_millis(15));
+        assert_eq!(StageTimes::default().total(), Duration::ZERO);
+    }
 
     #[test]
     fn protocol_follows_the_server_version() {
