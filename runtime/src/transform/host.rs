@@ -182,6 +182,9 @@ impl Plugin {
     fn start(&mut self, call: Call) -> Result<wit::PluginInfo, TransformError> {
         let mut store = Store::new(self.pre.engine(), HostState::new(&self.name, &self.limits));
         store.limiter(|state| &mut state.limiter);
+        // What a plugin returns from one call is bounded by what it can hold: let it return
+        // that much, not only the runtime's default of 128 MiB.
+        store.set_hostcall_fuel(self.limits.memory_bytes.max(128 << 20));
         store.set_epoch_deadline(deadline_ticks(self.limits.call_timeout));
         let bindings = match self.pre.instantiate(&mut store) {
             Ok(bindings) => bindings,

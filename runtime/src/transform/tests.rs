@@ -802,3 +802,17 @@ fn measure_passthrough_throughput() {
         );
     }
 }
+
+/// What a plugin may hand back is bounded by its memory cap, not by the runtime's default
+/// budget for one call's returned data (128 MiB).
+#[test]
+fn a_plugin_returns_more_than_the_default_call_budget_when_its_memory_allows() {
+    let limits = HostLimits {
+        memory_bytes: 1 << 30,
+        ..HostLimits::default()
+    };
+    let mut chain = load(&[("passthrough", &[])], &limits);
+    let big = "x".repeat(160 << 20);
+    let outputs = chain.process(&batch_with_text(0x100, &big)).unwrap();
+    assert_eq!(outputs[0].rows[0].values[1], Value::Text(big));
+}
