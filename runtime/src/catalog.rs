@@ -104,12 +104,14 @@ impl Catalog {
         &mut self,
         relation: &Relation,
     ) -> Result<Option<Vec<ColumnType>>, CatalogError> {
-        let needs_catalog = relation.columns.iter().any(|c| {
-            c.ty.is_array()
-                || c.ty.scalar == oid::MONEY
-                || crate::pgtype::type_name(c.type_oid).is_none()
-        });
-        if !needs_catalog {
+        // Arrays need their declared dimensions and unknown types their catalog rows; money
+        // needs only its fraction digits.
+        let needs_rows = relation
+            .columns
+            .iter()
+            .any(|c| c.ty.is_array() || crate::pgtype::type_name(c.type_oid).is_none());
+        let has_money = relation.columns.iter().any(|c| c.ty.scalar == oid::MONEY);
+        if !needs_rows && !has_money {
             self.check_binary(
                 relation.qualified_name(),
                 relation.columns.iter().map(|c| (&c.name, &c.ty)),
@@ -118,11 +120,7 @@ impl Catalog {
         }
         self.load(relation.columns.iter().map(|c| c.type_oid))
             .await?;
-        let dims: HashMap<String, i32> = if relation
-            .columns
-            .iter()
-            .any(|c| c.ty.is_array() || crate::pgtype::type_name(c.type_oid).is_none())
-        {
+        let dims: HashMap<String, i32> = if needs_rows {
             provision::array_dims(self.client().await?, relation.id)
                 .await?
                 .into_iter()

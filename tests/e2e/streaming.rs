@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use tributary::config::PipelineConfig;
 use tributary_tests::lake::{LandedRow, read_output};
 use tributary_tests::pipeline::{RunningPipeline, config, events_database};
 use tributary_tests::{TestDatabase, plugin, s3, unique_name};
@@ -54,6 +55,27 @@ async fn streaming_database(hint: &str) -> TestDatabase {
     db
 }
 
+/// A streaming database, a fresh bucket, and a pipeline file (named `name`, through `plugins`)
+/// that lands its events table there.
+async fn streaming_setup(
+    hint: &str,
+    plugins: &[std::path::PathBuf],
+) -> (TestDatabase, String, String, PipelineConfig) {
+    let db = streaming_database(hint).await;
+    let server = s3();
+    let bucket = server.fresh_bucket(&hint.replace('_', "-")).await;
+    let name = unique_name(hint);
+    let cfg = config(
+        &db.url,
+        &name,
+        &[TABLE],
+        &server.bucket_url(&bucket),
+        server.object_store_options(),
+        plugins,
+    );
+    (db, bucket, name, cfg)
+}
+
 /// Rows grouped by transaction, in commit order.
 fn by_transaction(rows: &[LandedRow]) -> Vec<Vec<&LandedRow>> {
     let mut groups: Vec<Vec<&LandedRow>> = Vec::new();
@@ -75,18 +97,8 @@ fn ids(group: &[&LandedRow]) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_transactions_land_once_and_aborted_ones_never() {
-    let db = streaming_database("streaming").await;
+    let (db, bucket, name, mut cfg) = streaming_setup("streaming", &[plugin("passthrough")]).await;
     let server = s3();
-    let bucket = server.fresh_bucket("streaming").await;
-    let name = unique_name("streaming");
-    let mut cfg = config(
-        &db.url,
-        &name,
-        &[TABLE],
-        &server.bucket_url(&bucket),
-        server.object_store_options(),
-        &[plugin("passthrough")],
-    );
     // A batch holds whole transactions: the largest one goes through the plugin in one call.
     for transform in &mut cfg.transforms {
         transform.memory_limit_mib = 1024;
@@ -159,18 +171,8 @@ async fn streamed_transactions_land_once_and_aborted_ones_never() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_two_million_row_transaction_streams_and_lands_once() {
-    let db = streaming_database("streaming_2m").await;
+    let (db, bucket, name, mut cfg) = streaming_setup("streaming_2m", &[]).await;
     let server = s3();
-    let bucket = server.fresh_bucket("streaming-2m").await;
-    let name = unique_name("streaming_2m");
-    let mut cfg = config(
-        &db.url,
-        &name,
-        &[TABLE],
-        &server.bucket_url(&bucket),
-        server.object_store_options(),
-        &[],
-    );
     cfg.flush.max_mib = 1024;
     let mut running = RunningPipeline::start(cfg).await;
 

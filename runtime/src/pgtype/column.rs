@@ -136,10 +136,6 @@ impl TypeCatalog {
         self.money_digits = Some(digits);
     }
 
-    pub fn contains(&self, type_oid: u32) -> bool {
-        self.rows.contains_key(&type_oid)
-    }
-
     /// OIDs that resolving `type_oid` needs and the catalog does not hold yet: the type
     /// itself, or what a known row points at (a domain's base, an array's element).
     pub fn missing(&self, type_oid: u32) -> Option<u32> {
@@ -170,8 +166,7 @@ impl TypeCatalog {
             resolved.modifier = self.money_digits.unwrap_or(DEFAULT_MONEY_DIGITS);
         }
         resolved.name = declared;
-        let dims = u8::try_from(dims.clamp(0, 6)).unwrap_or(1);
-        resolved.with_dims(dims)
+        resolved.with_dims(dims.clamp(0, super::array::MAX_DIMS as i32) as u8)
     }
 
     fn name_of(&self, type_oid: u32) -> Arc<str> {

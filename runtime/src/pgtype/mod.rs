@@ -281,11 +281,6 @@ pub fn builtin_types() -> impl Iterator<Item = u32> {
         .chain(oid::SCALARS.iter().map(|s| s.2))
 }
 
-/// Whether `type_oid` is one of the built-in array types.
-pub fn is_array(type_oid: u32) -> bool {
-    array_element(type_oid).is_some()
-}
-
 /// The element type of a built-in array type.
 pub fn array_element(type_oid: u32) -> Option<u32> {
     oid::SCALARS.iter().find(|s| s.2 == type_oid).map(|s| s.0)

@@ -17,8 +17,8 @@ fn names_of_scalars_and_arrays() {
     assert_eq!(type_name(oid::JSONB_ARRAY), Some("_jsonb"));
     assert_eq!(type_name(16_384), None);
     assert_eq!(array_element(1007), Some(23));
-    assert!(is_array(oid::UUID_ARRAY));
-    assert!(!is_array(oid::UUID));
+    assert_eq!(array_element(oid::UUID_ARRAY), Some(oid::UUID));
+    assert_eq!(array_element(oid::UUID), None);
 }
 
 #[test]
