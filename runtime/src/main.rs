@@ -1,6 +1,7 @@
 //! The `tributary` command: run a pipeline, try the whole thing on throwaway parts, or show
 //! how far behind a pipeline is.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -36,6 +37,10 @@ enum Command {
         /// lost to this sink).
         #[arg(long)]
         allow_gap: bool,
+        /// When another consumer holds the slot (a previous instance during a rolling
+        /// restart), wait until it lets go instead of giving up after 15 s.
+        #[arg(long)]
+        wait: bool,
     },
     /// Run the whole pipeline on throwaway parts: a temporary PostgreSQL cluster, a sample
     /// shop schema and workload, the passthrough plugin, and a local directory as the sink.
@@ -64,6 +69,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| default_filter.into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, never in a log file or a journal.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -86,7 +93,11 @@ fn main() -> ExitCode {
 
 async fn execute(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Run { config, allow_gap } => {
+        Command::Run {
+            config,
+            allow_gap,
+            wait,
+        } => {
             let config = PipelineConfig::load(&config)?;
             let (stop, shutdown) = watch::channel(false);
             tokio::spawn(async move {
@@ -95,7 +106,12 @@ async fn execute(command: Command) -> anyhow::Result<()> {
                 let _ = stop.send(true);
             });
             let (progress, _) = watch::channel(Progress::default());
-            let done = pipeline::run(config, RunOptions { allow_gap }, shutdown, progress).await?;
+            let options = RunOptions {
+                allow_gap,
+                wait_for_slot: wait,
+                ..RunOptions::default()
+            };
+            let done = pipeline::run(config, options, shutdown, progress).await?;
             tracing::info!(
                 flushes = done.flushes,
                 transactions = done.transactions,

@@ -60,9 +60,15 @@ pub enum ProvisionError {
         expected: String,
     },
     #[error(
-        "slot {slot:?} is active for pid {pid}: another consumer is reading it; stop that consumer first"
+        "slot {slot:?} is held by pid {pid}{holder} and was not released within {waited_secs} s: another consumer is reading it; stop that consumer, or pass --wait to wait until it lets go",
+        holder = application_name.as_deref().map(|a| format!(" (application_name {a:?})")).unwrap_or_default()
     )]
-    SlotActive { slot: String, pid: i32 },
+    SlotActive {
+        slot: String,
+        pid: i32,
+        application_name: Option<String>,
+        waited_secs: u64,
+    },
     #[error("slot {slot:?} does not exist; create it or set source.create_slot = true")]
     NoSlot { slot: String },
     #[error(
@@ -511,7 +517,22 @@ pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>
     }))
 }
 
-/// Refuse a slot this pipeline cannot use.
+/// The `application_name` of the walsender with this pid, when the server shows it to us.
+pub async fn walsender_name(client: &Client, pid: i32) -> Result<Option<String>, ProvisionError> {
+    let row = client
+        .query_opt(
+            "SELECT application_name FROM pg_stat_replication WHERE pid = $1",
+            &[&pid],
+        )
+        .await
+        .map_err(query_error("looking up the walsender holding the slot"))?;
+    Ok(row
+        .and_then(|r| r.get::<_, Option<String>>(0))
+        .filter(|n| !n.is_empty()))
+}
+
+/// Refuse a slot this pipeline cannot use. A slot held by another consumer is not refused
+/// here: start-up waits for it (see the pipeline's start).
 pub fn check_slot(slot: &str, state: &SlotState, database: &str) -> Result<(), ProvisionError> {
     if state.plugin != "pgoutput" {
         return Err(ProvisionError::SlotPlugin {
@@ -530,12 +551,6 @@ pub fn check_slot(slot: &str, state: &SlotState, database: &str) -> Result<(), P
     // for two_phase; see docs/design.md (Two-phase commit).
     if state.two_phase {
         return Err(ProvisionError::SlotTwoPhase { slot: slot.into() });
-    }
-    if let Some(pid) = state.active_pid {
-        return Err(ProvisionError::SlotActive {
-            slot: slot.into(),
-            pid,
-        });
     }
     Ok(())
 }
@@ -681,10 +696,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("\"wal2json\""), "{err}");
-        let err = check_slot("s", &state("pgoutput", Some(42)), "shop")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("active for pid 42"), "{err}");
+        // A busy slot is waited for at start, not refused here.
+        check_slot("s", &state("pgoutput", Some(42)), "shop").unwrap();
+        let busy = ProvisionError::SlotActive {
+            slot: "s".into(),
+            pid: 42,
+            application_name: Some("tributary 00ff".into()),
+            waited_secs: 15,
+        };
+        assert_eq!(
+            busy.to_string(),
+            "slot \"s\" is held by pid 42 (application_name \"tributary 00ff\") and was not released within 15 s: another consumer is reading it; stop that consumer, or pass --wait to wait until it lets go"
+        );
         let err = check_slot("s", &state("pgoutput", None), "other")
             .unwrap_err()
             .to_string();

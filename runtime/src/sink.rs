@@ -2,8 +2,8 @@
 //!
 //! `s3://bucket/prefix` (credentials, region and endpoint from the standard `AWS_*`
 //! environment variables, overridden by the pipeline file's `sink.options`), `file:///path`
-//! (created when missing), or `memory://` (for tests of pure logic). Every path the pipeline
-//! writes is relative to the URL's prefix.
+//! (the directory is created with the first object written), or `memory://` (for tests of
+//! pure logic). Every path the pipeline writes is relative to the URL's prefix.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -39,12 +39,15 @@ pub enum SinkError {
         #[source]
         source: object_store::Error,
     },
-    #[error("cannot create sink directory {path}: {source}")]
-    Directory {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+}
+
+/// What [`Sink::create`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// The object is new: this call wrote it.
+    New,
+    /// An object was there already and was left as it was.
+    Existed,
 }
 
 /// An opened sink: an object store rooted at the sink URL.
@@ -68,16 +71,17 @@ impl Sink {
                         reason: "a file URL needs an absolute path (file:///var/lake)".into(),
                     });
                 }
-                std::fs::create_dir_all(rest).map_err(|source| SinkError::Directory {
-                    path: rest.to_owned(),
-                    source,
-                })?;
-                let local =
-                    LocalFileSystem::new_with_prefix(rest).map_err(|source| SinkError::Store {
+                // Rooted at `/` with the directory as a prefix, so that opening a sink creates
+                // nothing: the directory appears with the first object written (a refused start
+                // leaves no trace), and objects are still created atomically.
+                let prefix = rest.trim_matches('/');
+                if prefix.is_empty() {
+                    return Err(SinkError::Url {
                         url: url.to_owned(),
-                        source,
-                    })?;
-                Arc::new(local)
+                        reason: "the file system root cannot be a sink; name a directory".into(),
+                    });
+                }
+                Arc::new(PrefixStore::new(LocalFileSystem::new(), prefix))
             }
             "memory" => Arc::new(InMemory::new()),
             "s3" | "s3a" => {
@@ -151,14 +155,31 @@ impl Sink {
         }
     }
 
-    /// Write an object, replacing any previous one; large objects go up in parts.
-    pub async fn put(&self, path: &Path, bytes: Bytes) -> Result<(), SinkError> {
+    /// Create an object unless one exists at `path`; a writer never replaces an object.
+    ///
+    /// Small objects are created with a conditional put (`If-None-Match: *` on S3, an atomic
+    /// no-replace link on a file system). Objects larger than the multipart threshold go up in
+    /// parts, which object stores cannot make conditional: for those the name itself must be
+    /// one no other writer produces (data file names hold the writer's id), and an object
+    /// already there is taken as an earlier attempt of the same upload.
+    pub async fn create(&self, path: &Path, bytes: Bytes) -> Result<Created, SinkError> {
         if bytes.len() <= MULTIPART_THRESHOLD {
-            self.store
-                .put(path, PutPayload::from(bytes))
+            let options = PutOptions {
+                mode: PutMode::Create,
+                ..Default::default()
+            };
+            return match self
+                .store
+                .put_opts(path, PutPayload::from(bytes), options)
                 .await
-                .map_err(|e| self.error(e))?;
-            return Ok(());
+            {
+                Ok(_) => Ok(Created::New),
+                Err(object_store::Error::AlreadyExists { .. }) => Ok(Created::Existed),
+                Err(e) => Err(self.error(e)),
+            };
+        }
+        if self.size(path).await?.is_some() {
+            return Ok(Created::Existed);
         }
         let mut upload = self
             .store
@@ -173,22 +194,14 @@ impl Sink {
             }
         }
         upload.complete().await.map_err(|e| self.error(e))?;
-        Ok(())
+        Ok(Created::New)
     }
 
-    /// Write an object only if no object exists at `path`. `Ok(false)` when one does.
-    pub async fn put_if_absent(&self, path: &Path, bytes: Bytes) -> Result<bool, SinkError> {
-        let options = PutOptions {
-            mode: PutMode::Create,
-            ..Default::default()
-        };
-        match self
-            .store
-            .put_opts(path, PutPayload::from(bytes), options)
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+    /// The object's size, or `None` when there is none.
+    pub async fn size(&self, path: &Path) -> Result<Option<u64>, SinkError> {
+        match self.store.head(path).await {
+            Ok(meta) => Ok(Some(meta.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.error(e)),
         }
     }
@@ -251,18 +264,18 @@ mod tests {
     async fn conditional_put_refuses_to_overwrite() {
         let dir = std::env::temp_dir().join(format!("tributary-sink-{}", std::process::id()));
         let sink = Sink::open(&format!("file://{}", dir.display()), &BTreeMap::new()).unwrap();
+        assert!(!dir.exists(), "opening a sink creates nothing");
+        assert!(
+            sink.list_names(&Path::from("_tributary/log"))
+                .await
+                .unwrap()
+                .is_empty()
+        );
         let path = Path::from("_tributary/log/1.json");
-        assert!(
-            sink.put_if_absent(&path, Bytes::from_static(b"a"))
-                .await
-                .unwrap()
-        );
-        assert!(
-            !sink
-                .put_if_absent(&path, Bytes::from_static(b"b"))
-                .await
-                .unwrap()
-        );
+        let create = |bytes: &'static [u8]| sink.create(&path, Bytes::from_static(bytes));
+        assert_eq!(create(b"a").await.unwrap(), Created::New);
+        assert_eq!(create(b"b").await.unwrap(), Created::Existed);
+        assert_eq!(sink.size(&path).await.unwrap(), Some(1));
         assert_eq!(
             sink.get(&path).await.unwrap().unwrap(),
             Bytes::from_static(b"a")

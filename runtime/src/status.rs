@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use crate::Lsn;
-use crate::commit::{CommitError, CommitLog};
+use crate::commit::{CommitError, CommitLog, Writer};
 use crate::config::PipelineConfig;
 use crate::provision::{self, ProvisionError};
 use crate::sink::{Sink, SinkError};
@@ -45,6 +45,8 @@ pub struct SinkStatus {
     pub last_end_lsn: Option<Lsn>,
     /// Microseconds since the Unix epoch.
     pub last_committed_at: Option<i64>,
+    /// The instance that wrote the latest entry: the pipeline's current writer.
+    pub writer: Option<Writer>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -71,13 +73,16 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
         safe_wal_size: slot.as_ref().and_then(|s| s.safe_wal_size),
     };
     let sink = Sink::open(&config.sink.url, &config.sink.options)?;
-    let latest = CommitLog::new(sink, "status").latest().await?;
+    let latest = CommitLog::new(sink, Writer::named("status"))
+        .latest()
+        .await?;
     let sink = SinkStatus {
         url: config.sink.url.clone(),
         last_sequence: latest.as_ref().map(|e| e.sequence),
         last_commit_lsn: latest.as_ref().map(|e| e.last_commit_lsn),
         last_end_lsn: latest.as_ref().map(|e| e.last_end_lsn),
         last_committed_at: latest.as_ref().map(|e| e.committed_at),
+        writer: latest.as_ref().map(|e| e.writer.clone()),
     };
     Ok(Status {
         current_wal_lsn: current,
@@ -139,12 +144,18 @@ impl std::fmt::Display for Status {
         writeln!(f, "sink {}", self.sink.url)?;
         match self.sink.last_sequence {
             None => writeln!(f, "  nothing committed yet"),
-            Some(n) => writeln!(
-                f,
-                "  last commit       #{n}: transactions up to {} (confirmable {})",
-                lsn(self.sink.last_commit_lsn),
-                lsn(self.sink.last_end_lsn)
-            ),
+            Some(n) => {
+                writeln!(
+                    f,
+                    "  last commit       #{n}: transactions up to {} (confirmable {})",
+                    lsn(self.sink.last_commit_lsn),
+                    lsn(self.sink.last_end_lsn)
+                )?;
+                match &self.sink.writer {
+                    Some(w) => writeln!(f, "  written by        {w}"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tributary::Lsn;
-use tributary::commit::CommitLog;
+use tributary::commit::{CommitLog, Writer};
 use tributary::sink::Sink;
 use tributary_tests::lake::read_output;
 use tributary_tests::pipeline::{
@@ -27,7 +27,7 @@ async fn insert_batches(client: &tokio_postgres::Client, from: u32, transactions
 }
 
 async fn latest_end(sink: &Sink) -> Lsn {
-    CommitLog::new(sink.clone(), "test")
+    CommitLog::new(sink.clone(), Writer::named("test"))
         .latest()
         .await
         .unwrap()
@@ -272,10 +272,17 @@ async fn a_restart_confirms_what_the_sink_already_holds() {
         .await
         .unwrap();
     let sink = Sink::open(&sink_url, &Default::default()).unwrap();
+    let log = CommitLog::new(sink.clone(), Writer::named("an earlier run"));
+    let opened = log
+        .latest()
+        .await
+        .unwrap()
+        .expect("the first run opened the log");
     let entry = tributary::commit::CommitEntry {
         format: tributary::commit::FORMAT,
-        sequence: 1,
-        writer: "an earlier run".into(),
+        kind: tributary::commit::EntryKind::Flush,
+        sequence: opened.sequence + 1,
+        writer: log.writer().clone(),
         slot: name.clone(),
         first_commit_lsn: lsn_a,
         last_commit_lsn: lsn_a,
@@ -286,10 +293,7 @@ async fn a_restart_confirms_what_the_sink_already_holds() {
         plugins: vec![],
         committed_at: 0,
     };
-    CommitLog::new(sink.clone(), "test")
-        .commit(&entry)
-        .await
-        .unwrap();
+    log.commit(&entry).await.unwrap();
     assert_eq!(confirmed_flush(&db.client, &name).await, Some(created));
 
     // The next start confirms it without waiting for new work, and does not land A again.

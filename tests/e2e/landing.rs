@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tributary::Lsn;
-use tributary::commit::CommitLog;
+use tributary::commit::{CommitLog, Writer};
 use tributary::sink::Sink;
 use tributary_tests::lake::{LandedRow, read_output};
 use tributary_tests::pipeline::{RunningPipeline, config, wait_for_confirmed};
@@ -227,8 +227,8 @@ async fn every_type_lands_once_in_commit_order_in_s3() {
         &server.object_store_options().into_iter().collect(),
     )
     .unwrap();
-    let latest = CommitLog::new(sink, "test")
-        .latest()
+    let latest = CommitLog::new(sink, Writer::named("test"))
+        .latest_flush()
         .await
         .unwrap()
         .expect("a commit entry");

@@ -3,6 +3,7 @@
 mod auth;
 mod checkpoint;
 mod demo;
+mod fencing;
 mod harness;
 mod identity;
 mod landing;

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use tributary::commit::CommitLog;
+use tributary::commit::{CommitLog, Writer};
 use tributary::sink::Sink;
 use tributary_tests::lake::{data_files, read_output};
 use tributary_tests::pipeline::{RunningPipeline, config};
@@ -177,8 +177,8 @@ async fn a_schema_change_starts_new_files_and_never_mixes_schemas() {
     );
     assert_eq!(rows[3].values["price"].as_deref(), Some("1.50"));
     // Three schemas, three files, each with its own fingerprint in the commit log.
-    let entry = CommitLog::new(sink.clone(), "test")
-        .latest()
+    let entry = CommitLog::new(sink.clone(), Writer::named("test"))
+        .latest_flush()
         .await
         .unwrap()
         .unwrap();

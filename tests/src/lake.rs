@@ -16,6 +16,8 @@ use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use tributary::commit::{CommitLog, Writer};
+use tributary::sink::Sink;
 
 /// One landed row: the change metadata, then the output's columns by name.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,6 +76,56 @@ pub async fn data_files(store: &dyn ObjectStore, output: &str) -> Vec<String> {
         .unwrap();
     files.sort();
     files
+}
+
+/// Read an output through its commit log and check what exactly-once promises of it: every
+/// file a flush entry names holds the bytes and rows the entry says, every data file under
+/// `<output>/` is named by an entry, and no change identity (commit LSN, seq) appears twice.
+/// Returns the rows, sorted by identity.
+pub async fn committed_rows(sink: &Sink, output: &str) -> Vec<LandedRow> {
+    let log = CommitLog::new(sink.clone(), Writer::named("audit"));
+    let mut named = BTreeMap::new();
+    for sequence in log.sequences().await.unwrap() {
+        let entry = log.read_entry(sequence).await.unwrap().unwrap();
+        for file in entry.files.into_iter().filter(|f| f.output == output) {
+            named.insert(file.path.clone(), (sequence, file));
+        }
+    }
+    let rows = read_output(sink.store().as_ref(), output).await;
+    let mut rows_per_file: BTreeMap<&str, u64> = BTreeMap::new();
+    for row in &rows {
+        *rows_per_file.entry(row.file.as_str()).or_default() += 1;
+    }
+    for path in data_files(sink.store().as_ref(), output).await {
+        let Some((sequence, file)) = named.get(&path) else {
+            panic!("{path} is in the sink but no commit entry names it");
+        };
+        let size = sink.size(&Path::from(path.as_str())).await.unwrap();
+        assert_eq!(
+            (size, rows_per_file.get(path.as_str()).copied().unwrap_or(0)),
+            (Some(file.bytes), file.rows),
+            "{path}: the bytes and rows entry {sequence} names"
+        );
+    }
+    for path in named.keys() {
+        assert!(
+            sink.size(&Path::from(path.as_str()))
+                .await
+                .unwrap()
+                .is_some(),
+            "{path} is named by a commit entry but missing"
+        );
+    }
+    let mut identities = std::collections::BTreeSet::new();
+    for row in &rows {
+        assert!(
+            identities.insert((row.commit_lsn, row.seq)),
+            "change ({}, {}) landed twice",
+            row.commit_lsn,
+            row.seq
+        );
+    }
+    rows
 }
 
 fn rows_of(batch: &RecordBatch, file: &str) -> Vec<LandedRow> {

@@ -10,7 +10,8 @@
 //!   Tests pass [`S3Server::object_store_options`] to `object_store` and never set process
 //!   environment variables, because tests share the process.
 //! - [`plugin`] finds a transform built for `wasm32-wasip2`.
-//! - [`pipeline`] runs a pipeline inside a test; [`lake`] reads back what it landed.
+//! - [`pipeline`] runs a pipeline inside a test, [`service`] runs `tributary run` as a child
+//!   process; [`lake`] reads back what they landed.
 //!
 //! Statics are never dropped, so the shared servers are stopped by an `atexit` hook: the test
 //! harness leaves through `std::process::exit`, which runs it.
@@ -23,6 +24,7 @@ pub mod pipeline;
 mod plugins;
 mod postgres;
 mod s3;
+pub mod service;
 
 pub use plugins::{PLUGIN_BUILD_COMMAND, plugin, plugin_dir};
 pub use postgres::{AUTH_METHODS, TestDatabase, fresh_database, postgres, unique_name};

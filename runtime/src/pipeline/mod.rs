@@ -1,9 +1,5 @@
-//! The running pipeline: provisioning, recovery, then the loop that reads the slot and
+//! The running pipeline: start-up (see [`start`]), then the loop that reads the slot and
 //! lands batches.
-//!
-//! Order of a start: check the source (wal_level, publication, slot) → read the sink's commit
-//! log → refuse a slot that moved past it → create the slot if missing → load transforms →
-//! START_REPLICATION → delete what uncommitted flushes left behind → stream.
 //!
 //! The loop decodes frames into transactions, drops replays, and hands due batches to
 //! [`Pipeline::flush`], which runs transform → encode → intent → upload → commit and only
@@ -11,11 +7,15 @@
 //! replication driver keeps answering the server meanwhile, so a slow sink slows the slot
 //! down instead of losing anything. Sink failures are retried with backoff for as long as they
 //! last; transform and encode failures stop the pipeline with nothing past the last commit
-//! confirmed.
+//! confirmed. A commit that finds its sequence number taken means another instance has taken
+//! over: this one removes its own files of that flush and stops.
+
+mod retry;
+mod start;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -25,14 +25,18 @@ use crate::Lsn;
 use crate::batch::{Assembler, BatchError, BatchLimits, Batcher};
 use crate::catalog::{Catalog, CatalogError};
 use crate::change::{Batch, OutputBatch};
-use crate::commit::{Checkpoint, CommitEntry, CommitError, CommitLog, FileEntry, data_file_path};
+use crate::commit::{
+    Checkpoint, CommitEntry, CommitError, CommitLog, EntryKind, FileEntry, Writer, data_file_path,
+    unix_micros,
+};
 use crate::config::PipelineConfig;
 use crate::encode::{EncodeError, EncodeOptions, Encoder};
 use crate::pgoutput::{DecodeError, Decoder, LogicalMessage};
-use crate::provision::{self, ProvisionError};
-use crate::replication::{ReplicationConnection, ReplicationError, ReplicationStream, XLogData};
-use crate::sink::{Sink, SinkError};
+use crate::provision::ProvisionError;
+use crate::replication::{ReplicationError, ReplicationStream, XLogData};
+use crate::sink::{Created, Sink, SinkError};
 use crate::transform::{PluginInfo, TransformChain, TransformError};
+use retry::with_retry;
 
 /// The highest pgoutput protocol version this pipeline speaks. Streaming of in-progress
 /// transactions needs 2 (PostgreSQL 14); 3 (15) adds two-phase and 4 (16) parallel streaming,
@@ -42,10 +46,9 @@ const PROTO_VERSION: u32 = 4;
 const RECV_BATCH: usize = 1024;
 /// Concurrent uploads within one flush.
 const UPLOAD_CONCURRENCY: usize = 4;
-const RETRY_MIN: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(30);
-/// How long start-up waits for a previous consumer's walsender to release the slot.
-const SLOT_RELEASE_WAIT: Duration = Duration::from_secs(15);
+/// How long start-up waits by default for another consumer to release the slot: long enough
+/// for a previous instance's walsender to go away after it stopped.
+pub const SLOT_GRACE: Duration = Duration::from_secs(15);
 
 /// The pgoutput protocol version to ask a server for, from its `server_version_num`; an
 /// unknown version gets protocol 1, which every supported server speaks.
@@ -56,19 +59,6 @@ fn proto_version(server_version_num: Option<u32>) -> u32 {
         Some(v) if v >= 140_000 => 2,
         _ => 1,
     }
-}
-
-/// Run a sink step until it succeeds or fails for good.
-macro_rules! with_retry {
-    ($what:expr, $confirmed:expr, $shutdown:expr, $step:expr) => {{
-        let mut backoff = Backoff::new($what);
-        loop {
-            let result = $step.await;
-            if !backoff.after(&result, $confirmed, $shutdown).await? {
-                break result?;
-            }
-        }
-    }};
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,10 +108,25 @@ pub enum PipelineError {
 }
 
 /// How a run was started.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RunOptions {
     /// Start even if the slot has moved past the sink's last commit.
     pub allow_gap: bool,
+    /// Wait for as long as another consumer holds the slot, instead of giving up after
+    /// `slot_grace`.
+    pub wait_for_slot: bool,
+    /// How long to wait for a slot another consumer holds before refusing to start.
+    pub slot_grace: Duration,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            allow_gap: false,
+            wait_for_slot: false,
+            slot_grace: SLOT_GRACE,
+        }
+    }
 }
 
 /// What the pipeline has landed so far; published after every commit.
@@ -177,8 +182,30 @@ pub async fn run(
 ) -> Result<Progress, PipelineError> {
     // Boxed as `dyn Send` so the compiler checks Send here, with concrete lifetimes; checked
     // through `tokio::spawn` instead, it trips over the borrows held across awaits.
-    let start: BoxFuture<'_, _> = Box::pin(Pipeline::start(config, options, shutdown, progress));
-    let mut pipeline = start.await?;
+    let start: BoxFuture<'_, _> = Box::pin(start::start(&config, &options, &shutdown));
+    let Some(started) = start.await? else {
+        tracing::info!("stopped before the slot was free");
+        return Ok(progress.borrow().clone());
+    };
+    progress.send_modify(|p| {
+        p.last_entry = Some(started.opened.clone());
+        p.streaming = true;
+    });
+    let mut pipeline = Pipeline {
+        encoder: Arc::new(Encoder::new(&EncodeOptions::default())?),
+        writer: started.log.writer().clone(),
+        config,
+        sink: started.sink,
+        log: started.log,
+        checkpoint: started.checkpoint,
+        transforms: Some(started.transforms),
+        plugins: started.plugins,
+        stream: started.stream,
+        proto_version: started.proto_version,
+        catalog: started.catalog,
+        shutdown,
+        progress,
+    };
     let stream: BoxFuture<'_, _> = Box::pin(pipeline.stream());
     stream.await?;
     let landed = pipeline.progress.borrow().clone();
@@ -191,6 +218,7 @@ struct Pipeline {
     config: PipelineConfig,
     sink: Sink,
     log: CommitLog,
+    writer: Writer,
     checkpoint: Checkpoint,
     transforms: Option<TransformChain>,
     plugins: Vec<PluginInfo>,
@@ -205,136 +233,6 @@ struct Pipeline {
 }
 
 impl Pipeline {
-    async fn start(
-        config: PipelineConfig,
-        options: RunOptions,
-        shutdown: Shutdown,
-        progress: watch::Sender<Progress>,
-    ) -> Result<Pipeline, PipelineError> {
-        let source = &config.source;
-        let pg = provision::parse_url(&source.url)?;
-        let client = provision::connect(&pg).await?;
-        provision::check_wal_level(&client).await?;
-        provision::ensure_publication(&client, source).await?;
-        provision::check_replica_identity(&client, source).await?;
-        let mut catalog = Catalog::new(pg.clone(), source.binary);
-        if source.binary {
-            catalog
-                .check_tables(&provision::table_columns(&client, source).await?)
-                .await?;
-        }
-        let database = provision::current_database(&client).await?;
-
-        let sink = Sink::open(&config.sink.url, &config.sink.options)?;
-        let log = CommitLog::new(sink.clone(), writer_id());
-        let recovery = log.recover().await?;
-        let checkpoint = Checkpoint::from_entry(recovery.latest.as_ref());
-
-        let mut slot = provision::slot_state(&client, &source.slot).await?;
-        checkpoint.check_slot(
-            &source.slot,
-            slot.as_ref().and_then(|s| s.confirmed_flush_lsn),
-            options.allow_gap,
-        )?;
-        let deadline = Instant::now() + SLOT_RELEASE_WAIT;
-        while let Some(state) = &slot {
-            match provision::check_slot(&source.slot, state, &database) {
-                Err(ProvisionError::SlotActive { .. }) if Instant::now() < deadline => {
-                    // A consumer that just stopped leaves its walsender behind for a moment.
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    slot = provision::slot_state(&client, &source.slot).await?;
-                }
-                other => {
-                    other?;
-                    break;
-                }
-            }
-        }
-
-        let mut replication = ReplicationConnection::connect(&pg).await?;
-        let proto_version = proto_version(replication.server_version_num());
-        if source.binary && proto_version < 2 {
-            return Err(PipelineError::BinaryUnsupported(proto_version));
-        }
-        if slot.is_none() {
-            if !source.create_slot {
-                return Err(ProvisionError::NoSlot {
-                    slot: source.slot.clone(),
-                }
-                .into());
-            }
-            let created = replication.create_logical_slot(&source.slot).await?;
-            tracing::info!(slot = %source.slot, at = %created.consistent_point, "created slot");
-        }
-
-        let (transforms, plugins) = load_transforms(&config).await?;
-
-        let publications = format!("\"{}\"", source.publication);
-        let proto = proto_version.to_string();
-        let mut start_options = vec![
-            ("proto_version", proto.as_str()),
-            ("publication_names", publications.as_str()),
-        ];
-        if proto_version >= 2 {
-            // A transaction larger than logical_decoding_work_mem arrives in chunks as it is
-            // written, instead of being spilled to disk on the server until it commits.
-            start_options.push(("streaming", "on"));
-            // Logical decoding messages (pg_logical_emit_message) reach the transforms; the
-            // option exists from PostgreSQL 14, as protocol 2 does.
-            start_options.push(("messages", "true"));
-        }
-        if source.binary {
-            start_options.push(("binary", "true"));
-        }
-        tracing::info!(proto_version, "pgoutput protocol");
-        let stream = replication
-            .start_logical(
-                &source.slot,
-                checkpoint.confirmed(),
-                &start_options,
-                Duration::from_secs(source.status_interval_secs),
-            )
-            .await?;
-
-        if checkpoint.sequence() > 0 {
-            // A previous run may have stopped between its last commit and confirming it; what
-            // the sink holds is durable, so the slot may release it now.
-            stream.confirm(checkpoint.confirmed());
-        }
-        let removed = log.clean_up(&recovery).await?;
-        if !removed.is_empty() {
-            tracing::info!(
-                files = removed.len(),
-                "removed files of uncommitted flushes"
-            );
-        }
-        tracing::info!(
-            slot = %source.slot,
-            sink = %sink.url(),
-            committed = %checkpoint.confirmed(),
-            sequence = checkpoint.sequence(),
-            "streaming"
-        );
-        progress.send_modify(|p| {
-            p.last_entry = recovery.latest.clone();
-            p.streaming = true;
-        });
-        Ok(Pipeline {
-            encoder: Arc::new(Encoder::new(&EncodeOptions::default())?),
-            config,
-            sink,
-            log,
-            checkpoint,
-            transforms: Some(transforms),
-            plugins,
-            stream,
-            proto_version,
-            catalog,
-            shutdown,
-            progress,
-        })
-    }
-
     /// Read, assemble, batch and flush until shutdown.
     async fn stream(&mut self) -> Result<(), PipelineError> {
         let flush = &self.config.flush;
@@ -430,16 +328,18 @@ impl Pipeline {
         let transformed = Instant::now();
 
         let encoder = self.encoder.clone();
-        let encoded =
-            tokio::task::spawn_blocking(move || encode_outputs(&encoder, &outputs, sequence))
-                .await
-                .map_err(|e| PipelineError::Task(e.to_string()))?
-                .map_err(|source| PipelineError::Encode {
-                    sequence,
-                    first,
-                    last,
-                    source,
-                })?;
+        let writer = self.writer.clone();
+        let encoded = tokio::task::spawn_blocking(move || {
+            encode_outputs(&encoder, &outputs, sequence, &writer)
+        })
+        .await
+        .map_err(|e| PipelineError::Task(e.to_string()))?
+        .map_err(|source| PipelineError::Encode {
+            sequence,
+            first,
+            last,
+            source,
+        })?;
         let encoded_at = Instant::now();
 
         let paths: Vec<String> = encoded.iter().map(|(f, _)| f.path.clone()).collect();
@@ -450,19 +350,20 @@ impl Pipeline {
             confirmed,
             &mut shutdown,
             self.log.write_intent(sequence, &paths)
-        );
+        )?;
         with_retry!(
             "uploading data files",
             confirmed,
             &mut shutdown,
             upload_all(&self.sink, &encoded)
-        );
+        )?;
         let uploaded = Instant::now();
 
         let entry = CommitEntry {
             format: crate::commit::FORMAT,
+            kind: EntryKind::Flush,
             sequence,
-            writer: self.log.writer().to_owned(),
+            writer: self.writer.clone(),
             slot: self.config.source.slot.clone(),
             first_commit_lsn: first,
             last_commit_lsn: last,
@@ -473,12 +374,20 @@ impl Pipeline {
             plugins: self.plugins.clone(),
             committed_at: unix_micros(),
         };
-        with_retry!(
+        let committed = with_retry!(
             "writing the commit entry",
             confirmed,
             &mut shutdown,
             self.log.commit(&entry)
         );
+        if let Err(e @ CommitError::Conflict { .. }) = committed {
+            // Another instance took the sequence number: these files can never be committed.
+            if let Err(cleanup) = self.log.abandon(sequence, &paths).await {
+                tracing::warn!(sequence, error = %cleanup, "could not remove this flush's files after losing the pipeline; the instance that took over removes them at its next start");
+            }
+            return Err(e.into());
+        }
+        committed?;
         self.checkpoint.advance(&entry)?;
         // Durable: only now may the slot release this WAL.
         self.stream.confirm(self.checkpoint.confirmed());
@@ -521,78 +430,12 @@ impl Pipeline {
     }
 }
 
-/// Sink failures are retried with capped exponential backoff for as long as they last;
-/// errors that retrying cannot fix (a conflicting writer, a corrupt entry) stop at once.
-struct Backoff {
-    what: &'static str,
-    delay: Duration,
-    attempts: u32,
-}
-
-impl Backoff {
-    fn new(what: &'static str) -> Self {
-        Backoff {
-            what,
-            delay: RETRY_MIN,
-            attempts: 0,
-        }
-    }
-
-    /// `Ok(true)` to try again after the wait, `Ok(false)` when the step succeeded or failed
-    /// for good. A stop request during the wait ends the retries: the flush stays uncommitted
-    /// and is replayed at the next start.
-    async fn after<T>(
-        &mut self,
-        result: &Result<T, CommitError>,
-        confirmed: Lsn,
-        shutdown: &mut Shutdown,
-    ) -> Result<bool, PipelineError> {
-        match result {
-            Ok(_) => {
-                if self.attempts > 0 {
-                    tracing::info!(
-                        attempts = self.attempts,
-                        "{}: the sink is reachable again",
-                        self.what
-                    );
-                }
-                Ok(false)
-            }
-            Err(CommitError::Sink(e)) => {
-                self.attempts += 1;
-                tracing::warn!(
-                    attempts = self.attempts,
-                    retry_in = ?self.delay,
-                    error = %e,
-                    "{} failed; nothing past {confirmed} is confirmed",
-                    self.what
-                );
-                let stop = async {
-                    while !*shutdown.borrow_and_update() {
-                        if shutdown.changed().await.is_err() {
-                            break;
-                        }
-                    }
-                };
-                tokio::select! {
-                    _ = tokio::time::sleep(self.delay) => {}
-                    _ = stop => {
-                        return Err(PipelineError::Interrupted { what: self.what, confirmed });
-                    }
-                }
-                self.delay = (self.delay * 2).min(RETRY_MAX);
-                Ok(true)
-            }
-            Err(_) => Ok(false),
-        }
-    }
-}
-
 /// Encode every output of a flush and name its files.
 fn encode_outputs(
     encoder: &Encoder,
     outputs: &[OutputBatch],
     sequence: u64,
+    writer: &Writer,
 ) -> Result<Vec<(FileEntry, Bytes)>, EncodeError> {
     let mut files = Vec::new();
     let mut parts: BTreeMap<&str, usize> = BTreeMap::new();
@@ -602,7 +445,7 @@ fn encode_outputs(
         let mut rows_left = output.rows.len() as u64;
         for bytes in encoded {
             let part = parts.entry(output.output.as_str()).or_default();
-            let path = data_file_path(&output.output, sequence, *part);
+            let path = data_file_path(&output.output, sequence, writer, *part);
             *part += 1;
             let rows = parquet_rows(&bytes).unwrap_or(rows_left).min(rows_left);
             rows_left -= rows;
@@ -626,12 +469,29 @@ fn parquet_rows(bytes: &Bytes) -> Option<u64> {
     u64::try_from(reader.metadata().file_metadata().num_rows()).ok()
 }
 
+/// Create the data files of a flush. A file already there under its name (which only this
+/// writer produces) is an earlier attempt of the same upload whose reply was lost; its size
+/// must match.
 async fn upload_all(sink: &Sink, files: &[(FileEntry, Bytes)]) -> Result<(), CommitError> {
     for chunk in files.chunks(UPLOAD_CONCURRENCY) {
         let mut uploads = Vec::with_capacity(chunk.len());
         for (file, bytes) in chunk {
             let path = object_store::path::Path::from(file.path.as_str());
-            uploads.push(async move { sink.put(&path, bytes.clone()).await });
+            uploads.push(async move {
+                if sink.create(&path, bytes.clone()).await? == Created::Existed {
+                    let size = sink.size(&path).await?;
+                    if size != Some(file.bytes) {
+                        return Err(CommitError::Corrupt {
+                            path: file.path.clone(),
+                            reason: format!(
+                                "this writer's own file name already holds {size:?} bytes, not the {} it uploads",
+                                file.bytes
+                            ),
+                        });
+                    }
+                }
+                Ok(())
+            });
         }
         futures::future::try_join_all(uploads).await?;
     }
@@ -654,20 +514,6 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
     }
-}
-
-fn unix_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
-}
-
-/// Identifies this process in the commit log: host, pid and start time.
-fn writer_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "unknown-host".into());
-    format!("{host}:{}:{}", std::process::id(), unix_micros())
 }
 
 #[cfg(test)]

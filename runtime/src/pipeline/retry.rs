@@ -1,0 +1,94 @@
+//! Sink steps are retried with capped exponential backoff for as long as the sink fails;
+//! errors that retrying cannot fix (a conflicting writer, a corrupt entry) stop at once.
+
+use std::time::Duration;
+
+use super::{PipelineError, Shutdown};
+use crate::Lsn;
+use crate::commit::CommitError;
+
+const RETRY_MIN: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Run a sink step until it succeeds or fails for good; yields the step's last result. A stop
+/// request while waiting returns [`PipelineError::Interrupted`] from the enclosing function.
+macro_rules! with_retry {
+    ($what:expr, $confirmed:expr, $shutdown:expr, $step:expr) => {{
+        let mut backoff = $crate::pipeline::retry::Backoff::new($what);
+        loop {
+            let result = $step.await;
+            if !backoff.after(&result, $confirmed, $shutdown).await? {
+                break result;
+            }
+        }
+    }};
+}
+
+pub(crate) use with_retry;
+
+/// Sink failures are retried with capped exponential backoff for as long as they last;
+/// errors that retrying cannot fix (a conflicting writer, a corrupt entry) stop at once.
+pub(crate) struct Backoff {
+    what: &'static str,
+    delay: Duration,
+    attempts: u32,
+}
+
+impl Backoff {
+    pub(crate) fn new(what: &'static str) -> Self {
+        Backoff {
+            what,
+            delay: RETRY_MIN,
+            attempts: 0,
+        }
+    }
+
+    /// `Ok(true)` to try again after the wait, `Ok(false)` when the step succeeded or failed
+    /// for good. A stop request during the wait ends the retries: the flush stays uncommitted
+    /// and is replayed at the next start.
+    pub(crate) async fn after<T>(
+        &mut self,
+        result: &Result<T, CommitError>,
+        confirmed: Lsn,
+        shutdown: &mut Shutdown,
+    ) -> Result<bool, PipelineError> {
+        match result {
+            Ok(_) => {
+                if self.attempts > 0 {
+                    tracing::info!(
+                        attempts = self.attempts,
+                        "{}: the sink is reachable again",
+                        self.what
+                    );
+                }
+                Ok(false)
+            }
+            Err(CommitError::Sink(e)) => {
+                self.attempts += 1;
+                tracing::warn!(
+                    attempts = self.attempts,
+                    retry_in = ?self.delay,
+                    error = %e,
+                    "{} failed; nothing past {confirmed} is confirmed",
+                    self.what
+                );
+                let stop = async {
+                    while !*shutdown.borrow_and_update() {
+                        if shutdown.changed().await.is_err() {
+                            break;
+                        }
+                    }
+                };
+                tokio::select! {
+                    _ = tokio::time::sleep(self.delay) => {}
+                    _ = stop => {
+                        return Err(PipelineError::Interrupted { what: self.what, confirmed });
+                    }
+                }
+                self.delay = (self.delay * 2).min(RETRY_MAX);
+                Ok(true)
+            }
+            Err(_) => Ok(false),
+        }
+    }
+}

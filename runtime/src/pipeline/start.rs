@@ -1,0 +1,333 @@
+//! Start-up, in the order that keeps a refused start from leaving anything behind and a
+//! second instance from writing over the first:
+//!
+//! 1. Everything that can refuse, before anything is created: the server's `wal_level`, the
+//!    plugins (loaded and instantiated), the sink (reachable, and not another pipeline's),
+//!    the slot (its plugin, database, two-phase setting, and whether the lake would have a
+//!    gap without it).
+//! 2. Provisioning: the publication, replica identity checks, the slot if missing.
+//! 3. Holding the slot: `START_REPLICATION` succeeds for one consumer at a time. A slot held
+//!    by another consumer (a previous instance still stopping, during a rolling restart) is
+//!    waited for: briefly by default, for as long as it takes with `--wait`.
+//! 4. Taking over the sink, now that no other consumer can confirm: record which pipeline it
+//!    belongs to (once), read the log again, compare the slot with it (gaps are refused), and
+//!    append an open entry that fences every earlier writer (see [`crate::commit`]). Then
+//!    delete what no one can commit any more.
+
+use std::time::{Duration, Instant};
+
+use tokio_postgres::Client;
+
+use super::retry::with_retry;
+use super::{PipelineError, RunOptions, Shutdown, load_transforms, proto_version};
+use crate::Lsn;
+use crate::catalog::Catalog;
+use crate::commit::{
+    Checkpoint, CommitEntry, CommitError, CommitLog, FORMAT, PipelineIdentity, Writer, unix_micros,
+};
+use crate::config::{PipelineConfig, SourceConfig};
+use crate::provision::{self, ProvisionError};
+use crate::replication::{ReplicationConnection, ReplicationStream};
+use crate::sink::Sink;
+use crate::transform::{PluginInfo, TransformChain};
+
+/// How often a waiting start looks at the slot again, and how often it says it still waits.
+const SLOT_POLL: Duration = Duration::from_millis(200);
+const WAIT_LOG_EVERY: Duration = Duration::from_secs(30);
+/// Open attempts before concluding that another writer keeps committing.
+const OPEN_ATTEMPTS: usize = 5;
+/// `object_in_use`: START_REPLICATION on a slot another walsender holds.
+const SLOT_IN_USE: &str = "55006";
+/// `duplicate_object`: CREATE_REPLICATION_SLOT raced another instance creating it.
+const DUPLICATE_OBJECT: &str = "42710";
+
+/// A pipeline that holds its slot and owns its sink.
+pub(super) struct Started {
+    pub sink: Sink,
+    pub log: CommitLog,
+    pub checkpoint: Checkpoint,
+    pub opened: CommitEntry,
+    pub transforms: TransformChain,
+    pub plugins: Vec<PluginInfo>,
+    pub stream: ReplicationStream,
+    pub proto_version: u32,
+    pub catalog: Catalog,
+}
+
+/// Start a pipeline; `None` when a stop was requested while it waited for the slot.
+pub(super) async fn start(
+    config: &PipelineConfig,
+    options: &RunOptions,
+    shutdown: &Shutdown,
+) -> Result<Option<Started>, PipelineError> {
+    let source = &config.source;
+    let writer = Writer::new();
+    let mut pg = provision::parse_url(&source.url)?;
+    if pg.get_application_name().is_none() {
+        // Names this instance to whoever finds the slot busy (pg_stat_replication).
+        pg.application_name(format!("tributary {}", writer.id));
+    }
+    let client = provision::connect(&pg).await?;
+    provision::check_wal_level(&client).await?;
+
+    // 1. Everything that can refuse.
+    let (transforms, plugins) = load_transforms(config).await?;
+    let sink = Sink::open(&config.sink.url, &config.sink.options)?;
+    let log = CommitLog::new(sink.clone(), writer.clone());
+    let latest = log.latest().await?;
+    let mut replication = ReplicationConnection::connect(&pg).await?;
+    let system = replication.identify_system().await?;
+    let database = provision::current_database(&client).await?;
+    let identity = PipelineIdentity {
+        format: FORMAT,
+        system_identifier: system.system_id,
+        database: database.clone(),
+        slot: source.slot.clone(),
+        created_by: writer.clone(),
+        created_at: unix_micros(),
+    };
+    log.check_identity(&identity, latest.as_ref()).await?;
+    let proto_version = proto_version(replication.server_version_num());
+    if source.binary && proto_version < 2 {
+        return Err(PipelineError::BinaryUnsupported(proto_version));
+    }
+    let first_read = Checkpoint::from_entry(latest.as_ref());
+    let slot = provision::slot_state(&client, &source.slot).await?;
+    match &slot {
+        Some(state) => provision::check_slot(&source.slot, state, &database)?,
+        None => {
+            first_read.check_slot(&source.slot, None, options.allow_gap)?;
+            if !source.create_slot {
+                return Err(ProvisionError::NoSlot {
+                    slot: source.slot.clone(),
+                }
+                .into());
+            }
+        }
+    }
+
+    // 2. Provisioning.
+    provision::ensure_publication(&client, source).await?;
+    provision::check_replica_identity(&client, source).await?;
+    let mut catalog = Catalog::new(pg.clone(), source.binary);
+    if source.binary {
+        catalog
+            .check_tables(&provision::table_columns(&client, source).await?)
+            .await?;
+    }
+    if slot.is_none() {
+        match replication.create_logical_slot(&source.slot).await {
+            Ok(created) => {
+                tracing::info!(slot = %source.slot, at = %created.consistent_point, "created slot")
+            }
+            // Another instance created it a moment ago: wait for it like for any holder.
+            Err(e) if e.code() == Some(DUPLICATE_OBJECT) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+
+    // 3. Holding the slot.
+    let Some(stream) = hold_slot(
+        &pg,
+        &client,
+        replication,
+        source,
+        proto_version,
+        first_read.confirmed(),
+        options,
+        shutdown,
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+
+    // 4. Taking over the log. The owner record comes first: of two pipelines that found an
+    // empty sink at the same moment, the one that loses it writes nothing at all.
+    log.claim_identity(&identity).await?;
+    let (checkpoint, opened) = open_log(&log, &client, source, options, shutdown).await?;
+    let recovery = log.recover(opened.sequence).await?;
+    let removed = log.clean_up(&recovery).await?;
+    if !removed.is_empty() {
+        tracing::info!(
+            files = removed.len(),
+            "removed files of flushes that can never commit"
+        );
+    }
+    if !recovery.newer.is_empty() {
+        tracing::warn!(
+            sequences = ?recovery.newer,
+            "the sink holds intents of a writer that started after this one; this one will stop at its next commit"
+        );
+    }
+    // A previous run may have stopped between its last commit and confirming it; what the
+    // sink holds is durable, so the slot may release it now.
+    stream.confirm(checkpoint.confirmed());
+    tracing::info!(
+        slot = %source.slot,
+        sink = %sink.url(),
+        writer = %writer.id,
+        committed = %checkpoint.confirmed(),
+        sequence = checkpoint.sequence(),
+        "streaming"
+    );
+    Ok(Some(Started {
+        sink,
+        log,
+        checkpoint,
+        opened,
+        transforms,
+        plugins,
+        stream,
+        proto_version,
+        catalog,
+    }))
+}
+
+/// `START_REPLICATION`, once no other consumer holds the slot.
+#[allow(clippy::too_many_arguments)]
+async fn hold_slot(
+    pg: &tokio_postgres::Config,
+    client: &Client,
+    replication: ReplicationConnection,
+    source: &SourceConfig,
+    proto_version: u32,
+    start: Lsn,
+    options: &RunOptions,
+    shutdown: &Shutdown,
+) -> Result<Option<ReplicationStream>, PipelineError> {
+    let publications = format!("\"{}\"", source.publication);
+    let proto = proto_version.to_string();
+    let mut start_options = vec![
+        ("proto_version", proto.as_str()),
+        ("publication_names", publications.as_str()),
+    ];
+    if proto_version >= 2 {
+        // A transaction larger than logical_decoding_work_mem arrives in chunks as it is
+        // written, instead of being spilled to disk on the server until it commits.
+        start_options.push(("streaming", "on"));
+        // Logical decoding messages (pg_logical_emit_message) reach the transforms; the
+        // option exists from PostgreSQL 14, as protocol 2 does.
+        start_options.push(("messages", "true"));
+    }
+    if source.binary {
+        start_options.push(("binary", "true"));
+    }
+    let status_interval = Duration::from_secs(source.status_interval_secs);
+
+    let waiting_since = Instant::now();
+    let mut last_told: Option<Instant> = None;
+    let mut replication = Some(replication);
+    loop {
+        let holder = provision::slot_state(client, &source.slot)
+            .await?
+            .and_then(|s| s.active_pid);
+        if holder.is_none() {
+            let connection = match replication.take() {
+                Some(c) => c,
+                None => ReplicationConnection::connect(pg).await?,
+            };
+            match connection
+                .start_logical(&source.slot, start, &start_options, status_interval)
+                .await
+            {
+                Ok(stream) => {
+                    tracing::info!(proto_version, "pgoutput protocol");
+                    return Ok(Some(stream));
+                }
+                // Taken between the look and the start.
+                Err(e) if e.code() == Some(SLOT_IN_USE) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let waited = waiting_since.elapsed();
+        if !options.wait_for_slot && waited >= options.slot_grace {
+            let pid = match holder {
+                Some(pid) => pid,
+                None => provision::slot_state(client, &source.slot)
+                    .await?
+                    .and_then(|s| s.active_pid)
+                    .unwrap_or_default(),
+            };
+            return Err(ProvisionError::SlotActive {
+                slot: source.slot.clone(),
+                pid,
+                application_name: provision::walsender_name(client, pid).await?,
+                waited_secs: waited.as_secs(),
+            }
+            .into());
+        }
+        if last_told.is_none_or(|t| t.elapsed() >= WAIT_LOG_EVERY) {
+            last_told = Some(Instant::now());
+            let pid = holder.unwrap_or_default();
+            let name = provision::walsender_name(client, pid).await?;
+            let until = if options.wait_for_slot {
+                "until it is released (--wait)".to_owned()
+            } else {
+                format!(
+                    "up to {} s for it to be released",
+                    options.slot_grace.as_secs()
+                )
+            };
+            tracing::info!(
+                slot = %source.slot,
+                pid,
+                application_name = name.as_deref().unwrap_or("?"),
+                waited_secs = waited.as_secs(),
+                "the slot is held by another consumer; waiting {until}"
+            );
+        }
+        let mut stop = shutdown.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(SLOT_POLL) => {}
+            _ = stop.wait_for(|s| *s) => return Ok(None),
+        }
+    }
+}
+
+/// Read the log as it is now that this instance holds the slot, refuse a gap, and append the
+/// open entry that fences every earlier writer.
+async fn open_log(
+    log: &CommitLog,
+    client: &Client,
+    source: &SourceConfig,
+    options: &RunOptions,
+    shutdown: &Shutdown,
+) -> Result<(Checkpoint, CommitEntry), PipelineError> {
+    let mut shutdown = shutdown.clone();
+    let mut holder = None;
+    for _ in 0..OPEN_ATTEMPTS {
+        let latest = log.latest().await?;
+        let mut checkpoint = Checkpoint::from_entry(latest.as_ref());
+        let slot_confirmed = provision::slot_state(client, &source.slot)
+            .await?
+            .and_then(|s| s.confirmed_flush_lsn);
+        checkpoint.check_slot(&source.slot, slot_confirmed, options.allow_gap)?;
+        let entry = checkpoint.open_entry(
+            log.writer(),
+            &source.slot,
+            slot_confirmed.unwrap_or_default(),
+            options.allow_gap,
+        );
+        let committed = with_retry!(
+            "opening the commit log",
+            checkpoint.confirmed(),
+            &mut shutdown,
+            log.commit(&entry)
+        );
+        match committed {
+            Ok(()) => {
+                checkpoint.advance(&entry)?;
+                return Ok((checkpoint, entry));
+            }
+            // An earlier writer committed in between; it is fenced once we open after it.
+            Err(CommitError::Conflict { holder: h, .. }) => {
+                tracing::info!(sequence = entry.sequence, holder = %h, "an earlier writer committed while this one opened; reading the log again");
+                holder = Some((entry.sequence, h));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let (sequence, holder) = holder.expect("every failed attempt names its holder");
+    Err(CommitError::Contended { sequence, holder }.into())
+}

@@ -1,0 +1,409 @@
+//! One writer per pipeline, and committed data is immutable: a second instance waits for the
+//! slot and takes over without touching what the first committed, a writer that was paused
+//! cannot commit after it lost the pipeline, and a sink belongs to one pipeline.
+//!
+//! Regression tests for the rolling-restart defect (faults issue, point 3): an instance
+//! started while another ran uploaded under the same file names and overwrote committed files.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use tributary::commit::{CommitLog, EntryKind, Writer};
+use tributary::pipeline::{PipelineError, RunOptions};
+use tributary::sink::Sink;
+use tributary_tests::lake::committed_rows;
+use tributary_tests::pipeline::{RunningPipeline, config, events_database};
+use tributary_tests::service::{Service, ServiceConfig};
+use tributary_tests::{TestDatabase, s3, unique_name};
+
+fn temp_dir(hint: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(unique_name(hint));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Inserts into `events` in small transactions until stopped; the ids written are
+/// `1..=written`.
+struct Workload {
+    stop: Arc<AtomicBool>,
+    written: Arc<AtomicU32>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Workload {
+    fn start(url: &str) -> Workload {
+        let stop = Arc::new(AtomicBool::new(false));
+        let written = Arc::new(AtomicU32::new(0));
+        let (url, flag, count) = (url.to_owned(), stop.clone(), written.clone());
+        let task = tokio::spawn(async move {
+            let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            while !flag.load(Ordering::Relaxed) {
+                let first = count.load(Ordering::Relaxed) + 1;
+                client
+                    .batch_execute(&format!(
+                        "INSERT INTO events SELECT g, 'e' || g FROM generate_series({first}, {}) g",
+                        first + 4
+                    ))
+                    .await
+                    .unwrap();
+                count.store(first + 4, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(15)).await;
+            }
+        });
+        Workload {
+            stop,
+            written,
+            task,
+        }
+    }
+
+    async fn finish(self) -> u32 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        self.written.load(Ordering::Relaxed)
+    }
+}
+
+/// Wait until the lake holds `count` rows of `public.events`.
+async fn wait_for_rows(sink: &Sink, count: usize, timeout: Duration) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let rows = tributary_tests::lake::read_output(sink.store().as_ref(), "public.events").await;
+        if rows.len() >= count {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let landed: BTreeSet<u32> = rows
+                .iter()
+                .map(|r| r.values["id"].as_ref().unwrap().parse().unwrap())
+                .collect();
+            let missing: Vec<u32> = (1..=count as u32).filter(|i| !landed.contains(i)).collect();
+            let log = CommitLog::new(sink.clone(), Writer::named("test"));
+            let mut entries = String::new();
+            for sequence in log.sequences().await.unwrap() {
+                let e = log.read_entry(sequence).await.unwrap().unwrap();
+                entries.push_str(&format!(
+                    "\n  {sequence} {:?} {} {}..{} end {} tx {}",
+                    e.kind,
+                    e.writer.id,
+                    e.first_commit_lsn,
+                    e.last_commit_lsn,
+                    e.last_end_lsn,
+                    e.transactions
+                ));
+            }
+            panic!(
+                "the lake holds {} of {count} rows after {timeout:?}; missing ids {missing:?}; log:{entries}",
+                rows.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The ids landed, checked to be exactly once with every file intact.
+async fn landed_ids(sink: &Sink) -> Vec<u32> {
+    committed_rows(sink, "public.events")
+        .await
+        .iter()
+        .map(|r| r.values["id"].as_ref().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// The writer id a service logged when it started streaming.
+fn writer_of(log: &str) -> String {
+    let line = log
+        .lines()
+        .find(|l| l.contains(" streaming ") || l.ends_with("streaming"))
+        .unwrap_or_else(|| panic!("no streaming line in:\n{log}"));
+    let at = line
+        .find("writer=")
+        .expect("the streaming line names the writer")
+        + 7;
+    line[at..].split_whitespace().next().unwrap().to_owned()
+}
+
+fn s3_service(db: &TestDatabase, name: &str, bucket: &str) -> (ServiceConfig, Sink) {
+    let server = s3();
+    let mut cfg = ServiceConfig::new(
+        &db.url,
+        name,
+        &["public.events"],
+        &server.bucket_url(bucket),
+    );
+    cfg.sink_options = server.object_store_options();
+    let sink = Sink::open(&cfg.sink_url, &cfg.sink_options.iter().cloned().collect()).unwrap();
+    (cfg, sink)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restarts_hand_over_without_losing_doubling_or_rewriting_a_change() {
+    let db = events_database("rolling").await;
+    let bucket = s3().fresh_bucket("rolling").await;
+    let name = unique_name("rolling");
+    let (cfg, sink) = s3_service(&db, &name, &bucket);
+    let dir = temp_dir("rolling");
+    let file = cfg.write(&dir);
+
+    let mut current = Service::spawn(&file, &["--wait"], &dir.join("0.log"));
+    current
+        .wait_for_log("streaming", Duration::from_secs(60))
+        .await;
+    // The slot exists from here on: every change the workload makes reaches the lake.
+    let workload = Workload::start(&db.url);
+    let mut writers = BTreeSet::new();
+    for round in 1..=20 {
+        // The next instance starts while this one runs, as a rollout does it, and waits.
+        let mut next = Service::spawn(&file, &["--wait"], &dir.join(format!("{round}.log")));
+        next.wait_for_log("held by another consumer", Duration::from_secs(60))
+            .await;
+        let log = current.stop().await;
+        writers.insert(writer_of(&log));
+        next.wait_for_log("streaming", Duration::from_secs(60))
+            .await;
+        current = next;
+    }
+    let written = workload.finish().await;
+    wait_for_rows(&sink, written as usize, Duration::from_secs(60)).await;
+    let log = current.stop().await;
+    writers.insert(writer_of(&log));
+    assert_eq!(writers.len(), 21, "every instance had its own writer id");
+
+    let ids = landed_ids(&sink).await;
+    assert_eq!(ids.len(), written as usize, "no change landed twice");
+    assert_eq!(
+        ids.iter().copied().collect::<BTreeSet<u32>>(),
+        (1..=written).collect(),
+        "every change landed"
+    );
+    // Each instance opened the log once, after the one before it had committed.
+    let log = CommitLog::new(sink.clone(), Writer::named("test"));
+    let mut opened_by = Vec::new();
+    for sequence in log.sequences().await.unwrap() {
+        let entry = log.read_entry(sequence).await.unwrap().unwrap();
+        if entry.kind == EntryKind::Open {
+            opened_by.push(entry.writer.id);
+        }
+    }
+    assert_eq!(opened_by.len(), 21);
+    assert_eq!(opened_by.iter().collect::<BTreeSet<_>>().len(), 21);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_writer_that_resumes_cannot_commit_over_the_instance_that_took_over() {
+    let db = events_database("paused").await;
+    let bucket = s3().fresh_bucket("paused").await;
+    let name = unique_name("paused");
+    let (mut cfg, sink) = s3_service(&db, &name, &bucket);
+    // A holds what it read for up to 3 s before flushing: long enough to pause it holding rows.
+    cfg.max_delay_ms = 3_000;
+    let dir = temp_dir("paused");
+    let file = cfg.write(&dir);
+    let insert = |from: u32| {
+        format!(
+            "INSERT INTO events SELECT g, 'e' || g FROM generate_series({from}, {}) g",
+            from + 9
+        )
+    };
+
+    let mut a = Service::spawn(&file, &[], &dir.join("a.log"));
+    a.wait_for_log("streaming", Duration::from_secs(60)).await;
+    db.client.batch_execute(&insert(1)).await.unwrap();
+    wait_for_rows(&sink, 10, Duration::from_secs(30)).await;
+
+    // A reads 11..20, then stops dead (a frozen VM); its connection is cut, as
+    // wal_sender_timeout would, so the slot is free.
+    db.client.batch_execute(&insert(11)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    a.signal(libc::SIGSTOP);
+    db.client
+        .batch_execute(&format!(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = '{name}'"
+        ))
+        .await
+        .unwrap();
+
+    // B takes over and lands 11..20 itself (A never confirmed them), then 21..30.
+    let mut b = Service::spawn(&file, &["--wait"], &dir.join("b.log"));
+    b.wait_for_log("streaming", Duration::from_secs(60)).await;
+    db.client.batch_execute(&insert(21)).await.unwrap();
+    wait_for_rows(&sink, 30, Duration::from_secs(30)).await;
+
+    // A wakes up with 11..20 in hand and tries to commit them: refused, nothing written.
+    a.signal(libc::SIGCONT);
+    let status = a.wait_exit(Duration::from_secs(30)).await;
+    let a_log = a.log();
+    assert!(!status.success(), "A must not go on:\n{a_log}");
+    let b_writer = writer_of(&b.log());
+    assert!(
+        a_log.contains(&format!(
+            "was written by another tributary, writer {b_writer}"
+        )) && a_log.contains("stops and writes nothing more"),
+        "A names the instance that took over:\n{a_log}"
+    );
+    let b_log = b.stop().await;
+
+    let ids = landed_ids(&sink).await;
+    assert_eq!(ids, (1..=30).collect::<Vec<u32>>(), "{b_log}");
+    let a_writer = writer_of(&a_log);
+    let log = CommitLog::new(sink.clone(), Writer::named("test"));
+    let mut after_b = false;
+    for sequence in log.sequences().await.unwrap() {
+        let entry = log.read_entry(sequence).await.unwrap().unwrap();
+        after_b |= entry.writer.id == b_writer;
+        assert!(
+            !(after_b && entry.writer.id == a_writer),
+            "A committed entry {sequence} after B took over"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Every object in the sink, with its size.
+async fn objects(sink: &Sink) -> Vec<(String, u64)> {
+    use futures::TryStreamExt;
+    let mut all: Vec<(String, u64)> = sink
+        .store()
+        .list(None)
+        .map_ok(|m| (m.location.to_string(), m.size))
+        .try_collect()
+        .await
+        .unwrap();
+    all.sort();
+    all
+}
+
+async fn slot_and_publication(db: &TestDatabase, name: &str) -> (bool, bool) {
+    let slot = db
+        .client
+        .query_opt(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .is_some();
+    let publication = db
+        .client
+        .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&name])
+        .await
+        .unwrap()
+        .is_some();
+    (slot, publication)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_pipeline_on_the_same_sink_is_refused_before_it_writes_anything() {
+    let first = events_database("sink_owner").await;
+    let other = events_database("sink_intruder").await;
+    let server = s3();
+    let bucket = server.fresh_bucket("one-sink").await;
+    let url = server.bucket_url(&bucket);
+    let options = server.object_store_options();
+    let sink = Sink::open(&url, &options.iter().cloned().collect()).unwrap();
+    let owner = unique_name("owner");
+    let mut running = RunningPipeline::start(config(
+        &first.url,
+        &owner,
+        &["public.events"],
+        &url,
+        options.clone(),
+        &[],
+    ))
+    .await;
+    first
+        .client
+        .batch_execute("INSERT INTO events VALUES (1, 'a'), (2, 'b')")
+        .await
+        .unwrap();
+    running.wait_for_changes(2, Duration::from_secs(60)).await;
+    running.stop().await;
+    let before = objects(&sink).await;
+
+    // Another database, and the same database with another slot.
+    for (db, hint) in [(&other, "intruder"), (&first, "neighbour")] {
+        let name = unique_name(hint);
+        let cfg = config(
+            &db.url,
+            &name,
+            &["public.events"],
+            &url,
+            options.clone(),
+            &[],
+        );
+        let err = RunningPipeline::start_failure(cfg, RunOptions::default()).await;
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "the sink belongs to another pipeline: slot {owner:?} on database {:?}",
+                first.name
+            )) && text.contains(&format!(
+                "this one reads slot {name:?} on database {:?}",
+                db.name
+            )) && text.contains("give each pipeline a sink prefix of its own"),
+            "{text}"
+        );
+        assert_eq!(
+            slot_and_publication(db, &name).await,
+            (false, false),
+            "nothing was created"
+        );
+        assert_eq!(
+            objects(&sink).await,
+            before,
+            "nothing was written to the sink"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_held_by_another_consumer_is_refused_naming_it() {
+    let db = events_database("busy_slot").await;
+    let server = s3();
+    let bucket = server.fresh_bucket("busy-slot").await;
+    let url = server.bucket_url(&bucket);
+    let options = server.object_store_options();
+    let sink = Sink::open(&url, &options.iter().cloned().collect()).unwrap();
+    let name = unique_name("busy_slot");
+    let cfg = config(&db.url, &name, &["public.events"], &url, options, &[]);
+    let holder = RunningPipeline::start(cfg.clone()).await;
+    let before = objects(&sink).await;
+
+    let options = RunOptions {
+        slot_grace: Duration::from_secs(1),
+        ..RunOptions::default()
+    };
+    let err = RunningPipeline::start_failure(cfg, options).await;
+    let pid: i32 = db
+        .client
+        .query_one(
+            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let text = err.to_string();
+    assert!(
+        matches!(err, PipelineError::Provision(_))
+            && text.starts_with(&format!(
+                "slot {name:?} is held by pid {pid} (application_name \"tributary "
+            ))
+            && text.ends_with(
+                "and was not released within 1 s: another consumer is reading it; stop that consumer, or pass --wait to wait until it lets go"
+            ),
+        "{text}"
+    );
+    assert_eq!(
+        objects(&sink).await,
+        before,
+        "the refused instance wrote nothing"
+    );
+    holder.stop().await;
+}

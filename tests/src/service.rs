@@ -1,0 +1,202 @@
+//! `tributary run` as a child process, the way an operator runs it: a pipeline file on disk,
+//! signals to stop, pause or kill it, and its log to read.
+//!
+//! The binary is the one `cargo test` builds beside this test executable
+//! (`target/<profile>/tributary`), or `TRIBUTARY_BIN`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `tributary` binary the tests run.
+pub fn tributary_bin() -> PathBuf {
+    if let Ok(bin) = std::env::var("TRIBUTARY_BIN") {
+        return PathBuf::from(bin);
+    }
+    let exe = std::env::current_exe().expect("the test executable's path");
+    // target/<profile>/deps/e2e-<hash> → target/<profile>/tributary
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("tributary"))
+        .expect("the test executable lives in target/<profile>/deps");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it with `cargo build -p tributary` (a plain `cargo test` at the workspace root builds it)",
+        bin.display()
+    );
+    bin
+}
+
+/// What a pipeline file says, for tests that run the real service.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    pub source_url: String,
+    /// Slot and publication name.
+    pub name: String,
+    pub tables: Vec<String>,
+    pub sink_url: String,
+    pub sink_options: Vec<(String, String)>,
+    pub max_delay_ms: u64,
+    pub max_rows: usize,
+}
+
+impl ServiceConfig {
+    pub fn new(source_url: &str, name: &str, tables: &[&str], sink_url: &str) -> Self {
+        ServiceConfig {
+            source_url: source_url.to_owned(),
+            name: name.to_owned(),
+            tables: tables.iter().map(|t| (*t).to_owned()).collect(),
+            sink_url: sink_url.to_owned(),
+            sink_options: Vec::new(),
+            max_delay_ms: 100,
+            max_rows: 2_000,
+        }
+    }
+
+    /// The pipeline file's text.
+    pub fn toml(&self) -> String {
+        let quoted = |s: &str| format!("{s:?}");
+        let tables: Vec<String> = self.tables.iter().map(|t| quoted(t)).collect();
+        let mut text = format!(
+            "[source]\nurl = {}\nslot = {}\npublication = {}\ntables = [{}]\nunchanged_toast = \"null\"\n\n[sink]\nurl = {}\n",
+            quoted(&self.source_url),
+            quoted(&self.name),
+            quoted(&self.name),
+            tables.join(", "),
+            quoted(&self.sink_url),
+        );
+        if !self.sink_options.is_empty() {
+            text.push_str("\n[sink.options]\n");
+            for (key, value) in &self.sink_options {
+                text.push_str(&format!("{key} = {}\n", quoted(value)));
+            }
+        }
+        text.push_str(&format!(
+            "\n[flush]\nmax_delay_ms = {}\nmax_rows = {}\n",
+            self.max_delay_ms, self.max_rows
+        ));
+        text
+    }
+
+    /// Write the pipeline file into `dir`.
+    pub fn write(&self, dir: &Path) -> PathBuf {
+        std::fs::create_dir_all(dir).unwrap();
+        let file = dir.join(format!("{}.toml", self.name));
+        std::fs::write(&file, self.toml()).unwrap();
+        file
+    }
+}
+
+/// A running `tributary run` child. Its log (stderr) goes to a file; dropping it kills it.
+pub struct Service {
+    child: Child,
+    log: PathBuf,
+    exit: Option<ExitStatus>,
+}
+
+impl Service {
+    /// `tributary run --config <file> <extra args>`, logging to `<log>`.
+    pub fn spawn(file: &Path, extra: &[&str], log: &Path) -> Service {
+        let stderr = std::fs::File::create(log).unwrap();
+        let child = Command::new(tributary_bin())
+            .args(["run", "--config"])
+            .arg(file)
+            .args(extra)
+            .env("RUST_LOG", "info,wasmtime=warn,cranelift=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("tributary starts");
+        Service {
+            child,
+            log: log.to_owned(),
+            exit: None,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait until its log contains `text`; panics with the log if it exits or takes longer.
+    pub async fn wait_for_log(&mut self, text: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.log().contains(text) {
+                return;
+            }
+            if let Some(status) = self.try_exit() {
+                panic!(
+                    "tributary exited ({status}) before logging {text:?}:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "tributary did not log {text:?} within {timeout:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid, which is not reaped while `self` lives.
+        let sent = unsafe { libc::kill(self.pid(), signal) };
+        assert_eq!(sent, 0, "kill({}, {signal}) failed", self.pid());
+    }
+
+    fn try_exit(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            self.exit = self.child.try_wait().unwrap();
+        }
+        self.exit
+    }
+
+    /// Wait for it to exit by itself; panics with the log after `timeout`.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_exit() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "tributary did not exit within {timeout:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// SIGTERM, then wait for a clean exit.
+    pub async fn stop(mut self) -> String {
+        self.signal(libc::SIGTERM);
+        let status = self.wait_exit(Duration::from_secs(60)).await;
+        let log = self.log();
+        assert!(status.success(), "exit {status} after SIGTERM:\n{log}");
+        log
+    }
+
+    /// SIGKILL, and reap it.
+    pub async fn kill(mut self) {
+        self.signal(libc::SIGKILL);
+        self.wait_exit(Duration::from_secs(10)).await;
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if self.try_exit().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
