@@ -27,6 +27,7 @@ pub mod commit;
 pub mod config;
 pub mod demo;
 pub mod encode;
+pub mod failpoint;
 mod lsn;
 pub mod pgoutput;
 pub mod pgtype;

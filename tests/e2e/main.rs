@@ -2,6 +2,7 @@
 
 mod auth;
 mod checkpoint;
+mod crash;
 mod demo;
 mod fencing;
 mod harness;

@@ -98,12 +98,18 @@ pub struct Service {
 impl Service {
     /// `tributary run --config <file> <extra args>`, logging to `<log>`.
     pub fn spawn(file: &Path, extra: &[&str], log: &Path) -> Service {
+        Self::spawn_with(file, extra, log, &[])
+    }
+
+    /// The same, with extra environment variables (`TRIBUTARY_FAILPOINTS`, ...).
+    pub fn spawn_with(file: &Path, extra: &[&str], log: &Path, env: &[(&str, &str)]) -> Service {
         let stderr = std::fs::File::create(log).unwrap();
         let child = Command::new(tributary_bin())
             .args(["run", "--config"])
             .arg(file)
             .args(extra)
             .env("RUST_LOG", "info,wasmtime=warn,cranelift=warn")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)

@@ -31,6 +31,7 @@ use crate::commit::{
 };
 use crate::config::PipelineConfig;
 use crate::encode::{EncodeError, EncodeOptions, Encoder};
+use crate::failpoint;
 use crate::pgoutput::{DecodeError, Decoder, LogicalMessage};
 use crate::provision::ProvisionError;
 use crate::replication::{ReplicationError, ReplicationStream, XLogData};
@@ -105,6 +106,8 @@ pub enum PipelineError {
     StreamEnded(Lsn),
     #[error("a blocking task failed: {0}")]
     Task(String),
+    #[error("{0}")]
+    Failpoints(String),
 }
 
 /// How a run was started.
@@ -182,6 +185,7 @@ pub async fn run(
 ) -> Result<Progress, PipelineError> {
     // Boxed as `dyn Send` so the compiler checks Send here, with concrete lifetimes; checked
     // through `tokio::spawn` instead, it trips over the borrows held across awaits.
+    failpoint::announce().map_err(PipelineError::Failpoints)?;
     let start: BoxFuture<'_, _> = Box::pin(start::start(&config, &options, &shutdown));
     let Some(started) = start.await? else {
         tracing::info!("stopped before the slot was free");
@@ -351,12 +355,14 @@ impl Pipeline {
             &mut shutdown,
             self.log.write_intent(sequence, &paths)
         )?;
+        failpoint::reached("flush.after-intent").await;
         with_retry!(
             "uploading data files",
             confirmed,
             &mut shutdown,
             upload_all(&self.sink, &encoded)
         )?;
+        failpoint::reached("flush.before-commit").await;
         let uploaded = Instant::now();
 
         let entry = CommitEntry {
@@ -388,9 +394,11 @@ impl Pipeline {
             return Err(e.into());
         }
         committed?;
+        failpoint::reached("flush.after-commit").await;
         self.checkpoint.advance(&entry)?;
         // Durable: only now may the slot release this WAL.
         self.stream.confirm(self.checkpoint.confirmed());
+        failpoint::reached("flush.after-confirm").await;
         if let Err(e) = self.log.clear_intent(sequence).await {
             tracing::warn!(sequence, error = %e, "could not remove a committed flush's intent; it is removed at the next start");
         }
@@ -490,6 +498,7 @@ async fn upload_all(sink: &Sink, files: &[(FileEntry, Bytes)]) -> Result<(), Com
                         });
                     }
                 }
+                failpoint::reached("flush.after-file").await;
                 Ok(())
             });
         }
