@@ -673,6 +673,11 @@ impl Batcher {
         self.pending.is_empty()
     }
 
+    /// Approximate decoded size of what is pending.
+    pub fn held_bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// When the pending transactions must be flushed even if no more arrive.
     pub fn deadline(&self) -> Option<Instant> {
         self.oldest.map(|t| t + self.limits.max_delay)

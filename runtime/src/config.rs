@@ -144,6 +144,10 @@ pub struct FlushConfig {
     /// The longest a committed transaction waits before it is landed, in milliseconds.
     #[serde(default = "default_max_delay_ms")]
     pub max_delay_ms: u64,
+    /// Decoded changes the pipeline holds between reading them and landing them, over all
+    /// flushes in flight, in MiB; reading the slot pauses while it is full.
+    #[serde(default = "default_in_flight_mib")]
+    pub in_flight_mib: usize,
 }
 
 impl Default for FlushConfig {
@@ -152,6 +156,7 @@ impl Default for FlushConfig {
             max_rows: default_max_rows(),
             max_mib: default_max_mib(),
             max_delay_ms: default_max_delay_ms(),
+            in_flight_mib: default_in_flight_mib(),
         }
     }
 }
@@ -185,6 +190,10 @@ fn default_max_rows() -> usize {
 fn default_max_mib() -> usize {
     64
 }
+fn default_in_flight_mib() -> usize {
+    256
+}
+
 fn default_max_delay_ms() -> u64 {
     1_000
 }
@@ -241,6 +250,12 @@ impl PipelineConfig {
         }
         if self.flush.max_rows == 0 || self.flush.max_mib == 0 {
             return Err("flush.max_rows and flush.max_mib must be at least 1".into());
+        }
+        if self.flush.in_flight_mib < self.flush.max_mib {
+            return Err(format!(
+                "flush.in_flight_mib ({}) must be at least flush.max_mib ({}): the budget holds at least one whole flush",
+                self.flush.in_flight_mib, self.flush.max_mib
+            ));
         }
         for (i, t) in self.transforms.iter().enumerate() {
             if t.memory_limit_mib == 0 || t.timeout_ms == 0 {

@@ -28,6 +28,7 @@ pub mod config;
 pub mod demo;
 pub mod encode;
 pub mod failpoint;
+pub mod flush;
 mod lsn;
 pub mod pgoutput;
 pub mod pgtype;

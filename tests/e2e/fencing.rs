@@ -1,6 +1,7 @@
 //! One writer per pipeline, and committed data is immutable: a second instance waits for the
 //! slot and takes over without touching what the first committed, a writer that was paused
-//! cannot commit after it lost the pipeline, and a sink belongs to one pipeline.
+//! or cut off from PostgreSQL cannot commit after it lost the pipeline, and a sink belongs to
+//! one pipeline.
 //!
 //! Regression tests for the rolling-restart defect (faults issue, point 3): an instance
 //! started while another ran uploaded under the same file names and overwrote committed files.
@@ -15,6 +16,7 @@ use tributary::pipeline::{PipelineError, RunOptions};
 use tributary::sink::Sink;
 use tributary_tests::lake::committed_rows;
 use tributary_tests::pipeline::{RunningPipeline, config, events_database};
+use tributary_tests::proxy::Proxy;
 use tributary_tests::service::{Service, ServiceConfig};
 use tributary_tests::{TestDatabase, s3, unique_name};
 
@@ -67,6 +69,25 @@ impl Workload {
         self.task.await.unwrap();
         self.written.load(Ordering::Relaxed)
     }
+}
+
+/// Cut the slot's walsender off, as `wal_sender_timeout` does with a consumer that went quiet.
+async fn drop_walsender(db: &TestDatabase, slot: &str) {
+    db.client
+        .execute(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .unwrap();
+}
+
+/// One transaction inserting ids `from..from+10`.
+fn insert_ten(from: u32) -> String {
+    format!(
+        "INSERT INTO events SELECT g, 'e' || g FROM generate_series({from}, {}) g",
+        from + 9
+    )
 }
 
 /// Wait until the lake holds `count` rows of `public.events`.
@@ -205,63 +226,101 @@ async fn a_paused_writer_that_resumes_cannot_commit_over_the_instance_that_took_
     cfg.max_delay_ms = 3_000;
     let dir = temp_dir("paused");
     let file = cfg.write(&dir);
-    let insert = |from: u32| {
-        format!(
-            "INSERT INTO events SELECT g, 'e' || g FROM generate_series({from}, {}) g",
-            from + 9
-        )
-    };
 
     let mut a = Service::spawn(&file, &[], &dir.join("a.log"));
     a.wait_for_log("streaming", Duration::from_secs(60)).await;
-    db.client.batch_execute(&insert(1)).await.unwrap();
+    db.client.batch_execute(&insert_ten(1)).await.unwrap();
     wait_for_rows(&sink, 10, Duration::from_secs(30)).await;
 
     // A reads 11..20, then stops dead (a frozen VM); its connection is cut, as
     // wal_sender_timeout would, so the slot is free.
-    db.client.batch_execute(&insert(11)).await.unwrap();
+    db.client.batch_execute(&insert_ten(11)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     a.signal(libc::SIGSTOP);
-    db.client
-        .batch_execute(&format!(
-            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = '{name}'"
-        ))
-        .await
-        .unwrap();
+    drop_walsender(&db, &name).await;
 
     // B takes over and lands 11..20 itself (A never confirmed them), then 21..30.
     let mut b = Service::spawn(&file, &["--wait"], &dir.join("b.log"));
     b.wait_for_log("streaming", Duration::from_secs(60)).await;
-    db.client.batch_execute(&insert(21)).await.unwrap();
+    db.client.batch_execute(&insert_ten(21)).await.unwrap();
     wait_for_rows(&sink, 30, Duration::from_secs(30)).await;
 
-    // A wakes up with 11..20 in hand and tries to commit them: refused, nothing written.
+    // A wakes up with 11..20 in hand; it finds its connection gone, or its sequence number
+    // taken, and stops without committing.
     a.signal(libc::SIGCONT);
     let status = a.wait_exit(Duration::from_secs(30)).await;
     let a_log = a.log();
     assert!(!status.success(), "A must not go on:\n{a_log}");
+    let b_log = b.stop().await;
+    assert_taken_over(&sink, &writer_of(&a_log), &writer_of(&b_log), 30).await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The lake holds ids 1..=n exactly once, and `a` committed nothing after `b` opened.
+async fn assert_taken_over(sink: &Sink, a: &str, b: &str, n: u32) {
+    let ids = landed_ids(sink).await;
+    assert_eq!(ids, (1..=n).collect::<Vec<u32>>());
+    let log = CommitLog::new(sink.clone(), Writer::named("test"));
+    let mut after_b = false;
+    for sequence in log.sequences().await.unwrap() {
+        let entry = log.read_entry(sequence).await.unwrap().unwrap();
+        after_b |= entry.writer.id == b;
+        assert!(
+            !(after_b && entry.writer.id == a),
+            "A committed entry {sequence} after B took over"
+        );
+    }
+}
+
+/// A partition: A's connection to PostgreSQL goes silent (nothing delivered, nothing closed),
+/// the server drops A's walsender and B takes over, while A still reaches the sink. A's next
+/// commit is the first thing that can tell it, and the open entry makes sure it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_cut_off_from_postgres_cannot_commit_over_the_instance_that_took_over() {
+    let db = events_database("partitioned").await;
+    let bucket = s3().fresh_bucket("partitioned").await;
+    let name = unique_name("partitioned");
+    let cluster = tributary_tests::postgres();
+    let proxy = Proxy::start(&format!("{}:{}", cluster.host(), cluster.port())).await;
+    let (mut cfg_a, sink) = s3_service(&db, &name, &bucket);
+    cfg_a.source_url = db.url.replace(
+        &format!(":{}/", cluster.port()),
+        &format!(":{}/", proxy.port()),
+    );
+    // A holds what it read for 5 s before flushing: the partition and B's take-over fit in.
+    cfg_a.max_delay_ms = 5_000;
+    let (cfg_b, _) = s3_service(&db, &name, &bucket);
+    let dir = temp_dir("partitioned");
+    let (file_a, file_b) = (dir.join("a.toml"), dir.join("b.toml"));
+    std::fs::write(&file_a, cfg_a.toml()).unwrap();
+    std::fs::write(&file_b, cfg_b.toml()).unwrap();
+
+    let mut a = Service::spawn(&file_a, &[], &dir.join("a.log"));
+    a.wait_for_log("streaming", Duration::from_secs(60)).await;
+    db.client.batch_execute(&insert_ten(1)).await.unwrap();
+    wait_for_rows(&sink, 10, Duration::from_secs(30)).await;
+    db.client.batch_execute(&insert_ten(11)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.freeze();
+    drop_walsender(&db, &name).await;
+
+    let mut b = Service::spawn(&file_b, &["--wait"], &dir.join("b.log"));
+    b.wait_for_log("streaming", Duration::from_secs(60)).await;
     let b_writer = writer_of(&b.log());
+    db.client.batch_execute(&insert_ten(21)).await.unwrap();
+    wait_for_rows(&sink, 30, Duration::from_secs(30)).await;
+
+    let status = a.wait_exit(Duration::from_secs(30)).await;
+    let a_log = a.log();
+    assert!(!status.success(), "A must not go on:\n{a_log}");
     assert!(
         a_log.contains(&format!(
             "was written by another tributary, writer {b_writer}"
         )) && a_log.contains("stops and writes nothing more"),
         "A names the instance that took over:\n{a_log}"
     );
-    let b_log = b.stop().await;
-
-    let ids = landed_ids(&sink).await;
-    assert_eq!(ids, (1..=30).collect::<Vec<u32>>(), "{b_log}");
-    let a_writer = writer_of(&a_log);
-    let log = CommitLog::new(sink.clone(), Writer::named("test"));
-    let mut after_b = false;
-    for sequence in log.sequences().await.unwrap() {
-        let entry = log.read_entry(sequence).await.unwrap().unwrap();
-        after_b |= entry.writer.id == b_writer;
-        assert!(
-            !(after_b && entry.writer.id == a_writer),
-            "A committed entry {sequence} after B took over"
-        );
-    }
+    b.stop().await;
+    assert_taken_over(&sink, &writer_of(&a_log), &b_writer, 30).await;
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

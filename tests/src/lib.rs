@@ -23,6 +23,7 @@ pub mod lake;
 pub mod pipeline;
 mod plugins;
 mod postgres;
+pub mod proxy;
 mod s3;
 pub mod service;
 

@@ -53,6 +53,7 @@ pub fn config(
             max_rows: 2_000,
             max_mib: 64,
             max_delay_ms: 200,
+            in_flight_mib: 256,
         },
     }
 }

@@ -1,15 +1,24 @@
-//! The running pipeline: start-up (see [`start`]), then the loop that reads the slot and
-//! lands batches.
+//! The running pipeline: start-up (see [`start`]), then four stages that run side by side,
+//! joined by short queues, data flowing one way:
 //!
-//! The loop decodes frames into transactions, drops replays, and hands due batches to
-//! [`Pipeline::flush`], which runs transform → encode → intent → upload → commit and only
-//! then confirms the batch's end LSN to the slot. A flush blocks further reading; the
-//! replication driver keeps answering the server meanwhile, so a slow sink slows the slot
-//! down instead of losing anything. Sink failures are retried with backoff for as long as they
-//! last; transform and encode failures stop the pipeline with nothing past the last commit
-//! confirmed. A commit that finds its sequence number taken means another instance has taken
-//! over: this one removes its own files of that flush and stops.
+//! ```text
+//! read (socket, decode, assemble, cut) ─► transform (plugins) ─► encode (Parquet) ─► land
+//!   ▲                                                                               │
+//!   └──────────────── confirm: the end of the last committed flush ◄────────────────┘
+//! ```
+//!
+//! While flush *n* uploads, flush *n + 1* is transformed and encoded and the slot is read on.
+//! Memory is bounded by the in-flight budget (`flush.in_flight_mib`): a batch takes its
+//! decoded size when the reader cuts it and gives it back when it has landed, and the reader
+//! waits for room before it reads on, so the socket pauses while the replication driver keeps
+//! answering the server. Landing is the flush machine ([`crate::flush`]) carried out by one IO
+//! task ([`land`]): intents and uploads may run ahead, commit entries and confirms go strictly
+//! in sequence order. Sink failures are retried with backoff for as long as they last;
+//! transform and encode failures stop the pipeline with nothing past the last commit confirmed.
+//! A commit that finds its sequence number taken means another instance has taken over: this
+//! one removes its own files of the flushes it can no longer commit, and stops.
 
+mod land;
 mod retry;
 mod start;
 
@@ -19,25 +28,22 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::Lsn;
 use crate::batch::{Assembler, BatchError, BatchLimits, Batcher};
 use crate::catalog::{Catalog, CatalogError};
 use crate::change::{Batch, OutputBatch};
-use crate::commit::{
-    Checkpoint, CommitEntry, CommitError, CommitLog, EntryKind, FileEntry, Writer, data_file_path,
-    unix_micros,
-};
+use crate::commit::{Checkpoint, CommitEntry, CommitError, FileEntry, Writer, data_file_path};
 use crate::config::PipelineConfig;
 use crate::encode::{EncodeError, EncodeOptions, Encoder};
 use crate::failpoint;
+use crate::flush::{EncodedFlush, FlushMachine};
 use crate::pgoutput::{DecodeError, Decoder, LogicalMessage};
 use crate::provision::ProvisionError;
 use crate::replication::{ReplicationError, ReplicationStream, XLogData};
-use crate::sink::{Created, Sink, SinkError};
+use crate::sink::SinkError;
 use crate::transform::{PluginInfo, TransformChain, TransformError};
-use retry::with_retry;
 
 /// The highest pgoutput protocol version this pipeline speaks. Streaming of in-progress
 /// transactions needs 2 (PostgreSQL 14); 3 (15) adds two-phase and 4 (16) parallel streaming,
@@ -45,8 +51,6 @@ use retry::with_retry;
 const PROTO_VERSION: u32 = 4;
 /// Frames taken from the replication driver per wake-up.
 const RECV_BATCH: usize = 1024;
-/// Concurrent uploads within one flush.
-const UPLOAD_CONCURRENCY: usize = 4;
 /// How long start-up waits by default for another consumer to release the slot: long enough
 /// for a previous instance's walsender to go away after it stopped.
 pub const SLOT_GRACE: Duration = Duration::from_secs(15);
@@ -183,9 +187,9 @@ pub async fn run(
     shutdown: Shutdown,
     progress: watch::Sender<Progress>,
 ) -> Result<Progress, PipelineError> {
+    failpoint::announce().map_err(PipelineError::Failpoints)?;
     // Boxed as `dyn Send` so the compiler checks Send here, with concrete lifetimes; checked
     // through `tokio::spawn` instead, it trips over the borrows held across awaits.
-    failpoint::announce().map_err(PipelineError::Failpoints)?;
     let start: BoxFuture<'_, _> = Box::pin(start::start(&config, &options, &shutdown));
     let Some(started) = start.await? else {
         tracing::info!("stopped before the slot was free");
@@ -195,63 +199,144 @@ pub async fn run(
         p.last_entry = Some(started.opened.clone());
         p.streaming = true;
     });
-    let mut pipeline = Pipeline {
-        encoder: Arc::new(Encoder::new(&EncodeOptions::default())?),
-        writer: started.log.writer().clone(),
-        config,
-        sink: started.sink,
-        log: started.log,
-        checkpoint: started.checkpoint,
-        transforms: Some(started.transforms),
-        plugins: started.plugins,
-        stream: started.stream,
-        proto_version: started.proto_version,
-        catalog: started.catalog,
-        shutdown,
-        progress,
-    };
-    let stream: BoxFuture<'_, _> = Box::pin(pipeline.stream());
-    stream.await?;
-    let landed = pipeline.progress.borrow().clone();
+    let stages: BoxFuture<'_, _> =
+        Box::pin(run_stages(config, started, shutdown, progress.clone()));
+    let stream = stages.await?;
+    let landed = progress.borrow().clone();
     // A clean goodbye: the final status update carries the last confirmed position.
-    pipeline.stream.shutdown().await?;
+    stream.shutdown().await?;
     Ok(landed)
 }
 
-struct Pipeline {
+/// The stages, each a future of its own, joined by bounded queues; the in-flight budget bounds
+/// what they hold together. Returns the stream once everything read has landed.
+async fn run_stages(
     config: PipelineConfig,
-    sink: Sink,
-    log: CommitLog,
-    writer: Writer,
-    checkpoint: Checkpoint,
-    transforms: Option<TransformChain>,
-    plugins: Vec<PluginInfo>,
-    encoder: Arc<Encoder>,
+    started: start::Started,
+    shutdown: Shutdown,
+    progress: watch::Sender<Progress>,
+) -> Result<ReplicationStream, PipelineError> {
+    let flush = &config.flush;
+    let writer = started.log.writer().clone();
+    let budget = Budget::new(flush.in_flight_mib);
+    let (cut_tx, cut_rx) = mpsc::channel(STAGE_QUEUE);
+    let (transformed_tx, transformed_rx) = mpsc::channel(STAGE_QUEUE);
+    let (encoded_tx, encoded_rx) = mpsc::channel(STAGE_QUEUE);
+    let machine = FlushMachine::new(
+        started.checkpoint,
+        writer.clone(),
+        config.source.slot.clone(),
+        started.plugins.clone(),
+    );
+    let confirmer = started.stream.confirmer();
+    let reader = Reader {
+        batcher: Batcher::new(BatchLimits {
+            max_rows: flush.max_rows,
+            max_bytes: flush.max_mib << 20,
+            max_delay: Duration::from_millis(flush.max_delay_ms),
+        }),
+        decoder: Decoder::new(started.proto_version),
+        assembler: Assembler::new(),
+        stream: started.stream,
+        catalog: started.catalog,
+        checkpoint: started.checkpoint,
+        next_sequence: started.checkpoint.next_sequence(),
+        budget,
+        output: cut_tx,
+        shutdown: shutdown.clone(),
+        progress: progress.clone(),
+    };
+    let encoder = Encoder::new(&EncodeOptions::default())?;
+    let (stream, (), (), ()) = tokio::try_join!(
+        reader.run(),
+        transform_stage(started.transforms, cut_rx, transformed_tx),
+        encode_stage(encoder, writer, transformed_rx, encoded_tx),
+        land::land(
+            machine,
+            encoded_rx,
+            started.log,
+            confirmer,
+            shutdown,
+            progress
+        ),
+    )?;
+    Ok(stream)
+}
+
+/// Queued items between two stages; the in-flight budget, not this, bounds memory.
+const STAGE_QUEUE: usize = 2;
+
+/// The in-flight budget, in KiB: a batch takes its decoded size when it is cut and gives it
+/// back when it has landed.
+#[derive(Clone)]
+struct Budget {
+    semaphore: Arc<Semaphore>,
+    total_kib: u32,
+}
+
+impl Budget {
+    fn new(mib: usize) -> Self {
+        let total_kib = u32::try_from(mib.saturating_mul(1024)).unwrap_or(u32::MAX >> 4);
+        Budget {
+            semaphore: Arc::new(Semaphore::new(total_kib as usize)),
+            total_kib,
+        }
+    }
+
+    /// Wait for `bytes` of room (at most the whole budget, so a batch larger than it still
+    /// goes, alone).
+    async fn take(&self, bytes: usize) -> OwnedSemaphorePermit {
+        let kib = u32::try_from(bytes.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.total_kib);
+        self.semaphore
+            .clone()
+            .acquire_many_owned(kib)
+            .await
+            .expect("the budget is never closed")
+    }
+}
+
+/// A batch cut by the reader, numbered, holding its share of the budget.
+struct Cut {
+    batch: Batch,
+    sequence: u64,
+    permit: OwnedSemaphorePermit,
+}
+
+/// What the transforms made of a cut.
+struct Transformed {
+    flush: EncodedFlush,
+    outputs: Vec<OutputBatch>,
+    permit: OwnedSemaphorePermit,
+    transform: Duration,
+}
+
+/// The read stage: the replication stream, decoding, assembling, dropping replays and cutting
+/// batches. It pauses (and with it the socket) while the budget is full.
+struct Reader {
     stream: ReplicationStream,
-    /// The pgoutput protocol version the stream was started with.
-    proto_version: u32,
+    decoder: Decoder,
+    assembler: Assembler,
+    batcher: Batcher,
     /// Resolves user-defined types and array dimensions of the relations that arrive.
     catalog: Catalog,
+    /// What the sink held at start: transactions at or below it are replays.
+    checkpoint: Checkpoint,
+    next_sequence: u64,
+    budget: Budget,
+    output: mpsc::Sender<Cut>,
     shutdown: Shutdown,
     progress: watch::Sender<Progress>,
 }
 
-impl Pipeline {
-    /// Read, assemble, batch and flush until shutdown.
-    async fn stream(&mut self) -> Result<(), PipelineError> {
-        let flush = &self.config.flush;
-        let mut batcher = Batcher::new(BatchLimits {
-            max_rows: flush.max_rows,
-            max_bytes: flush.max_mib << 20,
-            max_delay: Duration::from_millis(flush.max_delay_ms),
-        });
-        let mut decoder = Decoder::new(self.proto_version);
-        let mut assembler = Assembler::new();
+impl Reader {
+    /// Read until a stop is requested, then cut what is pending; returns the stream.
+    async fn run(mut self) -> Result<ReplicationStream, PipelineError> {
         let mut frames: Vec<XLogData> = Vec::with_capacity(RECV_BATCH);
         let mut shutdown = self.shutdown.clone();
-
         loop {
-            let deadline = batcher.deadline().map(tokio::time::Instant::from_std);
+            let deadline = self.batcher.deadline().map(tokio::time::Instant::from_std);
             tokio::select! {
                 biased;
                 changed = shutdown.changed() => {
@@ -261,181 +346,172 @@ impl Pipeline {
                 _ = sleep_until(deadline) => {}
                 received = self.stream.recv_many(&mut frames, RECV_BATCH) => {
                     if received? == 0 {
-                        return Err(PipelineError::StreamEnded(self.checkpoint.confirmed()));
+                        return Err(PipelineError::StreamEnded(self.stream.confirmed()));
                     }
-                    let now = Instant::now();
-                    let mut replays = 0;
-                    for frame in frames.drain(..) {
-                        let message = decoder.decode_bytes(frame.data).map_err(|source| {
-                            PipelineError::Decode { lsn: frame.wal_start, source }
-                        })?;
-                        if let LogicalMessage::Relation { relation, .. } = &message
-                            && let Some(types) = self.catalog.resolve(relation).await?
-                        {
-                            decoder.resolve_types(relation.id, types);
-                        }
-                        if let Some(done) = assembler.push(message)? {
-                            if self.checkpoint.is_replay(done.transaction.commit_lsn) {
-                                replays += 1;
-                                continue;
-                            }
-                            batcher.push(done, now);
-                        }
-                    }
-                    let decoded = now.elapsed();
-                    self.progress.send_if_modified(|p| {
-                        p.stages.decode += decoded;
-                        p.replays_skipped += replays;
-                        // Subscribers hear of replays; decode time is read along with a flush.
-                        replays > 0
-                    });
+                    self.decode(&mut frames).await?;
                 }
             }
-            if batcher.is_due(Instant::now()) {
-                let batch = batcher.take().expect("a due batcher holds transactions");
-                self.flush(batch).await?;
+            if self.batcher.is_due(Instant::now()) && !self.cut().await {
+                // A later stage stopped; its error is the pipeline's.
+                return Ok(self.stream);
             }
         }
-
         // Land what is committed and pending; an open transaction is replayed next time.
-        if let Some(batch) = batcher.take() {
-            self.flush(batch).await?;
+        if !self.batcher.is_empty() {
+            self.cut().await;
         }
+        Ok(self.stream)
+    }
+
+    async fn decode(&mut self, frames: &mut Vec<XLogData>) -> Result<(), PipelineError> {
+        let now = Instant::now();
+        let mut replays = 0;
+        for frame in frames.drain(..) {
+            let message =
+                self.decoder
+                    .decode_bytes(frame.data)
+                    .map_err(|source| PipelineError::Decode {
+                        lsn: frame.wal_start,
+                        source,
+                    })?;
+            if let LogicalMessage::Relation { relation, .. } = &message
+                && let Some(types) = self.catalog.resolve(relation).await?
+            {
+                self.decoder.resolve_types(relation.id, types);
+            }
+            if let Some(done) = self.assembler.push(message)? {
+                if self.checkpoint.is_replay(done.transaction.commit_lsn) {
+                    replays += 1;
+                    continue;
+                }
+                self.batcher.push(done, now);
+            }
+        }
+        let decoded = now.elapsed();
+        self.progress.send_if_modified(|p| {
+            p.stages.decode += decoded;
+            p.replays_skipped += replays;
+            // Subscribers hear of replays; decode time is read along with a flush.
+            replays > 0
+        });
         Ok(())
     }
 
-    /// Transform, encode, upload and commit one batch, then confirm it to the slot.
-    async fn flush(&mut self, batch: Batch) -> Result<(), PipelineError> {
-        let sequence = self.checkpoint.next_sequence();
-        let (first, last) = batch.lsn_range().expect("batches are never empty");
-        let last_end_lsn = batch
-            .transactions
-            .last()
-            .map(|t| t.end_lsn)
-            .unwrap_or_default();
-        let transactions = batch.transactions.len() as u64;
-        let changes = batch.change_count() as u64;
-
-        let mut chain = self
-            .transforms
+    /// Cut the pending batch and hand it on once the budget has room; `false` when the next
+    /// stage is gone.
+    async fn cut(&mut self) -> bool {
+        let bytes = self.batcher.held_bytes();
+        let batch = self
+            .batcher
             .take()
-            .expect("transforms are put back after each flush");
+            .expect("a due batcher holds transactions");
+        let waited = Instant::now();
+        let permit = self.budget.take(bytes).await;
+        if waited.elapsed() > Duration::from_secs(1) {
+            tracing::debug!(waited = ?waited.elapsed(), "reading paused while the in-flight budget was full");
+        }
+        let sequence = self.next_sequence;
+        self.next_sequence += 1;
+        self.output
+            .send(Cut {
+                batch,
+                sequence,
+                permit,
+            })
+            .await
+            .is_ok()
+    }
+}
+
+/// The transform stage: the plugin chain, one batch at a time, on a blocking thread.
+async fn transform_stage(
+    mut chain: TransformChain,
+    mut input: mpsc::Receiver<Cut>,
+    output: mpsc::Sender<Transformed>,
+) -> Result<(), PipelineError> {
+    while let Some(cut) = input.recv().await {
         let started = Instant::now();
-        let (chain, outputs) = tokio::task::spawn_blocking(move || {
+        let Cut {
+            batch,
+            sequence,
+            permit,
+        } = cut;
+        let (returned, outputs, batch) = tokio::task::spawn_blocking(move || {
             let outputs = chain.process(&batch);
-            (chain, outputs)
+            (chain, outputs, batch)
         })
         .await
         .map_err(|e| PipelineError::Task(e.to_string()))?;
-        self.transforms = Some(chain);
+        chain = returned;
         let outputs = outputs?;
-        let transformed = Instant::now();
+        let (first, last) = batch.lsn_range().expect("batches are never empty");
+        let flush = EncodedFlush {
+            sequence,
+            first_commit_lsn: first,
+            last_commit_lsn: last,
+            last_end_lsn: batch
+                .transactions
+                .last()
+                .map(|t| t.end_lsn)
+                .unwrap_or_default(),
+            transactions: batch.transactions.len() as u64,
+            changes: batch.change_count() as u64,
+            files: Vec::new(),
+        };
+        drop(batch);
+        let transformed = Transformed {
+            flush,
+            outputs,
+            permit,
+            transform: started.elapsed(),
+        };
+        if output.send(transformed).await.is_err() {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
 
-        let encoder = self.encoder.clone();
-        let writer = self.writer.clone();
-        let encoded = tokio::task::spawn_blocking(move || {
-            encode_outputs(&encoder, &outputs, sequence, &writer)
+/// The encode stage: Parquet files of every output, named for this writer, on a blocking
+/// thread.
+async fn encode_stage(
+    encoder: Encoder,
+    writer: Writer,
+    mut input: mpsc::Receiver<Transformed>,
+    output: mpsc::Sender<land::Encoded>,
+) -> Result<(), PipelineError> {
+    let encoder = Arc::new(encoder);
+    while let Some(transformed) = input.recv().await {
+        let started = Instant::now();
+        let Transformed {
+            mut flush,
+            outputs,
+            permit,
+            transform,
+        } = transformed;
+        let (encoder_, writer_, sequence) = (encoder.clone(), writer.clone(), flush.sequence);
+        flush.files = tokio::task::spawn_blocking(move || {
+            encode_outputs(&encoder_, &outputs, sequence, &writer_)
         })
         .await
         .map_err(|e| PipelineError::Task(e.to_string()))?
         .map_err(|source| PipelineError::Encode {
             sequence,
-            first,
-            last,
+            first: flush.first_commit_lsn,
+            last: flush.last_commit_lsn,
             source,
         })?;
-        let encoded_at = Instant::now();
-
-        let paths: Vec<String> = encoded.iter().map(|(f, _)| f.path.clone()).collect();
-        let confirmed = self.checkpoint.confirmed();
-        let mut shutdown = self.shutdown.clone();
-        with_retry!(
-            "writing the intent",
-            confirmed,
-            &mut shutdown,
-            self.log.write_intent(sequence, &paths)
-        )?;
-        failpoint::reached("flush.after-intent").await;
-        with_retry!(
-            "uploading data files",
-            confirmed,
-            &mut shutdown,
-            upload_all(&self.sink, &encoded)
-        )?;
-        failpoint::reached("flush.before-commit").await;
-        let uploaded = Instant::now();
-
-        let entry = CommitEntry {
-            format: crate::commit::FORMAT,
-            kind: EntryKind::Flush,
-            sequence,
-            writer: self.writer.clone(),
-            slot: self.config.source.slot.clone(),
-            first_commit_lsn: first,
-            last_commit_lsn: last,
-            last_end_lsn,
-            transactions,
-            changes,
-            files: encoded.iter().map(|(f, _)| f.clone()).collect(),
-            plugins: self.plugins.clone(),
-            committed_at: unix_micros(),
+        let encoded = land::Encoded {
+            flush,
+            _budget: permit,
+            transform,
+            encode: started.elapsed(),
         };
-        let committed = with_retry!(
-            "writing the commit entry",
-            confirmed,
-            &mut shutdown,
-            self.log.commit(&entry)
-        );
-        if let Err(e @ CommitError::Conflict { .. }) = committed {
-            // Another instance took the sequence number: these files can never be committed.
-            if let Err(cleanup) = self.log.abandon(sequence, &paths).await {
-                tracing::warn!(sequence, error = %cleanup, "could not remove this flush's files after losing the pipeline; the instance that took over removes them at its next start");
-            }
-            return Err(e.into());
+        if output.send(encoded).await.is_err() {
+            return Ok(());
         }
-        committed?;
-        failpoint::reached("flush.after-commit").await;
-        self.checkpoint.advance(&entry)?;
-        // Durable: only now may the slot release this WAL.
-        self.stream.confirm(self.checkpoint.confirmed());
-        failpoint::reached("flush.after-confirm").await;
-        if let Err(e) = self.log.clear_intent(sequence).await {
-            tracing::warn!(sequence, error = %e, "could not remove a committed flush's intent; it is removed at the next start");
-        }
-        let stages = StageTimes {
-            decode: Duration::ZERO,
-            transform: transformed - started,
-            encode: encoded_at - transformed,
-            upload: uploaded - encoded_at,
-            commit: uploaded.elapsed(),
-        };
-
-        let rows: u64 = entry.files.iter().map(|f| f.rows).sum();
-        let bytes: u64 = entry.files.iter().map(|f| f.bytes).sum();
-        tracing::info!(
-            sequence,
-            transactions,
-            changes,
-            files = entry.files.len(),
-            bytes,
-            confirmed = %entry.last_end_lsn,
-            "committed"
-        );
-        self.progress.send_modify(|p| {
-            p.flushes += 1;
-            p.transactions += transactions;
-            p.changes += changes;
-            p.rows_written += rows;
-            p.files_written += entry.files.len() as u64;
-            p.bytes_written += bytes;
-            p.last_entry = Some(entry);
-            p.stages.transform += stages.transform;
-            p.stages.encode += stages.encode;
-            p.stages.upload += stages.upload;
-            p.stages.commit += stages.commit;
-        });
-        Ok(())
     }
+    Ok(())
 }
 
 /// Encode every output of a flush and name its files.
@@ -475,36 +551,6 @@ fn parquet_rows(bytes: &Bytes) -> Option<u64> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
     let reader = SerializedFileReader::new(bytes.clone()).ok()?;
     u64::try_from(reader.metadata().file_metadata().num_rows()).ok()
-}
-
-/// Create the data files of a flush. A file already there under its name (which only this
-/// writer produces) is an earlier attempt of the same upload whose reply was lost; its size
-/// must match.
-async fn upload_all(sink: &Sink, files: &[(FileEntry, Bytes)]) -> Result<(), CommitError> {
-    for chunk in files.chunks(UPLOAD_CONCURRENCY) {
-        let mut uploads = Vec::with_capacity(chunk.len());
-        for (file, bytes) in chunk {
-            let path = object_store::path::Path::from(file.path.as_str());
-            uploads.push(async move {
-                if sink.create(&path, bytes.clone()).await? == Created::Existed {
-                    let size = sink.size(&path).await?;
-                    if size != Some(file.bytes) {
-                        return Err(CommitError::Corrupt {
-                            path: file.path.clone(),
-                            reason: format!(
-                                "this writer's own file name already holds {size:?} bytes, not the {} it uploads",
-                                file.bytes
-                            ),
-                        });
-                    }
-                }
-                failpoint::reached("flush.after-file").await;
-                Ok(())
-            });
-        }
-        futures::future::try_join_all(uploads).await?;
-    }
-    Ok(())
 }
 
 async fn load_transforms(

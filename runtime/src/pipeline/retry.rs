@@ -1,5 +1,6 @@
-//! Sink steps are retried with capped exponential backoff for as long as the sink fails;
-//! errors that retrying cannot fix (a conflicting writer, a corrupt entry) stop at once.
+//! Start-up's sink steps (the open entry) are retried with capped exponential backoff for as
+//! long as the sink fails, with the flush machine's delays; errors that retrying cannot fix (a
+//! conflicting writer, a corrupt entry) stop at once.
 
 use std::time::Duration;
 
@@ -7,8 +8,7 @@ use super::{PipelineError, Shutdown};
 use crate::Lsn;
 use crate::commit::CommitError;
 
-const RETRY_MIN: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(30);
+use crate::flush::{RETRY_MAX, RETRY_MIN};
 
 /// Run a sink step until it succeeds or fails for good; yields the step's last result. A stop
 /// request while waiting returns [`PipelineError::Interrupted`] from the enclosing function.

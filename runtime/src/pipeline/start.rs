@@ -43,7 +43,6 @@ const DUPLICATE_OBJECT: &str = "42710";
 
 /// A pipeline that holds its slot and owns its sink.
 pub(super) struct Started {
-    pub sink: Sink,
     pub log: CommitLog,
     pub checkpoint: Checkpoint,
     pub opened: CommitEntry,
@@ -172,7 +171,6 @@ pub(super) async fn start(
         "streaming"
     );
     Ok(Some(Started {
-        sink,
         log,
         checkpoint,
         opened,

@@ -40,7 +40,7 @@ use crate::Lsn;
 pub use command::{quote_ident, quote_literal};
 pub use conn::ReplicationConnection;
 pub use error::{ReplicationError, ServerError};
-pub use stream::ReplicationStream;
+pub use stream::{Confirmer, ReplicationStream};
 
 /// The answer to `IDENTIFY_SYSTEM`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -149,9 +149,13 @@ impl ReplicationStream {
     /// Everything up to `lsn` is durable downstream: report it as written, flushed and applied.
     /// The position never moves backward: a smaller `lsn` than already confirmed is ignored.
     pub fn confirm(&self, lsn: Lsn) {
-        let previous = self.shared.confirmed.fetch_max(lsn.0, Ordering::AcqRel);
-        if lsn.0 > previous {
-            self.shared.confirm_changed.notify_one();
+        confirm(&self.shared, lsn);
+    }
+
+    /// A handle that confirms positions from another task while this one reads frames.
+    pub fn confirmer(&self) -> Confirmer {
+        Confirmer {
+            shared: self.shared.clone(),
         }
     }
 
@@ -197,6 +201,30 @@ impl ReplicationStream {
             Some(error) => Err(error),
             None => Ok(()),
         }
+    }
+}
+
+fn confirm(shared: &Shared, lsn: Lsn) {
+    let previous = shared.confirmed.fetch_max(lsn.0, Ordering::AcqRel);
+    if lsn.0 > previous {
+        shared.confirm_changed.notify_one();
+    }
+}
+
+/// Confirms positions of a [`ReplicationStream`] from another task (the stage that commits),
+/// with the same rules as [`ReplicationStream::confirm`].
+#[derive(Clone)]
+pub struct Confirmer {
+    shared: Arc<Shared>,
+}
+
+impl Confirmer {
+    pub fn confirm(&self, lsn: Lsn) {
+        confirm(&self.shared, lsn);
+    }
+
+    pub fn confirmed(&self) -> Lsn {
+        Lsn(self.shared.confirmed.load(Ordering::Acquire))
     }
 }
 

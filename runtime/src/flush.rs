@@ -1,0 +1,548 @@
+//! The flush protocol as a state machine without IO: encoded flushes and results in, actions
+//! out, time passed in.
+//!
+//! A flush is landed in five steps: its intent, its data files, its commit entry, the confirm
+//! to the slot, and removing the intent. [`FlushMachine`] decides which step of which flush
+//! runs next and what a failure means; one IO task carries out its [`Action`]s and reports each
+//! result back with [`FlushMachine::handle`]. Following quinn-proto's shape: `push` and
+//! `handle` take inputs, `poll_action` yields what to do, `poll_timeout` says when to poll
+//! again, and nothing here reads a clock or touches the sink.
+//!
+//! Rules it keeps:
+//!
+//! - Intents and uploads of later flushes may run while an earlier flush is still uploading
+//!   (at most [`MAX_UPLOADS`] uploads at once), but commit entries are written strictly in
+//!   sequence order, each only after the one before it exists: the log never has a hole, and
+//!   the slot is confirmed in commit order whatever finishes first.
+//! - A sink failure is retried with capped exponential backoff for as long as it lasts;
+//!   everything else stops the pipeline. A commit whose sequence number another writer took
+//!   stops it after removing this writer's files of every flush that can no longer commit.
+//! - A stop request while a step waits for its retry ends the retries at once: nothing past
+//!   the confirmed position is confirmed, and the next start replays the rest.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::Lsn;
+use crate::commit::{Checkpoint, CommitEntry, CommitError, EntryKind, FORMAT, FileEntry, Writer};
+use crate::transform::PluginInfo;
+
+/// Uploads in flight at once, over all flushes.
+pub const MAX_UPLOADS: usize = 4;
+/// Backoff between attempts of a failing sink step.
+pub const RETRY_MIN: Duration = Duration::from_millis(500);
+pub const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// A flush whose data files are encoded and named, ready to land.
+#[derive(Debug, Clone)]
+pub struct EncodedFlush {
+    pub sequence: u64,
+    pub first_commit_lsn: Lsn,
+    pub last_commit_lsn: Lsn,
+    pub last_end_lsn: Lsn,
+    pub transactions: u64,
+    pub changes: u64,
+    pub files: Vec<(FileEntry, Bytes)>,
+}
+
+/// Which step of which flush an action is; results are reported with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ActionId {
+    pub sequence: u64,
+    pub step: Step,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Step {
+    Intent,
+    Upload(usize),
+    Commit,
+    ClearIntent,
+    Abandon,
+}
+
+/// What the IO task is to do.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Create the flush's intent, listing its files.
+    WriteIntent { id: ActionId, files: Vec<String> },
+    /// Create one data file; `size` is what an existing object of that name must measure.
+    Upload {
+        id: ActionId,
+        path: String,
+        bytes: Bytes,
+        size: u64,
+    },
+    /// Create the commit entry.
+    Commit {
+        id: ActionId,
+        entry: Box<CommitEntry>,
+    },
+    /// Tell the slot it may release WAL up to here (infallible; no result is reported).
+    Confirm { lsn: Lsn },
+    /// The flush is durable and confirmed: report it, release its memory.
+    Landed { entry: Box<CommitEntry> },
+    /// Remove the intent of a landed flush.
+    ClearIntent { id: ActionId },
+    /// Remove this writer's files and intent of a flush that can never commit.
+    Abandon { id: ActionId, files: Vec<String> },
+    /// A step failed and will be tried again: say so.
+    Retrying {
+        what: &'static str,
+        sequence: u64,
+        attempts: u32,
+        retry_in: Duration,
+        error: String,
+    },
+    /// A step that was failing works again.
+    Recovered { what: &'static str, attempts: u32 },
+    /// Something that needs no retry went wrong: say so.
+    Warning { message: String },
+}
+
+/// Why landing stopped.
+#[derive(Debug)]
+pub enum Stopped {
+    /// A failure retrying cannot fix (another writer, a corrupt entry).
+    Failed(CommitError),
+    /// A stop request came while `what` kept failing.
+    Interrupted { what: &'static str, confirmed: Lsn },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Waiting,
+    /// Being carried out; `attempts` failed before.
+    Issued {
+        attempts: u32,
+        delay: Duration,
+    },
+    Retry {
+        at: Instant,
+        attempts: u32,
+        delay: Duration,
+    },
+    Done,
+}
+
+impl State {
+    fn due(&self, now: Instant) -> bool {
+        match self {
+            State::Waiting => true,
+            State::Retry { at, .. } => *at <= now,
+            _ => false,
+        }
+    }
+
+    /// Mark it issued, keeping what earlier failures said.
+    fn issue(&mut self) {
+        *self = match *self {
+            State::Retry {
+                attempts, delay, ..
+            } => State::Issued { attempts, delay },
+            _ => State::Issued {
+                attempts: 0,
+                delay: Duration::ZERO,
+            },
+        };
+    }
+
+    fn is_issued(&self) -> bool {
+        matches!(self, State::Issued { .. })
+    }
+
+    fn attempts(&self) -> u32 {
+        match self {
+            State::Retry { attempts, .. } | State::Issued { attempts, .. } => *attempts,
+            _ => 0,
+        }
+    }
+}
+
+struct Flight {
+    flush: EncodedFlush,
+    intent: State,
+    uploads: Vec<State>,
+    commit: State,
+    /// Built when the commit is first issued, so that every retry writes the same bytes.
+    entry: Option<CommitEntry>,
+    landed: bool,
+    clear: State,
+}
+
+impl Flight {
+    fn uploaded(&self) -> bool {
+        self.intent == State::Done && self.uploads.iter().all(|s| *s == State::Done)
+    }
+
+    fn paths(&self) -> Vec<String> {
+        self.flush
+            .files
+            .iter()
+            .map(|(f, _)| f.path.clone())
+            .collect()
+    }
+}
+
+/// Lands encoded flushes in order. See the module docs.
+pub struct FlushMachine {
+    checkpoint: Checkpoint,
+    writer: Writer,
+    slot: String,
+    plugins: Vec<PluginInfo>,
+    flights: VecDeque<Flight>,
+    /// Flushes whose files must be removed before stopping (after losing the pipeline).
+    abandon: Vec<(u64, Vec<String>, State)>,
+    pending: VecDeque<Action>,
+    stopped: Option<Stopped>,
+    /// A stop was requested: the next step that has to wait for a retry ends landing.
+    stop_requested: bool,
+}
+
+impl FlushMachine {
+    pub fn new(
+        checkpoint: Checkpoint,
+        writer: Writer,
+        slot: impl Into<String>,
+        plugins: Vec<PluginInfo>,
+    ) -> Self {
+        FlushMachine {
+            checkpoint,
+            writer,
+            slot: slot.into(),
+            plugins,
+            flights: VecDeque::new(),
+            abandon: Vec::new(),
+            pending: VecDeque::new(),
+            stopped: None,
+            stop_requested: false,
+        }
+    }
+
+    /// The next sequence number a pushed flush must carry.
+    pub fn next_sequence(&self) -> u64 {
+        self.flights
+            .back()
+            .map_or(self.checkpoint.next_sequence(), |f| f.flush.sequence + 1)
+    }
+
+    /// The position confirmed so far.
+    pub fn confirmed(&self) -> Lsn {
+        self.checkpoint.confirmed()
+    }
+
+    /// Flushes not yet landed.
+    pub fn in_flight(&self) -> usize {
+        self.flights.len()
+    }
+
+    /// Nothing left to do: every flush landed and its intent handled, or landing stopped and
+    /// its cleanup is done.
+    pub fn is_idle(&self) -> bool {
+        self.pending.is_empty()
+            && if self.stopped.is_some() {
+                self.abandon.iter().all(|(_, _, s)| *s == State::Done)
+            } else {
+                self.flights.is_empty()
+            }
+    }
+
+    /// Why landing stopped, once it has.
+    pub fn take_stopped(&mut self) -> Option<Stopped> {
+        self.stopped.take()
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.is_some()
+    }
+
+    /// Hand over the next flush; its sequence must be [`next_sequence`](Self::next_sequence).
+    pub fn push(&mut self, flush: EncodedFlush) {
+        assert_eq!(
+            flush.sequence,
+            self.next_sequence(),
+            "flushes are pushed in sequence"
+        );
+        let uploads = vec![State::Waiting; flush.files.len()];
+        self.flights.push_back(Flight {
+            flush,
+            intent: State::Waiting,
+            uploads,
+            commit: State::Waiting,
+            entry: None,
+            landed: false,
+            clear: State::Waiting,
+        });
+    }
+
+    /// A stop was requested: landing goes on, unless a step is waiting for a retry or has to
+    /// wait for one from now on, which ends it.
+    pub fn stop(&mut self) {
+        self.stop_requested = true;
+        if self.stopped.is_some() {
+            return;
+        }
+        let retrying = self.flights.iter().find_map(|f| {
+            let steps = [
+                ("writing the intent", f.intent),
+                ("writing the commit entry", f.commit),
+            ];
+            steps
+                .into_iter()
+                .chain(f.uploads.iter().map(|s| ("uploading data files", *s)))
+                .find(|(_, s)| matches!(s, State::Retry { .. }))
+                .map(|(what, _)| what)
+        });
+        if let Some(what) = retrying {
+            self.stopped = Some(Stopped::Interrupted {
+                what,
+                confirmed: self.checkpoint.confirmed(),
+            });
+        }
+    }
+
+    /// The result of an action.
+    pub fn handle(&mut self, id: ActionId, result: Result<(), CommitError>, now: Instant) {
+        if id.step == Step::Abandon {
+            if let Some(a) = self.abandon.iter_mut().find(|(n, _, _)| *n == id.sequence) {
+                // Best effort: what cannot be removed stays orphaned, named by no entry.
+                a.2 = State::Done;
+            }
+            return;
+        }
+        let Some(index) = self
+            .flights
+            .iter()
+            .position(|f| f.flush.sequence == id.sequence)
+        else {
+            return;
+        };
+        let what = match id.step {
+            Step::Intent => "writing the intent",
+            Step::Upload(_) => "uploading data files",
+            Step::Commit => "writing the commit entry",
+            Step::ClearIntent => "removing a landed flush's intent",
+            Step::Abandon => unreachable!(),
+        };
+        let flight = &mut self.flights[index];
+        let state = match id.step {
+            Step::Intent => &mut flight.intent,
+            Step::Upload(k) => &mut flight.uploads[k],
+            Step::Commit => &mut flight.commit,
+            Step::ClearIntent => &mut flight.clear,
+            Step::Abandon => unreachable!(),
+        };
+        match result {
+            Ok(()) => {
+                let attempts = state.attempts();
+                *state = State::Done;
+                if attempts > 0 {
+                    self.pending.push_back(Action::Recovered { what, attempts });
+                }
+                if id.step == Step::Commit {
+                    self.committed(index);
+                }
+            }
+            // Removing the intent of a landed flush is bookkeeping: the next start removes it.
+            Err(error) if id.step == Step::ClearIntent => {
+                *state = State::Done;
+                self.pending.push_back(Action::Warning {
+                    message: format!(
+                        "could not remove the intent of landed flush {}: {error}; the next start removes it",
+                        id.sequence
+                    ),
+                });
+            }
+            Err(CommitError::Sink(error)) => {
+                let (attempts, delay) = match *state {
+                    State::Issued { attempts, delay } if attempts > 0 => {
+                        (attempts + 1, (delay * 2).min(RETRY_MAX))
+                    }
+                    _ => (1, RETRY_MIN),
+                };
+                *state = State::Retry {
+                    at: now + delay,
+                    attempts,
+                    delay,
+                };
+                self.pending.push_back(Action::Retrying {
+                    what,
+                    sequence: id.sequence,
+                    attempts,
+                    retry_in: delay,
+                    error: error.to_string(),
+                });
+                if self.stop_requested {
+                    self.stop();
+                }
+            }
+            Err(error) => self.fail(error),
+        }
+    }
+
+    fn committed(&mut self, index: usize) {
+        let flight = &mut self.flights[index];
+        let entry = flight
+            .entry
+            .clone()
+            .expect("a committed flight has its entry");
+        if let Err(error) = self.checkpoint.advance(&entry) {
+            self.fail(error);
+            return;
+        }
+        flight.landed = true;
+        self.pending.push_back(Action::Confirm {
+            lsn: self.checkpoint.confirmed(),
+        });
+        // Release the data: only the intent is left to remove.
+        flight
+            .flush
+            .files
+            .iter_mut()
+            .for_each(|(_, b)| *b = Bytes::new());
+        self.pending.push_back(Action::Landed {
+            entry: Box::new(entry),
+        });
+    }
+
+    fn fail(&mut self, error: CommitError) {
+        if self.stopped.is_some() {
+            return;
+        }
+        if matches!(error, CommitError::Conflict { .. }) {
+            // Every flush not yet committed lost its sequence number: remove what it wrote.
+            for flight in self
+                .flights
+                .iter()
+                .filter(|f| !f.landed && f.intent != State::Waiting)
+            {
+                self.abandon
+                    .push((flight.flush.sequence, flight.paths(), State::Waiting));
+            }
+        }
+        self.stopped = Some(Stopped::Failed(error));
+    }
+
+    /// The next action to carry out, if any is due at `now`. `unix_micros` stamps commit
+    /// entries.
+    pub fn poll_action(&mut self, now: Instant, unix_micros: i64) -> Option<Action> {
+        if let Some(action) = self.pending.pop_front() {
+            return Some(action);
+        }
+        if self.stopped.is_some() {
+            let (sequence, files, state) =
+                self.abandon.iter_mut().find(|a| a.2 == State::Waiting)?;
+            state.issue();
+            return Some(Action::Abandon {
+                id: ActionId {
+                    sequence: *sequence,
+                    step: Step::Abandon,
+                },
+                files: files.clone(),
+            });
+        }
+        let uploads = self
+            .flights
+            .iter()
+            .flat_map(|f| &f.uploads)
+            .filter(|s| s.is_issued())
+            .count();
+        let mut earlier_committed = true;
+        for index in 0..self.flights.len() {
+            let flight = &mut self.flights[index];
+            let sequence = flight.flush.sequence;
+            if flight.intent.due(now) {
+                flight.intent.issue();
+                return Some(Action::WriteIntent {
+                    id: ActionId {
+                        sequence,
+                        step: Step::Intent,
+                    },
+                    files: flight.paths(),
+                });
+            }
+            if flight.intent == State::Done {
+                for (k, state) in flight.uploads.iter_mut().enumerate() {
+                    if uploads < MAX_UPLOADS && state.due(now) {
+                        state.issue();
+                        let (file, bytes) = &flight.flush.files[k];
+                        return Some(Action::Upload {
+                            id: ActionId {
+                                sequence,
+                                step: Step::Upload(k),
+                            },
+                            path: file.path.clone(),
+                            bytes: bytes.clone(),
+                            size: file.bytes,
+                        });
+                    }
+                }
+            }
+            if earlier_committed && flight.uploaded() && flight.commit.due(now) {
+                flight.commit.issue();
+                let entry = flight.entry.get_or_insert_with(|| CommitEntry {
+                    format: FORMAT,
+                    kind: EntryKind::Flush,
+                    sequence,
+                    writer: self.writer.clone(),
+                    slot: self.slot.clone(),
+                    first_commit_lsn: flight.flush.first_commit_lsn,
+                    last_commit_lsn: flight.flush.last_commit_lsn,
+                    last_end_lsn: flight.flush.last_end_lsn,
+                    transactions: flight.flush.transactions,
+                    changes: flight.flush.changes,
+                    files: flight.flush.files.iter().map(|(f, _)| f.clone()).collect(),
+                    plugins: self.plugins.clone(),
+                    committed_at: unix_micros,
+                });
+                return Some(Action::Commit {
+                    id: ActionId {
+                        sequence,
+                        step: Step::Commit,
+                    },
+                    entry: Box::new(entry.clone()),
+                });
+            }
+            if flight.landed && flight.clear == State::Waiting {
+                flight.clear.issue();
+                return Some(Action::ClearIntent {
+                    id: ActionId {
+                        sequence,
+                        step: Step::ClearIntent,
+                    },
+                });
+            }
+            earlier_committed &= flight.commit == State::Done;
+        }
+        // Landed flights whose intent is handled are finished, in order.
+        while self
+            .flights
+            .front()
+            .is_some_and(|f| f.landed && f.clear == State::Done)
+        {
+            self.flights.pop_front();
+        }
+        None
+    }
+
+    /// When a retry is due, if one waits.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.flights
+            .iter()
+            .flat_map(|f| {
+                [f.intent, f.commit]
+                    .into_iter()
+                    .chain(f.uploads.iter().copied())
+            })
+            .filter_map(|s| match s {
+                State::Retry { at, .. } => Some(at),
+                _ => None,
+            })
+            .min()
+    }
+}
+
+#[cfg(test)]
+mod tests;

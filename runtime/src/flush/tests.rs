@@ -1,0 +1,280 @@
+//! The flush machine driven by hand: a simulated clock, results chosen by the test.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::*;
+use crate::commit::{CommitError, FileEntry, Writer};
+use crate::sink::SinkError;
+
+fn flush(sequence: u64, files: usize) -> EncodedFlush {
+    let lsn = Lsn(sequence * 0x100);
+    EncodedFlush {
+        sequence,
+        first_commit_lsn: lsn,
+        last_commit_lsn: lsn,
+        last_end_lsn: Lsn(lsn.0 + 0x10),
+        transactions: 1,
+        changes: files as u64,
+        files: (0..files)
+            .map(|k| {
+                let file = FileEntry {
+                    path: format!("public.t{k}/part-{sequence}"),
+                    output: format!("public.t{k}"),
+                    rows: 1,
+                    bytes: 3,
+                    schema: "s".into(),
+                };
+                (file, Bytes::from_static(b"abc"))
+            })
+            .collect(),
+    }
+}
+
+fn machine() -> FlushMachine {
+    // The log holds an open entry 1 at 0/0.
+    FlushMachine::new(Checkpoint::default(), Writer::named("w"), "slot", vec![])
+}
+
+fn outage() -> CommitError {
+    CommitError::Sink(SinkError::Store {
+        url: "s3://lake".into(),
+        source: object_store::Error::Generic {
+            store: "S3",
+            source: "connection refused".into(),
+        },
+    })
+}
+
+/// Every action due now.
+fn drain(m: &mut FlushMachine, now: Instant) -> Vec<Action> {
+    std::iter::from_fn(|| m.poll_action(now, 42)).collect()
+}
+
+fn ids(actions: &[Action]) -> Vec<(u64, Step)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::WriteIntent { id, .. }
+            | Action::Upload { id, .. }
+            | Action::Commit { id, .. }
+            | Action::ClearIntent { id }
+            | Action::Abandon { id, .. } => Some((id.sequence, id.step)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn ok(m: &mut FlushMachine, sequence: u64, step: Step, now: Instant) {
+    m.handle(ActionId { sequence, step }, Ok(()), now);
+}
+
+#[test]
+fn later_flushes_upload_while_commits_stay_in_order() {
+    let now = Instant::now();
+    let mut m = machine();
+    assert_eq!(m.next_sequence(), 1);
+    m.push(flush(1, 2));
+    m.push(flush(2, 1));
+    assert_eq!(
+        ids(&drain(&mut m, now)),
+        [(1, Step::Intent), (2, Step::Intent)],
+        "both intents go out at once"
+    );
+    ok(&mut m, 2, Step::Intent, now);
+    ok(&mut m, 1, Step::Intent, now);
+    assert_eq!(
+        ids(&drain(&mut m, now)),
+        [
+            (1, Step::Upload(0)),
+            (1, Step::Upload(1)),
+            (2, Step::Upload(0))
+        ]
+    );
+    // Flush 2 finishes first, but it may not commit before flush 1.
+    ok(&mut m, 2, Step::Upload(0), now);
+    assert!(drain(&mut m, now).is_empty());
+    ok(&mut m, 1, Step::Upload(0), now);
+    ok(&mut m, 1, Step::Upload(1), now);
+    let actions = drain(&mut m, now);
+    assert_eq!(ids(&actions), [(1, Step::Commit)]);
+    let Action::Commit { entry, .. } = &actions[0] else {
+        unreachable!()
+    };
+    assert_eq!((entry.files.len(), entry.committed_at), (2, 42));
+    ok(&mut m, 1, Step::Commit, now);
+
+    let actions = drain(&mut m, now);
+    assert!(
+        matches!(actions[0], Action::Confirm { lsn } if lsn == Lsn(0x110)),
+        "{actions:?}"
+    );
+    assert!(matches!(&actions[1], Action::Landed { entry } if entry.sequence == 1));
+    assert_eq!(ids(&actions), [(1, Step::ClearIntent), (2, Step::Commit)]);
+    ok(&mut m, 2, Step::Commit, now);
+    ok(&mut m, 1, Step::ClearIntent, now);
+    let actions = drain(&mut m, now);
+    assert!(matches!(actions[0], Action::Confirm { lsn } if lsn == Lsn(0x210)));
+    ok(&mut m, 2, Step::ClearIntent, now);
+    assert!(drain(&mut m, now).is_empty());
+    assert!(m.is_idle());
+    assert_eq!((m.confirmed(), m.next_sequence()), (Lsn(0x210), 3));
+}
+
+#[test]
+fn sink_failures_back_off_and_recover() {
+    let start = Instant::now();
+    let mut m = machine();
+    m.push(flush(1, 1));
+    drain(&mut m, start);
+    m.handle(
+        ActionId {
+            sequence: 1,
+            step: Step::Intent,
+        },
+        Err(outage()),
+        start,
+    );
+    let actions = drain(&mut m, start);
+    assert!(
+        matches!(&actions[..], [Action::Retrying { what: "writing the intent", attempts: 1, retry_in, .. }] if *retry_in == Duration::from_millis(500)),
+        "{actions:?}"
+    );
+    assert_eq!(m.poll_timeout(), Some(start + Duration::from_millis(500)));
+    assert!(drain(&mut m, start + Duration::from_millis(499)).is_empty());
+    let later = start + Duration::from_millis(500);
+    assert_eq!(ids(&drain(&mut m, later)), [(1, Step::Intent)]);
+    m.handle(
+        ActionId {
+            sequence: 1,
+            step: Step::Intent,
+        },
+        Err(outage()),
+        later,
+    );
+    let actions = drain(&mut m, later);
+    assert!(
+        matches!(&actions[..], [Action::Retrying { attempts: 2, retry_in, .. }] if *retry_in == Duration::from_secs(1)),
+        "the delay doubles: {actions:?}"
+    );
+    let later = later + Duration::from_secs(1);
+    drain(&mut m, later);
+    ok(&mut m, 1, Step::Intent, later);
+    let actions = drain(&mut m, later);
+    assert!(
+        matches!(
+            &actions[0],
+            Action::Recovered {
+                what: "writing the intent",
+                attempts: 2
+            }
+        ),
+        "{actions:?}"
+    );
+    assert_eq!(ids(&actions), [(1, Step::Upload(0))]);
+}
+
+#[test]
+fn a_stop_during_a_retry_ends_it_and_confirms_nothing_more() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.push(flush(1, 1));
+    drain(&mut m, now);
+    ok(&mut m, 1, Step::Intent, now);
+    drain(&mut m, now);
+    // A stop while a step runs lets it finish; its failure then ends landing.
+    m.stop();
+    assert!(!m.is_stopped());
+    m.handle(
+        ActionId {
+            sequence: 1,
+            step: Step::Upload(0),
+        },
+        Err(outage()),
+        now,
+    );
+    assert!(m.is_stopped());
+    match m.take_stopped() {
+        Some(Stopped::Interrupted { what, confirmed }) => {
+            assert_eq!((what, confirmed), ("uploading data files", Lsn::ZERO))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn losing_a_commit_to_another_writer_abandons_every_uncommitted_flush() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.push(flush(1, 1));
+    m.push(flush(2, 1));
+    m.push(flush(3, 1));
+    drain(&mut m, now);
+    for n in [1, 2] {
+        ok(&mut m, n, Step::Intent, now);
+    }
+    drain(&mut m, now);
+    ok(&mut m, 1, Step::Upload(0), now);
+    let actions = drain(&mut m, now);
+    assert_eq!(ids(&actions), [(1, Step::Commit)]);
+    let conflict = CommitError::Conflict {
+        sequence: 1,
+        holder: Box::new(Writer::named("other")),
+        ours: Box::new(Writer::named("w")),
+    };
+    m.handle(
+        ActionId {
+            sequence: 1,
+            step: Step::Commit,
+        },
+        Err(conflict),
+        now,
+    );
+    assert!(m.is_stopped());
+    // Flush 3's intent is still out: its result may come, but nothing more starts.
+    let actions = drain(&mut m, now);
+    assert_eq!(
+        ids(&actions),
+        [(1, Step::Abandon), (2, Step::Abandon), (3, Step::Abandon)]
+    );
+    assert!(!m.is_idle());
+    for n in [1, 2, 3] {
+        ok(&mut m, n, Step::Abandon, now);
+    }
+    assert!(m.is_idle());
+    assert!(matches!(
+        m.take_stopped(),
+        Some(Stopped::Failed(CommitError::Conflict { .. }))
+    ));
+}
+
+#[test]
+fn a_removed_intent_that_fails_only_warns() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.push(flush(1, 0));
+    drain(&mut m, now);
+    ok(&mut m, 1, Step::Intent, now);
+    assert_eq!(
+        ids(&drain(&mut m, now)),
+        [(1, Step::Commit)],
+        "no files: straight to commit"
+    );
+    ok(&mut m, 1, Step::Commit, now);
+    drain(&mut m, now);
+    m.handle(
+        ActionId {
+            sequence: 1,
+            step: Step::ClearIntent,
+        },
+        Err(outage()),
+        now,
+    );
+    let actions = drain(&mut m, now);
+    assert!(
+        matches!(&actions[..], [Action::Warning { message }] if message.contains("flush 1")),
+        "{actions:?}"
+    );
+    assert!(m.is_idle() && !m.is_stopped());
+}

@@ -1,0 +1,242 @@
+//! The landing stage: the one IO task that carries out the flush machine's actions against the
+//! sink and the slot (see [`crate::flush`]).
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use object_store::path::Path;
+use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
+
+use super::{PipelineError, Progress, Shutdown};
+use crate::commit::{CommitError, CommitLog, unix_micros};
+use crate::failpoint;
+use crate::flush::{Action, ActionId, EncodedFlush, FlushMachine, Step, Stopped};
+use crate::replication::Confirmer;
+use crate::sink::{Created, Sink};
+
+/// An encoded flush and the share of the in-flight budget it holds until it has landed.
+pub(super) struct Encoded {
+    pub flush: EncodedFlush,
+    /// Held, not read: dropping it when the flush has landed gives the budget back.
+    pub _budget: OwnedSemaphorePermit,
+    /// Time spent on it so far, for the stage timers.
+    pub transform: Duration,
+    pub encode: Duration,
+}
+
+/// Actions being carried out: each yields its result and how long it took.
+type Running = FuturesUnordered<BoxFuture<'static, (ActionId, Result<(), CommitError>, Duration)>>;
+
+/// Land what arrives on `input` until it closes and everything has landed, or landing stops.
+pub(super) async fn land(
+    mut machine: FlushMachine,
+    mut input: mpsc::Receiver<Encoded>,
+    log: CommitLog,
+    confirmer: Confirmer,
+    mut shutdown: Shutdown,
+    progress: watch::Sender<Progress>,
+) -> Result<(), PipelineError> {
+    let sink = log.sink().clone();
+    let mut running: Running = FuturesUnordered::new();
+    // Permits and timings of flushes in flight, in sequence order.
+    let mut held: Vec<(u64, Encoded)> = Vec::new();
+    let mut open = true;
+    let mut stop_seen = false;
+    loop {
+        while let Some(action) = machine.poll_action(Instant::now(), unix_micros()) {
+            match action {
+                Action::Confirm { lsn } => confirmer.confirm(lsn),
+                Action::Landed { entry } => {
+                    let index = held.iter().position(|(n, _)| *n == entry.sequence);
+                    let done = index.map(|i| held.remove(i).1);
+                    report(&progress, &entry, done.as_ref());
+                }
+                Action::Retrying {
+                    what,
+                    sequence,
+                    attempts,
+                    retry_in,
+                    error,
+                } => tracing::warn!(
+                    sequence,
+                    attempts,
+                    ?retry_in,
+                    %error,
+                    "{what} failed; nothing past {} is confirmed",
+                    machine.confirmed()
+                ),
+                Action::Recovered { what, attempts } => {
+                    tracing::info!(attempts, "{what}: the sink is reachable again")
+                }
+                Action::Warning { message } => tracing::warn!("{message}"),
+                other => running.push(execute(other, &log, &sink)),
+            }
+        }
+        if machine.is_stopped() && machine.is_idle() && running.is_empty() {
+            break;
+        }
+        if !open && machine.is_idle() && running.is_empty() {
+            break;
+        }
+        let retry_at = machine.poll_timeout().map(tokio::time::Instant::from_std);
+        tokio::select! {
+            biased;
+            changed = shutdown.changed(), if !stop_seen => {
+                if changed.is_err() || *shutdown.borrow() {
+                    stop_seen = true;
+                    machine.stop();
+                }
+            }
+            Some((id, result, took)) = running.next(), if !running.is_empty() => {
+                progress.send_if_modified(|p| {
+                    match id.step {
+                        Step::Intent | Step::Upload(_) => p.stages.upload += took,
+                        _ => p.stages.commit += took,
+                    }
+                    false
+                });
+                machine.handle(id, result, Instant::now());
+            }
+            _ = sleep_until(retry_at) => {}
+            received = input.recv(), if open && !machine.is_stopped() => match received {
+                Some(encoded) => {
+                    let sequence = encoded.flush.sequence;
+                    machine.push(encoded.flush.clone());
+                    held.push((sequence, Encoded { flush: empty(encoded.flush), ..encoded }));
+                }
+                None => open = false,
+            },
+        }
+    }
+    match machine.take_stopped() {
+        None => Ok(()),
+        Some(Stopped::Failed(error)) => Err(error.into()),
+        Some(Stopped::Interrupted { what, confirmed }) => {
+            Err(PipelineError::Interrupted { what, confirmed })
+        }
+    }
+}
+
+/// The flush without its bytes (the machine holds those).
+fn empty(mut flush: EncodedFlush) -> EncodedFlush {
+    flush.files.clear();
+    flush
+}
+
+fn execute(
+    action: Action,
+    log: &CommitLog,
+    sink: &Sink,
+) -> BoxFuture<'static, (ActionId, Result<(), CommitError>, Duration)> {
+    let (log, sink) = (log.clone(), sink.clone());
+    Box::pin(async move {
+        let started = Instant::now();
+        let (id, result) = match action {
+            Action::WriteIntent { id, files } => {
+                let result = log.write_intent(id.sequence, &files).await;
+                if result.is_ok() {
+                    failpoint::reached("flush.after-intent").await;
+                }
+                (id, result)
+            }
+            Action::Upload {
+                id,
+                path,
+                bytes,
+                size,
+            } => {
+                let result = upload(&sink, &path, bytes, size).await;
+                if result.is_ok() {
+                    failpoint::reached("flush.after-file").await;
+                }
+                (id, result)
+            }
+            Action::Commit { id, entry } => {
+                failpoint::reached("flush.before-commit").await;
+                let result = log.commit(&entry).await;
+                if result.is_ok() {
+                    failpoint::reached("flush.after-commit").await;
+                }
+                (id, result)
+            }
+            Action::ClearIntent { id } => {
+                // The confirm went out just before this was issued.
+                failpoint::reached("flush.after-confirm").await;
+                (id, log.clear_intent(id.sequence).await)
+            }
+            Action::Abandon { id, files } => {
+                let result = log.abandon(id.sequence, &files).await;
+                if let Err(e) = &result {
+                    tracing::warn!(sequence = id.sequence, error = %e, "could not remove this flush's files after losing the pipeline; the instance that took over removes them at its next start");
+                }
+                (id, result)
+            }
+            other => unreachable!("{other:?} is carried out in the landing loop"),
+        };
+        (id, result, started.elapsed())
+    })
+}
+
+/// Create one data file. A file already there under its name (which only this writer
+/// produces) is an earlier attempt of the same upload whose reply was lost; its size must
+/// match.
+async fn upload(
+    sink: &Sink,
+    path: &str,
+    bytes: bytes::Bytes,
+    size: u64,
+) -> Result<(), CommitError> {
+    let object = Path::from(path);
+    if sink.create(&object, bytes).await? == Created::Existed {
+        let found = sink.size(&object).await?;
+        if found != Some(size) {
+            return Err(CommitError::Corrupt {
+                path: path.to_owned(),
+                reason: format!(
+                    "this writer's own file name already holds {found:?} bytes, not the {size} it uploads"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn report(
+    progress: &watch::Sender<Progress>,
+    entry: &crate::commit::CommitEntry,
+    done: Option<&Encoded>,
+) {
+    let rows: u64 = entry.files.iter().map(|f| f.rows).sum();
+    let bytes: u64 = entry.files.iter().map(|f| f.bytes).sum();
+    tracing::info!(
+        sequence = entry.sequence,
+        transactions = entry.transactions,
+        changes = entry.changes,
+        files = entry.files.len(),
+        bytes,
+        confirmed = %entry.last_end_lsn,
+        "committed"
+    );
+    progress.send_modify(|p| {
+        p.flushes += 1;
+        p.transactions += entry.transactions;
+        p.changes += entry.changes;
+        p.rows_written += rows;
+        p.files_written += entry.files.len() as u64;
+        p.bytes_written += bytes;
+        p.last_entry = Some(entry.clone());
+        if let Some(done) = done {
+            p.stages.transform += done.transform;
+            p.stages.encode += done.encode;
+        }
+    });
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
