@@ -13,4 +13,4 @@ build_plugins passthrough
 
 say "demo: building and running tributary demo $*"
 cd "$ROOT"
-exec cargo run --quiet -p tributary -- demo --plugin "$TRIBUTARY_PLUGIN_DIR/passthrough.wasm" "$@"
+exec cargo run --quiet -p tributary-cli -- demo --plugin "$TRIBUTARY_PLUGIN_DIR/passthrough.wasm" "$@"

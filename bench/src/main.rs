@@ -24,7 +24,7 @@ use clap::Parser;
 use serde::Serialize;
 use tokio_postgres::{Client, NoTls};
 use tributary::Lsn;
-use tributary::cluster::{ClusterOptions, TempCluster};
+use tributary_cluster::{ClusterOptions, TempCluster};
 use tributary_tests::S3Server;
 
 use crate::consume::Measured;

@@ -18,7 +18,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use tributary::cluster::{ClusterOptions, TempCluster};
+use tributary_cluster::{ClusterOptions, TempCluster};
 
 /// A workload: its SQL, the server it needs and how the slot is read.
 struct Workload {

@@ -15,17 +15,18 @@
 //! - [`transform`] hosts the WebAssembly plugins;
 //! - [`encode`] turns output rows into Parquet;
 //! - [`sink`] writes objects to the bucket or directory;
-//! - [`commit`] is the checkpoint protocol: what is durable and how far the slot may move.
+//! - [`commit`] is the checkpoint protocol: what is durable, who may write it, and how far the
+//!   slot may move;
+//! - [`flush`] decides, without IO, which step of which flush lands next.
 //!
-//! [`pipeline`] wires the stages together; [`config`] reads the pipeline file.
+//! [`pipeline`] starts a pipeline and runs the stages side by side; [`config`] reads the
+//! pipeline file. The `tributary` command is the `tributary-cli` crate.
 
 pub mod batch;
 pub mod catalog;
 pub mod change;
-pub mod cluster;
 pub mod commit;
 pub mod config;
-pub mod demo;
 pub mod encode;
 pub mod failpoint;
 pub mod flush;

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use tributary::cluster::{ClusterOptions, TempCluster};
 use tributary::config::{PipelineConfig, UnchangedToastPolicy};
 use tributary::pipeline::{PipelineError, RunOptions};
 use tributary::provision::ProvisionError;
 use tributary::sink::Sink;
+use tributary_cluster::{ClusterOptions, TempCluster};
 use tributary_tests::lake::{LandedRow, read_output};
 use tributary_tests::pipeline::{RunningPipeline, config};
 use tributary_tests::{TestDatabase, fresh_database, plugin, unique_name};

@@ -3,7 +3,6 @@
 mod auth;
 mod checkpoint;
 mod crash;
-mod demo;
 mod fencing;
 mod harness;
 mod identity;

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tributary::cluster::{ClusterOptions, TempCluster};
+use tributary_cluster::{ClusterOptions, TempCluster};
 use tributary_tests::lake::read_output;
 use tributary_tests::pipeline::{RunningPipeline, config};
 use tributary_tests::{plugin, unique_name};

@@ -3,7 +3,7 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use tributary::cluster::{ClusterOptions, TempCluster};
+use tributary_cluster::{ClusterOptions, TempCluster};
 
 /// The shared cluster, or why it could not start (so every test reports the same cause
 /// instead of each trying again).

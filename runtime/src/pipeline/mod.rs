@@ -1,4 +1,4 @@
-//! The running pipeline: start-up (see [`start`]), then four stages that run side by side,
+//! The running pipeline: start-up (`pipeline/start.rs`), then four stages that run side by side,
 //! joined by short queues, data flowing one way:
 //!
 //! ```text
@@ -12,7 +12,7 @@
 //! decoded size when the reader cuts it and gives it back when it has landed, and the reader
 //! waits for room before it reads on, so the socket pauses while the replication driver keeps
 //! answering the server. Landing is the flush machine ([`crate::flush`]) carried out by one IO
-//! task ([`land`]): intents and uploads may run ahead, commit entries and confirms go strictly
+//! task (`pipeline/land.rs`): intents and uploads may run ahead, commit entries and confirms go strictly
 //! in sequence order. Sink failures are retried with backoff for as long as they last;
 //! transform and encode failures stop the pipeline with nothing past the last commit confirmed.
 //! A commit that finds its sequence number taken means another instance has taken over: this

@@ -1,20 +1,29 @@
 //! `tributary demo` runs the whole pipeline on its own throwaway parts.
 
-use tributary::demo::{self, DemoOptions};
+use std::process::Command;
+
 use tributary_tests::lake::read_output;
 use tributary_tests::{plugin, unique_name};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tributary");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_lands_its_workload() {
     let dir = std::env::temp_dir().join(unique_name("demo-lake"));
-    demo::run(DemoOptions {
-        sink_dir: Some(dir.clone()),
-        plugin: Some(plugin("passthrough")),
-        no_plugin: false,
-        orders: 400,
-    })
-    .await
-    .unwrap();
+    let out = Command::new(BIN)
+        .args(["demo", "--orders", "400", "--sink-dir"])
+        .arg(&dir)
+        .arg("--plugin")
+        .arg(plugin("passthrough"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("public.orders"), "{stdout}");
 
     let store = object_store::local::LocalFileSystem::new_with_prefix(&dir).unwrap();
     let customers = read_output(&store, "public.customers").await;

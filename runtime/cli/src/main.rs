@@ -10,7 +10,9 @@ use clap::{Parser, Subcommand};
 use tokio::sync::watch;
 use tributary::config::PipelineConfig;
 use tributary::pipeline::{self, Progress, RunOptions};
-use tributary::{demo, status};
+use tributary::status;
+
+mod demo;
 
 /// Change data capture from PostgreSQL, through WebAssembly transforms, to Parquet in object
 /// storage — exactly once.

@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio_postgres::NoTls;
-use tributary::cluster::{ClusterOptions, TempCluster};
+use tributary_cluster::{ClusterOptions, TempCluster};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tributary");
 

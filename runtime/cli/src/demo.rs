@@ -11,11 +11,11 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use tokio::sync::watch;
 
-use crate::cluster::{ClusterOptions, TempCluster};
-use crate::config::{FlushConfig, PipelineConfig, SinkConfig, SourceConfig, TransformConfig};
-use crate::pipeline::{self, Progress, RunOptions};
-use crate::provision;
-use crate::status::{self, human_bytes};
+use tributary::config::{FlushConfig, PipelineConfig, SinkConfig, SourceConfig, TransformConfig};
+use tributary::pipeline::{self, Progress, RunOptions};
+use tributary::provision;
+use tributary::status::{self, human_bytes};
+use tributary_cluster::{ClusterOptions, TempCluster};
 
 const PLUGIN_DIR_ENV: &str = "TRIBUTARY_PLUGIN_DIR";
 
@@ -99,7 +99,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
         Some(d) => std::path::absolute(d)?,
         None => std::env::temp_dir().join(format!("tributary-demo-{}", std::process::id())),
     };
-    if sink_dir.join(crate::commit::STATE_PREFIX).exists() {
+    if sink_dir.join(tributary::commit::STATE_PREFIX).exists() {
         bail!(
             "{} already holds a pipeline's files; the demo starts a new database, so give it an empty directory",
             sink_dir.display()
