@@ -307,11 +307,22 @@ impl ScenarioResult {
             for (stage, s) in stages {
                 let _ = write!(line, " {stage} {s:.2} ({:.0}%)", s / total * 100.0);
             }
+            // The stages run side by side, so their times may add up to more than the run.
+            let rest = if busy <= total {
+                format!(
+                    "other/waiting {:.2} ({:.0}%)",
+                    total - busy,
+                    (total - busy) / total * 100.0
+                )
+            } else {
+                format!(
+                    "stages overlapping: {:.0}% of the run summed",
+                    busy / total * 100.0
+                )
+            };
             let _ = write!(
                 line,
-                " other/waiting {:.2} ({:.0}%); start-up before the first read {:.2} s; {} flushes, Parquet {:.1} MB",
-                total - busy,
-                (total - busy) / total * 100.0,
+                " {rest}; start-up before the first read {:.2} s; {} flushes, Parquet {:.1} MB",
                 median(&|m| m.consumer.startup_seconds),
                 ok[0].1.consumer.flushes,
                 ok[0].1.consumer.parquet_bytes as f64 / 1e6

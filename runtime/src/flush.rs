@@ -14,8 +14,10 @@
 //!   (at most [`MAX_UPLOADS`] uploads at once), but commit entries are written strictly in
 //!   sequence order, each only after the one before it exists: the log never has a hole, and
 //!   the slot is confirmed in commit order whatever finishes first.
-//! - A sink failure is retried with capped exponential backoff for as long as it lasts;
-//!   everything else stops the pipeline. A commit whose sequence number another writer took
+//! - A sink failure that may pass (unreachable, timeout, 5xx, throttling: see
+//!   [`SinkError::is_transient`](crate::sink::SinkError::is_transient)) is retried with capped
+//!   exponential backoff for as long as it lasts; everything else (no such bucket, access
+//!   denied, refused credentials, a corrupt entry) stops the pipeline at once. A commit whose sequence number another writer took
 //!   stops it after removing this writer's files of every flush that can no longer commit.
 //! - A stop request while a step waits for its retry ends the retries at once: nothing past
 //!   the confirmed position is confirmed, and the next start replays the rest.
@@ -355,7 +357,7 @@ impl FlushMachine {
                     ),
                 });
             }
-            Err(CommitError::Sink(error)) => {
+            Err(CommitError::Sink(error)) if error.is_transient() => {
                 let (attempts, delay) = match *state {
                     State::Issued { attempts, delay } if attempts > 0 => {
                         (attempts + 1, (delay * 2).min(RETRY_MAX))

@@ -21,15 +21,16 @@ use crate::pgtype::TypeRow;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProvisionError {
-    #[error("cannot connect to the source database: {0}")]
-    Connect(#[source] tokio_postgres::Error),
-    #[error("source url is not a valid connection string: {0}")]
-    Url(#[source] tokio_postgres::Error),
-    #[error("{what}: {source}")]
+    // The client error is rendered into the message, not chained as a source: its own text
+    // repeats its cause ("db error: ERROR: ..."), and a chained source would print it twice.
+    #[error("cannot connect to the source database: {}", server_text(.0))]
+    Connect(tokio_postgres::Error),
+    #[error("source url is not a valid connection string: {}", server_text(.0))]
+    Url(tokio_postgres::Error),
+    #[error("{what}: {}", server_text(error))]
     Query {
         what: String,
-        #[source]
-        source: tokio_postgres::Error,
+        error: tokio_postgres::Error,
     },
     #[error(
         "the source server runs with wal_level = {0}; logical replication needs wal_level = logical (set it in postgresql.conf and restart the server)"
@@ -123,9 +124,40 @@ pub async fn connect(config: &tokio_postgres::Config) -> Result<Client, Provisio
     Ok(client)
 }
 
+/// What the server said (message, SQLSTATE, detail, hint), or the client's own text for
+/// errors that never reached a server.
+pub fn server_text(error: &tokio_postgres::Error) -> String {
+    let Some(db) = error.as_db_error() else {
+        return error_chain(error);
+    };
+    let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+    if let Some(detail) = db.detail() {
+        text.push_str(&format!("; {detail}"));
+    }
+    if let Some(hint) = db.hint() {
+        text.push_str(&format!("; hint: {hint}"));
+    }
+    text
+}
+
+/// An error and its causes, each once.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 fn query_error(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> ProvisionError {
     let what = what.into();
-    move |source| ProvisionError::Query { what, source }
+    move |error| ProvisionError::Query { what, error }
 }
 
 /// Quote an identifier for SQL.

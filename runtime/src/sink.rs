@@ -33,12 +33,145 @@ pub enum SinkError {
     Scheme { url: String, scheme: String },
     #[error("sink option {key:?} is not an S3 setting (see object_store's AmazonS3ConfigKey)")]
     Option { key: String },
+    /// A failure that may pass: the store unreachable, a timeout, a 5xx, throttling.
     #[error("sink {url}: {source}")]
     Store {
         url: String,
         #[source]
         source: object_store::Error,
     },
+    /// A failure that trying again cannot fix, said in a sentence with the way out.
+    #[error("sink {url}: {reason}; {hint}")]
+    Refused {
+        url: String,
+        reason: String,
+        hint: &'static str,
+    },
+}
+
+impl SinkError {
+    /// Whether trying the same step again can succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, SinkError::Store { .. })
+    }
+}
+
+/// Sort a store failure into one that may pass and one that will not, with what to do about
+/// the latter. object_store reports 404, 403 and 401 as their own kinds and everything else,
+/// transport failures and 5xx included, as `Generic`; S3's error code in the body tells the
+/// rest apart.
+fn classify(url: &str, source: object_store::Error) -> SinkError {
+    let text = error_chain(&source);
+    let refused = |reason: String, hint: &'static str| SinkError::Refused {
+        url: url.to_owned(),
+        reason,
+        hint,
+    };
+    let code = s3_code(&text);
+    if code == Some("NoSuchBucket") {
+        return refused(
+            format!("the bucket {:?} does not exist", bucket_of(url)),
+            "create it, or fix sink.url",
+        );
+    }
+    if text.contains("169.254.169.254") {
+        return refused(
+            "no S3 credentials: none were configured and the instance metadata service gave none"
+                .into(),
+            "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or sink.options aws_access_key_id and aws_secret_access_key)",
+        );
+    }
+    match code {
+        Some(
+            c @ ("InvalidAccessKeyId" | "SignatureDoesNotMatch" | "ExpiredToken" | "InvalidToken"),
+        ) => {
+            return refused(
+                format!("the S3 credentials were refused ({c})"),
+                "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the sink.options keys)",
+            );
+        }
+        Some(c @ ("AccessDenied" | "AllAccessDisabled" | "AccountProblem")) => {
+            return refused(
+                format!("access denied ({c})"),
+                "give these credentials s3:GetObject, s3:PutObject, s3:DeleteObject and s3:ListBucket on the sink prefix",
+            );
+        }
+        _ => {}
+    }
+    match &source {
+        object_store::Error::PermissionDenied { .. } => refused(
+            format!("access denied: {}", first_line(&text)),
+            "give these credentials read, write, delete and list rights on the sink",
+        ),
+        object_store::Error::Unauthenticated { .. } => refused(
+            format!("the credentials were refused: {}", first_line(&text)),
+            "check the sink's credentials",
+        ),
+        object_store::Error::NotSupported { .. } | object_store::Error::NotImplemented { .. } => {
+            refused(
+                format!(
+                    "the store cannot do what the pipeline needs: {}",
+                    first_line(&text)
+                ),
+                "tributary needs conditional puts (create-if-absent); use a store that supports them",
+            )
+        }
+        _ if client_error(&text) => refused(
+            format!("the store refused the request: {}", first_line(&text)),
+            "check sink.url and sink.options",
+        ),
+        _ => SinkError::Store {
+            url: url.to_owned(),
+            source,
+        },
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
+
+/// The `<Code>` of an S3 error body.
+fn s3_code(text: &str) -> Option<&str> {
+    let start = text.find("<Code>")? + "<Code>".len();
+    let end = text[start..].find("</Code>")? + start;
+    Some(&text[start..end])
+}
+
+/// A 4xx status that is not about timing (408 timeout, 429 throttling).
+fn client_error(text: &str) -> bool {
+    let Some(at) = text.find("status code: ") else {
+        return false;
+    };
+    let code: u16 = text[at + 13..]
+        .chars()
+        .take(3)
+        .collect::<String>()
+        .parse()
+        .unwrap_or(0);
+    (400..500).contains(&code) && code != 408 && code != 429
+}
+
+/// The message without a response body (an S3 error body is a page of XML).
+fn first_line(text: &str) -> String {
+    let cut = text.find(['<', '\n']).unwrap_or(text.len());
+    text[..cut]
+        .trim_end_matches([':', ' '])
+        .chars()
+        .take(300)
+        .collect()
+}
+
+fn bucket_of(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.split('/').next().unwrap_or(rest)
 }
 
 /// What [`Sink::create`] found.
@@ -148,11 +281,9 @@ impl Sink {
         &self.store
     }
 
+    /// A store failure, sorted into one that may pass and one that will not.
     pub fn error(&self, source: object_store::Error) -> SinkError {
-        SinkError::Store {
-            url: self.url.clone(),
-            source,
-        }
+        classify(&self.url, source)
     }
 
     /// Create an object unless one exists at `path`; a writer never replaces an object.
@@ -227,7 +358,11 @@ impl Sink {
     pub async fn list_names(&self, prefix: &Path) -> Result<Vec<String>, SinkError> {
         let listing = match self.store.list_with_delimiter(Some(prefix)).await {
             Ok(listing) => listing,
-            Err(object_store::Error::NotFound { .. }) => return Ok(Vec::new()),
+            // A directory not made yet; but a missing bucket is no empty sink.
+            Err(e @ object_store::Error::NotFound { .. }) => match self.error(e) {
+                refused @ SinkError::Refused { .. } => return Err(refused),
+                _ => return Ok(Vec::new()),
+            },
             Err(e) => return Err(self.error(e)),
         };
         Ok(listing
@@ -241,6 +376,67 @@ impl Sink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn generic(text: &str) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "S3",
+            source: text.to_owned().into(),
+        }
+    }
+
+    #[test]
+    fn failures_are_sorted_into_passing_and_refused() {
+        let url = "s3://lake/shop";
+        for transient in [
+            "Error performing PUT http://127.0.0.1:9/lake/x: connection refused",
+            "Server returned non-2xx status code: 503 Service Unavailable: <Error><Code>SlowDown</Code></Error>",
+            "Server returned non-2xx status code: 429 Too Many Requests",
+            "request timed out",
+        ] {
+            assert!(
+                classify(url, generic(transient)).is_transient(),
+                "{transient}"
+            );
+        }
+        let refused = |source| classify(url, source).to_string();
+        assert_eq!(
+            refused(generic(
+                "Server returned non-2xx status code: 404 Not Found: <?xml version=\"1.0\"?><Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message></Error>"
+            )),
+            "sink s3://lake/shop: the bucket \"lake\" does not exist; create it, or fix sink.url"
+        );
+        let err = refused(generic(
+            "Error performing PUT http://169.254.169.254/latest/api/token in 1ms - Server returned non-2xx status code: 403 Forbidden",
+        ));
+        assert!(
+            err.contains("no S3 credentials") && err.contains("AWS_ACCESS_KEY_ID"),
+            "{err}"
+        );
+        let err = refused(object_store::Error::PermissionDenied {
+            path: "x".into(),
+            source: "Server returned non-2xx status code: 403 Forbidden: <Error><Code>InvalidAccessKeyId</Code></Error>".into(),
+        });
+        assert!(
+            err.contains("credentials were refused (InvalidAccessKeyId)"),
+            "{err}"
+        );
+        let err = refused(object_store::Error::PermissionDenied {
+            path: "x".into(),
+            source: "Server returned non-2xx status code: 403 Forbidden: <Error><Code>AccessDenied</Code></Error>".into(),
+        });
+        assert!(
+            err.contains("access denied (AccessDenied)") && err.contains("s3:PutObject"),
+            "{err}"
+        );
+        let err = refused(generic(
+            "Server returned non-2xx status code: 400 Bad Request: <Error>",
+        ));
+        assert!(
+            err.starts_with("sink s3://lake/shop: the store refused the request: ")
+                && !err.contains('<'),
+            "no XML in the message: {err}"
+        );
+    }
 
     #[test]
     fn refuses_unknown_schemes_and_options() {

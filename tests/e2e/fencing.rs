@@ -15,7 +15,7 @@ use tributary::commit::{CommitLog, EntryKind, Writer};
 use tributary::pipeline::{PipelineError, RunOptions};
 use tributary::sink::Sink;
 use tributary_tests::lake::committed_rows;
-use tributary_tests::pipeline::{RunningPipeline, config, events_database};
+use tributary_tests::pipeline::{RunningPipeline, config, events_database, slot_and_publication};
 use tributary_tests::proxy::Proxy;
 use tributary_tests::service::{Service, ServiceConfig};
 use tributary_tests::{TestDatabase, s3, unique_name};
@@ -336,25 +336,6 @@ async fn objects(sink: &Sink) -> Vec<(String, u64)> {
         .unwrap();
     all.sort();
     all
-}
-
-async fn slot_and_publication(db: &TestDatabase, name: &str) -> (bool, bool) {
-    let slot = db
-        .client
-        .query_opt(
-            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
-            &[&name],
-        )
-        .await
-        .unwrap()
-        .is_some();
-    let publication = db
-        .client
-        .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&name])
-        .await
-        .unwrap()
-        .is_some();
-    (slot, publication)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,6 +3,7 @@
 mod auth;
 mod checkpoint;
 mod crash;
+mod faults;
 mod fencing;
 mod harness;
 mod identity;

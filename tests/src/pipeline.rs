@@ -222,3 +222,23 @@ pub async fn wait_for_confirmed(client: &tokio_postgres::Client, slot: &str, lsn
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Whether the slot and the publication named `name` exist.
+pub async fn slot_and_publication(db: &crate::TestDatabase, name: &str) -> (bool, bool) {
+    let slot = db
+        .client
+        .query_opt(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .is_some();
+    let publication = db
+        .client
+        .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&name])
+        .await
+        .unwrap()
+        .is_some();
+    (slot, publication)
+}

@@ -90,6 +90,9 @@ fn an_unreachable_source_is_named() {
         err.contains("cannot connect to the source database"),
         "{err}"
     );
+    // One line, each cause said once.
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert_eq!(err.matches("refused").count(), 1, "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

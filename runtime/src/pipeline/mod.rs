@@ -264,7 +264,9 @@ async fn run_stages(
 }
 
 /// Queued items between two stages; the in-flight budget, not this, bounds memory.
-const STAGE_QUEUE: usize = 2;
+const STAGE_QUEUE: usize = 1;
+/// How many times its decoded size a batch is counted against the in-flight budget.
+const HELD_COPIES: usize = 3;
 
 /// The in-flight budget, in KiB: a batch takes its decoded size when it is cut and gives it
 /// back when it has landed.
@@ -400,7 +402,10 @@ impl Reader {
     /// Cut the pending batch and hand it on once the budget has room; `false` when the next
     /// stage is gone.
     async fn cut(&mut self) -> bool {
-        let bytes = self.batcher.held_bytes();
+        // A batch lives on in up to three forms until it lands (decoded changes, what the
+        // transforms return, the encoded files), each about as large as the decoded size
+        // counts, which leaves out allocator and enum overhead: its share is three times that.
+        let bytes = self.batcher.held_bytes().saturating_mul(HELD_COPIES);
         let batch = self
             .batcher
             .take()

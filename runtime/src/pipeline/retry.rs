@@ -63,15 +63,25 @@ impl Backoff {
                 }
                 Ok(false)
             }
-            Err(CommitError::Sink(e)) => {
+            Err(CommitError::Sink(e)) if e.is_transient() => {
                 self.attempts += 1;
-                tracing::warn!(
-                    attempts = self.attempts,
-                    retry_in = ?self.delay,
-                    error = %e,
-                    "{} failed; nothing past {confirmed} is confirmed",
-                    self.what
-                );
+                if confirmed == Lsn::ZERO {
+                    tracing::warn!(
+                        attempts = self.attempts,
+                        retry_in = ?self.delay,
+                        error = %e,
+                        "{} failed; trying again",
+                        self.what
+                    );
+                } else {
+                    tracing::warn!(
+                        attempts = self.attempts,
+                        retry_in = ?self.delay,
+                        error = %e,
+                        "{} failed; nothing past {confirmed} is confirmed",
+                        self.what
+                    );
+                }
                 let stop = async {
                     while !*shutdown.borrow_and_update() {
                         if shutdown.changed().await.is_err() {

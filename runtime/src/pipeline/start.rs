@@ -73,7 +73,10 @@ pub(super) async fn start(
     let (transforms, plugins) = load_transforms(config).await?;
     let sink = Sink::open(&config.sink.url, &config.sink.options)?;
     let log = CommitLog::new(sink.clone(), writer.clone());
-    let latest = log.latest().await?;
+    // An unreachable sink at start is waited for like one while running; a missing bucket or
+    // refused credentials stop here, before anything is created.
+    let mut stop = shutdown.clone();
+    let latest = with_retry!("reading the commit log", Lsn::ZERO, &mut stop, log.latest())?;
     let mut replication = ReplicationConnection::connect(&pg).await?;
     let system = replication.identify_system().await?;
     let database = provision::current_database(&client).await?;

@@ -1,0 +1,98 @@
+//! Sink failures are sorted by whether trying again can help: a missing bucket and refused
+//! credentials stop the pipeline at start with one sentence and the way out, before anything
+//! is created; an unreachable sink at start is waited for, as one is while running.
+
+use std::time::Duration;
+
+use tributary::pipeline::{PipelineError, RunOptions};
+use tributary_tests::pipeline::{RunningPipeline, config, events_database, slot_and_publication};
+use tributary_tests::{S3Server, s3, unique_name};
+
+async fn refused_at_start(hint: &str, sink_url: String, options: Vec<(String, String)>) -> String {
+    let db = events_database(hint).await;
+    let name = unique_name(hint);
+    let cfg = config(&db.url, &name, &["public.events"], &sink_url, options, &[]);
+    let err = RunningPipeline::start_failure(cfg, RunOptions::default()).await;
+    assert!(
+        matches!(&err, PipelineError::Commit(_) | PipelineError::Sink(_)),
+        "{err:?}"
+    );
+    assert_eq!(
+        slot_and_publication(&db, &name).await,
+        (false, false),
+        "a refused start creates nothing: {err}"
+    );
+    err.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_bucket_is_refused_at_start_in_one_sentence() {
+    let server = s3();
+    let bucket = format!("missing-{}", std::process::id());
+    let err = refused_at_start(
+        "no_bucket",
+        server.bucket_url(&bucket),
+        server.object_store_options(),
+    )
+    .await;
+    assert_eq!(
+        err,
+        format!(
+            "sink s3://{bucket}: the bucket \"{bucket}\" does not exist; create it, or fix sink.url"
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_credentials_are_refused_at_start_in_one_sentence() {
+    let server = s3();
+    let bucket = server.fresh_bucket("bad-secret").await;
+    let mut options = server.object_store_options();
+    for (key, value) in &mut options {
+        if key == "aws_secret_access_key" {
+            *value = "not-the-secret".into();
+        }
+    }
+    let err = refused_at_start("bad_secret", server.bucket_url(&bucket), options).await;
+    assert!(
+        err.starts_with(&format!(
+            "sink s3://{bucket}: the S3 credentials were refused (SignatureDoesNotMatch)"
+        )) && err.ends_with(
+            "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the sink.options keys)"
+        ) && !err.contains('<'),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_sink_at_start_is_waited_for() {
+    let db = events_database("sink_down_at_start").await;
+    let mut server = S3Server::start();
+    let bucket = server.fresh_bucket("down-at-start").await;
+    let name = unique_name("sink_down_at_start");
+    let cfg = config(
+        &db.url,
+        &name,
+        &["public.events"],
+        &server.bucket_url(&bucket),
+        server.object_store_options(),
+        &[],
+    );
+    server.stop();
+    let starting = tokio::spawn(RunningPipeline::start(cfg));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!starting.is_finished(), "the start waits for the sink");
+    assert_eq!(
+        slot_and_publication(&db, &name).await,
+        (false, false),
+        "nothing is created while the sink is unreachable"
+    );
+    server.restart();
+    let mut running = starting.await.unwrap();
+    db.client
+        .batch_execute("INSERT INTO events VALUES (1, 'a')")
+        .await
+        .unwrap();
+    running.wait_for_changes(1, Duration::from_secs(60)).await;
+    running.stop().await;
+}
