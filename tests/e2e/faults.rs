@@ -1,11 +1,15 @@
 //! Sink failures are sorted by whether trying again can help: a missing bucket and refused
 //! credentials stop the pipeline at start with one sentence and the way out, before anything
-//! is created; an unreachable sink at start is waited for, as one is while running.
+//! is created; an unreachable sink at start is waited for, as one is while running; and a stop
+//! request does not wait long for a sink that hangs.
 
 use std::time::Duration;
 
 use tributary::pipeline::{PipelineError, RunOptions};
-use tributary_tests::pipeline::{RunningPipeline, config, events_database, slot_and_publication};
+use tributary_tests::pipeline::{
+    RunningPipeline, config, confirmed_flush, events_database, slot_and_publication,
+};
+use tributary_tests::proxy::Proxy;
 use tributary_tests::{S3Server, s3, unique_name};
 
 async fn refused_at_start(hint: &str, sink_url: String, options: Vec<(String, String)>) -> String {
@@ -95,4 +99,54 @@ async fn an_unreachable_sink_at_start_is_waited_for() {
         .unwrap();
     running.wait_for_changes(1, Duration::from_secs(60)).await;
     running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_while_the_sink_hangs_ends_within_seconds() {
+    let db = events_database("sink_hangs").await;
+    let server = s3();
+    let bucket = server.fresh_bucket("sink-hangs").await;
+    let proxy = Proxy::start(&format!("127.0.0.1:{}", server.port())).await;
+    let mut options = server.object_store_options();
+    for (key, value) in &mut options {
+        if key == "aws_endpoint" {
+            *value = format!("http://127.0.0.1:{}", proxy.port());
+        }
+    }
+    let name = unique_name("sink_hangs");
+    let cfg = config(
+        &db.url,
+        &name,
+        &["public.events"],
+        &server.bucket_url(&bucket),
+        options,
+        &[],
+    );
+    let mut running = RunningPipeline::start(cfg).await;
+    db.client
+        .batch_execute("INSERT INTO events VALUES (1, 'a')")
+        .await
+        .unwrap();
+    running.wait_for_changes(1, Duration::from_secs(60)).await;
+    let landed = confirmed_flush(&db.client, &name).await;
+
+    // The sink stops answering (no error, no close): the next flush's requests hang.
+    proxy.freeze();
+    db.client
+        .batch_execute("INSERT INTO events VALUES (2, 'b')")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let asked = std::time::Instant::now();
+    let err = running.stop_with_error().await.to_string();
+    assert!(
+        asked.elapsed() < Duration::from_secs(12),
+        "the stop took {:?}",
+        asked.elapsed()
+    );
+    assert!(
+        err.starts_with("stopped after the sink gave no answer for 5 s: nothing past"),
+        "{err}"
+    );
+    assert_eq!(confirmed_flush(&db.client, &name).await, landed);
 }

@@ -26,6 +26,10 @@ pub(super) struct Encoded {
     pub encode: Duration,
 }
 
+/// After a stop request, the longest landing waits for the sink to answer anything; a
+/// healthy sink answers every request well within it, a hanging one is given up on.
+const STOP_PATIENCE: Duration = Duration::from_secs(5);
+
 /// Actions being carried out: each yields its result and how long it took.
 type Running = FuturesUnordered<BoxFuture<'static, (ActionId, Result<(), CommitError>, Duration)>>;
 
@@ -44,6 +48,8 @@ pub(super) async fn land(
     let mut held: Vec<(u64, Encoded)> = Vec::new();
     let mut open = true;
     let mut stop_seen = false;
+    // After a stop request, how long landing waits for a sink request that gives no answer.
+    let mut patience: Option<tokio::time::Instant> = None;
     loop {
         while let Some(action) = machine.poll_action(Instant::now(), unix_micros()) {
             match action {
@@ -86,10 +92,21 @@ pub(super) async fn land(
             changed = shutdown.changed(), if !stop_seen => {
                 if changed.is_err() || *shutdown.borrow() {
                     stop_seen = true;
+                    patience = Some(tokio::time::Instant::now() + STOP_PATIENCE);
                     machine.stop();
                 }
             }
+            _ = sleep_until(patience), if stop_seen && !running.is_empty() => {
+                // The sink hangs: what is in flight is not confirmed and is replayed next time.
+                return Err(PipelineError::StopTimedOut {
+                    seconds: STOP_PATIENCE.as_secs(),
+                    confirmed: machine.confirmed(),
+                });
+            }
             Some((id, result, took)) = running.next(), if !running.is_empty() => {
+                if stop_seen {
+                    patience = Some(tokio::time::Instant::now() + STOP_PATIENCE);
+                }
                 progress.send_if_modified(|p| {
                     match id.step {
                         Step::Intent | Step::Upload(_) => p.stages.upload += took,

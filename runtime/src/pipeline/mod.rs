@@ -106,6 +106,10 @@ pub enum PipelineError {
         "stopped while {what} kept failing: nothing past {confirmed} was confirmed, and the unfinished flush is cleaned up and replayed at the next start"
     )]
     Interrupted { what: &'static str, confirmed: Lsn },
+    #[error(
+        "stopped after the sink gave no answer for {seconds} s: nothing past {confirmed} was confirmed, and the unfinished flush is cleaned up and replayed at the next start"
+    )]
+    StopTimedOut { seconds: u64, confirmed: Lsn },
     #[error("the replication stream ended unexpectedly after {0}")]
     StreamEnded(Lsn),
     #[error("a blocking task failed: {0}")]
