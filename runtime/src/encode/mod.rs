@@ -191,8 +191,8 @@ impl Encoder {
     }
 
     /// Encode one output batch as one or more Parquet files (more when it passes the target
-    /// size), in row order.
-    pub fn encode(&self, batch: &OutputBatch) -> Result<Vec<Bytes>, EncodeError> {
+    /// size), in row order, each with its row count and schema fingerprint.
+    pub fn encode(&self, batch: &OutputBatch) -> Result<Vec<EncodedFile>, EncodeError> {
         let output = &batch.output;
         for row in &batch.rows {
             let old_len = row.old.as_ref().map_or(batch.columns.len(), Vec::len);
@@ -220,6 +220,7 @@ impl Encoder {
 
         let mut files = Vec::new();
         let mut writer: Option<ArrowWriter<Vec<u8>>> = None;
+        let mut rows_in_file = 0u64;
         let mut start = 0;
         while start < batch.rows.len() {
             let end = self.chunk_end(batch, start)?;
@@ -238,15 +239,24 @@ impl Encoder {
                 ),
             };
             w.write(&record).map_err(parquet_err)?;
+            rows_in_file += (end - start) as u64;
             if w.bytes_written() + w.in_progress_size() >= self.target_file_bytes
                 && let Some(full) = writer.take()
             {
-                files.push(Bytes::from(full.into_inner().map_err(parquet_err)?));
+                files.push(EncodedFile {
+                    bytes: Bytes::from(full.into_inner().map_err(parquet_err)?),
+                    rows: std::mem::take(&mut rows_in_file),
+                    schema: fingerprint.clone(),
+                });
             }
             start = end;
         }
         if let Some(last) = writer {
-            files.push(Bytes::from(last.into_inner().map_err(parquet_err)?));
+            files.push(EncodedFile {
+                bytes: Bytes::from(last.into_inner().map_err(parquet_err)?),
+                rows: rows_in_file,
+                schema: fingerprint.clone(),
+            });
         }
         Ok(files)
     }
@@ -280,11 +290,23 @@ impl Encoder {
     }
 }
 
+/// One Parquet file of an output, with what the commit log records of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EncodedFile {
+    pub bytes: Bytes,
+    pub rows: u64,
+    /// The fingerprint of the output's columns ([`fingerprint`]).
+    pub schema: String,
+}
+
 /// Encode one output batch as one or more Parquet files (more when it passes the target size).
 ///
 /// Builds the writer properties for this call; a caller encoding many batches with the same
 /// options keeps an [`Encoder`] instead.
-pub fn encode(batch: &OutputBatch, options: &EncodeOptions) -> Result<Vec<Bytes>, EncodeError> {
+pub fn encode(
+    batch: &OutputBatch,
+    options: &EncodeOptions,
+) -> Result<Vec<EncodedFile>, EncodeError> {
     Encoder::new(options)?.encode(batch)
 }
 

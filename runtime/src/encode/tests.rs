@@ -291,7 +291,7 @@ fn every_type_round_trips_with_its_schema() {
     .unwrap();
     assert_eq!(files.len(), 1);
 
-    let (schema, batches) = read(&files[0]);
+    let (schema, batches) = read(&files[0].bytes);
     assert_eq!(schema.fields(), arrow_schema(&columns, false).fields());
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     assert_eq!(names[..7], METADATA_COLUMNS);
@@ -456,7 +456,7 @@ fn old_images_land_in_a_struct_beside_the_row() {
     let mut output = batch(columns.clone(), vec![row(0, typical()), update, delete]);
     output.old_image = true;
     let files = encode(&output, &EncodeOptions::default()).unwrap();
-    let (schema, batches) = read(&files[0]);
+    let (schema, batches) = read(&files[0].bytes);
     assert_eq!(schema.fields(), arrow_schema(&columns, true).fields());
     assert_eq!(schema.fields().last().unwrap().name(), OLD_COLUMN);
     let old = batches[0].column_by_name(OLD_COLUMN).unwrap().as_struct();
@@ -492,7 +492,7 @@ fn files_carry_uuid_and_json_logical_types_and_zstd() {
         &EncodeOptions::default(),
     )
     .unwrap();
-    let builder = ParquetRecordBatchReaderBuilder::try_new(files[0].clone()).unwrap();
+    let builder = ParquetRecordBatchReaderBuilder::try_new(files[0].bytes.clone()).unwrap();
     let metadata = builder.metadata();
     let descr = metadata.file_metadata().schema_descr();
     let logical = |name: &str| {
@@ -536,9 +536,14 @@ fn small_target_rolls_files_at_row_boundaries() {
 
     let mut seen = Vec::new();
     for file in &files {
-        let (_, batches) = read(file);
+        let (_, batches) = read(&file.bytes);
         let rows_in_file: usize = batches.iter().map(RecordBatch::num_rows).sum();
         assert!(rows_in_file > 0);
+        assert_eq!(
+            file.rows, rows_in_file as u64,
+            "the row count the encoder reports"
+        );
+        assert_eq!(file.schema, files[0].schema);
         for b in batches {
             let ids = b.column_by_name("id").unwrap().as_primitive::<Int64Type>();
             let notes = b.column_by_name("note").unwrap().as_string::<i32>();
@@ -565,7 +570,7 @@ fn large_target_keeps_one_file_with_row_groups() {
     };
     let files = encode(&batch(columns, rows), &options).unwrap();
     assert_eq!(files.len(), 1);
-    let builder = ParquetRecordBatchReaderBuilder::try_new(files[0].clone()).unwrap();
+    let builder = ParquetRecordBatchReaderBuilder::try_new(files[0].bytes.clone()).unwrap();
     let groups: Vec<i64> = builder
         .metadata()
         .row_groups()
@@ -696,7 +701,7 @@ fn throughput() {
     let start = Instant::now();
     let files = encoder.encode(&batch).unwrap();
     let elapsed = start.elapsed();
-    let bytes: usize = files.iter().map(Bytes::len).sum();
+    let bytes: usize = files.iter().map(|f| f.bytes.len()).sum();
     println!(
         "encoded {n} rows in {elapsed:?}: {:.0} rows/s, {} files, {bytes} bytes",
         f64::from(n) / elapsed.as_secs_f64(),

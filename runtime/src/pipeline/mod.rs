@@ -533,33 +533,21 @@ fn encode_outputs(
     let mut files = Vec::new();
     let mut parts: BTreeMap<&str, usize> = BTreeMap::new();
     for output in outputs {
-        let schema = crate::encode::fingerprint(&output.columns);
-        let encoded = encoder.encode(output)?;
-        let mut rows_left = output.rows.len() as u64;
-        for bytes in encoded {
+        for encoded in encoder.encode(output)? {
             let part = parts.entry(output.output.as_str()).or_default();
             let path = data_file_path(&output.output, sequence, writer, *part);
             *part += 1;
-            let rows = parquet_rows(&bytes).unwrap_or(rows_left).min(rows_left);
-            rows_left -= rows;
             let file = FileEntry {
                 path,
                 output: output.output.clone(),
-                rows,
-                bytes: bytes.len() as u64,
-                schema: schema.clone(),
+                rows: encoded.rows,
+                bytes: encoded.bytes.len() as u64,
+                schema: encoded.schema,
             };
-            files.push((file, bytes));
+            files.push((file, encoded.bytes));
         }
     }
     Ok(files)
-}
-
-/// Row count from a Parquet footer.
-fn parquet_rows(bytes: &Bytes) -> Option<u64> {
-    use parquet::file::reader::{FileReader, SerializedFileReader};
-    let reader = SerializedFileReader::new(bytes.clone()).ok()?;
-    u64::try_from(reader.metadata().file_metadata().num_rows()).ok()
 }
 
 async fn load_transforms(
