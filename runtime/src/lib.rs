@@ -42,3 +42,20 @@ pub mod toast;
 pub mod transform;
 
 pub use lsn::{Lsn, ParseLsnError};
+
+/// An error and its causes, each said once: clients whose own text already ends with their
+/// cause (tokio-postgres does) are not repeated. Messages that render a library error use this
+/// instead of chaining it as a `source`.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = cause.source();
+    }
+    text
+}

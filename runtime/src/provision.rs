@@ -128,7 +128,7 @@ pub async fn connect(config: &tokio_postgres::Config) -> Result<Client, Provisio
 /// errors that never reached a server.
 pub fn server_text(error: &tokio_postgres::Error) -> String {
     let Some(db) = error.as_db_error() else {
-        return error_chain(error);
+        return crate::error_chain(error);
     };
     let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
     if let Some(detail) = db.detail() {
@@ -136,21 +136,6 @@ pub fn server_text(error: &tokio_postgres::Error) -> String {
     }
     if let Some(hint) = db.hint() {
         text.push_str(&format!("; hint: {hint}"));
-    }
-    text
-}
-
-/// An error and its causes, each once.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let next = cause.to_string();
-        if !text.ends_with(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        source = cause.source();
     }
     text
 }

@@ -61,7 +61,7 @@ impl SinkError {
 /// transport failures and 5xx included, as `Generic`; S3's error code in the body tells the
 /// rest apart.
 fn classify(url: &str, source: object_store::Error) -> SinkError {
-    let text = error_chain(&source);
+    let text = crate::error_chain(&source);
     let refused = |reason: String, hint: &'static str| SinkError::Refused {
         url: url.to_owned(),
         reason,
@@ -125,17 +125,6 @@ fn classify(url: &str, source: object_store::Error) -> SinkError {
             source,
         },
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    text
 }
 
 /// The `<Code>` of an S3 error body.

@@ -44,8 +44,9 @@ pub(super) async fn land(
 ) -> Result<(), PipelineError> {
     let sink = log.sink().clone();
     let mut running: Running = FuturesUnordered::new();
-    // Permits and timings of flushes in flight, in sequence order.
-    let mut held: Vec<(u64, Encoded)> = Vec::new();
+    // Budget shares and timings of flushes in flight, in sequence order; the machine holds
+    // the flushes themselves.
+    let mut held: Vec<(u64, Held)> = Vec::new();
     let mut open = true;
     let mut stop_seen = false;
     // After a stop request, how long landing waits for a sink request that gives no answer.
@@ -118,10 +119,9 @@ pub(super) async fn land(
             }
             _ = sleep_until(retry_at) => {}
             received = input.recv(), if open && !machine.is_stopped() => match received {
-                Some(encoded) => {
-                    let sequence = encoded.flush.sequence;
-                    machine.push(encoded.flush.clone());
-                    held.push((sequence, Encoded { flush: empty(encoded.flush), ..encoded }));
+                Some(Encoded { flush, _budget, transform, encode }) => {
+                    held.push((flush.sequence, Held { _budget, transform, encode }));
+                    machine.push(flush);
                 }
                 None => open = false,
             },
@@ -136,10 +136,12 @@ pub(super) async fn land(
     }
 }
 
-/// The flush without its bytes (the machine holds those).
-fn empty(mut flush: EncodedFlush) -> EncodedFlush {
-    flush.files.clear();
-    flush
+/// What landing keeps of a flush beside the machine: its budget share, given back once the
+/// flush has landed, and its stage times for the progress report.
+struct Held {
+    _budget: OwnedSemaphorePermit,
+    transform: Duration,
+    encode: Duration,
 }
 
 fn execute(
@@ -223,7 +225,7 @@ async fn upload(
 fn report(
     progress: &watch::Sender<Progress>,
     entry: &crate::commit::CommitEntry,
-    done: Option<&Encoded>,
+    done: Option<&Held>,
 ) {
     let rows: u64 = entry.files.iter().map(|f| f.rows).sum();
     let bytes: u64 = entry.files.iter().map(|f| f.bytes).sum();
