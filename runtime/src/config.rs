@@ -150,6 +150,15 @@ pub struct FlushConfig {
     /// than the whole budget still goes through, alone.
     #[serde(default = "default_in_flight_mib")]
     pub in_flight_mib: usize,
+    /// A transaction larger than this (decoded, in MiB) is held on local disk until it
+    /// commits, and landed as one flush in parts of about this size; a transaction the server
+    /// streams before its commit always goes to disk.
+    #[serde(default = "default_chunk_mib")]
+    pub chunk_mib: usize,
+    /// Where large transactions are held until they commit; the system's temporary directory
+    /// when unset. The files are unnamed: they vanish when the process ends, however it ends.
+    #[serde(default)]
+    pub spill_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for FlushConfig {
@@ -159,6 +168,8 @@ impl Default for FlushConfig {
             max_mib: default_max_mib(),
             max_delay_ms: default_max_delay_ms(),
             in_flight_mib: default_in_flight_mib(),
+            chunk_mib: default_chunk_mib(),
+            spill_dir: None,
         }
     }
 }
@@ -194,6 +205,9 @@ fn default_max_mib() -> usize {
 }
 fn default_in_flight_mib() -> usize {
     256
+}
+fn default_chunk_mib() -> usize {
+    16
 }
 
 fn default_max_delay_ms() -> u64 {
@@ -255,6 +269,12 @@ impl PipelineConfig {
         }
         if self.flush.in_flight_mib == 0 {
             return Err("flush.in_flight_mib must be at least 1".into());
+        }
+        if self.flush.chunk_mib == 0 || self.flush.chunk_mib > self.flush.in_flight_mib {
+            return Err(format!(
+                "flush.chunk_mib must be at least 1 and at most flush.in_flight_mib ({})",
+                self.flush.in_flight_mib
+            ));
         }
         for (i, t) in self.transforms.iter().enumerate() {
             if t.memory_limit_mib == 0 || t.timeout_ms == 0 {

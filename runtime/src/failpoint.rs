@@ -14,6 +14,7 @@
 //! |---|---|
 //! | `flush.after-intent` | the intent is written, no data file yet |
 //! | `flush.after-file` | one more data file is uploaded (`@k`: the k-th of the run) |
+//! | `flush.after-part` | every file of one part of a large transaction is up, more parts follow |
 //! | `flush.before-commit` | every data file is uploaded, the commit entry is not written |
 //! | `flush.after-commit` | the commit entry exists, the slot is not confirmed |
 //! | `flush.after-confirm` | the slot is confirmed, the intent is not removed |
@@ -22,6 +23,7 @@
 pub const POINTS: &[&str] = &[
     "flush.after-intent",
     "flush.after-file",
+    "flush.after-part",
     "flush.before-commit",
     "flush.after-commit",
     "flush.after-confirm",

@@ -8,6 +8,12 @@
 //! `handle` take inputs, `poll_action` yields what to do, `poll_timeout` says when to poll
 //! again, and nothing here reads a clock or touches the sink.
 //!
+//! A flush may arrive in parts (a transaction too large for memory, read back from disk): each
+//! part has an intent of its own, written before its files, and gives its memory back once its
+//! files are up; the single commit entry, naming the files of every part, is written after the
+//! last. A crash before it leaves only files the parts' intents name, which the next start
+//! removes.
+//!
 //! Rules it keeps:
 //!
 //! - Intents and uploads of later flushes may run while an earlier flush is still uploading
@@ -33,17 +39,25 @@ use crate::transform::PluginInfo;
 
 /// Uploads in flight at once, over all flushes.
 pub const MAX_UPLOADS: usize = 4;
+/// Flushes taken before the oldest has landed. Memory is bounded by the in-flight budget (a
+/// flush's data leaves once uploaded); this bounds how far uploads run ahead of commits.
+pub const MAX_FLIGHTS: usize = 8;
 /// Backoff between attempts of a failing sink step.
 pub const RETRY_MIN: Duration = Duration::from_millis(500);
 pub const RETRY_MAX: Duration = Duration::from_secs(30);
 
-/// A flush whose data files are encoded and named, ready to land.
+/// A flush whose data files are encoded and named, ready to land; or one part of it.
 #[derive(Debug, Clone)]
 pub struct EncodedFlush {
     pub sequence: u64,
+    /// Parts of one flush are numbered 0.. and pushed in order; a whole flush is part 0.
+    pub part: u32,
+    /// No part of this flush follows.
+    pub last: bool,
     pub first_commit_lsn: Lsn,
     pub last_commit_lsn: Lsn,
     pub last_end_lsn: Lsn,
+    /// Transactions and changes this part completes and holds.
     pub transactions: u64,
     pub changes: u64,
     pub files: Vec<(FileEntry, Bytes)>,
@@ -58,7 +72,8 @@ pub struct ActionId {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Step {
-    Intent,
+    /// The intent of one part.
+    Intent(u32),
     Upload(usize),
     Commit,
     ClearIntent,
@@ -68,7 +83,7 @@ pub enum Step {
 /// What the IO task is to do.
 #[derive(Debug, Clone)]
 pub enum Action {
-    /// Create the flush's intent, listing its files.
+    /// Create the intent of one part of the flush, listing its files.
     WriteIntent { id: ActionId, files: Vec<String> },
     /// Create one data file; `size` is what an existing object of that name must measure.
     Upload {
@@ -82,14 +97,24 @@ pub enum Action {
         id: ActionId,
         entry: Box<CommitEntry>,
     },
+    /// Every file of one part is up: its memory may go (infallible; no result is reported).
+    PartUploaded {
+        sequence: u64,
+        part: u32,
+        last: bool,
+    },
     /// Tell the slot it may release WAL up to here (infallible; no result is reported).
     Confirm { lsn: Lsn },
     /// The flush is durable and confirmed: report it, release its memory.
     Landed { entry: Box<CommitEntry> },
-    /// Remove the intent of a landed flush.
-    ClearIntent { id: ActionId },
-    /// Remove this writer's files and intent of a flush that can never commit.
-    Abandon { id: ActionId, files: Vec<String> },
+    /// Remove the intents of a landed flush's parts.
+    ClearIntent { id: ActionId, parts: u32 },
+    /// Remove this writer's files and intents of a flush that can never commit.
+    Abandon {
+        id: ActionId,
+        files: Vec<String>,
+        parts: u32,
+    },
     /// A step failed and will be tried again: say so.
     Retrying {
         what: &'static str,
@@ -164,8 +189,9 @@ impl State {
 }
 
 struct Flight {
+    /// The parts pushed so far, as one: files appended, counts summed.
     flush: EncodedFlush,
-    intent: State,
+    parts: Vec<PartFlight>,
     uploads: Vec<State>,
     commit: State,
     /// Built when the commit is first issued, so that every retry writes the same bytes.
@@ -174,9 +200,31 @@ struct Flight {
     clear: State,
 }
 
+/// One part of a flight: its intent and which of the flight's files are its own.
+struct PartFlight {
+    intent: State,
+    files: std::ops::Range<usize>,
+    uploaded: bool,
+}
+
 impl Flight {
     fn uploaded(&self) -> bool {
-        self.intent == State::Done && self.uploads.iter().all(|s| *s == State::Done)
+        self.flush.last
+            && self.parts.iter().all(|p| p.intent == State::Done)
+            && self.uploads.iter().all(|s| *s == State::Done)
+    }
+
+    /// No intent written yet: nothing of it is in the sink.
+    fn untouched(&self) -> bool {
+        self.parts.iter().all(|p| p.intent == State::Waiting)
+    }
+
+    fn states(&self) -> impl Iterator<Item = (&'static str, State)> + '_ {
+        self.parts
+            .iter()
+            .map(|p| ("writing the intent", p.intent))
+            .chain([("writing the commit entry", self.commit)])
+            .chain(self.uploads.iter().map(|s| ("uploading data files", *s)))
     }
 
     fn paths(&self) -> Vec<String> {
@@ -195,8 +243,9 @@ pub struct FlushMachine {
     slot: String,
     plugins: Vec<PluginInfo>,
     flights: VecDeque<Flight>,
-    /// Flushes whose files must be removed before stopping (after losing the pipeline).
-    abandon: Vec<(u64, Vec<String>, State)>,
+    /// Flushes whose files must be removed before stopping (after losing the pipeline): the
+    /// sequence, the files, the number of parts.
+    abandon: Vec<(u64, Vec<String>, u32, State)>,
     pending: VecDeque<Action>,
     stopped: Option<Stopped>,
     /// A stop was requested: the next step that has to wait for a retry ends landing.
@@ -245,7 +294,7 @@ impl FlushMachine {
     pub fn is_idle(&self) -> bool {
         self.pending.is_empty()
             && if self.stopped.is_some() {
-                self.abandon.iter().all(|(_, _, s)| *s == State::Done)
+                self.abandon.iter().all(|a| a.3 == State::Done)
             } else {
                 self.flights.is_empty()
             }
@@ -260,17 +309,58 @@ impl FlushMachine {
         self.stopped.is_some()
     }
 
-    /// Hand over the next flush; its sequence must be [`next_sequence`](Self::next_sequence).
+    /// Whether to take another flush now: always the rest of one begun, and a new one while
+    /// fewer than [`MAX_FLIGHTS`] are in flight.
+    pub fn accepts(&self) -> bool {
+        self.flights.back().is_some_and(|f| !f.flush.last) || self.flights.len() < MAX_FLIGHTS
+    }
+
+    /// Hand over the next flush, or the next part of the last one. A new flush's sequence
+    /// must be [`next_sequence`](Self::next_sequence).
     pub fn push(&mut self, flush: EncodedFlush) {
+        if flush.part > 0 {
+            let flight = self
+                .flights
+                .back_mut()
+                .filter(|f| f.flush.sequence == flush.sequence && !f.flush.last)
+                .expect("a later part follows the earlier parts of its flush");
+            assert_eq!(
+                flush.part as usize,
+                flight.parts.len(),
+                "parts are pushed in order"
+            );
+            let first = flight.flush.files.len();
+            flight.parts.push(PartFlight {
+                intent: State::Waiting,
+                files: first..first + flush.files.len(),
+                uploaded: false,
+            });
+            flight
+                .uploads
+                .extend(std::iter::repeat_n(State::Waiting, flush.files.len()));
+            flight.flush.files.extend(flush.files);
+            flight.flush.transactions += flush.transactions;
+            flight.flush.changes += flush.changes;
+            flight.flush.last_commit_lsn = flush.last_commit_lsn;
+            flight.flush.last_end_lsn = flush.last_end_lsn;
+            flight.flush.part = flush.part;
+            flight.flush.last = flush.last;
+            return;
+        }
         assert_eq!(
             flush.sequence,
             self.next_sequence(),
             "flushes are pushed in sequence"
         );
         let uploads = vec![State::Waiting; flush.files.len()];
+        let parts = vec![PartFlight {
+            intent: State::Waiting,
+            files: 0..flush.files.len(),
+            uploaded: false,
+        }];
         self.flights.push_back(Flight {
             flush,
-            intent: State::Waiting,
+            parts,
             uploads,
             commit: State::Waiting,
             entry: None,
@@ -287,13 +377,7 @@ impl FlushMachine {
             return;
         }
         let retrying = self.flights.iter().find_map(|f| {
-            let steps = [
-                ("writing the intent", f.intent),
-                ("writing the commit entry", f.commit),
-            ];
-            steps
-                .into_iter()
-                .chain(f.uploads.iter().map(|s| ("uploading data files", *s)))
+            f.states()
                 .find(|(_, s)| matches!(s, State::Retry { .. }))
                 .map(|(what, _)| what)
         });
@@ -308,9 +392,9 @@ impl FlushMachine {
     /// The result of an action.
     pub fn handle(&mut self, id: ActionId, result: Result<(), CommitError>, now: Instant) {
         if id.step == Step::Abandon {
-            if let Some(a) = self.abandon.iter_mut().find(|(n, _, _)| *n == id.sequence) {
+            if let Some(a) = self.abandon.iter_mut().find(|a| a.0 == id.sequence) {
                 // Best effort: what cannot be removed stays orphaned, named by no entry.
-                a.2 = State::Done;
+                a.3 = State::Done;
             }
             return;
         }
@@ -322,7 +406,7 @@ impl FlushMachine {
             return;
         };
         let what = match id.step {
-            Step::Intent => "writing the intent",
+            Step::Intent(_) => "writing the intent",
             Step::Upload(_) => "uploading data files",
             Step::Commit => "writing the commit entry",
             Step::ClearIntent => "removing a landed flush's intent",
@@ -330,7 +414,7 @@ impl FlushMachine {
         };
         let flight = &mut self.flights[index];
         let state = match id.step {
-            Step::Intent => &mut flight.intent,
+            Step::Intent(part) => &mut flight.parts[part as usize].intent,
             Step::Upload(k) => &mut flight.uploads[k],
             Step::Commit => &mut flight.commit,
             Step::ClearIntent => &mut flight.clear,
@@ -343,8 +427,10 @@ impl FlushMachine {
                 if attempts > 0 {
                     self.pending.push_back(Action::Recovered { what, attempts });
                 }
-                if id.step == Step::Commit {
-                    self.committed(index);
+                match id.step {
+                    Step::Commit => self.committed(index),
+                    Step::Upload(k) => self.uploaded(index, k),
+                    _ => {}
                 }
             }
             // Removing the intent of a landed flush is bookkeeping: the next start removes it.
@@ -384,6 +470,34 @@ impl FlushMachine {
         }
     }
 
+    /// File `k` of a flight is up: its bytes go, and with the last of its part, the part's
+    /// memory.
+    fn uploaded(&mut self, index: usize, k: usize) {
+        let flight = &mut self.flights[index];
+        flight.flush.files[k].1 = Bytes::new();
+        let count = flight.parts.len();
+        let Some((part, state)) = flight
+            .parts
+            .iter_mut()
+            .enumerate()
+            .find(|(_, p)| p.files.contains(&k))
+        else {
+            return;
+        };
+        if !state.uploaded
+            && flight.uploads[state.files.clone()]
+                .iter()
+                .all(|s| *s == State::Done)
+        {
+            state.uploaded = true;
+            self.pending.push_back(Action::PartUploaded {
+                sequence: flight.flush.sequence,
+                part: part as u32,
+                last: flight.flush.last && part + 1 == count,
+            });
+        }
+    }
+
     fn committed(&mut self, index: usize) {
         let flight = &mut self.flights[index];
         let entry = flight
@@ -398,12 +512,6 @@ impl FlushMachine {
         self.pending.push_back(Action::Confirm {
             lsn: self.checkpoint.confirmed(),
         });
-        // Release the data: only the intent is left to remove.
-        flight
-            .flush
-            .files
-            .iter_mut()
-            .for_each(|(_, b)| *b = Bytes::new());
         self.pending.push_back(Action::Landed {
             entry: Box::new(entry),
         });
@@ -415,13 +523,13 @@ impl FlushMachine {
         }
         if matches!(error, CommitError::Conflict { .. }) {
             // Every flush not yet committed lost its sequence number: remove what it wrote.
-            for flight in self
-                .flights
-                .iter()
-                .filter(|f| !f.landed && f.intent != State::Waiting)
-            {
-                self.abandon
-                    .push((flight.flush.sequence, flight.paths(), State::Waiting));
+            for flight in self.flights.iter().filter(|f| !f.landed && !f.untouched()) {
+                self.abandon.push((
+                    flight.flush.sequence,
+                    flight.paths(),
+                    flight.parts.len() as u32,
+                    State::Waiting,
+                ));
             }
         }
         self.stopped = Some(Stopped::Failed(error));
@@ -434,8 +542,8 @@ impl FlushMachine {
             return Some(action);
         }
         if self.stopped.is_some() {
-            let (sequence, files, state) =
-                self.abandon.iter_mut().find(|a| a.2 == State::Waiting)?;
+            let (sequence, files, parts, state) =
+                self.abandon.iter_mut().find(|a| a.3 == State::Waiting)?;
             state.issue();
             return Some(Action::Abandon {
                 id: ActionId {
@@ -443,6 +551,7 @@ impl FlushMachine {
                     step: Step::Abandon,
                 },
                 files: files.clone(),
+                parts: *parts,
             });
         }
         let uploads = self
@@ -455,19 +564,27 @@ impl FlushMachine {
         for index in 0..self.flights.len() {
             let flight = &mut self.flights[index];
             let sequence = flight.flush.sequence;
-            if flight.intent.due(now) {
-                flight.intent.issue();
-                return Some(Action::WriteIntent {
-                    id: ActionId {
-                        sequence,
-                        step: Step::Intent,
-                    },
-                    files: flight.paths(),
-                });
-            }
-            if flight.intent == State::Done {
-                for (k, state) in flight.uploads.iter_mut().enumerate() {
-                    if uploads < MAX_UPLOADS && state.due(now) {
+            for (p, part) in flight.parts.iter_mut().enumerate() {
+                if part.intent.due(now) {
+                    part.intent.issue();
+                    let files = flight.flush.files[part.files.clone()]
+                        .iter()
+                        .map(|(f, _)| f.path.clone())
+                        .collect();
+                    return Some(Action::WriteIntent {
+                        id: ActionId {
+                            sequence,
+                            step: Step::Intent(p as u32),
+                        },
+                        files,
+                    });
+                }
+                if part.intent != State::Done || uploads >= MAX_UPLOADS {
+                    continue;
+                }
+                for k in part.files.clone() {
+                    let state = &mut flight.uploads[k];
+                    if state.due(now) {
                         state.issue();
                         let (file, bytes) = &flight.flush.files[k];
                         return Some(Action::Upload {
@@ -514,6 +631,7 @@ impl FlushMachine {
                         sequence,
                         step: Step::ClearIntent,
                     },
+                    parts: flight.parts.len() as u32,
                 });
             }
             earlier_committed &= flight.commit == State::Done;
@@ -533,11 +651,7 @@ impl FlushMachine {
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.flights
             .iter()
-            .flat_map(|f| {
-                [f.intent, f.commit]
-                    .into_iter()
-                    .chain(f.uploads.iter().copied())
-            })
+            .flat_map(|f| f.states().map(|(_, s)| s))
             .filter_map(|s| match s {
                 State::Retry { at, .. } => Some(at),
                 _ => None,

@@ -22,6 +22,7 @@
 //! [`pipeline`] starts a pipeline and runs the stages side by side; [`config`] reads the
 //! pipeline file. The `tributary` command is the `tributary-cli` crate.
 
+pub mod assemble;
 pub mod batch;
 pub mod catalog;
 pub mod change;

@@ -141,7 +141,7 @@ mod tests {
     #[test]
     fn the_assembler_fills_updates_of_full_identity_tables() {
         use crate::Lsn;
-        use crate::batch::Assembler;
+        use crate::assemble::Assembler;
         use crate::pgoutput::{LogicalMessage, OldTuple, Tuple, TupleValue};
         use bytes::Bytes;
         use std::sync::Arc;
@@ -149,7 +149,7 @@ mod tests {
         let text = |s: &str| TupleValue::Text(Bytes::copy_from_slice(s.as_bytes()));
         let body = "x".repeat(100_000);
         let mut assembler = Assembler::new();
-        let mut push = |m| assembler.push(m).unwrap();
+        let mut push = |m| assembler.push(m).unwrap().map(|c| c.into_whole().unwrap());
         push(LogicalMessage::Begin {
             final_lsn: Lsn(0x100),
             commit_time: 0,

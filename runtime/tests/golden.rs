@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 
 use tributary::Lsn;
-use tributary::batch::{Assembled, Assembler, BatchError};
+use tributary::assemble::{AssembleError, Assembled, Assembler};
 use tributary::change::{Array, Message, Op, Transaction, Value};
 use tributary::pgoutput::{Decoder, LogicalMessage, TupleValue};
 
@@ -78,7 +78,7 @@ fn transactions(version: u32) -> Vec<Transaction> {
             | LogicalMessage::Truncate { .. }) = decoder.decode(message).unwrap()
                 && let Some(t) = assembler.push(m).unwrap()
             {
-                done.push(t.transaction);
+                done.push(t.into_whole().unwrap().transaction);
             }
         }
     }
@@ -157,7 +157,7 @@ fn binary_tuples_assemble_to_the_values_text_gives() {
                 .push(message)
                 .unwrap_or_else(|e| panic!("{name}: {e}"))
             {
-                transactions.push(done.transaction);
+                transactions.push(done.into_whole().unwrap().transaction);
             }
         }
         let changes: Vec<_> = transactions.iter().flat_map(|t| &t.changes).collect();
@@ -325,8 +325,8 @@ fn protocol_4_captures_assemble_into_the_committed_transactions() {
     let mut assembler = Assembler::new();
     let mut done: Vec<Assembled> = Vec::new();
     for message in decoded("v4-pg16-changes") {
-        if let Some(assembled) = assembler.push(message).unwrap() {
-            done.push(assembled);
+        if let Some(completed) = assembler.push(message).unwrap() {
+            done.push(completed.into_whole().unwrap());
         }
     }
     assert_eq!(
@@ -496,7 +496,7 @@ fn two_phase_messages_from_postgresql_16_pair_up_by_gid_and_xid() {
     // The pipeline does not ask for two_phase; the assembler refuses what such a slot sends.
     let err = Assembler::new().push(messages[0].clone()).unwrap_err();
     assert!(
-        matches!(&err, BatchError::TwoPhase { gid, .. } if gid == "small"),
+        matches!(&err, AssembleError::TwoPhase { gid, .. } if gid == "small"),
         "{err}"
     );
 }

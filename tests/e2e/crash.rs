@@ -6,12 +6,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use futures::TryStreamExt;
-use object_store::path::Path;
 use tributary::Lsn;
 use tributary::commit::{CommitEntry, CommitLog, Writer};
 use tributary::sink::Sink;
-use tributary_tests::lake::{committed_rows, read_output};
+use tributary_tests::lake::{committed_rows, object_names, read_output};
 use tributary_tests::pipeline::{confirmed_flush, wait_for_confirmed};
 use tributary_tests::service::{Service, ServiceConfig};
 use tributary_tests::{fresh_database, s3, unique_name};
@@ -44,15 +42,7 @@ async fn wait_for_rows(sink: &Sink, per_table: usize) {
 }
 
 async fn names(sink: &Sink, prefix: &str) -> Vec<String> {
-    let mut all: Vec<String> = sink
-        .store()
-        .list(Some(&Path::from(prefix)))
-        .map_ok(|m| m.location.to_string())
-        .try_collect()
-        .await
-        .unwrap();
-    all.sort();
-    all
+    object_names(sink.store().as_ref(), prefix).await
 }
 
 /// Data files of flush `sequence`, over the three tables.

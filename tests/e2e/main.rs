@@ -8,6 +8,7 @@ mod fencing;
 mod harness;
 mod identity;
 mod landing;
+mod large;
 mod messages;
 mod plugins;
 mod postgres16;

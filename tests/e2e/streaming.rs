@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tributary::config::PipelineConfig;
 use tributary_tests::lake::{LandedRow, read_output};
-use tributary_tests::pipeline::{RunningPipeline, config, events_database};
+use tributary_tests::pipeline::{RunningPipeline, config, streaming_database};
 use tributary_tests::{TestDatabase, plugin, s3, unique_name};
 
 const TABLE: &str = "public.events";
@@ -38,21 +38,6 @@ async fn slot_stats(client: &tokio_postgres::Client, slot: &str) -> (i64, i64) {
         .await
         .unwrap()
         .map_or((0, 0), |row| (row.get(0), row.get(1)))
-}
-
-/// An events database with the smallest decoding memory PostgreSQL allows, for this database
-/// only: a walsender of a `replication=database` connection applies the database's settings
-/// at startup, so every large transaction outgrows it many times and is streamed.
-async fn streaming_database(hint: &str) -> TestDatabase {
-    let db = events_database(hint).await;
-    db.client
-        .batch_execute(&format!(
-            "ALTER DATABASE \"{}\" SET logical_decoding_work_mem = '64kB'",
-            db.name
-        ))
-        .await
-        .unwrap();
-    db
 }
 
 /// A streaming database, a fresh bucket, and a pipeline file (named `name`, through `plugins`)

@@ -68,14 +68,19 @@ pub async fn read_output(store: &dyn ObjectStore, output: &str) -> Vec<LandedRow
 
 /// Paths of the data files under `<output>/`.
 pub async fn data_files(store: &dyn ObjectStore, output: &str) -> Vec<String> {
-    let mut files: Vec<String> = store
-        .list(Some(&Path::from(output)))
+    object_names(store, output).await
+}
+
+/// Paths of every object under `prefix`, sorted.
+pub async fn object_names(store: &dyn ObjectStore, prefix: &str) -> Vec<String> {
+    let mut names: Vec<String> = store
+        .list(Some(&Path::from(prefix)))
         .map_ok(|meta| meta.location.to_string())
         .try_collect()
         .await
         .unwrap();
-    files.sort();
-    files
+    names.sort();
+    names
 }
 
 /// Read an output through its commit log and check what exactly-once promises of it: every

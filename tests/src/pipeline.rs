@@ -54,6 +54,7 @@ pub fn config(
             max_mib: 64,
             max_delay_ms: 200,
             in_flight_mib: 256,
+            ..FlushConfig::default()
         },
     }
 }
@@ -194,6 +195,22 @@ pub async fn events_database(hint: &str) -> crate::TestDatabase {
     let db = crate::fresh_database(hint).await;
     db.client
         .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
+        .await
+        .unwrap();
+    db
+}
+
+/// An events database whose transactions outgrow the server's decoding memory at once (the
+/// smallest `logical_decoding_work_mem` PostgreSQL allows, for this database only: a walsender
+/// of a `replication=database` connection applies the database's settings at startup), so
+/// every large transaction is streamed before it commits.
+pub async fn streaming_database(hint: &str) -> crate::TestDatabase {
+    let db = events_database(hint).await;
+    db.client
+        .batch_execute(&format!(
+            "ALTER DATABASE \"{}\" SET logical_decoding_work_mem = '64kB'",
+            db.name
+        ))
         .await
         .unwrap();
     db

@@ -39,6 +39,10 @@ pub struct ServiceConfig {
     pub sink_options: Vec<(String, String)>,
     pub max_delay_ms: u64,
     pub max_rows: usize,
+    /// Plugins, applied in order.
+    pub transforms: Vec<PathBuf>,
+    /// More `[flush]` settings, as TOML values (`("chunk_mib", "1")`).
+    pub flush: Vec<(String, String)>,
 }
 
 impl ServiceConfig {
@@ -51,6 +55,8 @@ impl ServiceConfig {
             sink_options: Vec::new(),
             max_delay_ms: 100,
             max_rows: 2_000,
+            transforms: Vec::new(),
+            flush: Vec::new(),
         }
     }
 
@@ -66,6 +72,12 @@ impl ServiceConfig {
             tables.join(", "),
             quoted(&self.sink_url),
         );
+        for plugin in &self.transforms {
+            text.push_str(&format!(
+                "\n[[transform]]\nplugin = {}\n",
+                quoted(&plugin.display().to_string())
+            ));
+        }
         if !self.sink_options.is_empty() {
             text.push_str("\n[sink.options]\n");
             for (key, value) in &self.sink_options {
@@ -76,6 +88,9 @@ impl ServiceConfig {
             "\n[flush]\nmax_delay_ms = {}\nmax_rows = {}\n",
             self.max_delay_ms, self.max_rows
         ));
+        for (key, value) in &self.flush {
+            text.push_str(&format!("{key} = {value}\n"));
+        }
         text
     }
 

@@ -19,15 +19,23 @@ fn log_path(sequence: u64) -> Path {
     Path::from(format!("{LOG_DIR}/{sequence:020}.json"))
 }
 
-fn intent_path(sequence: u64, writer: &Writer) -> Path {
-    Path::from(format!("{INTENT_DIR}/{sequence:020}-{}.json", writer.id))
+/// The intent of one part of a flush: `<sequence>-<writer>.json` for the first (the only one
+/// of most flushes), `<sequence>-<writer>-<part>.json` for later parts of a large transaction.
+fn intent_path(sequence: u64, writer: &Writer, part: u32) -> Path {
+    match part {
+        0 => Path::from(format!("{INTENT_DIR}/{sequence:020}-{}.json", writer.id)),
+        _ => Path::from(format!(
+            "{INTENT_DIR}/{sequence:020}-{}-{part}.json",
+            writer.id
+        )),
+    }
 }
 
 fn sequence_of_entry(name: &str) -> Option<u64> {
     name.strip_suffix(".json")?.parse().ok()
 }
 
-/// An intent's name: `<sequence>-<writer>.json`, or `<sequence>.json` from format 1.
+/// An intent's name: `<sequence>-<writer>[-<part>].json`, or `<sequence>.json` from format 1.
 fn sequence_of_intent(name: &str) -> Option<u64> {
     let stem = name.strip_suffix(".json")?;
     stem.split_once('-').map_or(stem, |(n, _)| n).parse().ok()
@@ -219,7 +227,13 @@ impl CommitLog {
         Ok(recovery.orphaned.clone())
     }
 
-    pub async fn write_intent(&self, sequence: u64, files: &[String]) -> Result<(), CommitError> {
+    /// Create the intent of part `part` of flush `sequence`, naming its files.
+    pub async fn write_intent(
+        &self,
+        sequence: u64,
+        part: u32,
+        files: &[String],
+    ) -> Result<(), CommitError> {
         let intent = Intent {
             sequence,
             writer: self.writer.clone(),
@@ -228,26 +242,33 @@ impl CommitLog {
         // Our own name: if it exists, it is this flush's intent from an attempt whose reply
         // was lost.
         self.sink
-            .create(&intent_path(sequence, &self.writer), to_json(&intent))
+            .create(&intent_path(sequence, &self.writer, part), to_json(&intent))
             .await?;
         Ok(())
     }
 
-    /// The intent is no longer needed once its entry exists.
-    pub async fn clear_intent(&self, sequence: u64) -> Result<(), CommitError> {
-        self.sink
-            .delete(&intent_path(sequence, &self.writer))
-            .await?;
+    /// The intents of a flush's `parts` are no longer needed once its entry exists.
+    pub async fn clear_intent(&self, sequence: u64, parts: u32) -> Result<(), CommitError> {
+        for part in 0..parts {
+            self.sink
+                .delete(&intent_path(sequence, &self.writer, part))
+                .await?;
+        }
         Ok(())
     }
 
     /// Remove this writer's own files and intent of a flush that lost its sequence number to
     /// another writer: they can never be committed.
-    pub async fn abandon(&self, sequence: u64, files: &[String]) -> Result<(), CommitError> {
+    pub async fn abandon(
+        &self,
+        sequence: u64,
+        files: &[String],
+        parts: u32,
+    ) -> Result<(), CommitError> {
         for file in files {
             self.sink.delete(&Path::from(file.as_str())).await?;
         }
-        self.clear_intent(sequence).await
+        self.clear_intent(sequence, parts).await
     }
 }
 
@@ -333,7 +354,7 @@ mod tests {
         let b_file = data_file_path("public.t", 9, b.writer(), 0);
         assert_ne!(a_file, b_file);
 
-        a.write_intent(9, std::slice::from_ref(&a_file))
+        a.write_intent(9, 0, std::slice::from_ref(&a_file))
             .await
             .unwrap();
         sink.create(&Path::from(a_file.as_str()), Bytes::from_static(b"A"))
@@ -343,7 +364,7 @@ mod tests {
         a_entry.files = vec![file(a_file.clone())];
         a.commit(&a_entry).await.unwrap();
 
-        b.write_intent(9, std::slice::from_ref(&b_file))
+        b.write_intent(9, 0, std::slice::from_ref(&b_file))
             .await
             .unwrap();
         sink.create(&Path::from(b_file.as_str()), Bytes::from_static(b"B"))
@@ -351,7 +372,9 @@ mod tests {
             .unwrap();
         let err = b.commit(&entry(9, 0x100, 0x210, "bbbb")).await.unwrap_err();
         assert!(matches!(err, CommitError::Conflict { .. }), "{err}");
-        b.abandon(9, std::slice::from_ref(&b_file)).await.unwrap();
+        b.abandon(9, std::slice::from_ref(&b_file), 1)
+            .await
+            .unwrap();
 
         let a_bytes = sink.get(&Path::from(a_file.as_str())).await.unwrap();
         assert_eq!(
@@ -390,22 +413,25 @@ mod tests {
                 path
             }
         };
-        // 1 and 2 committed by A (2's intent left behind), A died during 3 after one file.
+        // 1 and 2 committed by A (2's intent left behind), A died during 3 (a transaction in
+        // parts) after the first part's file and the second part's intent.
         for n in [1u64, 2] {
             let f = put(data_file_path("public.t", n, a.writer(), 0)).await;
-            a.write_intent(n, std::slice::from_ref(&f)).await.unwrap();
+            a.write_intent(n, 0, std::slice::from_ref(&f))
+                .await
+                .unwrap();
             let mut e = entry(n, n * 0x100, n * 0x100, "aaaa");
             e.files = vec![file(f)];
             a.commit(&e).await.unwrap();
         }
-        a.clear_intent(1).await.unwrap();
+        a.clear_intent(1, 1).await.unwrap();
         let dead = put(data_file_path("public.t", 3, a.writer(), 0)).await;
-        a.write_intent(
-            3,
-            &[dead.clone(), data_file_path("public.t", 3, a.writer(), 1)],
-        )
-        .await
-        .unwrap();
+        a.write_intent(3, 0, std::slice::from_ref(&dead))
+            .await
+            .unwrap();
+        a.write_intent(3, 1, &[data_file_path("public.t", 3, a.writer(), 1)])
+            .await
+            .unwrap();
 
         // B opens with entry 3; a later writer C has an intent for 4 already.
         let b = CommitLog::new(sink.clone(), Writer::named("bbbb"));
@@ -414,7 +440,7 @@ mod tests {
         let open = checkpoint.open_entry(b.writer(), "s", Lsn::ZERO, false);
         b.commit(&open).await.unwrap();
         let newer = put(data_file_path("public.t", 4, c.writer(), 0)).await;
-        c.write_intent(4, std::slice::from_ref(&newer))
+        c.write_intent(4, 0, std::slice::from_ref(&newer))
             .await
             .unwrap();
 
@@ -425,7 +451,7 @@ mod tests {
         );
         assert_eq!(
             (recovery.intents.len(), recovery.newer.as_slice()),
-            (2, &[4u64][..])
+            (3, &[4u64][..])
         );
         b.clean_up(&recovery).await.unwrap();
 

@@ -12,6 +12,8 @@ fn flush(sequence: u64, files: usize) -> EncodedFlush {
     let lsn = Lsn(sequence * 0x100);
     EncodedFlush {
         sequence,
+        part: 0,
+        last: true,
         first_commit_lsn: lsn,
         last_commit_lsn: lsn,
         last_end_lsn: Lsn(lsn.0 + 0x10),
@@ -59,7 +61,7 @@ fn ids(actions: &[Action]) -> Vec<(u64, Step)> {
             Action::WriteIntent { id, .. }
             | Action::Upload { id, .. }
             | Action::Commit { id, .. }
-            | Action::ClearIntent { id }
+            | Action::ClearIntent { id, .. }
             | Action::Abandon { id, .. } => Some((id.sequence, id.step)),
             _ => None,
         })
@@ -79,11 +81,11 @@ fn later_flushes_upload_while_commits_stay_in_order() {
     m.push(flush(2, 1));
     assert_eq!(
         ids(&drain(&mut m, now)),
-        [(1, Step::Intent), (2, Step::Intent)],
+        [(1, Step::Intent(0)), (2, Step::Intent(0))],
         "both intents go out at once"
     );
-    ok(&mut m, 2, Step::Intent, now);
-    ok(&mut m, 1, Step::Intent, now);
+    ok(&mut m, 2, Step::Intent(0), now);
+    ok(&mut m, 1, Step::Intent(0), now);
     assert_eq!(
         ids(&drain(&mut m, now)),
         [
@@ -94,12 +96,23 @@ fn later_flushes_upload_while_commits_stay_in_order() {
     );
     // Flush 2 finishes first, but it may not commit before flush 1.
     ok(&mut m, 2, Step::Upload(0), now);
-    assert!(drain(&mut m, now).is_empty());
+    assert!(ids(&drain(&mut m, now)).is_empty());
     ok(&mut m, 1, Step::Upload(0), now);
     ok(&mut m, 1, Step::Upload(1), now);
     let actions = drain(&mut m, now);
     assert_eq!(ids(&actions), [(1, Step::Commit)]);
-    let Action::Commit { entry, .. } = &actions[0] else {
+    assert!(
+        matches!(
+            actions[0],
+            Action::PartUploaded {
+                sequence: 1,
+                part: 0,
+                last: true
+            }
+        ),
+        "its memory goes once its files are up"
+    );
+    let Action::Commit { entry, .. } = &actions[1] else {
         unreachable!()
     };
     assert_eq!((entry.files.len(), entry.committed_at), (2, 42));
@@ -131,7 +144,7 @@ fn sink_failures_back_off_and_recover() {
     m.handle(
         ActionId {
             sequence: 1,
-            step: Step::Intent,
+            step: Step::Intent(0),
         },
         Err(outage()),
         start,
@@ -144,11 +157,11 @@ fn sink_failures_back_off_and_recover() {
     assert_eq!(m.poll_timeout(), Some(start + Duration::from_millis(500)));
     assert!(drain(&mut m, start + Duration::from_millis(499)).is_empty());
     let later = start + Duration::from_millis(500);
-    assert_eq!(ids(&drain(&mut m, later)), [(1, Step::Intent)]);
+    assert_eq!(ids(&drain(&mut m, later)), [(1, Step::Intent(0))]);
     m.handle(
         ActionId {
             sequence: 1,
-            step: Step::Intent,
+            step: Step::Intent(0),
         },
         Err(outage()),
         later,
@@ -160,7 +173,7 @@ fn sink_failures_back_off_and_recover() {
     );
     let later = later + Duration::from_secs(1);
     drain(&mut m, later);
-    ok(&mut m, 1, Step::Intent, later);
+    ok(&mut m, 1, Step::Intent(0), later);
     let actions = drain(&mut m, later);
     assert!(
         matches!(
@@ -181,7 +194,7 @@ fn a_stop_during_a_retry_ends_it_and_confirms_nothing_more() {
     let mut m = machine();
     m.push(flush(1, 1));
     drain(&mut m, now);
-    ok(&mut m, 1, Step::Intent, now);
+    ok(&mut m, 1, Step::Intent(0), now);
     drain(&mut m, now);
     // A stop while a step runs lets it finish; its failure then ends landing.
     m.stop();
@@ -212,7 +225,7 @@ fn losing_a_commit_to_another_writer_abandons_every_uncommitted_flush() {
     m.push(flush(3, 1));
     drain(&mut m, now);
     for n in [1, 2] {
-        ok(&mut m, n, Step::Intent, now);
+        ok(&mut m, n, Step::Intent(0), now);
     }
     drain(&mut m, now);
     ok(&mut m, 1, Step::Upload(0), now);
@@ -255,7 +268,7 @@ fn a_removed_intent_that_fails_only_warns() {
     let mut m = machine();
     m.push(flush(1, 0));
     drain(&mut m, now);
-    ok(&mut m, 1, Step::Intent, now);
+    ok(&mut m, 1, Step::Intent(0), now);
     assert_eq!(
         ids(&drain(&mut m, now)),
         [(1, Step::Commit)],
@@ -277,4 +290,151 @@ fn a_removed_intent_that_fails_only_warns() {
         "{actions:?}"
     );
     assert!(m.is_idle() && !m.is_stopped());
+}
+
+/// Part `part` of flush `sequence`, with `files` files numbered on from `first`.
+fn part(sequence: u64, part: u32, last: bool, first: usize, files: usize) -> EncodedFlush {
+    let mut f = flush(sequence, files);
+    for (k, (file, _)) in f.files.iter_mut().enumerate() {
+        file.path = format!("public.t/part-{sequence}-{}", first + k);
+    }
+    f.part = part;
+    f.last = last;
+    f.transactions = u64::from(last);
+    f
+}
+
+#[test]
+fn a_flush_in_parts_commits_once_after_its_last_part_and_frees_each_part_when_uploaded() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.push(part(1, 0, false, 0, 2));
+    assert_eq!(ids(&drain(&mut m, now)), [(1, Step::Intent(0))]);
+    ok(&mut m, 1, Step::Intent(0), now);
+    assert_eq!(
+        ids(&drain(&mut m, now)),
+        [(1, Step::Upload(0)), (1, Step::Upload(1))]
+    );
+    ok(&mut m, 1, Step::Upload(0), now);
+    assert!(drain(&mut m, now).is_empty(), "half a part is not freed");
+    ok(&mut m, 1, Step::Upload(1), now);
+    let actions = drain(&mut m, now);
+    assert!(
+        matches!(
+            actions.as_slice(),
+            [Action::PartUploaded {
+                sequence: 1,
+                part: 0,
+                last: false
+            }]
+        ),
+        "{actions:?}: no commit before the last part"
+    );
+    assert!(m.accepts());
+
+    m.push(part(1, 1, true, 2, 1));
+    let actions = drain(&mut m, now);
+    match actions.as_slice() {
+        [Action::WriteIntent { id, files }] => {
+            assert_eq!(id.step, Step::Intent(1));
+            assert_eq!(
+                files,
+                &["public.t/part-1-2".to_owned()],
+                "only its own files"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    ok(&mut m, 1, Step::Intent(1), now);
+    assert_eq!(ids(&drain(&mut m, now)), [(1, Step::Upload(2))]);
+    ok(&mut m, 1, Step::Upload(2), now);
+    let actions = drain(&mut m, now);
+    assert!(matches!(
+        actions[0],
+        Action::PartUploaded {
+            part: 1,
+            last: true,
+            ..
+        }
+    ));
+    match &actions[1] {
+        Action::Commit { entry, .. } => {
+            let paths: Vec<&str> = entry.files.iter().map(|f| f.path.as_str()).collect();
+            assert_eq!(
+                paths,
+                [
+                    "public.t/part-1-0",
+                    "public.t/part-1-1",
+                    "public.t/part-1-2"
+                ]
+            );
+            assert_eq!((entry.transactions, entry.changes), (1, 3));
+        }
+        other => panic!("{other:?}"),
+    }
+    ok(&mut m, 1, Step::Commit, now);
+    let actions = drain(&mut m, now);
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::ClearIntent { parts: 2, .. })),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn a_lost_flush_in_parts_is_abandoned_with_every_part() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.push(part(1, 0, false, 0, 1));
+    drain(&mut m, now);
+    ok(&mut m, 1, Step::Intent(0), now);
+    drain(&mut m, now);
+    ok(&mut m, 1, Step::Upload(0), now);
+    m.push(part(1, 1, true, 1, 1));
+    drain(&mut m, now);
+    ok(&mut m, 1, Step::Intent(1), now);
+    drain(&mut m, now);
+    ok(&mut m, 1, Step::Upload(1), now);
+    drain(&mut m, now);
+    m.handle(
+        ActionId {
+            sequence: 1,
+            step: Step::Commit,
+        },
+        Err(CommitError::Conflict {
+            sequence: 1,
+            holder: Box::new(Writer::named("other")),
+            ours: Box::new(Writer::named("w")),
+        }),
+        now,
+    );
+    match drain(&mut m, now).as_slice() {
+        [Action::Abandon { files, parts, .. }] => {
+            assert_eq!(files.len(), 2);
+            assert_eq!(*parts, 2);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn new_flushes_wait_while_many_are_in_flight() {
+    let now = Instant::now();
+    let mut m = machine();
+    for n in 1..=MAX_FLIGHTS as u64 {
+        assert!(m.accepts());
+        m.push(flush(n, 1));
+    }
+    assert!(!m.accepts(), "uploads do not run further ahead of commits");
+    drain(&mut m, now);
+    ok(&mut m, 1, Step::Intent(0), now);
+    drain(&mut m, now);
+    ok(&mut m, 1, Step::Upload(0), now);
+    drain(&mut m, now);
+    ok(&mut m, 1, Step::Commit, now);
+    drain(&mut m, now);
+    ok(&mut m, 1, Step::ClearIntent, now);
+    drain(&mut m, now);
+    assert!(m.accepts(), "the oldest landed");
 }

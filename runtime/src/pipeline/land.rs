@@ -16,10 +16,11 @@ use crate::flush::{Action, ActionId, EncodedFlush, FlushMachine, Step, Stopped};
 use crate::replication::Confirmer;
 use crate::sink::{Created, Sink};
 
-/// An encoded flush and the share of the in-flight budget it holds until it has landed.
+/// An encoded flush (or part of one) and the share of the in-flight budget it holds until its
+/// files are up.
 pub(super) struct Encoded {
     pub flush: EncodedFlush,
-    /// Held, not read: dropping it when the flush has landed gives the budget back.
+    /// Held, not read: dropping it gives the budget back.
     pub _budget: OwnedSemaphorePermit,
     /// Time spent on it so far, for the stage timers.
     pub transform: Duration,
@@ -44,8 +45,9 @@ pub(super) async fn land(
 ) -> Result<(), PipelineError> {
     let sink = log.sink().clone();
     let mut running: Running = FuturesUnordered::new();
-    // Budget shares and timings of flushes in flight, in sequence order; the machine holds
-    // the flushes themselves.
+    // Budget shares of parts whose files are not all up, and the stage times of flushes in
+    // flight; the machine holds the flushes themselves.
+    let mut budgets: Vec<((u64, u32), OwnedSemaphorePermit)> = Vec::new();
     let mut held: Vec<(u64, Held)> = Vec::new();
     let mut open = true;
     let mut stop_seen = false;
@@ -54,6 +56,16 @@ pub(super) async fn land(
     loop {
         while let Some(action) = machine.poll_action(Instant::now(), unix_micros()) {
             match action {
+                Action::PartUploaded {
+                    sequence,
+                    part,
+                    last,
+                } => {
+                    budgets.retain(|(key, _)| *key != (sequence, part));
+                    if !last {
+                        failpoint::reached("flush.after-part").await;
+                    }
+                }
                 Action::Confirm { lsn } => confirmer.confirm(lsn),
                 Action::Landed { entry } => {
                     let index = held.iter().position(|(n, _)| *n == entry.sequence);
@@ -110,7 +122,7 @@ pub(super) async fn land(
                 }
                 progress.send_if_modified(|p| {
                     match id.step {
-                        Step::Intent | Step::Upload(_) => p.stages.upload += took,
+                        Step::Intent(_) | Step::Upload(_) => p.stages.upload += took,
                         _ => p.stages.commit += took,
                     }
                     false
@@ -118,9 +130,16 @@ pub(super) async fn land(
                 machine.handle(id, result, Instant::now());
             }
             _ = sleep_until(retry_at) => {}
-            received = input.recv(), if open && !machine.is_stopped() => match received {
+            received = input.recv(), if open && !machine.is_stopped() && machine.accepts() => match received {
                 Some(Encoded { flush, _budget, transform, encode }) => {
-                    held.push((flush.sequence, Held { _budget, transform, encode }));
+                    budgets.push(((flush.sequence, flush.part), _budget));
+                    match held.iter_mut().find(|(n, _)| *n == flush.sequence) {
+                        Some((_, times)) => {
+                            times.transform += transform;
+                            times.encode += encode;
+                        }
+                        None => held.push((flush.sequence, Held { transform, encode })),
+                    }
                     machine.push(flush);
                 }
                 None => open = false,
@@ -136,10 +155,8 @@ pub(super) async fn land(
     }
 }
 
-/// What landing keeps of a flush beside the machine: its budget share, given back once the
-/// flush has landed, and its stage times for the progress report.
+/// What landing keeps of a flush beside the machine: its stage times, for the progress report.
 struct Held {
-    _budget: OwnedSemaphorePermit,
     transform: Duration,
     encode: Duration,
 }
@@ -154,7 +171,10 @@ fn execute(
         let started = Instant::now();
         let (id, result) = match action {
             Action::WriteIntent { id, files } => {
-                let result = log.write_intent(id.sequence, &files).await;
+                let Step::Intent(part) = id.step else {
+                    unreachable!("an intent action is an intent step")
+                };
+                let result = log.write_intent(id.sequence, part, &files).await;
                 if result.is_ok() {
                     failpoint::reached("flush.after-intent").await;
                 }
@@ -180,13 +200,13 @@ fn execute(
                 }
                 (id, result)
             }
-            Action::ClearIntent { id } => {
+            Action::ClearIntent { id, parts } => {
                 // The confirm went out just before this was issued.
                 failpoint::reached("flush.after-confirm").await;
-                (id, log.clear_intent(id.sequence).await)
+                (id, log.clear_intent(id.sequence, parts).await)
             }
-            Action::Abandon { id, files } => {
-                let result = log.abandon(id.sequence, &files).await;
+            Action::Abandon { id, files, parts } => {
+                let result = log.abandon(id.sequence, &files, parts).await;
                 if let Err(e) = &result {
                     tracing::warn!(sequence = id.sequence, error = %e, "could not remove this flush's files after losing the pipeline; the instance that took over removes them at its next start");
                 }

@@ -31,7 +31,8 @@ use futures::future::BoxFuture;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::Lsn;
-use crate::batch::{Assembler, BatchError, BatchLimits, Batcher};
+use crate::assemble::{AssembleError, Assembler, Completed, SpillSettings, Spilled};
+use crate::batch::{BatchLimits, Batcher};
 use crate::catalog::{Catalog, CatalogError};
 use crate::change::{Batch, OutputBatch};
 use crate::commit::{Checkpoint, CommitEntry, CommitError, FileEntry, Writer, data_file_path};
@@ -79,13 +80,18 @@ pub enum PipelineError {
         source: DecodeError,
     },
     #[error(transparent)]
-    Batch(#[from] BatchError),
+    Assemble(#[from] AssembleError),
     #[error(transparent)]
     Catalog(#[from] CatalogError),
     #[error(
         "source.binary = true needs pgoutput protocol 2 (PostgreSQL 14 or newer); this server speaks protocol {0}: set source.binary = false"
     )]
     BinaryUnsupported(u32),
+    #[error(
+        "flush.spill_dir {dir} cannot take a file: {reason}; large transactions are held there \
+         until they commit: name a directory this user can write to"
+    )]
+    SpillDir { dir: String, reason: String },
     #[error(transparent)]
     Transform(#[from] TransformError),
     #[error("parquet encoder settings: {0}")]
@@ -240,12 +246,13 @@ async fn run_stages(
             max_delay: Duration::from_millis(flush.max_delay_ms),
         }),
         decoder: Decoder::new(started.proto_version),
-        assembler: Assembler::new(),
+        assembler: Assembler::with_spill(spill_settings(flush)),
         stream: started.stream,
         catalog: started.catalog,
         checkpoint: started.checkpoint,
         next_sequence: started.checkpoint.next_sequence(),
         budget,
+        spill_read: Duration::ZERO,
         output: cut_tx,
         shutdown: shutdown.clone(),
         progress: progress.clone(),
@@ -267,6 +274,29 @@ async fn run_stages(
     Ok(stream)
 }
 
+/// Where large transactions wait for their commit, and the size of their parts.
+fn spill_settings(flush: &crate::config::FlushConfig) -> SpillSettings {
+    SpillSettings {
+        dir: flush.spill_dir.clone().unwrap_or_else(std::env::temp_dir),
+        part_bytes: flush.chunk_mib << 20,
+    }
+}
+
+/// What is wrong with the spill directory, if it cannot take a file: checked before anything
+/// is created, since a large transaction would otherwise stop the pipeline only once it
+/// arrives.
+fn spill_dir_problem(flush: &crate::config::FlushConfig) -> Option<PipelineError> {
+    let dir = spill_settings(flush).dir;
+    tempfile::tempfile_in(&dir)
+        .err()
+        .map(|e| PipelineError::SpillDir {
+            dir: dir.display().to_string(),
+            reason: e.to_string(),
+        })
+}
+
+/// How often landing a large transaction says how far it got.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// Queued items between two stages; the in-flight budget, not this, bounds memory.
 const STAGE_QUEUE: usize = 1;
 /// How many times its decoded size a batch is counted against the in-flight budget.
@@ -303,10 +333,14 @@ impl Budget {
     }
 }
 
-/// A batch cut by the reader, numbered, holding its share of the budget.
+/// A batch cut by the reader, numbered, holding its share of the budget: a flush, or one part
+/// of a flush that lands a large transaction.
 struct Cut {
     batch: Batch,
     sequence: u64,
+    part: u32,
+    /// The batch's last transaction ends in it.
+    last: bool,
     permit: OwnedSemaphorePermit,
 }
 
@@ -331,6 +365,8 @@ struct Reader {
     checkpoint: Checkpoint,
     next_sequence: u64,
     budget: Budget,
+    /// Time spent reading back spilled transactions, not yet counted as decoding.
+    spill_read: Duration,
     output: mpsc::Sender<Cut>,
     shutdown: Shutdown,
     progress: watch::Sender<Progress>,
@@ -354,7 +390,10 @@ impl Reader {
                     if received? == 0 {
                         return Err(PipelineError::StreamEnded(self.stream.confirmed()));
                     }
-                    self.decode(&mut frames).await?;
+                    if !self.decode(&mut frames).await? {
+                        // A later stage stopped; its error is the pipeline's.
+                        return Ok(self.stream);
+                    }
                 }
             }
             if self.batcher.is_due(Instant::now()) && !self.cut().await {
@@ -369,9 +408,11 @@ impl Reader {
         Ok(self.stream)
     }
 
-    async fn decode(&mut self, frames: &mut Vec<XLogData>) -> Result<(), PipelineError> {
+    /// Decode and assemble what arrived; `false` when a later stage is gone.
+    async fn decode(&mut self, frames: &mut Vec<XLogData>) -> Result<bool, PipelineError> {
         let now = Instant::now();
         let mut replays = 0;
+        let mut landing = Duration::ZERO;
         for frame in frames.drain(..) {
             let message =
                 self.decoder
@@ -385,22 +426,102 @@ impl Reader {
             {
                 self.decoder.resolve_types(relation.id, types);
             }
-            if let Some(done) = self.assembler.push(message)? {
-                if self.checkpoint.is_replay(done.transaction.commit_lsn) {
-                    replays += 1;
-                    continue;
+            let Some(done) = self.assembler.push(message)? else {
+                continue;
+            };
+            if self.checkpoint.is_replay(done.commit_lsn()) {
+                replays += 1;
+                continue;
+            }
+            match done {
+                Completed::Whole(assembled) => self.batcher.push(assembled, now),
+                Completed::Spilled(spilled) => {
+                    let started = Instant::now();
+                    let handed = self.land_spilled(spilled).await?;
+                    landing += started.elapsed();
+                    if !handed {
+                        return Ok(false);
+                    }
                 }
-                self.batcher.push(done, now);
             }
         }
-        let decoded = now.elapsed();
+        // Reading back a spilled transaction is decoding; waiting for the budget is not.
+        let decoded = now.elapsed().saturating_sub(landing) + std::mem::take(&mut self.spill_read);
         self.progress.send_if_modified(|p| {
             p.stages.decode += decoded;
             p.replays_skipped += replays;
             // Subscribers hear of replays; decode time is read along with a flush.
             replays > 0
         });
-        Ok(())
+        Ok(true)
+    }
+
+    /// Hand on a large transaction as one flush in parts, each taking its share of the budget
+    /// as it is read back: what is pending goes first, as a flush of its own. `false` when a
+    /// later stage is gone.
+    async fn land_spilled(&mut self, mut spilled: Spilled) -> Result<bool, PipelineError> {
+        if !self.batcher.is_empty() && !self.cut().await {
+            return Ok(false);
+        }
+        let sequence = self.next_sequence;
+        self.next_sequence += 1;
+        tracing::info!(
+            xid = spilled.xid,
+            commit = %spilled.commit_lsn,
+            sequence,
+            spilled_mib = spilled.spilled_bytes >> 20,
+            "landing a large transaction from disk in parts; it becomes visible at once when the last is committed"
+        );
+        let mut messages = std::mem::take(&mut spilled.preceding);
+        let (mut part, mut changes) = (0u32, 0u64);
+        let mut said = Instant::now();
+        loop {
+            let reading = Instant::now();
+            let Some(next) = spilled.next_part()? else {
+                unreachable!("the part before was not the last")
+            };
+            self.spill_read += reading.elapsed();
+            changes += next.transaction.changes.len() as u64;
+            let permit = self
+                .budget
+                .take(next.bytes.saturating_mul(HELD_COPIES))
+                .await;
+            let cut = Cut {
+                batch: Batch {
+                    transactions: vec![next.transaction],
+                    messages: std::mem::take(&mut messages),
+                },
+                sequence,
+                part,
+                last: next.last,
+                permit,
+            };
+            if self.output.send(cut).await.is_err() {
+                return Ok(false);
+            }
+            if next.last {
+                break;
+            }
+            part += 1;
+            if said.elapsed() >= PROGRESS_EVERY {
+                said = Instant::now();
+                tracing::info!(
+                    xid = spilled.xid,
+                    sequence,
+                    parts = part,
+                    changes,
+                    "landing a large transaction"
+                );
+            }
+        }
+        tracing::info!(
+            xid = spilled.xid,
+            sequence,
+            parts = part + 1,
+            changes,
+            "large transaction handed on"
+        );
+        Ok(true)
     }
 
     /// Cut the pending batch and hand it on once the budget has room; `false` when the next
@@ -425,6 +546,8 @@ impl Reader {
             .send(Cut {
                 batch,
                 sequence,
+                part: 0,
+                last: true,
                 permit,
             })
             .await
@@ -443,6 +566,8 @@ async fn transform_stage(
         let Cut {
             batch,
             sequence,
+            part,
+            last,
             permit,
         } = cut;
         let (returned, outputs, batch) = tokio::task::spawn_blocking(move || {
@@ -453,17 +578,20 @@ async fn transform_stage(
         .map_err(|e| PipelineError::Task(e.to_string()))?;
         chain = returned;
         let outputs = outputs?;
-        let (first, last) = batch.lsn_range().expect("batches are never empty");
+        let (first_lsn, last_lsn) = batch.lsn_range().expect("batches are never empty");
         let flush = EncodedFlush {
             sequence,
-            first_commit_lsn: first,
-            last_commit_lsn: last,
+            part,
+            last,
+            first_commit_lsn: first_lsn,
+            last_commit_lsn: last_lsn,
             last_end_lsn: batch
                 .transactions
                 .last()
                 .map(|t| t.end_lsn)
                 .unwrap_or_default(),
-            transactions: batch.transactions.len() as u64,
+            // A part that does not end its last transaction does not complete it.
+            transactions: batch.transactions.len() as u64 - u64::from(!last),
             changes: batch.change_count() as u64,
             files: Vec::new(),
         };
@@ -490,6 +618,9 @@ async fn encode_stage(
     output: mpsc::Sender<land::Encoded>,
 ) -> Result<(), PipelineError> {
     let encoder = Arc::new(encoder);
+    // The file ordinals of the flush being encoded, per output: the parts of one flush number
+    // their files on from the part before.
+    let mut numbering: (u64, BTreeMap<String, usize>) = (u64::MAX, BTreeMap::new());
     while let Some(transformed) = input.recv().await {
         let started = Instant::now();
         let Transformed {
@@ -499,12 +630,18 @@ async fn encode_stage(
             transform,
         } = transformed;
         let (encoder_, writer_, sequence) = (encoder.clone(), writer.clone(), flush.sequence);
-        flush.files = tokio::task::spawn_blocking(move || {
-            encode_outputs(&encoder_, &outputs, sequence, &writer_)
+        if numbering.0 != sequence {
+            numbering = (sequence, BTreeMap::new());
+        }
+        let mut ordinals = std::mem::take(&mut numbering.1);
+        let (files, ordinals) = tokio::task::spawn_blocking(move || {
+            let files = encode_outputs(&encoder_, &outputs, sequence, &writer_, &mut ordinals);
+            (files, ordinals)
         })
         .await
-        .map_err(|e| PipelineError::Task(e.to_string()))?
-        .map_err(|source| PipelineError::Encode {
+        .map_err(|e| PipelineError::Task(e.to_string()))?;
+        numbering.1 = ordinals;
+        flush.files = files.map_err(|source| PipelineError::Encode {
             sequence,
             first: flush.first_commit_lsn,
             last: flush.last_commit_lsn,
@@ -523,18 +660,19 @@ async fn encode_stage(
     Ok(())
 }
 
-/// Encode every output of a flush and name its files.
+/// Encode every output of a flush (or part of one) and name its files; `ordinals` holds the
+/// next file ordinal of each output in this flush.
 fn encode_outputs(
     encoder: &Encoder,
     outputs: &[OutputBatch],
     sequence: u64,
     writer: &Writer,
+    ordinals: &mut BTreeMap<String, usize>,
 ) -> Result<Vec<(FileEntry, Bytes)>, EncodeError> {
     let mut files = Vec::new();
-    let mut parts: BTreeMap<&str, usize> = BTreeMap::new();
     for output in outputs {
         for encoded in encoder.encode(output)? {
-            let part = parts.entry(output.output.as_str()).or_default();
+            let part = ordinals.entry(output.output.clone()).or_default();
             let path = data_file_path(&output.output, sequence, writer, *part);
             *part += 1;
             let file = FileEntry {

@@ -2,7 +2,7 @@
 //! second instance from writing over the first:
 //!
 //! 1. Everything that can refuse, before anything is created: the server's `wal_level`, the
-//!    plugins (loaded and instantiated), the sink (reachable, and not another pipeline's),
+//!    spill directory (writable), the plugins (loaded and instantiated), the sink (reachable, and not another pipeline's),
 //!    the slot (its plugin, database, two-phase setting, and whether the lake would have a
 //!    gap without it).
 //! 2. Provisioning: the publication, replica identity checks, the slot if missing.
@@ -70,6 +70,9 @@ pub(super) async fn start(
     provision::check_wal_level(&client).await?;
 
     // 1. Everything that can refuse.
+    if let Some(problem) = super::spill_dir_problem(&config.flush) {
+        return Err(problem);
+    }
     let (transforms, plugins) = load_transforms(config).await?;
     let sink = Sink::open(&config.sink.url, &config.sink.options)?;
     let log = CommitLog::new(sink.clone(), writer.clone());
