@@ -27,7 +27,7 @@ pub enum Scenario {
     Inserts,
     /// Single-row insert transactions (300k; --quick 20k).
     SmallTxns,
-    /// One transaction of inserts (5M rows; --quick 200k).
+    /// One transaction of inserts (10M rows; --quick 200k).
     BigTxn,
     /// A 50-column table with text and jsonb, 10k rows per transaction (200k; --quick 20k).
     Wide,
@@ -97,7 +97,7 @@ impl Workload {
                 )
             }
             Scenario::BigTxn => {
-                let rows = size(5_000_000, 200_000);
+                let rows = size(10_000_000, 200_000);
                 (rows, 1, 0, format!("one transaction of {rows} inserts"))
             }
             Scenario::Wide => {

@@ -312,6 +312,11 @@ impl std::fmt::Debug for Spilled {
 }
 
 impl Spilled {
+    /// About how large (decoded) each part is.
+    pub fn part_bytes(&self) -> usize {
+        self.part_bytes
+    }
+
     /// The next part, or `None` after the last.
     pub fn next_part(&mut self) -> Result<Option<Part>, AssembleError> {
         if self.finished {
@@ -344,7 +349,7 @@ impl Spilled {
                 if self.aborted.contains(&row.own) {
                     continue;
                 }
-                let mut row_bytes = 64;
+                let mut row_bytes = CHANGE_BYTES;
                 let (new, old) = typed_change(
                     &row.relation,
                     row.new.as_ref(),
@@ -809,7 +814,7 @@ impl Assembler {
                         .map_err(|e| spill_error(open.xid, e))?;
                     return Ok(None);
                 }
-                let mut bytes = 64;
+                let mut bytes = CHANGE_BYTES;
                 let (new, old) = typed_change(&relation, new, old, &mut bytes)
                     .map_err(|e| e.at(&relation, open.xid, open.final_lsn))?;
                 let seq = open.changes.len() as u32;
@@ -836,6 +841,14 @@ impl Assembler {
 fn two_phase(message: &'static str, xid: u32, gid: String) -> AssembleError {
     AssembleError::TwoPhase { message, xid, gid }
 }
+
+/// What a change costs in memory before its values: the change itself and its rows'
+/// allocations. The decoded size of a batch, which budgets and batch limits count, should be
+/// close to what it really occupies, or every budget over-admits.
+const CHANGE_BYTES: usize = std::mem::size_of::<Change>() + 2 * 16;
+/// What a value costs in memory beyond its text or binary form (the heap part of strings and
+/// arrays, about as long as that form).
+const VALUE_BYTES: usize = std::mem::size_of::<Value>();
 
 /// Approximate decoded size of a logical decoding message.
 fn message_bytes(message: &Message) -> usize {
@@ -891,15 +904,21 @@ fn typed_row(
         .iter()
         .zip(&tuple.0)
         .map(|(column, value)| match value {
-            TupleValue::Null => Ok(Value::Null),
-            TupleValue::UnchangedToast => Ok(Value::UnchangedToast),
+            TupleValue::Null => {
+                *bytes += VALUE_BYTES;
+                Ok(Value::Null)
+            }
+            TupleValue::UnchangedToast => {
+                *bytes += VALUE_BYTES;
+                Ok(Value::UnchangedToast)
+            }
             TupleValue::Text(text) => {
-                *bytes += text.len() + 16;
+                *bytes += VALUE_BYTES + text.len();
                 pgtype::decode_text(&column.ty, text)
                     .map_err(|e| error(&column.name, e.to_string()))
             }
             TupleValue::Binary(data) => {
-                *bytes += data.len() + 16;
+                *bytes += VALUE_BYTES + data.len();
                 pgtype::decode_binary(&column.ty, data)
                     .map_err(|e| error(&column.name, e.to_string()))
             }

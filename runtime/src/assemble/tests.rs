@@ -259,7 +259,11 @@ fn a_subtransaction_abort_drops_only_its_changes_and_renumbers() {
     chunk(&mut a, 100, false, &[(103, "6")]);
     let done = a.whole(stream_commit(100, 0x900)).unwrap().unwrap();
     assert_eq!(ids(&done.transaction), [(1, 0), (3, 1), (5, 2), (6, 3)]);
-    assert_eq!(done.bytes, done.transaction.changes.len() * (64 + 2 * 17));
+    // Each change, and its two values (an id of one digit, a note of one letter).
+    assert_eq!(
+        done.bytes,
+        done.transaction.changes.len() * (CHANGE_BYTES + 2 * (VALUE_BYTES + 1))
+    );
     assert_eq!(a.held_bytes(), 0);
 }
 

@@ -476,16 +476,17 @@ impl Reader {
         let (mut part, mut changes) = (0u32, 0u64);
         let mut said = Instant::now();
         loop {
+            // Room first, then the part: what is read back is always inside the budget.
+            let permit = self
+                .budget
+                .take(spilled.part_bytes().saturating_mul(HELD_COPIES))
+                .await;
             let reading = Instant::now();
             let Some(next) = spilled.next_part()? else {
                 unreachable!("the part before was not the last")
             };
             self.spill_read += reading.elapsed();
             changes += next.transaction.changes.len() as u64;
-            let permit = self
-                .budget
-                .take(next.bytes.saturating_mul(HELD_COPIES))
-                .await;
             let cut = Cut {
                 batch: Batch {
                     transactions: vec![next.transaction],
