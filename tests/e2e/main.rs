@@ -12,6 +12,7 @@ mod large;
 mod messages;
 mod plugins;
 mod postgres16;
+mod restart;
 mod schema;
 mod streaming;
 mod two_phase;

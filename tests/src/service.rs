@@ -148,20 +148,26 @@ impl Service {
 
     /// Wait until its log contains `text`; panics with the log if it exits or takes longer.
     pub async fn wait_for_log(&mut self, text: &str, timeout: Duration) {
+        self.wait_for_logged(text, 1, timeout).await;
+    }
+
+    /// Wait until its log contains `text` `times` times; panics with the log if it exits or
+    /// takes longer.
+    pub async fn wait_for_logged(&mut self, text: &str, times: usize, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
-            if self.log().contains(text) {
+            if self.log().matches(text).count() >= times {
                 return;
             }
             if let Some(status) = self.try_exit() {
                 panic!(
-                    "tributary exited ({status}) before logging {text:?}:\n{}",
+                    "tributary exited ({status}) before logging {text:?} {times} time(s):\n{}",
                     self.log()
                 );
             }
             assert!(
                 Instant::now() < deadline,
-                "tributary did not log {text:?} within {timeout:?}:\n{}",
+                "tributary did not log {text:?} {times} time(s) within {timeout:?}:\n{}",
                 self.log()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;

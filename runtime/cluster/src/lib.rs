@@ -45,6 +45,24 @@ const PORT_ATTEMPTS: usize = 5;
 /// How many trailing lines of a log or of a command's output an error carries.
 const TAIL_LINES: usize = 20;
 
+/// How [`TempCluster::stop_server`] stops the server (`pg_ctl stop -m`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopMode {
+    /// Disconnect every client and shut down cleanly, with a checkpoint.
+    Fast,
+    /// Quit at once, as a crash would; the next start recovers from the WAL.
+    Immediate,
+}
+
+impl StopMode {
+    fn as_str(self) -> &'static str {
+        match self {
+            StopMode::Fast => "fast",
+            StopMode::Immediate => "immediate",
+        }
+    }
+}
+
 /// How to start a [`TempCluster`].
 #[derive(Debug, Clone, Default)]
 pub struct ClusterOptions {
@@ -251,6 +269,29 @@ impl TempCluster {
     /// The server's log file (`pg_ctl -l`).
     pub fn log_path(&self) -> &Path {
         &self.log_path
+    }
+
+    /// Stops the server with `pg_ctl stop -m <mode>`, keeping its directory, so that
+    /// [`start_again`](Self::start_again) brings it back: a restart, as operators do one
+    /// (`Fast`) or as a crash does (`Immediate`, recovered from the WAL at the next start).
+    pub fn stop_server(&self, mode: StopMode) -> Result<(), ClusterError> {
+        let mut pg_ctl = self.command("pg_ctl");
+        pg_ctl
+            .arg("-D")
+            .arg(&self.data_dir)
+            .args(["-m", mode.as_str(), "-w", "-t", "60", "stop"]);
+        let output = run(&mut pg_ctl, self.program("pg_ctl"))?;
+        check("pg_ctl stop", &output, Some(&self.log_path))?;
+        self.stopped.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Starts a server [`stop_server`](Self::stop_server) stopped, on the same port; blocks
+    /// until it accepts connections (after crash recovery, if it needs one).
+    pub fn start_again(&self) -> Result<(), ClusterError> {
+        self.pg_ctl_start()?;
+        self.stopped.store(false, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Stops the server and removes its directory (unless kept).

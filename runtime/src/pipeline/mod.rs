@@ -19,6 +19,7 @@
 //! one removes its own files of the flushes it can no longer commit, and stops.
 
 mod land;
+mod reconnect;
 mod retry;
 mod start;
 
@@ -116,8 +117,6 @@ pub enum PipelineError {
         "stopped after the sink gave no answer for {seconds} s: nothing past {confirmed} was confirmed, and the unfinished flush is cleaned up and replayed at the next start"
     )]
     StopTimedOut { seconds: u64, confirmed: Lsn },
-    #[error("the replication stream ended unexpectedly after {0}")]
-    StreamEnded(Lsn),
     #[error("a blocking task failed: {0}")]
     Task(String),
     #[error("{0}")]
@@ -246,7 +245,11 @@ async fn run_stages(
             max_delay: Duration::from_millis(flush.max_delay_ms),
         }),
         decoder: Decoder::new(started.proto_version),
+        proto_version: started.proto_version,
         assembler: Assembler::with_spill(spill_settings(flush)),
+        spill: spill_settings(flush),
+        reconnect: started.reconnect,
+        handed: Lsn::ZERO,
         stream: started.stream,
         catalog: started.catalog,
         checkpoint: started.checkpoint,
@@ -356,8 +359,15 @@ struct Transformed {
 /// batches. It pauses (and with it the socket) while the budget is full.
 struct Reader {
     stream: ReplicationStream,
+    /// Opens the stream again when the connection is lost.
+    reconnect: reconnect::Reconnect,
     decoder: Decoder,
+    proto_version: u32,
     assembler: Assembler,
+    spill: SpillSettings,
+    /// The commit LSN of the last transaction handed on: after a reconnect, the server sends
+    /// again everything not yet confirmed, and what was already handed on is a replay.
+    handed: Lsn,
     batcher: Batcher,
     /// Resolves user-defined types and array dimensions of the relations that arrive.
     catalog: Catalog,
@@ -387,10 +397,20 @@ impl Reader {
                 }
                 _ = sleep_until(deadline) => {}
                 received = self.stream.recv_many(&mut frames, RECV_BATCH) => {
-                    if received? == 0 {
-                        return Err(PipelineError::StreamEnded(self.stream.confirmed()));
-                    }
-                    if !self.decode(&mut frames).await? {
+                    let lost = match received {
+                        // The server finished the stream: it is going away.
+                        Ok(0) => Some(ReplicationError::ServerEnded),
+                        Ok(_) => None,
+                        Err(error) if error.is_transient() => Some(error),
+                        Err(error) => return Err(error.into()),
+                    };
+                    if let Some(lost) = lost {
+                        frames.clear();
+                        if !self.resume(&lost).await? {
+                            // Stopped while reconnecting: nothing is pending to land.
+                            return Ok(self.stream);
+                        }
+                    } else if !self.decode(&mut frames).await? {
                         // A later stage stopped; its error is the pipeline's.
                         return Ok(self.stream);
                     }
@@ -406,6 +426,22 @@ impl Reader {
             self.cut().await;
         }
         Ok(self.stream)
+    }
+
+    /// The connection was lost: forget what was received but not handed on (the server sends
+    /// it again) and open a new stream. `false` when a stop came first.
+    async fn resume(&mut self, lost: &ReplicationError) -> Result<bool, PipelineError> {
+        self.assembler = Assembler::with_spill(self.spill.clone());
+        self.batcher.discard();
+        // The new session sends its relations again before their rows.
+        self.decoder = Decoder::new(self.proto_version);
+        match self.reconnect.reopen(lost, &self.shutdown).await? {
+            Some(stream) => {
+                self.stream = stream;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     /// Decode and assemble what arrived; `false` when a later stage is gone.
@@ -429,7 +465,7 @@ impl Reader {
             let Some(done) = self.assembler.push(message)? else {
                 continue;
             };
-            if self.checkpoint.is_replay(done.commit_lsn()) {
+            if self.checkpoint.is_replay(done.commit_lsn()) || done.commit_lsn() <= self.handed {
                 replays += 1;
                 continue;
             }
@@ -465,6 +501,7 @@ impl Reader {
         }
         let sequence = self.next_sequence;
         self.next_sequence += 1;
+        self.handed = spilled.commit_lsn;
         tracing::info!(
             xid = spilled.xid,
             commit = %spilled.commit_lsn,
@@ -536,6 +573,9 @@ impl Reader {
             .batcher
             .take()
             .expect("a due batcher holds transactions");
+        if let Some((_, last)) = batch.lsn_range() {
+            self.handed = last;
+        }
         let waited = Instant::now();
         let permit = self.budget.take(bytes).await;
         if waited.elapsed() > Duration::from_secs(1) {

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
+use super::reconnect::Reconnect;
 use super::retry::with_retry;
 use super::{PipelineError, RunOptions, Shutdown, load_transforms, proto_version};
 use crate::Lsn;
@@ -51,6 +52,7 @@ pub(super) struct Started {
     pub stream: ReplicationStream,
     pub proto_version: u32,
     pub catalog: Catalog,
+    pub reconnect: Reconnect,
 }
 
 /// Start a pipeline; `None` when a stop was requested while it waited for the slot.
@@ -176,6 +178,13 @@ pub(super) async fn start(
         sequence = checkpoint.sequence(),
         "streaming"
     );
+    let reconnect = Reconnect {
+        pg,
+        slot: source.slot.clone(),
+        options: stream_options(source, proto_version),
+        status_interval: Duration::from_secs(source.status_interval_secs),
+        confirmer: stream.confirmer(),
+    };
     Ok(Some(Started {
         log,
         checkpoint,
@@ -183,9 +192,33 @@ pub(super) async fn start(
         transforms,
         plugins,
         stream,
+        reconnect,
         proto_version,
         catalog,
     }))
+}
+
+/// The pgoutput options of `START_REPLICATION`.
+pub(super) fn stream_options(
+    source: &SourceConfig,
+    proto_version: u32,
+) -> Vec<(&'static str, String)> {
+    let mut options = vec![
+        ("proto_version", proto_version.to_string()),
+        ("publication_names", format!("\"{}\"", source.publication)),
+    ];
+    if proto_version >= 2 {
+        // A transaction larger than logical_decoding_work_mem arrives in chunks as it is
+        // written, instead of being spilled to disk on the server until it commits.
+        options.push(("streaming", "on".into()));
+        // Logical decoding messages (pg_logical_emit_message) reach the transforms; the
+        // option exists from PostgreSQL 14, as protocol 2 does.
+        options.push(("messages", "true".into()));
+    }
+    if source.binary {
+        options.push(("binary", "true".into()));
+    }
+    options
 }
 
 /// `START_REPLICATION`, once no other consumer holds the slot.
@@ -200,23 +233,8 @@ async fn hold_slot(
     options: &RunOptions,
     shutdown: &Shutdown,
 ) -> Result<Option<ReplicationStream>, PipelineError> {
-    let publications = format!("\"{}\"", source.publication);
-    let proto = proto_version.to_string();
-    let mut start_options = vec![
-        ("proto_version", proto.as_str()),
-        ("publication_names", publications.as_str()),
-    ];
-    if proto_version >= 2 {
-        // A transaction larger than logical_decoding_work_mem arrives in chunks as it is
-        // written, instead of being spilled to disk on the server until it commits.
-        start_options.push(("streaming", "on"));
-        // Logical decoding messages (pg_logical_emit_message) reach the transforms; the
-        // option exists from PostgreSQL 14, as protocol 2 does.
-        start_options.push(("messages", "true"));
-    }
-    if source.binary {
-        start_options.push(("binary", "true"));
-    }
+    let owned = stream_options(source, proto_version);
+    let start_options: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let status_interval = Duration::from_secs(source.status_interval_secs);
 
     let waiting_since = Instant::now();

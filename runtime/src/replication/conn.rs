@@ -17,7 +17,7 @@ use tokio_postgres::config::{Host, SslMode};
 
 use super::error::{ReplicationError, ServerError};
 use super::frame::{Backend, parse_backend};
-use super::{CreatedSlot, ReplicationStream, SystemIdentity, command};
+use super::{Confirmer, CreatedSlot, ReplicationStream, SystemIdentity, command};
 use crate::Lsn;
 
 /// The byte stream under a replication connection: a TCP or Unix socket today, a TLS stream
@@ -257,11 +257,25 @@ impl ReplicationConnection {
     /// as `("proto_version", "1")` and `("publication_names", "\"pub\"")`), and hands the socket
     /// to a driver task. See [`ReplicationStream`] for what the driver does.
     pub async fn start_logical(
+        self,
+        slot: &str,
+        start: Lsn,
+        options: &[(&str, &str)],
+        status_interval: Duration,
+    ) -> Result<ReplicationStream, ReplicationError> {
+        self.resume_logical(slot, start, options, status_interval, Confirmer::default())
+            .await
+    }
+
+    /// [`start_logical`](Self::start_logical) for a consumer that streamed before: the new
+    /// stream reports the position `confirmer` holds and goes on confirming through it.
+    pub async fn resume_logical(
         mut self,
         slot: &str,
         start: Lsn,
         options: &[(&str, &str)],
         status_interval: Duration,
+        confirmer: Confirmer,
     ) -> Result<ReplicationStream, ReplicationError> {
         let command = command::start_logical(slot, start, options);
         let mut out = BytesMut::new();
@@ -286,7 +300,12 @@ impl ReplicationConnection {
         }
         tracing::debug!(slot, %start, "replication stream started");
         // Whatever followed CopyBothResponse in the last read is already stream data.
-        Ok(ReplicationStream::spawn(self.io, self.buf, status_interval))
+        Ok(ReplicationStream::spawn(
+            self.io,
+            self.buf,
+            status_interval,
+            confirmer,
+        ))
     }
 
     async fn startup(&mut self, config: &tokio_postgres::Config) -> Result<(), ReplicationError> {

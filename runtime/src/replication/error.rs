@@ -144,6 +144,10 @@ pub enum ReplicationError {
     #[error("malformed replication frame: {0}")]
     Frame(#[from] FrameError),
 
+    /// The server finished the replication command while streaming: it is shutting down.
+    #[error("the server ended the replication stream: it is shutting down or restarting")]
+    ServerEnded,
+
     /// The server closed the socket without ending the conversation first.
     #[error("server closed the replication connection unexpectedly while {during}")]
     Closed { during: &'static str },
@@ -185,6 +189,7 @@ impl ReplicationError {
     pub fn is_transient(&self) -> bool {
         match self {
             ReplicationError::Connect { .. }
+            | ReplicationError::ServerEnded
             | ReplicationError::Closed { .. }
             | ReplicationError::Io(_)
             | ReplicationError::ShutdownTimedOut { .. } => true,

@@ -35,9 +35,8 @@ const QUEUE_BATCHES: usize = 16;
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 
 struct Shared {
-    confirmed: AtomicU64,
+    confirm: Arc<ConfirmCell>,
     server_wal_end: AtomicU64,
-    confirm_changed: Notify,
     /// Why the driver stopped, when it stopped on an error; read once by the consumer.
     failure: Mutex<Option<ReplicationError>>,
 }
@@ -61,11 +60,17 @@ pub struct ReplicationStream {
 impl ReplicationStream {
     /// Hands `io` (already in CopyBoth mode) to a driver task. `buf` holds bytes read past the
     /// CopyBothResponse.
-    pub(crate) fn spawn(io: BoxTransport, buf: BytesMut, status_interval: Duration) -> Self {
+    /// `confirmer` carries the confirmed position over from an earlier stream of the same
+    /// consumer (a new one starts at zero).
+    pub(crate) fn spawn(
+        io: BoxTransport,
+        buf: BytesMut,
+        status_interval: Duration,
+        confirmer: Confirmer,
+    ) -> Self {
         let shared = Arc::new(Shared {
-            confirmed: AtomicU64::new(0),
+            confirm: confirmer.cell,
             server_wal_end: AtomicU64::new(0),
-            confirm_changed: Notify::new(),
             failure: Mutex::new(None),
         });
         let (frames_tx, frames) = mpsc::channel(QUEUE_BATCHES);
@@ -149,19 +154,20 @@ impl ReplicationStream {
     /// Everything up to `lsn` is durable downstream: report it as written, flushed and applied.
     /// The position never moves backward: a smaller `lsn` than already confirmed is ignored.
     pub fn confirm(&self, lsn: Lsn) {
-        confirm(&self.shared, lsn);
+        self.shared.confirm.confirm(lsn);
     }
 
-    /// A handle that confirms positions from another task while this one reads frames.
+    /// A handle that confirms positions from another task while this one reads frames; it
+    /// outlives the stream, and a stream reopened with it goes on from where it stood.
     pub fn confirmer(&self) -> Confirmer {
         Confirmer {
-            shared: self.shared.clone(),
+            cell: self.shared.confirm.clone(),
         }
     }
 
     /// The highest position passed to [`confirm`](Self::confirm).
     pub fn confirmed(&self) -> Lsn {
-        Lsn(self.shared.confirmed.load(Ordering::Acquire))
+        self.shared.confirm.confirmed()
     }
 
     /// How far the server has sent WAL, as its latest keepalive or frame said (zero before the
@@ -204,27 +210,42 @@ impl ReplicationStream {
     }
 }
 
-fn confirm(shared: &Shared, lsn: Lsn) {
-    let previous = shared.confirmed.fetch_max(lsn.0, Ordering::AcqRel);
-    if lsn.0 > previous {
-        shared.confirm_changed.notify_one();
+/// The confirmed position of one consumer, shared by its successive streams.
+#[derive(Default)]
+struct ConfirmCell {
+    confirmed: AtomicU64,
+    /// Wakes the driver of the current stream to report a new position.
+    changed: Notify,
+}
+
+impl ConfirmCell {
+    fn confirm(&self, lsn: Lsn) {
+        let previous = self.confirmed.fetch_max(lsn.0, Ordering::AcqRel);
+        if lsn.0 > previous {
+            self.changed.notify_one();
+        }
+    }
+
+    fn confirmed(&self) -> Lsn {
+        Lsn(self.confirmed.load(Ordering::Acquire))
     }
 }
 
 /// Confirms positions of a [`ReplicationStream`] from another task (the stage that commits),
-/// with the same rules as [`ReplicationStream::confirm`].
-#[derive(Clone)]
+/// with the same rules as [`ReplicationStream::confirm`]. It is not tied to one connection:
+/// after a reconnect, the new stream (started with this confirmer) reports what it holds.
+#[derive(Clone, Default)]
 pub struct Confirmer {
-    shared: Arc<Shared>,
+    cell: Arc<ConfirmCell>,
 }
 
 impl Confirmer {
     pub fn confirm(&self, lsn: Lsn) {
-        confirm(&self.shared, lsn);
+        self.cell.confirm(lsn);
     }
 
     pub fn confirmed(&self) -> Lsn {
-        Lsn(self.shared.confirmed.load(Ordering::Acquire))
+        self.cell.confirmed()
     }
 }
 
@@ -300,7 +321,7 @@ impl Driver {
             let event = tokio::select! {
                 biased;
                 request = &mut stop => Event::Stop { requested: request.is_ok() },
-                () = self.shared.confirm_changed.notified() => Event::Confirmed,
+                () = self.shared.confirm.changed.notified() => Event::Confirmed,
                 _ = ticker.tick() => Event::Tick,
                 permit = self.frames.reserve(), if pending.is_some() => match permit {
                     Ok(permit) => {
@@ -359,6 +380,11 @@ impl Driver {
                     }
                 }
                 Backend::Message(Message::CopyDone) => return Ok(Flow::ServerDone),
+                // A server shutting down (`pg_ctl stop -m fast`) ends the command without
+                // ending the copy first.
+                Backend::Message(Message::CommandComplete(_)) => {
+                    return Err(ReplicationError::ServerEnded);
+                }
                 Backend::Message(Message::ErrorResponse(body)) => {
                     return Ok(Flow::ServerError(ServerError::from_error_body(&body)));
                 }
@@ -376,7 +402,7 @@ impl Driver {
 
     /// Sends a standby status update: write = flush = apply = the confirmed position.
     async fn report(&mut self, always: bool) -> Result<(), ReplicationError> {
-        let confirmed = Lsn(self.shared.confirmed.load(Ordering::Acquire));
+        let confirmed = self.shared.confirm.confirmed();
         if !always && self.last_reported == Some(confirmed) {
             return Ok(());
         }

@@ -25,7 +25,12 @@ struct ServerReader(ReadHalf<DuplexStream>);
 
 fn start(status_interval: Duration) -> (ReplicationStream, Server) {
     let (client, server) = tokio::io::duplex(16 * 1024);
-    let stream = ReplicationStream::spawn(Box::new(client), BytesMut::new(), status_interval);
+    let stream = ReplicationStream::spawn(
+        Box::new(client),
+        BytesMut::new(),
+        status_interval,
+        super::Confirmer::default(),
+    );
     let (reader, writer) = tokio::io::split(server);
     (
         stream,

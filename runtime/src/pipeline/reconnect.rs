@@ -1,0 +1,129 @@
+//! Reopening the replication stream after the connection is lost: the server restarted, shut
+//! down, or the network dropped. The process keeps running; the new stream resumes at the slot's
+//! confirmed position, so what was received but not landed is received again (and what was
+//! already handed on is recognised as a replay).
+
+use std::time::{Duration, Instant};
+
+use super::{PipelineError, Shutdown};
+use crate::Lsn;
+use crate::flush::{RETRY_MAX, RETRY_MIN};
+use crate::replication::{Confirmer, ReplicationConnection, ReplicationError, ReplicationStream};
+
+/// `55006`: the slot is still held, by the walsender of the connection that was lost (it
+/// notices only at its next write or after `wal_sender_timeout`).
+const SLOT_IN_USE: &str = "55006";
+/// How often a reconnect that keeps failing says so.
+const TELL_EVERY: Duration = Duration::from_secs(30);
+
+/// Everything needed to open the stream again.
+pub(super) struct Reconnect {
+    pub pg: tokio_postgres::Config,
+    pub slot: String,
+    pub options: Vec<(&'static str, String)>,
+    pub status_interval: Duration,
+    pub confirmer: Confirmer,
+}
+
+impl Reconnect {
+    /// Open a new stream once the server takes it, retrying with capped exponential backoff
+    /// (and jitter) for as long as the failure is one that passes. `None` when a stop was
+    /// requested meanwhile.
+    pub async fn reopen(
+        &self,
+        lost: &ReplicationError,
+        shutdown: &Shutdown,
+    ) -> Result<Option<ReplicationStream>, PipelineError> {
+        let since = Instant::now();
+        tracing::warn!(
+            error = %lost,
+            confirmed = %self.confirmer.confirmed(),
+            "lost the replication connection; reconnecting (nothing past the confirmed position is confirmed meanwhile; what was not landed is received again and landed once)"
+        );
+        let mut delay = RETRY_MIN;
+        let mut attempts = 0u32;
+        let mut told = Instant::now();
+        loop {
+            let mut stop = shutdown.clone();
+            if *stop.borrow() {
+                return Ok(None);
+            }
+            attempts += 1;
+            match self.open().await {
+                Ok(stream) => {
+                    tracing::info!(
+                        attempts,
+                        after = ?since.elapsed(),
+                        resume = %self.confirmer.confirmed(),
+                        "replication connection restored"
+                    );
+                    return Ok(Some(stream));
+                }
+                Err(error) if error.is_transient() || error.code() == Some(SLOT_IN_USE) => {
+                    if attempts == 1 || told.elapsed() >= TELL_EVERY {
+                        told = Instant::now();
+                        tracing::warn!(
+                            attempts,
+                            since = ?since.elapsed(),
+                            retry_in = ?delay,
+                            %error,
+                            "the replication connection cannot be reopened yet; trying again"
+                        );
+                    }
+                }
+                Err(error) => return Err(error.into()),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(jittered(delay)) => {}
+                _ = stop.wait_for(|s| *s) => return Ok(None),
+            }
+            delay = (delay * 2).min(RETRY_MAX);
+        }
+    }
+
+    async fn open(&self) -> Result<ReplicationStream, ReplicationError> {
+        let options: Vec<(&str, &str)> =
+            self.options.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        // The server resumes at the slot's confirmed position whatever is asked; asking for
+        // ours names the intent.
+        let start: Lsn = self.confirmer.confirmed();
+        ReplicationConnection::connect(&self.pg)
+            .await?
+            .resume_logical(
+                &self.slot,
+                start,
+                &options,
+                self.status_interval,
+                self.confirmer.clone(),
+            )
+            .await
+    }
+}
+
+/// `delay` give or take a quarter, so that many pipelines cut off by one outage do not all
+/// knock at once when it ends.
+fn jittered(delay: Duration) -> Duration {
+    let mut byte = [0u8; 1];
+    let spread = if getrandom::fill(&mut byte).is_ok() {
+        f64::from(byte[0]) / 255.0
+    } else {
+        0.5
+    };
+    delay.mul_f64(0.75 + spread / 2.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_a_quarter() {
+        for _ in 0..100 {
+            let d = jittered(Duration::from_secs(4));
+            assert!(
+                d >= Duration::from_secs(3) && d <= Duration::from_secs(5),
+                "{d:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! PostgreSQL restarts under a running `tributary run`: a clean one (`pg_ctl stop -m fast`) and
+//! a crash (`-m immediate`), each with changes committed but not yet landed when the server
+//! goes away. The same process reconnects, resumes from what it had committed, and every
+//! change lands exactly once; the slot's confirmed position never passes a commit entry.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tributary::Lsn;
+use tributary::commit::{CommitLog, Writer};
+use tributary::sink::Sink;
+use tributary_cluster::{ClusterOptions, StopMode, TempCluster};
+use tributary_tests::lake::committed_rows;
+use tributary_tests::pipeline::confirmed_flush;
+use tributary_tests::service::{Service, ServiceConfig};
+use tributary_tests::{s3, unique_name};
+
+const TABLE: &str = "public.events";
+
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// `count` transactions of ten rows each, ids from `from`.
+async fn write(url: &str, from: u32, count: u32) {
+    let client = connect(url).await;
+    for t in 0..count {
+        let first = from + t * 10;
+        client
+            .batch_execute(&format!(
+                "INSERT INTO events SELECT g, 'event ' || g FROM generate_series({first}, {}) g",
+                first + 9
+            ))
+            .await
+            .unwrap();
+    }
+}
+
+/// Changes over every commit entry, and the last entry's end.
+async fn landed(log: &CommitLog) -> (u64, Lsn) {
+    let mut changes = 0;
+    let mut end = Lsn::ZERO;
+    for sequence in log.sequences().await.unwrap() {
+        let entry = log.read_entry(sequence).await.unwrap().unwrap();
+        changes += entry.changes;
+        end = entry.last_end_lsn;
+    }
+    (changes, end)
+}
+
+async fn wait_for_changes(log: &CommitLog, service: &Service, changes: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while landed(log).await.0 < changes {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{changes} changes did not land:\n{}",
+            service.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_pipeline_rides_through_postgresql_restarts_and_lands_every_change_once() {
+    // A cluster of its own: the shared one must not restart under other tests.
+    let cluster = TempCluster::start(ClusterOptions::fast()).expect("a PostgreSQL cluster");
+    let url = cluster.url("postgres");
+    connect(&url)
+        .await
+        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
+        .await
+        .unwrap();
+    let server = s3();
+    let bucket = server.fresh_bucket("restart").await;
+    let name = unique_name("restart");
+    let mut cfg = ServiceConfig::new(&url, &name, &[TABLE], &server.bucket_url(&bucket));
+    cfg.sink_options = server.object_store_options();
+    let sink = Sink::open(&cfg.sink_url, &cfg.sink_options.iter().cloned().collect()).unwrap();
+    let log = CommitLog::new(sink.clone(), Writer::named("test"));
+    let dir = std::env::temp_dir().join(unique_name("restart"));
+    let file = cfg.write(&dir);
+    let mut service = Service::spawn(&file, &[], &dir.join("run.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(60))
+        .await;
+    write(&url, 1, 20).await;
+    wait_for_changes(&log, &service, 200).await;
+
+    let mut next = 201;
+    for (round, mode) in [StopMode::Fast, StopMode::Immediate]
+        .into_iter()
+        .enumerate()
+    {
+        // Committed just before the server goes: some of it is not landed yet.
+        write(&url, next, 20).await;
+        next += 200;
+        cluster.stop_server(mode).unwrap();
+        let round = round + 1;
+        service
+            .wait_for_logged(
+                "lost the replication connection",
+                round,
+                Duration::from_secs(30),
+            )
+            .await;
+        // Down long enough for a few failed attempts.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        cluster.start_again().unwrap();
+        service
+            .wait_for_logged(
+                "replication connection restored",
+                round,
+                Duration::from_secs(90),
+            )
+            .await;
+        write(&url, next, 20).await;
+        next += 200;
+        let expected = u64::from(next - 1);
+        wait_for_changes(&log, &service, expected).await;
+        // The slot never runs ahead of the log.
+        let client = connect(&url).await;
+        let confirmed = confirmed_flush(&client, &name).await.unwrap();
+        let (_, end) = landed(&log).await;
+        assert!(
+            confirmed <= end,
+            "{mode:?}: slot at {confirmed}, log ends at {end}"
+        );
+    }
+    let run_log = service.stop().await;
+    for line in run_log
+        .lines()
+        .filter(|l| l.contains("replication connection"))
+    {
+        eprintln!("{line}");
+    }
+
+    let ids: Vec<u32> = committed_rows(&sink, TABLE)
+        .await
+        .iter()
+        .map(|r| r.values["id"].as_deref().unwrap().parse().unwrap())
+        .collect();
+    let distinct: BTreeSet<u32> = ids.iter().copied().collect();
+    assert_eq!(distinct, (1..next).collect(), "{run_log}");
+    assert_eq!(
+        ids.len(),
+        distinct.len(),
+        "a change landed twice: {run_log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    cluster.stop().unwrap();
+}
