@@ -145,9 +145,10 @@ pub struct FlushConfig {
     #[serde(default = "default_max_delay_ms")]
     pub max_delay_ms: u64,
     /// Memory the pipeline may hold for flushes between reading and landing them, in MiB: a
-    /// batch counts three times its decoded size (changes, transform output, Parquet) until it
-    /// has landed, and reading the slot pauses while the budget is full. A single batch larger
-    /// than the whole budget still goes through, alone.
+    /// batch counts twice its decoded size while it is transformed and encoded (the most it
+    /// occupies at once), then the size of its files until they are uploaded, and reading the
+    /// slot pauses while the budget is full. A single batch larger than the whole budget still
+    /// goes through, alone.
     #[serde(default = "default_in_flight_mib")]
     pub in_flight_mib: usize,
     /// A transaction larger than this (decoded, in MiB) is held on local disk until it
@@ -201,13 +202,13 @@ fn default_max_rows() -> usize {
     100_000
 }
 fn default_max_mib() -> usize {
-    64
+    8
 }
 fn default_in_flight_mib() -> usize {
-    256
+    96
 }
 fn default_chunk_mib() -> usize {
-    16
+    8
 }
 
 fn default_max_delay_ms() -> u64 {

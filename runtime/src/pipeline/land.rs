@@ -7,9 +7,9 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use object_store::path::Path;
-use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 
-use super::{PipelineError, Progress, Shutdown};
+use super::{PipelineError, Progress, Share, Shutdown};
 use crate::commit::{CommitError, CommitLog, unix_micros};
 use crate::failpoint;
 use crate::flush::{Action, ActionId, EncodedFlush, FlushMachine, Step, Stopped};
@@ -21,7 +21,7 @@ use crate::sink::{Created, Sink};
 pub(super) struct Encoded {
     pub flush: EncodedFlush,
     /// Held, not read: dropping it gives the budget back.
-    pub _budget: OwnedSemaphorePermit,
+    pub _budget: Share,
     /// Time spent on it so far, for the stage timers.
     pub transform: Duration,
     pub encode: Duration,
@@ -47,7 +47,7 @@ pub(super) async fn land(
     let mut running: Running = FuturesUnordered::new();
     // Budget shares of parts whose files are not all up, and the stage times of flushes in
     // flight; the machine holds the flushes themselves.
-    let mut budgets: Vec<((u64, u32), OwnedSemaphorePermit)> = Vec::new();
+    let mut budgets: Vec<((u64, u32), Share)> = Vec::new();
     let mut held: Vec<(u64, Held)> = Vec::new();
     let mut open = true;
     let mut stop_seen = false;

@@ -302,11 +302,14 @@ fn spill_dir_problem(flush: &crate::config::FlushConfig) -> Option<PipelineError
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// Queued items between two stages; the in-flight budget, not this, bounds memory.
 const STAGE_QUEUE: usize = 1;
-/// How many times its decoded size a batch is counted against the in-flight budget.
-const HELD_COPIES: usize = 3;
+/// The most forms a batch takes at once, each about its decoded size: the changes and what the
+/// transforms make of them while they run; their output and its Arrow columns and Parquet
+/// while it is encoded.
+const PEAK_COPIES: usize = 2;
 
-/// The in-flight budget, in KiB: a batch takes its decoded size when it is cut and gives it
-/// back when it has landed.
+/// The in-flight budget, in KiB: a batch takes the most it will occupy at once when it is cut,
+/// holds less as stages let go of its earlier forms, and gives the rest back once its files are
+/// uploaded. Later stages never wait for it, so the budget can never deadlock the pipeline.
 #[derive(Clone)]
 struct Budget {
     semaphore: Arc<Semaphore>,
@@ -324,15 +327,35 @@ impl Budget {
 
     /// Wait for `bytes` of room (at most the whole budget, so a batch larger than it still
     /// goes, alone).
-    async fn take(&self, bytes: usize) -> OwnedSemaphorePermit {
-        let kib = u32::try_from(bytes.div_ceil(1024))
-            .unwrap_or(u32::MAX)
-            .clamp(1, self.total_kib);
-        self.semaphore
+    async fn take(&self, bytes: usize) -> Share {
+        let kib = kib(bytes).min(self.total_kib);
+        let permit = self
+            .semaphore
             .clone()
             .acquire_many_owned(kib)
             .await
-            .expect("the budget is never closed")
+            .expect("the budget is never closed");
+        Share(permit)
+    }
+}
+
+fn kib(bytes: usize) -> u32 {
+    u32::try_from(bytes.div_ceil(1024))
+        .unwrap_or(u32::MAX)
+        .max(1)
+}
+
+/// One batch's share of the in-flight budget; dropping it gives it back.
+pub(super) struct Share(OwnedSemaphorePermit);
+
+impl Share {
+    /// Keep room for `bytes` only, giving back the rest: a stage let go of a form of the batch.
+    fn shrink_to(&mut self, bytes: usize) {
+        let keep = kib(bytes) as usize;
+        let held = self.0.num_permits();
+        if held > keep {
+            drop(self.0.split(held - keep));
+        }
     }
 }
 
@@ -344,14 +367,14 @@ struct Cut {
     part: u32,
     /// The batch's last transaction ends in it.
     last: bool,
-    permit: OwnedSemaphorePermit,
+    share: Share,
 }
 
 /// What the transforms made of a cut.
 struct Transformed {
     flush: EncodedFlush,
     outputs: Vec<OutputBatch>,
-    permit: OwnedSemaphorePermit,
+    share: Share,
     transform: Duration,
 }
 
@@ -514,9 +537,9 @@ impl Reader {
         let mut said = Instant::now();
         loop {
             // Room first, then the part: what is read back is always inside the budget.
-            let permit = self
+            let share = self
                 .budget
-                .take(spilled.part_bytes().saturating_mul(HELD_COPIES))
+                .take(spilled.part_bytes().saturating_mul(PEAK_COPIES))
                 .await;
             let reading = Instant::now();
             let Some(next) = spilled.next_part()? else {
@@ -532,7 +555,7 @@ impl Reader {
                 sequence,
                 part,
                 last: next.last,
-                permit,
+                share,
             };
             if self.output.send(cut).await.is_err() {
                 return Ok(false);
@@ -565,10 +588,7 @@ impl Reader {
     /// Cut the pending batch and hand it on once the budget has room; `false` when the next
     /// stage is gone.
     async fn cut(&mut self) -> bool {
-        // A batch lives on in up to three forms until it lands (decoded changes, what the
-        // transforms return, the encoded files), each about as large as the decoded size
-        // counts, which leaves out allocator and enum overhead: its share is three times that.
-        let bytes = self.batcher.held_bytes().saturating_mul(HELD_COPIES);
+        let bytes = self.batcher.held_bytes();
         let batch = self
             .batcher
             .take()
@@ -577,7 +597,7 @@ impl Reader {
             self.handed = last;
         }
         let waited = Instant::now();
-        let permit = self.budget.take(bytes).await;
+        let share = self.budget.take(bytes.saturating_mul(PEAK_COPIES)).await;
         if waited.elapsed() > Duration::from_secs(1) {
             tracing::debug!(waited = ?waited.elapsed(), "reading paused while the in-flight budget was full");
         }
@@ -589,7 +609,7 @@ impl Reader {
                 sequence,
                 part: 0,
                 last: true,
-                permit,
+                share,
             })
             .await
             .is_ok()
@@ -609,7 +629,7 @@ async fn transform_stage(
             sequence,
             part,
             last,
-            permit,
+            share,
         } = cut;
         let (returned, outputs, batch) = tokio::task::spawn_blocking(move || {
             let outputs = chain.process(&batch);
@@ -640,7 +660,7 @@ async fn transform_stage(
         let transformed = Transformed {
             flush,
             outputs,
-            permit,
+            share,
             transform: started.elapsed(),
         };
         if output.send(transformed).await.is_err() {
@@ -667,7 +687,7 @@ async fn encode_stage(
         let Transformed {
             mut flush,
             outputs,
-            permit,
+            mut share,
             transform,
         } = transformed;
         let (encoder_, writer_, sequence) = (encoder.clone(), writer.clone(), flush.sequence);
@@ -688,9 +708,11 @@ async fn encode_stage(
             last: flush.last_commit_lsn,
             source,
         })?;
+        // Only the files are left until they are uploaded.
+        share.shrink_to(flush.files.iter().map(|(_, b)| b.len()).sum());
         let encoded = land::Encoded {
             flush,
-            _budget: permit,
+            _budget: share,
             transform,
             encode: started.elapsed(),
         };
@@ -751,7 +773,28 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 mod tests {
     use std::time::Duration;
 
-    use super::{StageTimes, proto_version};
+    use super::{Budget, StageTimes, proto_version};
+
+    #[tokio::test]
+    async fn a_share_gives_back_what_a_stage_let_go_of_and_the_rest_when_dropped() {
+        let budget = Budget::new(1);
+        let mut share = budget.take(600 << 10).await;
+        assert_eq!(budget.semaphore.available_permits(), 424);
+        share.shrink_to(100 << 10);
+        assert_eq!(budget.semaphore.available_permits(), 924);
+        share.shrink_to(500 << 10);
+        assert_eq!(
+            budget.semaphore.available_permits(),
+            924,
+            "a share never grows"
+        );
+        // More than the whole budget goes through alone.
+        drop(share);
+        let whole = budget.take(5 << 20).await;
+        assert_eq!(budget.semaphore.available_permits(), 0);
+        drop(whole);
+        assert_eq!(budget.semaphore.available_permits(), 1024);
+    }
 
     #[test]
     fn stage_times_add_up() {
