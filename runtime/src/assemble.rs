@@ -425,6 +425,14 @@ impl Assembler {
             + self.preceding.iter().map(message_bytes).sum::<usize>()
     }
 
+    /// Nothing held: no transaction open, none streaming, no message waiting for one.
+    pub fn is_idle(&self) -> bool {
+        self.open.is_none()
+            && self.chunk.is_none()
+            && self.streams.is_empty()
+            && self.preceding.is_empty()
+    }
+
     /// Streamed transactions held: started, neither committed nor aborted yet.
     pub fn streams_in_progress(&self) -> usize {
         self.streams.len()

@@ -57,6 +57,9 @@ pub struct EncodedFlush {
     pub first_commit_lsn: Lsn,
     pub last_commit_lsn: Lsn,
     pub last_end_lsn: Lsn,
+    /// Records only that the server's WAL moved on to `last_end_lsn` (an
+    /// [`EntryKind::Advance`] entry: no transactions, no files).
+    pub advance: bool,
     /// Transactions and changes this part completes and holds.
     pub transactions: u64,
     pub changes: u64,
@@ -214,9 +217,9 @@ impl Flight {
             && self.uploads.iter().all(|s| *s == State::Done)
     }
 
-    /// No intent written yet: nothing of it is in the sink.
+    /// No intent written yet (or none to write): nothing of it is in the sink.
     fn untouched(&self) -> bool {
-        self.parts.iter().all(|p| p.intent == State::Waiting)
+        self.flush.files.is_empty() || self.parts.iter().all(|p| p.intent == State::Waiting)
     }
 
     fn states(&self) -> impl Iterator<Item = (&'static str, State)> + '_ {
@@ -353,10 +356,16 @@ impl FlushMachine {
             "flushes are pushed in sequence"
         );
         let uploads = vec![State::Waiting; flush.files.len()];
+        // A flush without files (an advance) has no intent to write or remove.
+        let nothing = if flush.files.is_empty() {
+            State::Done
+        } else {
+            State::Waiting
+        };
         let parts = vec![PartFlight {
-            intent: State::Waiting,
+            intent: nothing,
             files: 0..flush.files.len(),
-            uploaded: false,
+            uploaded: flush.files.is_empty(),
         }];
         self.flights.push_back(Flight {
             flush,
@@ -365,7 +374,7 @@ impl FlushMachine {
             commit: State::Waiting,
             entry: None,
             landed: false,
-            clear: State::Waiting,
+            clear: nothing,
         });
     }
 
@@ -601,9 +610,14 @@ impl FlushMachine {
             }
             if earlier_committed && flight.uploaded() && flight.commit.due(now) {
                 flight.commit.issue();
+                let kind = if flight.flush.advance {
+                    EntryKind::Advance
+                } else {
+                    EntryKind::Flush
+                };
                 let entry = flight.entry.get_or_insert_with(|| CommitEntry {
                     format: FORMAT,
-                    kind: EntryKind::Flush,
+                    kind,
                     sequence,
                     writer: self.writer.clone(),
                     slot: self.slot.clone(),

@@ -9,7 +9,7 @@ use std::time::Duration;
 use object_store::path::Path;
 use tributary::commit::{CommitLog, Writer};
 use tributary::sink::Sink;
-use tributary_tests::lake::{committed_rows, object_names};
+use tributary_tests::lake::{committed_rows, landed_changes, object_names};
 use tributary_tests::pipeline::{streaming_database, wait_for_confirmed};
 use tributary_tests::service::{Service, ServiceConfig};
 use tributary_tests::{TestDatabase, plugin, s3, unique_name};
@@ -25,27 +25,6 @@ fn insert(from: u32, to: u32) -> String {
     format!(
         "INSERT INTO events SELECT g, 'event number ' || g FROM generate_series({from}, {to}) g"
     )
-}
-
-/// Changes the commit log holds, over every entry.
-async fn landed_changes(log: &CommitLog) -> u64 {
-    let mut changes = 0;
-    for sequence in log.sequences().await.unwrap() {
-        changes += log.read_entry(sequence).await.unwrap().unwrap().changes;
-    }
-    changes
-}
-
-async fn wait_for_changes(log: &CommitLog, service: &Service, changes: u64, timeout: Duration) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while landed_changes(log).await < changes {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{changes} changes did not land in {timeout:?}:\n{}",
-            service.log()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 async fn names(sink: &Sink, prefix: &str) -> Vec<String> {
@@ -126,7 +105,9 @@ async fn a_two_million_row_transaction_lands_once_through_a_plugin_within_the_me
         .unwrap();
     s.db.client.batch_execute("ROLLBACK").await.unwrap();
     s.db.client.batch_execute(&insert(0, 0)).await.unwrap();
-    wait_for_changes(&s.log, &service, 1, Duration::from_secs(120)).await;
+    service
+        .wait_for_landed(&s.log, 1, Duration::from_secs(120))
+        .await;
     let idle = peak_rss_mib(service.pid());
     eprintln!("peak RSS before the large transaction: {idle} MiB");
     let files = names(&s.sink, TABLE).await;
@@ -140,7 +121,9 @@ async fn a_two_million_row_transaction_lands_once_through_a_plugin_within_the_me
         .batch_execute(&insert(1, 2_000_000))
         .await
         .unwrap();
-    wait_for_changes(&s.log, &service, 2_000_001, Duration::from_secs(600)).await;
+    service
+        .wait_for_landed(&s.log, 2_000_001, Duration::from_secs(600))
+        .await;
     let peak = peak_rss_mib(service.pid());
     let log = service.stop().await;
     assert!(
@@ -168,7 +151,7 @@ async fn a_two_million_row_transaction_lands_once_through_a_plugin_within_the_me
     landed.sort_unstable();
     assert_eq!(landed, (0..=2_000_000).collect::<Vec<u32>>());
     // Landed as one flush of several files, visible through one entry.
-    let last = s.log.latest().await.unwrap().unwrap();
+    let last = s.log.latest_flush().await.unwrap().unwrap();
     assert_eq!((last.transactions, last.changes), (1, 2_000_000));
     assert!(last.files.len() > 2, "{} files", last.files.len());
     assert_eq!(
@@ -214,7 +197,8 @@ async fn a_crash_between_parts_of_a_large_transaction_lands_it_once() {
         .batch_execute(&insert(300_001, 300_010))
         .await
         .unwrap();
-    wait_for_changes(&s.log, &b, 300_010, Duration::from_secs(300)).await;
+    b.wait_for_landed(&s.log, 300_010, Duration::from_secs(300))
+        .await;
     let b_log = b.stop().await;
 
     // Every row once, no file of the crashed run left, the slot at the last entry.

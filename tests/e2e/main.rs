@@ -7,6 +7,7 @@ mod faults;
 mod fencing;
 mod harness;
 mod identity;
+mod idle;
 mod landing;
 mod large;
 mod messages;

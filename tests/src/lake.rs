@@ -83,6 +83,15 @@ pub async fn object_names(store: &dyn ObjectStore, prefix: &str) -> Vec<String> 
     names
 }
 
+/// Changes over every entry of the commit log.
+pub async fn landed_changes(log: &CommitLog) -> u64 {
+    let mut changes = 0;
+    for sequence in log.sequences().await.unwrap() {
+        changes += log.read_entry(sequence).await.unwrap().unwrap().changes;
+    }
+    changes
+}
+
 /// Read an output through its commit log and check what exactly-once promises of it: every
 /// file a flush entry names holds the bytes and rows the entry says, every data file under
 /// `<output>/` is named by an entry, and no change identity (commit LSN, seq) appears twice.

@@ -146,6 +146,25 @@ impl Service {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Wait until the commit log holds `changes` changes; panics with the service's log if it
+    /// takes longer.
+    pub async fn wait_for_landed(
+        &self,
+        log: &tributary::commit::CommitLog,
+        changes: u64,
+        timeout: Duration,
+    ) {
+        let deadline = Instant::now() + timeout;
+        while crate::lake::landed_changes(log).await < changes {
+            assert!(
+                Instant::now() < deadline,
+                "{changes} changes did not land within {timeout:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Wait until its log contains `text`; panics with the log if it exits or takes longer.
     pub async fn wait_for_log(&mut self, text: &str, timeout: Duration) {
         self.wait_for_logged(text, 1, timeout).await;

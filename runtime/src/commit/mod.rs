@@ -20,6 +20,10 @@
 //!   entry, so its next sequence number is already taken: even one that was paused (a stopped
 //!   VM) and resumes can never commit again. A conflict while opening means an earlier writer
 //!   committed in between; the starting writer reads the log again and opens after it.
+//! - **An idle pipeline advances.** When nothing of the pipeline's tables commits while the
+//!   server's WAL moves on, an *advance* entry ([`EntryKind::Advance`], no files, the last commit
+//!   position kept) moves `last_end_lsn` to where the server had sent, and the slot is confirmed
+//!   there: the log always ends where the slot may be.
 //! - **Intent before data.** Before any data file of flush `n` is written, an intent lists the
 //!   files it will write. At start, after its open entry `m`, a writer deletes the files of
 //!   every intent numbered at or below `m` that its own entry does not name: nobody can commit
@@ -138,6 +142,11 @@ pub enum EntryKind {
     /// A writer took over the pipeline; no files, the positions of the entry before it (or,
     /// for a sink's first entry, the slot's position at that moment).
     Open,
+    /// Nothing of the pipeline's tables committed since the entry before, but the server's
+    /// WAL moved on (other tables, other databases): no files, the commit positions of the entry
+    /// before, and `last_end_lsn` where the server had sent, so that the slot may release the
+    /// WAL before it.
+    Advance,
 }
 
 /// A committed entry of the log.
@@ -296,6 +305,10 @@ impl Checkpoint {
         let backward = match entry.kind {
             EntryKind::Flush => self.sequence > 0 && entry.first_commit_lsn <= self.last_commit_lsn,
             EntryKind::Open => entry.last_commit_lsn < self.last_commit_lsn,
+            EntryKind::Advance => {
+                entry.last_commit_lsn < self.last_commit_lsn
+                    || entry.last_end_lsn < self.last_end_lsn
+            }
         };
         if backward {
             return Err(CommitError::Backward {

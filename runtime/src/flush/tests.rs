@@ -14,6 +14,7 @@ fn flush(sequence: u64, files: usize) -> EncodedFlush {
         sequence,
         part: 0,
         last: true,
+        advance: false,
         first_commit_lsn: lsn,
         last_commit_lsn: lsn,
         last_end_lsn: Lsn(lsn.0 + 0x10),
@@ -266,14 +267,12 @@ fn losing_a_commit_to_another_writer_abandons_every_uncommitted_flush() {
 fn a_removed_intent_that_fails_only_warns() {
     let now = Instant::now();
     let mut m = machine();
-    m.push(flush(1, 0));
+    m.push(flush(1, 1));
     drain(&mut m, now);
     ok(&mut m, 1, Step::Intent(0), now);
-    assert_eq!(
-        ids(&drain(&mut m, now)),
-        [(1, Step::Commit)],
-        "no files: straight to commit"
-    );
+    drain(&mut m, now);
+    ok(&mut m, 1, Step::Upload(0), now);
+    assert_eq!(ids(&drain(&mut m, now)), [(1, Step::Commit)]);
     ok(&mut m, 1, Step::Commit, now);
     drain(&mut m, now);
     m.handle(
@@ -437,4 +436,36 @@ fn new_flushes_wait_while_many_are_in_flight() {
     ok(&mut m, 1, Step::ClearIntent, now);
     drain(&mut m, now);
     assert!(m.accepts(), "the oldest landed");
+}
+
+#[test]
+fn an_advance_commits_an_entry_without_files_and_confirms_its_end() {
+    let now = Instant::now();
+    let mut m = machine();
+    let mut advance = flush(1, 0);
+    advance.advance = true;
+    advance.transactions = 0;
+    advance.last_commit_lsn = Lsn::ZERO;
+    advance.first_commit_lsn = Lsn::ZERO;
+    advance.last_end_lsn = Lsn(0x5000);
+    m.push(advance);
+    let actions = drain(&mut m, now);
+    match actions.as_slice() {
+        [Action::Commit { entry, .. }] => {
+            assert_eq!(entry.kind, EntryKind::Advance);
+            assert!(entry.files.is_empty());
+            assert_eq!(entry.last_end_lsn, Lsn(0x5000));
+        }
+        other => panic!("no intent, no upload, only the entry: {other:?}"),
+    }
+    ok(&mut m, 1, Step::Commit, now);
+    let actions = drain(&mut m, now);
+    assert!(matches!(actions[0], Action::Confirm { lsn } if lsn == Lsn(0x5000)));
+    assert!(
+        actions
+            .iter()
+            .all(|a| !matches!(a, Action::ClearIntent { .. })),
+        "{actions:?}"
+    );
+    assert!(m.is_idle());
 }

@@ -10,7 +10,7 @@ use object_store::path::Path;
 use tokio::sync::{mpsc, watch};
 
 use super::{PipelineError, Progress, Share, Shutdown};
-use crate::commit::{CommitError, CommitLog, unix_micros};
+use crate::commit::{CommitError, CommitLog, EntryKind, unix_micros};
 use crate::failpoint;
 use crate::flush::{Action, ActionId, EncodedFlush, FlushMachine, Step, Stopped};
 use crate::replication::Confirmer;
@@ -247,6 +247,15 @@ fn report(
     entry: &crate::commit::CommitEntry,
     done: Option<&Held>,
 ) {
+    if entry.kind == EntryKind::Advance {
+        tracing::info!(
+            sequence = entry.sequence,
+            confirmed = %entry.last_end_lsn,
+            "nothing to land for a while; confirmed where the server's WAL moved on"
+        );
+        progress.send_modify(|p| p.last_entry = Some(entry.clone()));
+        return;
+    }
     let rows: u64 = entry.files.iter().map(|f| f.rows).sum();
     let bytes: u64 = entry.files.iter().map(|f| f.bytes).sum();
     tracing::info!(

@@ -250,6 +250,9 @@ async fn run_stages(
         spill: spill_settings(flush),
         reconnect: started.reconnect,
         handed: Lsn::ZERO,
+        handed_end: Lsn::ZERO,
+        advanced: None,
+        last_handed: Instant::now(),
         stream: started.stream,
         catalog: started.catalog,
         checkpoint: started.checkpoint,
@@ -297,6 +300,17 @@ fn spill_dir_problem(flush: &crate::config::FlushConfig) -> Option<PipelineError
             reason: e.to_string(),
         })
 }
+
+/// How often the reader looks whether it is idle and the server's WAL moved on.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
+/// An idle pipeline records that the server's WAL moved on (an advance entry) once it moved
+/// this far past the confirmed position (a WAL segment)...
+const ADVANCE_BYTES: u64 = 16 << 20;
+/// ...and at most this often, so that an idle slot retains about a segment and a minute of WAL
+/// while the log gains at most one entry a minute...
+const ADVANCE_EVERY: Duration = Duration::from_secs(60);
+/// ...and only after nothing was handed on for this long: a busy pipeline confirms as it lands.
+const ADVANCE_IDLE: Duration = Duration::from_secs(10);
 
 /// How often landing a large transaction says how far it got.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
@@ -367,7 +381,16 @@ struct Cut {
     part: u32,
     /// The batch's last transaction ends in it.
     last: bool,
+    /// Set on an empty batch that only records how far the server's WAL moved on.
+    advance: Option<Advance>,
     share: Share,
+}
+
+/// The positions of an advance entry: the last commit landed, and the server's WAL position.
+#[derive(Debug, Clone, Copy)]
+struct Advance {
+    last_commit: Lsn,
+    end: Lsn,
 }
 
 /// What the transforms made of a cut.
@@ -391,6 +414,13 @@ struct Reader {
     /// The commit LSN of the last transaction handed on: after a reconnect, the server sends
     /// again everything not yet confirmed, and what was already handed on is a replay.
     handed: Lsn,
+    /// The end LSN of the last flush handed on: everything handed on has landed once the
+    /// confirmed position reaches it.
+    handed_end: Lsn,
+    /// When the last advance was handed on.
+    advanced: Option<Instant>,
+    /// When the last flush was handed on (or the reader started).
+    last_handed: Instant,
     batcher: Batcher,
     /// Resolves user-defined types and array dimensions of the relations that arrive.
     catalog: Catalog,
@@ -410,6 +440,8 @@ impl Reader {
     async fn run(mut self) -> Result<ReplicationStream, PipelineError> {
         let mut frames: Vec<XLogData> = Vec::with_capacity(RECV_BATCH);
         let mut shutdown = self.shutdown.clone();
+        let mut idle_check = tokio::time::interval(IDLE_CHECK);
+        idle_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let deadline = self.batcher.deadline().map(tokio::time::Instant::from_std);
             tokio::select! {
@@ -419,6 +451,11 @@ impl Reader {
                     if changed.is_err() || *shutdown.borrow() { break }
                 }
                 _ = sleep_until(deadline) => {}
+                _ = idle_check.tick() => {
+                    if !self.advance_if_idle().await {
+                        return Ok(self.stream);
+                    }
+                }
                 received = self.stream.recv_many(&mut frames, RECV_BATCH) => {
                     let lost = match received {
                         // The server finished the stream: it is going away.
@@ -465,6 +502,46 @@ impl Reader {
             }
             None => Ok(false),
         }
+    }
+
+    /// With nothing held, nothing pending and everything handed on landed, hand on an advance
+    /// to where the server's WAL went (other databases and tables write it too), so that the
+    /// slot does not retain it. `false` when the next stage is gone.
+    async fn advance_if_idle(&mut self) -> bool {
+        let confirmed = self.reconnect.confirmer.confirmed();
+        if !self.batcher.is_empty() || !self.assembler.is_idle() || confirmed < self.handed_end {
+            return true;
+        }
+        let Some(end) = self.stream.idle_position() else {
+            return true;
+        };
+        if end.0 < confirmed.0.saturating_add(ADVANCE_BYTES)
+            || self.last_handed.elapsed() < ADVANCE_IDLE
+            || self.advanced.is_some_and(|t| t.elapsed() < ADVANCE_EVERY)
+        {
+            return true;
+        }
+        self.advanced = Some(Instant::now());
+        self.handed_end = end;
+        let sequence = self.next_sequence;
+        self.next_sequence += 1;
+        tracing::debug!(%end, sequence, "idle: recording that the server's WAL moved on");
+        let advance = Advance {
+            last_commit: self.handed.max(self.checkpoint.last_commit_lsn()),
+            end,
+        };
+        let share = self.budget.take(0).await;
+        self.output
+            .send(Cut {
+                batch: Batch::default(),
+                sequence,
+                part: 0,
+                last: true,
+                advance: Some(advance),
+                share,
+            })
+            .await
+            .is_ok()
     }
 
     /// Decode and assemble what arrived; `false` when a later stage is gone.
@@ -525,6 +602,8 @@ impl Reader {
         let sequence = self.next_sequence;
         self.next_sequence += 1;
         self.handed = spilled.commit_lsn;
+        self.handed_end = spilled.end_lsn;
+        self.last_handed = Instant::now();
         tracing::info!(
             xid = spilled.xid,
             commit = %spilled.commit_lsn,
@@ -555,6 +634,7 @@ impl Reader {
                 sequence,
                 part,
                 last: next.last,
+                advance: None,
                 share,
             };
             if self.output.send(cut).await.is_err() {
@@ -596,6 +676,10 @@ impl Reader {
         if let Some((_, last)) = batch.lsn_range() {
             self.handed = last;
         }
+        if let Some(t) = batch.transactions.last() {
+            self.handed_end = t.end_lsn;
+        }
+        self.last_handed = Instant::now();
         let waited = Instant::now();
         let share = self.budget.take(bytes.saturating_mul(PEAK_COPIES)).await;
         if waited.elapsed() > Duration::from_secs(1) {
@@ -609,6 +693,7 @@ impl Reader {
                 sequence,
                 part: 0,
                 last: true,
+                advance: None,
                 share,
             })
             .await
@@ -629,8 +714,34 @@ async fn transform_stage(
             sequence,
             part,
             last,
+            advance,
             share,
         } = cut;
+        if let Some(advance) = advance {
+            // No transactions: nothing for the plugins, nothing to encode.
+            let flush = EncodedFlush {
+                sequence,
+                part,
+                last,
+                advance: true,
+                first_commit_lsn: advance.last_commit,
+                last_commit_lsn: advance.last_commit,
+                last_end_lsn: advance.end,
+                transactions: 0,
+                changes: 0,
+                files: Vec::new(),
+            };
+            let transformed = Transformed {
+                flush,
+                outputs: Vec::new(),
+                share,
+                transform: Duration::ZERO,
+            };
+            if output.send(transformed).await.is_err() {
+                return Ok(());
+            }
+            continue;
+        }
         let (returned, outputs, batch) = tokio::task::spawn_blocking(move || {
             let outputs = chain.process(&batch);
             (chain, outputs, batch)
@@ -644,6 +755,7 @@ async fn transform_stage(
             sequence,
             part,
             last,
+            advance: false,
             first_commit_lsn: first_lsn,
             last_commit_lsn: last_lsn,
             last_end_lsn: batch

@@ -37,6 +37,10 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 struct Shared {
     confirm: Arc<ConfirmCell>,
     server_wal_end: AtomicU64,
+    /// The WAL position of the latest keepalive that came after every frame before it had been
+    /// queued for the consumer: once the consumer has taken and handled every queued frame,
+    /// the server has sent it everything before this position.
+    keepalive_wal_end: AtomicU64,
     /// Why the driver stopped, when it stopped on an error; read once by the consumer.
     failure: Mutex<Option<ReplicationError>>,
 }
@@ -71,6 +75,7 @@ impl ReplicationStream {
         let shared = Arc::new(Shared {
             confirm: confirmer.cell,
             server_wal_end: AtomicU64::new(0),
+            keepalive_wal_end: AtomicU64::new(0),
             failure: Mutex::new(None),
         });
         let (frames_tx, frames) = mpsc::channel(QUEUE_BATCHES);
@@ -175,6 +180,18 @@ impl ReplicationStream {
     /// `pg_current_wal_lsn()` by up to half of `wal_sender_timeout`.
     pub fn server_wal_end(&self) -> Lsn {
         Lsn(self.shared.server_wal_end.load(Ordering::Acquire))
+    }
+
+    /// The server's position when the consumer has taken every frame: everything the server
+    /// decoded before it has been received (`None` while frames wait). A consumer that has also
+    /// handled and landed all of them may confirm it, so that a slot whose tables are idle does
+    /// not hold WAL that other databases write.
+    pub fn idle_position(&self) -> Option<Lsn> {
+        // Read the position first: the frames queued before the keepalive that set it are then
+        // visible in the queue.
+        let position = Lsn(self.shared.keepalive_wal_end.load(Ordering::Acquire));
+        (self.leftover.len() == 0 && self.frames.is_empty() && position > Lsn::ZERO)
+            .then_some(position)
     }
 
     /// Sends a last status update with the confirmed position, ends the stream with CopyDone,
@@ -373,6 +390,13 @@ impl Driver {
                             self.shared
                                 .server_wal_end
                                 .fetch_max(keepalive.wal_end.0, Ordering::AcqRel);
+                            // Only once every frame before it is queued (parsing is only
+                            // entered with nothing pending).
+                            if batch.is_empty() {
+                                self.shared
+                                    .keepalive_wal_end
+                                    .fetch_max(keepalive.wal_end.0, Ordering::AcqRel);
+                            }
                             if keepalive.reply_requested {
                                 self.report(true).await?;
                             }
