@@ -5,9 +5,9 @@
 //! text (`numeric`, `inet`, `money`), the text is rebuilt the way the type's output function
 //! prints it.
 
+use super::Value;
 use super::net;
 use super::oid;
-use crate::change::Value;
 
 type Parsed<T> = Result<T, &'static str>;
 

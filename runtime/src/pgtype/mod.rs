@@ -38,11 +38,11 @@ mod column;
 mod datetime;
 mod net;
 pub mod oid;
+mod value;
 
 pub use column::{ColumnType, DEFAULT_MONEY_DIGITS, TypeCatalog, TypeRow};
 pub use datetime::days_from_civil;
-
-use crate::change::{Array, Value};
+pub use value::{Array, Value};
 
 /// How much of an offending value an error message quotes.
 const QUOTED_CHARS: usize = 64;
