@@ -210,6 +210,18 @@ struct PartFlight {
     uploaded: bool,
 }
 
+impl PartFlight {
+    /// A part without files writes no intent.
+    fn new(files: std::ops::Range<usize>) -> Self {
+        let empty = files.is_empty();
+        PartFlight {
+            intent: if empty { State::Done } else { State::Waiting },
+            files,
+            uploaded: empty,
+        }
+    }
+}
+
 impl Flight {
     fn uploaded(&self) -> bool {
         self.flush.last
@@ -219,7 +231,9 @@ impl Flight {
 
     /// No intent written yet (or none to write): nothing of it is in the sink.
     fn untouched(&self) -> bool {
-        self.flush.files.is_empty() || self.parts.iter().all(|p| p.intent == State::Waiting)
+        self.parts
+            .iter()
+            .all(|p| p.files.is_empty() || p.intent == State::Waiting)
     }
 
     fn states(&self) -> impl Iterator<Item = (&'static str, State)> + '_ {
@@ -333,11 +347,9 @@ impl FlushMachine {
                 "parts are pushed in order"
             );
             let first = flight.flush.files.len();
-            flight.parts.push(PartFlight {
-                intent: State::Waiting,
-                files: first..first + flush.files.len(),
-                uploaded: false,
-            });
+            flight
+                .parts
+                .push(PartFlight::new(first..first + flush.files.len()));
             flight
                 .uploads
                 .extend(std::iter::repeat_n(State::Waiting, flush.files.len()));
@@ -348,6 +360,7 @@ impl FlushMachine {
             flight.flush.last_end_lsn = flush.last_end_lsn;
             flight.flush.part = flush.part;
             flight.flush.last = flush.last;
+            self.part_without_files(flush.sequence, flush.part, flush.last);
             return;
         }
         assert_eq!(
@@ -356,17 +369,8 @@ impl FlushMachine {
             "flushes are pushed in sequence"
         );
         let uploads = vec![State::Waiting; flush.files.len()];
-        // A flush without files (an advance) has no intent to write or remove.
-        let nothing = if flush.files.is_empty() {
-            State::Done
-        } else {
-            State::Waiting
-        };
-        let parts = vec![PartFlight {
-            intent: nothing,
-            files: 0..flush.files.len(),
-            uploaded: flush.files.is_empty(),
-        }];
+        let parts = vec![PartFlight::new(0..flush.files.len())];
+        let (sequence, last) = (flush.sequence, flush.last);
         self.flights.push_back(Flight {
             flush,
             parts,
@@ -374,8 +378,22 @@ impl FlushMachine {
             commit: State::Waiting,
             entry: None,
             landed: false,
-            clear: nothing,
+            clear: State::Waiting,
         });
+        self.part_without_files(sequence, 0, last);
+    }
+
+    /// A part without files (every row filtered out, or an advance) has nothing to upload: its
+    /// memory goes at once.
+    fn part_without_files(&mut self, sequence: u64, part: u32, last: bool) {
+        let flight = self.flights.back().expect("just pushed");
+        if flight.parts[part as usize].files.is_empty() {
+            self.pending.push_back(Action::PartUploaded {
+                sequence,
+                part,
+                last,
+            });
+        }
     }
 
     /// A stop was requested: landing goes on, unless a step is waiting for a retry or has to
@@ -637,6 +655,10 @@ impl FlushMachine {
                     },
                     entry: Box::new(entry.clone()),
                 });
+            }
+            if flight.landed && flight.clear == State::Waiting && flight.flush.files.is_empty() {
+                // No part wrote an intent.
+                flight.clear = State::Done;
             }
             if flight.landed && flight.clear == State::Waiting {
                 flight.clear.issue();

@@ -451,12 +451,19 @@ fn an_advance_commits_an_entry_without_files_and_confirms_its_end() {
     m.push(advance);
     let actions = drain(&mut m, now);
     match actions.as_slice() {
-        [Action::Commit { entry, .. }] => {
+        [
+            Action::PartUploaded {
+                sequence: 1,
+                part: 0,
+                last: true,
+            },
+            Action::Commit { entry, .. },
+        ] => {
             assert_eq!(entry.kind, EntryKind::Advance);
             assert!(entry.files.is_empty());
             assert_eq!(entry.last_end_lsn, Lsn(0x5000));
         }
-        other => panic!("no intent, no upload, only the entry: {other:?}"),
+        other => panic!("no intent, no upload: its memory goes, then the entry: {other:?}"),
     }
     ok(&mut m, 1, Step::Commit, now);
     let actions = drain(&mut m, now);
@@ -468,4 +475,45 @@ fn an_advance_commits_an_entry_without_files_and_confirms_its_end() {
         "{actions:?}"
     );
     assert!(m.is_idle());
+}
+
+#[test]
+fn a_part_without_files_frees_its_memory_at_once_and_writes_no_intent() {
+    let now = Instant::now();
+    let mut m = machine();
+    m.push(part(1, 0, false, 0, 1));
+    m.push(part(1, 1, false, 1, 0));
+    let actions = drain(&mut m, now);
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::PartUploaded { part: 1, .. })),
+        "{actions:?}"
+    );
+    assert_eq!(
+        ids(&actions),
+        [(1, Step::Intent(0))],
+        "no intent for part 1"
+    );
+    ok(&mut m, 1, Step::Intent(0), now);
+    drain(&mut m, now);
+    ok(&mut m, 1, Step::Upload(0), now);
+    m.push(part(1, 2, true, 1, 1));
+    drain(&mut m, now);
+    ok(&mut m, 1, Step::Intent(2), now);
+    drain(&mut m, now);
+    ok(&mut m, 1, Step::Upload(1), now);
+    match drain(&mut m, now).as_slice() {
+        [
+            Action::PartUploaded {
+                part: 2,
+                last: true,
+                ..
+            },
+            Action::Commit { entry, .. },
+        ] => {
+            assert_eq!(entry.files.len(), 2)
+        }
+        other => panic!("{other:?}"),
+    }
 }
