@@ -49,6 +49,7 @@ pub(super) async fn land(
     // flight; the machine holds the flushes themselves.
     let mut budgets: Vec<((u64, u32), Share)> = Vec::new();
     let mut held: Vec<(u64, Held)> = Vec::new();
+    let mut failing = Failing::default();
     let mut open = true;
     let mut stop_seen = false;
     // After a stop request, how long landing waits for a sink request that gives no answer.
@@ -78,16 +79,24 @@ pub(super) async fn land(
                     attempts,
                     retry_in,
                     error,
-                } => tracing::warn!(
-                    sequence,
-                    attempts,
-                    ?retry_in,
-                    %error,
-                    "{what} failed; nothing past {} is confirmed",
-                    machine.confirmed()
-                ),
+                } => {
+                    let told = failing.retrying(
+                        what,
+                        sequence,
+                        attempts,
+                        retry_in,
+                        &error,
+                        machine.confirmed(),
+                        Instant::now(),
+                    );
+                    if let Some(message) = told {
+                        tracing::warn!("{message}");
+                    }
+                }
                 Action::Recovered { what, attempts } => {
-                    tracing::info!(attempts, "{what}: the sink is reachable again")
+                    if let Some(message) = failing.recovered(what, attempts, Instant::now()) {
+                        tracing::info!("{message}");
+                    }
                 }
                 Action::Warning { message } => tracing::warn!("{message}"),
                 other => running.push(execute(other, &log, &sink)),
@@ -152,6 +161,57 @@ pub(super) async fn land(
         Some(Stopped::Interrupted { what, confirmed }) => {
             Err(PipelineError::Interrupted { what, confirmed })
         }
+    }
+}
+
+/// How often a sink step that keeps failing says so again.
+const TELL_EVERY: Duration = Duration::from_secs(30);
+
+/// Sink steps failing now, by what they do: when they began failing and when the log last said
+/// so. An outage is told once when it begins, then every [`TELL_EVERY`], and once when it ends,
+/// not once per attempt of every upload. Returns what to log; time is passed in.
+#[derive(Default)]
+struct Failing {
+    steps: Vec<(&'static str, Instant, Instant)>,
+}
+
+impl Failing {
+    #[allow(clippy::too_many_arguments)]
+    fn retrying(
+        &mut self,
+        what: &'static str,
+        sequence: u64,
+        attempts: u32,
+        retry_in: Duration,
+        error: &str,
+        confirmed: crate::Lsn,
+        now: Instant,
+    ) -> Option<String> {
+        match self.steps.iter_mut().find(|(w, _, _)| *w == what) {
+            None => {
+                self.steps.push((what, now, now));
+                Some(format!(
+                    "{what} failed (flush {sequence}): {error}; retrying with backoff for as long as it fails, next in {retry_in:?}; nothing past {confirmed} is confirmed meanwhile"
+                ))
+            }
+            Some((_, since, told)) if now.duration_since(*told) >= TELL_EVERY => {
+                *told = now;
+                Some(format!(
+                    "{what} still failing after {:?} and {attempts} attempts (flush {sequence}): {error}; next attempt in {retry_in:?}; nothing past {confirmed} is confirmed",
+                    now.duration_since(*since)
+                ))
+            }
+            Some(_) => None,
+        }
+    }
+
+    fn recovered(&mut self, what: &'static str, attempts: u32, now: Instant) -> Option<String> {
+        let i = self.steps.iter().position(|(w, _, _)| *w == what)?;
+        let since = self.steps.remove(i).1;
+        Some(format!(
+            "{what}: the sink is reachable again after {:?} ({attempts} attempts)",
+            now.duration_since(since)
+        ))
     }
 }
 
@@ -286,5 +346,47 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outage_is_told_when_it_begins_every_half_minute_and_when_it_ends() {
+        let t0 = Instant::now();
+        let mut f = Failing::default();
+        let upload = |f: &mut Failing, attempts, at| {
+            f.retrying(
+                "uploading data files",
+                7,
+                attempts,
+                Duration::from_secs(2),
+                "connection refused",
+                crate::Lsn(0x10),
+                at,
+            )
+        };
+        let first = upload(&mut f, 1, t0).expect("the first failure is told");
+        assert!(
+            first.contains("connection refused") && first.contains("0/10"),
+            "{first}"
+        );
+        // Four uploads failing at once, and their retries: silent for half a minute.
+        for (n, s) in [(1, 0), (1, 0), (2, 1), (3, 10)] {
+            assert_eq!(upload(&mut f, n, t0 + Duration::from_secs(s)), None);
+        }
+        let again = upload(&mut f, 6, t0 + TELL_EVERY).expect("told again");
+        assert!(
+            again.contains("still failing after 30s and 6 attempts"),
+            "{again}"
+        );
+        let back = f
+            .recovered("uploading data files", 7, t0 + Duration::from_secs(41))
+            .expect("the end is told");
+        assert!(back.contains("after 41s (7 attempts)"), "{back}");
+        // The other uploads that recover with it say nothing more.
+        assert_eq!(f.recovered("uploading data files", 1, t0), None);
     }
 }
