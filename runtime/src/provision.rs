@@ -54,6 +54,14 @@ pub enum ProvisionError {
          drop the slot and let tributary create it, or choose another source.slot"
     )]
     SlotTwoPhase { slot: String },
+    #[error(
+        "slot {slot:?} is invalidated (wal_status = lost): the server removed WAL the slot still \
+         needed (max_slot_wal_keep_size), so the changes after {confirmed} can no longer be read \
+         and the lake would have a gap; drop the slot (SELECT pg_drop_replication_slot('{slot}')) \
+         and run again, which creates it anew and names the gap, then accept it with \
+         --allow-gap; consider raising max_slot_wal_keep_size"
+    )]
+    SlotLost { slot: String, confirmed: String },
     #[error("slot {slot:?} belongs to database {database:?}, not {expected:?}")]
     SlotDatabase {
         slot: String,
@@ -569,6 +577,14 @@ pub fn check_slot(slot: &str, state: &SlotState, database: &str) -> Result<(), P
     if state.two_phase {
         return Err(ProvisionError::SlotTwoPhase { slot: slot.into() });
     }
+    if state.wal_status.as_deref() == Some("lost") {
+        return Err(ProvisionError::SlotLost {
+            slot: slot.into(),
+            confirmed: state
+                .confirmed_flush_lsn
+                .map_or_else(|| "its confirmed position".into(), |l| l.to_string()),
+        });
+    }
     Ok(())
 }
 
@@ -592,6 +608,23 @@ pub async fn current_wal_lsn(client: &Client) -> Result<Lsn, ProvisionError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_invalidated_slot_is_refused_with_the_way_out() {
+        let mut lost = state("pgoutput", None);
+        lost.wal_status = Some("lost".into());
+        lost.confirmed_flush_lsn = Some(Lsn(0x1_0000_0028));
+        let err = check_slot("s", &lost, "shop").unwrap_err().to_string();
+        assert!(
+            err.starts_with("slot \"s\" is invalidated (wal_status = lost)")
+                && err.contains("after 1/28")
+                && err.contains("pg_drop_replication_slot('s')")
+                && err.contains("--allow-gap"),
+            "{err}"
+        );
+        lost.wal_status = Some("reserved".into());
+        assert!(check_slot("s", &lost, "shop").is_ok());
+    }
 
     #[test]
     fn identifiers_are_quoted_part_by_part() {

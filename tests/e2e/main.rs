@@ -8,6 +8,7 @@ mod fencing;
 mod harness;
 mod identity;
 mod idle;
+mod invalidated;
 mod landing;
 mod large;
 mod messages;
