@@ -22,10 +22,7 @@ async fn an_invalidated_slot_is_refused_with_the_way_out() {
     )
     .expect("a PostgreSQL cluster");
     let url = cluster.url("postgres");
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let client = tributary_tests::connect(&url).await;
     client
         .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
         .await

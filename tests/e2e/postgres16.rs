@@ -52,10 +52,7 @@ async fn the_pipeline_streams_and_lands_messages_on_postgresql_16() {
         cluster.server_version()
     );
     let url = cluster.url("postgres");
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let client = tributary_tests::connect(&url).await;
     client
         .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
         .await

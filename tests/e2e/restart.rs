@@ -13,17 +13,9 @@ use tributary_cluster::{ClusterOptions, StopMode, TempCluster};
 use tributary_tests::lake::committed_rows;
 use tributary_tests::pipeline::confirmed_flush;
 use tributary_tests::service::{Service, ServiceConfig};
-use tributary_tests::{s3, unique_name};
+use tributary_tests::{connect, s3, unique_name};
 
 const TABLE: &str = "public.events";
-
-async fn connect(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-}
 
 /// `count` transactions of ten rows each, ids from `from`.
 async fn write(url: &str, from: u32, count: u32) {

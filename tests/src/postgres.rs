@@ -111,7 +111,8 @@ pub async fn fresh_database(hint: &str) -> TestDatabase {
     TestDatabase { name, url, client }
 }
 
-async fn connect(url: &str) -> tokio_postgres::Client {
+/// A plain SQL connection (for a cluster of a test's own; [`fresh_database`] gives one).
+pub async fn connect(url: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .unwrap_or_else(|error| panic!("could not connect to {url}: {error}"));
