@@ -647,6 +647,7 @@ impl FlushMachine {
                     files: flight.flush.files.iter().map(|(f, _)| f.clone()).collect(),
                     plugins: self.plugins.clone(),
                     committed_at: unix_micros,
+                    accepted_gap: None,
                 });
                 return Some(Action::Commit {
                     id: ActionId {

@@ -58,8 +58,8 @@ pub enum ProvisionError {
         "slot {slot:?} is invalidated (wal_status = lost): the server removed WAL the slot still \
          needed (max_slot_wal_keep_size), so the changes after {confirmed} can no longer be read \
          and the lake would have a gap; drop the slot (SELECT pg_drop_replication_slot('{slot}')) \
-         and run again, which creates it anew and names the gap, then accept it with \
-         --allow-gap; consider raising max_slot_wal_keep_size"
+         and run again, which creates it anew and names the gap to accept with --accept-gap; \
+         consider raising max_slot_wal_keep_size"
     )]
     SlotLost { slot: String, confirmed: String },
     #[error("slot {slot:?} belongs to database {database:?}, not {expected:?}")]
@@ -619,7 +619,7 @@ mod tests {
             err.starts_with("slot \"s\" is invalidated (wal_status = lost)")
                 && err.contains("after 1/28")
                 && err.contains("pg_drop_replication_slot('s')")
-                && err.contains("--allow-gap"),
+                && err.contains("--accept-gap"),
             "{err}"
         );
         lost.wal_status = Some("reserved".into());

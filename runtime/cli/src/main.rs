@@ -35,10 +35,10 @@ enum Command {
         /// The pipeline file (TOML). TRIBUTARY_SOURCE_URL overrides source.url.
         #[arg(long, short)]
         config: PathBuf,
-        /// Start even if the slot has moved past what the sink holds (changes in between are
-        /// lost to this sink).
-        #[arg(long)]
-        allow_gap: bool,
+        /// Start across one gap between the sink and the slot (the changes in between are lost
+        /// to this sink): the exact text the refusal printed, e.g. "0/16B3748..0/16C0010".
+        #[arg(long, value_name = "GAP")]
+        accept_gap: Option<String>,
         /// When another consumer holds the slot (a previous instance during a rolling
         /// restart), wait until it lets go instead of giving up after 15 s.
         #[arg(long)]
@@ -110,7 +110,7 @@ async fn execute(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Run {
             config,
-            allow_gap,
+            accept_gap,
             wait,
         } => {
             let config = PipelineConfig::load(&config)?;
@@ -122,7 +122,7 @@ async fn execute(command: Command) -> anyhow::Result<()> {
             });
             let (progress, _) = watch::channel(Progress::default());
             let options = RunOptions {
-                allow_gap,
+                accept_gap,
                 wait_for_slot: wait,
                 ..RunOptions::default()
             };

@@ -90,7 +90,7 @@ pub enum CommitError {
         created_by: Box<Writer>,
     },
     #[error(
-        "slot {slot:?} has confirmed up to {slot_confirmed} but the sink holds changes only up to {committed}: the changes in between never reached this sink (was the slot recreated or read by another consumer?); to start anyway and accept the gap, pass --allow-gap"
+        "slot {slot:?} has confirmed up to {slot_confirmed} but the sink holds changes only up to {committed}: the changes in between never reached this sink (was the slot recreated, advanced by hand, or read by another consumer, or the database restored from a backup?); to start anyway and accept this gap and no other, pass --accept-gap \"{committed}..{slot_confirmed}\" (it is recorded in the commit log)"
     )]
     Gap {
         slot: String,
@@ -98,7 +98,7 @@ pub enum CommitError {
         committed: Lsn,
     },
     #[error(
-        "slot {slot:?} does not exist but the sink already holds changes up to {committed}: a new slot would start at the current WAL position and lose the changes since; to start anyway and accept the gap, pass --allow-gap"
+        "slot {slot:?} does not exist but the sink already holds changes up to {committed}: a new slot would start at the current WAL position and lose the changes since; to start anyway and accept that gap and no other, pass --accept-gap \"{committed}..new slot\" (it is recorded in the commit log)"
     )]
     SlotMissing { slot: String, committed: Lsn },
     #[error(
@@ -169,6 +169,29 @@ pub struct CommitEntry {
     pub plugins: Vec<PluginInfo>,
     /// Microseconds since the Unix epoch.
     pub committed_at: i64,
+    /// On an open entry: the gap an operator accepted (`--accept-gap`), the changes between
+    /// the two positions never landed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_gap: Option<AcceptedGap>,
+}
+
+/// A gap between the sink and the slot that an operator accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcceptedGap {
+    /// Where the sink's changes ended.
+    pub from: Lsn,
+    /// Where the slot resumed.
+    pub to: Lsn,
+}
+
+/// What `--accept-gap` must say to accept the gap between the sink's end `committed` and the
+/// slot's `slot_confirmed` (`None`: the slot does not exist yet): exactly what the refusal
+/// printed.
+pub fn gap_token(committed: Lsn, slot_confirmed: Option<Lsn>) -> String {
+    match slot_confirmed {
+        Some(confirmed) => format!("{committed}..{confirmed}"),
+        None => format!("{committed}..new slot"),
+    }
 }
 
 /// Which pipeline a sink belongs to: written once, by the first writer that opens it.
@@ -239,50 +262,64 @@ impl Checkpoint {
         self.sequence > 0 && commit_lsn <= self.last_commit_lsn
     }
 
-    /// Decide whether the pipeline may start against a slot in this state.
+    /// Decide whether the pipeline may start against a slot in this state: `Ok(true)` when
+    /// there is a gap and `accept` names it exactly (see [`gap_token`]; the token of a missing
+    /// slot also accepts the gap to the slot created for it).
     ///
     /// `slot_confirmed` is the slot's `confirmed_flush_lsn`, `None` if the slot does not exist.
     pub fn check_slot(
         &self,
         slot: &str,
         slot_confirmed: Option<Lsn>,
-        allow_gap: bool,
-    ) -> Result<(), CommitError> {
-        if allow_gap || self.sequence == 0 {
-            return Ok(());
+        accept: Option<&str>,
+    ) -> Result<bool, CommitError> {
+        if self.sequence == 0 {
+            return Ok(false);
         }
+        let accepted = |to: Option<Lsn>| {
+            accept.is_some_and(|given| {
+                given == gap_token(self.last_end_lsn, to)
+                    || given == gap_token(self.last_end_lsn, None)
+            })
+        };
         match slot_confirmed {
+            None if accepted(None) => Ok(true),
             None => Err(CommitError::SlotMissing {
                 slot: slot.to_owned(),
                 committed: self.last_end_lsn,
             }),
-            Some(confirmed) if confirmed > self.last_end_lsn => Err(CommitError::Gap {
-                slot: slot.to_owned(),
-                slot_confirmed: confirmed,
-                committed: self.last_end_lsn,
-            }),
-            Some(_) => Ok(()),
+            Some(confirmed) if confirmed > self.last_end_lsn => {
+                if accepted(Some(confirmed)) {
+                    return Ok(true);
+                }
+                Err(CommitError::Gap {
+                    slot: slot.to_owned(),
+                    slot_confirmed: confirmed,
+                    committed: self.last_end_lsn,
+                })
+            }
+            Some(_) => Ok(false),
         }
     }
 
     /// The open entry that makes `writer` the pipeline's only writer, to be created as the next
     /// sequence number. `slot_confirmed` is the slot's position now: a sink's first entry
-    /// starts the lake there, and so does an accepted gap (`allow_gap`, the slot ahead of the
+    /// starts the lake there, and so does an accepted gap (`gap_accepted`, the slot ahead of the
     /// log); otherwise the positions of the entry before are kept.
     pub fn open_entry(
         &self,
         writer: &Writer,
         slot: &str,
         slot_confirmed: Lsn,
-        allow_gap: bool,
+        gap_accepted: bool,
     ) -> CommitEntry {
         let last_commit_lsn = self.last_commit_lsn;
-        let last_end_lsn =
-            if self.sequence == 0 || (allow_gap && slot_confirmed > self.last_end_lsn) {
-                slot_confirmed
-            } else {
-                self.last_end_lsn
-            };
+        let gap = gap_accepted && self.sequence > 0 && slot_confirmed > self.last_end_lsn;
+        let last_end_lsn = if self.sequence == 0 || gap {
+            slot_confirmed
+        } else {
+            self.last_end_lsn
+        };
         CommitEntry {
             format: FORMAT,
             kind: EntryKind::Open,
@@ -297,6 +334,10 @@ impl Checkpoint {
             files: Vec::new(),
             plugins: Vec::new(),
             committed_at: unix_micros(),
+            accepted_gap: gap.then_some(AcceptedGap {
+                from: self.last_end_lsn,
+                to: slot_confirmed,
+            }),
         }
     }
 
@@ -351,6 +392,7 @@ mod tests {
             files: vec![],
             plugins: vec![],
             committed_at: 0,
+            accepted_gap: None,
         }
     }
 
@@ -382,7 +424,7 @@ mod tests {
             (Lsn(0x500), Lsn::ZERO)
         );
         assert!(!c.is_replay(Lsn(0x10)), "the lake holds no transaction yet");
-        let err = c.check_slot("s", Some(Lsn(0x501)), false).unwrap_err();
+        let err = c.check_slot("s", Some(Lsn(0x501)), None).unwrap_err();
         assert!(matches!(err, CommitError::Gap { .. }), "{err}");
 
         c.advance(&entry(2, 0x600, 0x700, "b")).unwrap();
@@ -403,31 +445,62 @@ mod tests {
             (accepted.last_commit_lsn, accepted.last_end_lsn),
             (Lsn(0x700), Lsn(0x9999))
         );
+        assert_eq!(
+            accepted.accepted_gap,
+            Some(AcceptedGap {
+                from: Lsn(0x730),
+                to: Lsn(0x9999)
+            }),
+            "the log records what was accepted"
+        );
         c.advance(&accepted).unwrap();
-        c.check_slot("s", Some(Lsn(0x9999)), false).unwrap();
+        assert!(!c.check_slot("s", Some(Lsn(0x9999)), None).unwrap());
     }
 
     #[test]
     fn checkpoint_refuses_a_slot_that_moved_past_the_sink() {
         let c = Checkpoint::from_entry(Some(&entry(3, 0x100, 0x200, "w")));
-        c.check_slot("s", Some(Lsn(0x230)), false).unwrap();
-        c.check_slot("s", Some(Lsn(0x100)), false).unwrap();
+        assert!(!c.check_slot("s", Some(Lsn(0x230)), None).unwrap());
+        assert!(!c.check_slot("s", Some(Lsn(0x100)), None).unwrap());
         let err = c
-            .check_slot("s", Some(Lsn(0x231)), false)
+            .check_slot("s", Some(Lsn(0x231)), None)
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("confirmed up to 0/231") && err.contains("--allow-gap"),
+            err.contains("confirmed up to 0/231") && err.contains("--accept-gap \"0/230..0/231\""),
             "{err}"
         );
-        assert!(matches!(
-            c.check_slot("s", None, false).unwrap_err(),
-            CommitError::SlotMissing { .. }
-        ));
-        c.check_slot("s", Some(Lsn(0x999)), true).unwrap();
-        Checkpoint::default()
-            .check_slot("s", Some(Lsn(0x999)), false)
-            .unwrap();
+        // Only that gap: another token, or the same one for another gap, is refused.
+        assert!(
+            c.check_slot("s", Some(Lsn(0x231)), Some("0/230..0/231"))
+                .unwrap()
+        );
+        assert!(
+            c.check_slot("s", Some(Lsn(0x232)), Some("0/230..0/231"))
+                .is_err()
+        );
+        assert!(
+            c.check_slot("s", Some(Lsn(0x231)), Some("0/230..0/232"))
+                .is_err()
+        );
+        let missing = c.check_slot("s", None, None).unwrap_err();
+        assert!(matches!(missing, CommitError::SlotMissing { .. }));
+        assert!(
+            missing
+                .to_string()
+                .contains("--accept-gap \"0/230..new slot\"")
+        );
+        // A missing slot's token also accepts the gap to the slot created for it.
+        assert!(c.check_slot("s", None, Some("0/230..new slot")).unwrap());
+        assert!(
+            c.check_slot("s", Some(Lsn(0x999)), Some("0/230..new slot"))
+                .unwrap()
+        );
+        assert!(
+            !Checkpoint::default()
+                .check_slot("s", Some(Lsn(0x999)), None)
+                .unwrap()
+        );
     }
 
     #[test]

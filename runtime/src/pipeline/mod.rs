@@ -126,8 +126,9 @@ pub enum PipelineError {
 /// How a run was started.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// Start even if the slot has moved past the sink's last commit.
-    pub allow_gap: bool,
+    /// Start across this one gap between the sink's last commit and the slot: the exact text
+    /// the refusal printed (see [`crate::commit::gap_token`]).
+    pub accept_gap: Option<String>,
     /// Wait for as long as another consumer holds the slot, instead of giving up after
     /// `slot_grace`.
     pub wait_for_slot: bool,
@@ -138,7 +139,7 @@ pub struct RunOptions {
 impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
-            allow_gap: false,
+            accept_gap: None,
             wait_for_slot: false,
             slot_grace: SLOT_GRACE,
         }

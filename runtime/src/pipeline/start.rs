@@ -103,7 +103,7 @@ pub(super) async fn start(
     match &slot {
         Some(state) => provision::check_slot(&source.slot, state, &database)?,
         None => {
-            first_read.check_slot(&source.slot, None, options.allow_gap)?;
+            first_read.check_slot(&source.slot, None, options.accept_gap.as_deref())?;
             if !source.create_slot {
                 return Err(ProvisionError::NoSlot {
                     slot: source.slot.clone(),
@@ -324,13 +324,21 @@ async fn open_log(
         let slot_confirmed = provision::slot_state(client, &source.slot)
             .await?
             .and_then(|s| s.confirmed_flush_lsn);
-        checkpoint.check_slot(&source.slot, slot_confirmed, options.allow_gap)?;
+        let gap =
+            checkpoint.check_slot(&source.slot, slot_confirmed, options.accept_gap.as_deref())?;
         let entry = checkpoint.open_entry(
             log.writer(),
             &source.slot,
             slot_confirmed.unwrap_or_default(),
-            options.allow_gap,
+            gap,
         );
+        if let Some(accepted) = entry.accepted_gap {
+            tracing::warn!(
+                from = %accepted.from,
+                to = %accepted.to,
+                "accepting the gap named by --accept-gap: the changes between never reach this sink; the commit log records it"
+            );
+        }
         let committed = with_retry!(
             "opening the commit log",
             checkpoint.confirmed(),

@@ -1,0 +1,183 @@
+//! Gaps between the lake and the slot are refused at start with the way out, before anything
+//! is written: a slot advanced behind the pipeline's back (accepted only by `--accept-gap` with
+//! the exact positions the refusal printed, and then recorded in the log), and a slot the server
+//! invalidated (it removed WAL the slot still needed, past `max_slot_wal_keep_size`).
+
+use std::time::Duration;
+
+use tributary::commit::{CommitLog, Writer};
+use tributary::sink::Sink;
+use tributary_cluster::{ClusterOptions, TempCluster};
+use tributary_tests::lake::committed_rows;
+use tributary_tests::pipeline::events_database;
+use tributary_tests::service::{Service, ServiceConfig};
+use tributary_tests::{s3, unique_name};
+
+const TABLE: &str = "public.events";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalidated_slot_is_refused_with_the_way_out() {
+    // A cluster of its own: the shared one must keep its slots.
+    let cluster = TempCluster::start(
+        ClusterOptions::fast()
+            .setting("max_slot_wal_keep_size", "'1MB'")
+            .setting("min_wal_size", "'32MB'")
+            .setting("max_wal_size", "'64MB'"),
+    )
+    .expect("a PostgreSQL cluster");
+    let url = cluster.url("postgres");
+    let client = tributary_tests::connect(&url).await;
+    client
+        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
+        .await
+        .unwrap();
+    let server = s3();
+    let bucket = server.fresh_bucket("invalidated").await;
+    let name = unique_name("invalidated");
+    let mut cfg = ServiceConfig::new(&url, &name, &[TABLE], &server.bucket_url(&bucket));
+    cfg.sink_options = server.object_store_options();
+    let sink = Sink::open(&cfg.sink_url, &cfg.sink_options.iter().cloned().collect()).unwrap();
+    let log = CommitLog::new(sink, Writer::named("test"));
+    let dir = std::env::temp_dir().join(unique_name("invalidated"));
+    let file = cfg.write(&dir);
+
+    let mut a = Service::spawn(&file, &[], &dir.join("a.log"));
+    a.wait_for_log("streaming", Duration::from_secs(60)).await;
+    client
+        .batch_execute("INSERT INTO events VALUES (1, 'landed')")
+        .await
+        .unwrap();
+    a.wait_for_landed(&log, 1, Duration::from_secs(60)).await;
+    a.stop().await;
+    let entries = log.sequences().await.unwrap();
+
+    // With nobody reading the slot, the server writes far past what it may keep for it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        client
+            .batch_execute(
+                "INSERT INTO events SELECT g, repeat('w', 500) FROM generate_series(
+                     (SELECT max(id) + 1 FROM events), (SELECT max(id) + 20000 FROM events)) g;
+                 SELECT pg_switch_wal(); CHECKPOINT;",
+            )
+            .await
+            .unwrap();
+        let status: Option<String> = client
+            .query_one(
+                "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1",
+                &[&name],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if status.as_deref() == Some("lost") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slot was not invalidated ({status:?})"
+        );
+    }
+
+    let mut b = Service::spawn(&file, &[], &dir.join("b.log"));
+    let status = b.wait_exit(Duration::from_secs(60)).await;
+    assert!(!status.success());
+    let said = b.log();
+    assert!(
+        said.contains(&format!(
+            "slot \"{name}\" is invalidated (wal_status = lost)"
+        )) && said.contains("--accept-gap"),
+        "{said}"
+    );
+    assert_eq!(
+        log.sequences().await.unwrap(),
+        entries,
+        "nothing was written"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    cluster.stop().unwrap();
+}
+
+/// `tributary run` with `extra`, which must refuse to start; what it said.
+async fn refused(file: &std::path::Path, dir: &std::path::Path, extra: &[&str]) -> String {
+    let mut run = Service::spawn(file, extra, &dir.join("refused.log"));
+    assert!(!run.wait_exit(Duration::from_secs(60)).await.success());
+    run.log()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_advanced_behind_the_pipelines_back_is_accepted_only_by_its_exact_positions() {
+    let db = events_database("gap").await;
+    let server = s3();
+    let bucket = server.fresh_bucket("gap").await;
+    let name = unique_name("gap");
+    let mut cfg = ServiceConfig::new(&db.url, &name, &[TABLE], &server.bucket_url(&bucket));
+    cfg.sink_options = server.object_store_options();
+    let sink = Sink::open(&cfg.sink_url, &cfg.sink_options.iter().cloned().collect()).unwrap();
+    let log = CommitLog::new(sink.clone(), Writer::named("test"));
+    let dir = std::env::temp_dir().join(unique_name("gap"));
+    let file = cfg.write(&dir);
+
+    let mut a = Service::spawn(&file, &[], &dir.join("a.log"));
+    a.wait_for_log("streaming", Duration::from_secs(60)).await;
+    db.client
+        .batch_execute("INSERT INTO events VALUES (1, 'landed')")
+        .await
+        .unwrap();
+    a.wait_for_landed(&log, 1, Duration::from_secs(60)).await;
+    a.stop().await;
+    // A change the pipeline never sees: the slot is moved past it by hand.
+    db.client
+        .batch_execute("INSERT INTO events VALUES (2, 'skipped')")
+        .await
+        .unwrap();
+    db.client
+        .query_one(
+            "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())::text",
+            &[&name],
+        )
+        .await
+        .unwrap();
+    let entries = log.sequences().await.unwrap();
+    let committed = log.latest().await.unwrap().unwrap().last_end_lsn;
+
+    let said = refused(&file, &dir, &[]).await;
+    let prefix = format!("slot \"{name}\" has confirmed up to ");
+    assert!(said.contains(&prefix), "{said}");
+    let token = said
+        .split("--accept-gap \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the refusal names the gap to accept")
+        .to_owned();
+    assert!(token.starts_with(&format!("{committed}..")), "{token}");
+    // Any other gap is still refused.
+    let wrong = format!("{committed}..0/1");
+    let said = refused(&file, &dir, &["--accept-gap", &wrong]).await;
+    assert!(said.contains(&prefix), "{said}");
+    assert_eq!(
+        log.sequences().await.unwrap(),
+        entries,
+        "nothing was written"
+    );
+
+    let mut c = Service::spawn(&file, &["--accept-gap", &token], &dir.join("c.log"));
+    c.wait_for_log("streaming", Duration::from_secs(60)).await;
+    assert!(c.log().contains("accepting the gap"), "{}", c.log());
+    let opened = log.latest().await.unwrap().unwrap();
+    let gap = opened.accepted_gap.expect("the open entry records the gap");
+    assert_eq!(format!("{}..{}", gap.from, gap.to), token);
+    db.client
+        .batch_execute("INSERT INTO events VALUES (3, 'after')")
+        .await
+        .unwrap();
+    c.wait_for_landed(&log, 2, Duration::from_secs(60)).await;
+    let c_log = c.stop().await;
+    let ids: Vec<String> = committed_rows(&sink, TABLE)
+        .await
+        .iter()
+        .map(|r| r.values["id"].clone().unwrap())
+        .collect();
+    assert_eq!(ids, ["1", "3"], "{c_log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
