@@ -1,7 +1,8 @@
 //! Gaps between the lake and the slot are refused at start with the way out, before anything
 //! is written: a slot advanced behind the pipeline's back (accepted only by `--accept-gap` with
-//! the exact positions the refusal printed, and then recorded in the log), and a slot the server
-//! invalidated (it removed WAL the slot still needed, past `max_slot_wal_keep_size`).
+//! the exact positions the refusal printed, and then recorded in the log), a slot the server
+//! invalidated (it removed WAL the slot still needed, past `max_slot_wal_keep_size`), and
+//! another server answering at the source's address with the same database and slot names.
 
 use std::time::Duration;
 
@@ -180,4 +181,70 @@ async fn a_slot_advanced_behind_the_pipelines_back_is_accepted_only_by_its_exact
         .collect();
     assert_eq!(ids, ["1", "3"], "{c_log}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_server_at_the_sources_address_is_refused_before_anything_is_created() {
+    let server = s3();
+    let bucket = server.fresh_bucket("other-server").await;
+    let name = unique_name("other_server");
+    let dir = std::env::temp_dir().join(unique_name("other_server"));
+    let run_on = |cluster: &TempCluster| {
+        let mut cfg = ServiceConfig::new(
+            &cluster.url("postgres"),
+            &name,
+            &[TABLE],
+            &server.bucket_url(&bucket),
+        );
+        cfg.sink_options = server.object_store_options();
+        cfg
+    };
+    let first = TempCluster::start(ClusterOptions::fast()).expect("a PostgreSQL cluster");
+    let client = tributary_tests::connect(&first.url("postgres")).await;
+    client
+        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
+        .await
+        .unwrap();
+    let cfg = run_on(&first);
+    let sink = Sink::open(&cfg.sink_url, &cfg.sink_options.iter().cloned().collect()).unwrap();
+    let log = CommitLog::new(sink, Writer::named("test"));
+    let mut a = Service::spawn(&cfg.write(&dir.join("a")), &[], &dir.join("a.log"));
+    a.wait_for_log("streaming", Duration::from_secs(60)).await;
+    a.stop().await;
+    let entries = log.sequences().await.unwrap();
+
+    // The same database and slot names, on a server that is not the one the lake came from.
+    let second = TempCluster::start(ClusterOptions::fast()).expect("a PostgreSQL cluster");
+    let other = tributary_tests::connect(&second.url("postgres")).await;
+    other
+        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
+        .await
+        .unwrap();
+    let mut b = Service::spawn(
+        &run_on(&second).write(&dir.join("b")),
+        &[],
+        &dir.join("b.log"),
+    );
+    assert!(!b.wait_exit(Duration::from_secs(60)).await.success());
+    let said = b.log();
+    assert!(
+        said.contains(&format!(
+            "the sink was written from slot \"{name}\" on database \"postgres\""
+        )) && said.contains("but the server at source.url has system identifier"),
+        "{said}"
+    );
+    let slots: i64 = other
+        .query_one("SELECT count(*) FROM pg_replication_slots", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 0, "no slot was created on the other server");
+    assert_eq!(
+        log.sequences().await.unwrap(),
+        entries,
+        "nothing was written"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    first.stop().unwrap();
+    second.stop().unwrap();
 }

@@ -276,6 +276,14 @@ fn refuse_other(theirs: &PipelineIdentity, ours: &PipelineIdentity) -> Result<()
     if theirs.same_source(ours) {
         return Ok(());
     }
+    if (&theirs.database, &theirs.slot) == (&ours.database, &ours.slot) {
+        return Err(CommitError::OtherServer {
+            slot: ours.slot.clone(),
+            database: ours.database.clone(),
+            theirs: theirs.system_identifier.clone(),
+            ours: ours.system_identifier.clone(),
+        });
+    }
     Err(CommitError::OtherPipeline {
         theirs: theirs.describe(),
         ours: ours.describe(),

@@ -90,6 +90,19 @@ pub enum CommitError {
         created_by: Box<Writer>,
     },
     #[error(
+        "the sink was written from slot {slot:?} on database {database:?} of the server with \
+         system identifier {theirs}, but the server at source.url has system identifier {ours}: \
+         another server answers at this address (restored from a backup, or promoted without \
+         being a physical copy), and its WAL positions mean nothing for this lake; point \
+         source.url at the original server, or give this source a sink prefix of its own"
+    )]
+    OtherServer {
+        slot: String,
+        database: String,
+        theirs: String,
+        ours: String,
+    },
+    #[error(
         "slot {slot:?} has confirmed up to {slot_confirmed} but the sink holds changes only up to {committed}: the changes in between never reached this sink (was the slot recreated, advanced by hand, or read by another consumer, or the database restored from a backup?); to start anyway and accept this gap and no other, pass --accept-gap \"{committed}..{slot_confirmed}\" (it is recorded in the commit log)"
     )]
     Gap {
