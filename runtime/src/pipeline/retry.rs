@@ -2,7 +2,7 @@
 //! long as the sink fails, with the flush machine's delays; errors that retrying cannot fix (a
 //! conflicting writer, a corrupt entry) stop at once.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{PipelineError, Shutdown};
 use crate::Lsn;
@@ -32,7 +32,14 @@ pub(crate) struct Backoff {
     what: &'static str,
     delay: Duration,
     attempts: u32,
+    /// When the step began failing, and when the log last said so: once at first, then every
+    /// [`TELL_EVERY`], not at every attempt.
+    since: Option<Instant>,
+    told: Option<Instant>,
 }
+
+/// How often a step that keeps failing says so again.
+const TELL_EVERY: Duration = Duration::from_secs(30);
 
 impl Backoff {
     pub(crate) fn new(what: &'static str) -> Self {
@@ -40,6 +47,8 @@ impl Backoff {
             what,
             delay: RETRY_MIN,
             attempts: 0,
+            since: None,
+            told: None,
         }
     }
 
@@ -54,9 +63,10 @@ impl Backoff {
     ) -> Result<bool, PipelineError> {
         match result {
             Ok(_) => {
-                if self.attempts > 0 {
+                if let Some(since) = self.since {
                     tracing::info!(
                         attempts = self.attempts,
+                        failed_for = ?since.elapsed(),
                         "{}: the sink is reachable again",
                         self.what
                     );
@@ -65,20 +75,24 @@ impl Backoff {
             }
             Err(CommitError::Sink(e)) if e.is_transient() => {
                 self.attempts += 1;
-                if confirmed == Lsn::ZERO {
+                let since = *self.since.get_or_insert_with(Instant::now);
+                let tell = self.told.is_none_or(|t| t.elapsed() >= TELL_EVERY);
+                if tell {
+                    self.told = Some(Instant::now());
+                }
+                if tell {
+                    // Before the first commit of a run nothing is confirmed yet to speak of.
+                    let held = if confirmed == Lsn::ZERO {
+                        String::new()
+                    } else {
+                        format!(", nothing past {confirmed} is confirmed")
+                    };
                     tracing::warn!(
                         attempts = self.attempts,
                         retry_in = ?self.delay,
+                        failing_for = ?since.elapsed(),
                         error = %e,
-                        "{} failed; trying again",
-                        self.what
-                    );
-                } else {
-                    tracing::warn!(
-                        attempts = self.attempts,
-                        retry_in = ?self.delay,
-                        error = %e,
-                        "{} failed; nothing past {confirmed} is confirmed",
+                        "{} failed; trying again with backoff for as long as it fails{held}",
                         self.what
                     );
                 }
