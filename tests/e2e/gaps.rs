@@ -10,7 +10,7 @@ use tributary::commit::{CommitLog, Writer};
 use tributary::sink::Sink;
 use tributary_cluster::{ClusterOptions, TempCluster};
 use tributary_tests::lake::committed_rows;
-use tributary_tests::pipeline::events_database;
+use tributary_tests::pipeline::{events_database, events_on};
 use tributary_tests::service::{Service, ServiceConfig};
 use tributary_tests::{s3, unique_name};
 
@@ -27,11 +27,7 @@ async fn an_invalidated_slot_is_refused_with_the_way_out() {
     )
     .expect("a PostgreSQL cluster");
     let url = cluster.url("postgres");
-    let client = tributary_tests::connect(&url).await;
-    client
-        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
+    let client = events_on(&cluster).await;
     let server = s3();
     let bucket = server.fresh_bucket("invalidated").await;
     let name = unique_name("invalidated");
@@ -200,11 +196,7 @@ async fn another_server_at_the_sources_address_is_refused_before_anything_is_cre
         cfg
     };
     let first = TempCluster::start(ClusterOptions::fast()).expect("a PostgreSQL cluster");
-    let client = tributary_tests::connect(&first.url("postgres")).await;
-    client
-        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
+    events_on(&first).await;
     let cfg = run_on(&first);
     let sink = Sink::open(&cfg.sink_url, &cfg.sink_options.iter().cloned().collect()).unwrap();
     let log = CommitLog::new(sink, Writer::named("test"));
@@ -215,11 +207,7 @@ async fn another_server_at_the_sources_address_is_refused_before_anything_is_cre
 
     // The same database and slot names, on a server that is not the one the lake came from.
     let second = TempCluster::start(ClusterOptions::fast()).expect("a PostgreSQL cluster");
-    let other = tributary_tests::connect(&second.url("postgres")).await;
-    other
-        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
+    let other = events_on(&second).await;
     let mut b = Service::spawn(
         &run_on(&second).write(&dir.join("b")),
         &[],

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tributary_cluster::{ClusterOptions, TempCluster};
 use tributary_tests::lake::read_output;
-use tributary_tests::pipeline::{RunningPipeline, config};
+use tributary_tests::pipeline::{RunningPipeline, config, events_on};
 use tributary_tests::{plugin, unique_name};
 
 /// The `stream_txns` counter of the slot, once the server has published it.
@@ -52,11 +52,7 @@ async fn the_pipeline_streams_and_lands_messages_on_postgresql_16() {
         cluster.server_version()
     );
     let url = cluster.url("postgres");
-    let client = tributary_tests::connect(&url).await;
-    client
-        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
+    let client = events_on(&cluster).await;
 
     let dir = std::env::temp_dir().join(unique_name("pg16-lake"));
     let name = unique_name("pg16");

@@ -11,7 +11,7 @@ use tributary::commit::{CommitLog, Writer};
 use tributary::sink::Sink;
 use tributary_cluster::{ClusterOptions, StopMode, TempCluster};
 use tributary_tests::lake::committed_rows;
-use tributary_tests::pipeline::confirmed_flush;
+use tributary_tests::pipeline::{confirmed_flush, events_on};
 use tributary_tests::service::{Service, ServiceConfig};
 use tributary_tests::{connect, s3, unique_name};
 
@@ -45,11 +45,7 @@ async fn the_running_pipeline_rides_through_postgresql_restarts_and_lands_every_
     // A cluster of its own: the shared one must not restart under other tests.
     let cluster = TempCluster::start(ClusterOptions::fast()).expect("a PostgreSQL cluster");
     let url = cluster.url("postgres");
-    connect(&url)
-        .await
-        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
+    events_on(&cluster).await;
     let server = s3();
     let bucket = server.fresh_bucket("restart").await;
     let name = unique_name("restart");

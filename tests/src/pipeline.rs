@@ -193,12 +193,19 @@ impl RunningPipeline {
 /// write to.
 pub async fn events_database(hint: &str) -> crate::TestDatabase {
     let db = crate::fresh_database(hint).await;
-    db.client
-        .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
+    db.client.batch_execute(EVENTS_TABLE).await.unwrap();
     db
 }
+
+/// The `events` table the tests land, for a cluster of a test's own: a plain connection to its
+/// `postgres` database, with the table created.
+pub async fn events_on(cluster: &crate::TempCluster) -> tokio_postgres::Client {
+    let client = crate::connect(&cluster.url("postgres")).await;
+    client.batch_execute(EVENTS_TABLE).await.unwrap();
+    client
+}
+
+const EVENTS_TABLE: &str = "CREATE TABLE events (id int PRIMARY KEY, body text)";
 
 /// An events database whose transactions outgrow the server's decoding memory at once (the
 /// smallest `logical_decoding_work_mem` PostgreSQL allows, for this database only: a walsender
