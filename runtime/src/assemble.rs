@@ -412,6 +412,12 @@ impl Assembler {
         }
     }
 
+    /// Forget every transaction not yet completed (a new replication session sends them
+    /// again), keeping the settings.
+    pub fn reset(&mut self) {
+        *self = Assembler::with_spill(self.settings.clone());
+    }
+
     /// Approximate decoded size of what is held in memory for transactions that have not
     /// committed yet (spilled rows are on disk and not counted).
     pub fn held_bytes(&self) -> usize {

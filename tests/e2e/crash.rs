@@ -7,12 +7,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tributary::Lsn;
-use tributary::commit::{CommitEntry, CommitLog, Writer};
+use tributary::commit::{CommitEntry, CommitLog};
 use tributary::sink::Sink;
+use tributary_tests::fresh_database;
 use tributary_tests::lake::{committed_rows, object_names, read_output};
 use tributary_tests::pipeline::{confirmed_flush, wait_for_confirmed};
-use tributary_tests::service::{Service, ServiceConfig};
-use tributary_tests::{fresh_database, s3, unique_name};
+use tributary_tests::service::{Fixture, Service};
 
 const TABLES: [&str; 3] = ["public.t1", "public.t2", "public.t3"];
 
@@ -77,15 +77,14 @@ async fn crash_at(point: &str, hit: u32) {
             .await
             .unwrap();
     }
-    let server = s3();
-    let bucket = server.fresh_bucket(&hint).await;
-    let name = unique_name(&hint);
-    let mut cfg = ServiceConfig::new(&db.url, &name, &TABLES, &server.bucket_url(&bucket));
-    cfg.sink_options = server.object_store_options();
-    let sink = Sink::open(&cfg.sink_url, &cfg.sink_options.iter().cloned().collect()).unwrap();
-    let log = CommitLog::new(sink.clone(), Writer::named("test"));
-    let dir = std::env::temp_dir().join(unique_name(&hint));
-    let file = cfg.write(&dir);
+    let Fixture {
+        name,
+        sink,
+        log,
+        dir,
+        file,
+        ..
+    } = Fixture::new(&db.url, &hint, &TABLES).await;
 
     let armed = format!("{point}@{hit}");
     let mut a = Service::spawn_with(

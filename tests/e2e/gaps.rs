@@ -11,7 +11,7 @@ use tributary::sink::Sink;
 use tributary_cluster::{ClusterOptions, TempCluster};
 use tributary_tests::lake::committed_rows;
 use tributary_tests::pipeline::{events_database, events_on};
-use tributary_tests::service::{Service, ServiceConfig};
+use tributary_tests::service::{Fixture, Service, ServiceConfig};
 use tributary_tests::{s3, unique_name};
 
 const TABLE: &str = "public.events";
@@ -28,15 +28,13 @@ async fn an_invalidated_slot_is_refused_with_the_way_out() {
     .expect("a PostgreSQL cluster");
     let url = cluster.url("postgres");
     let client = events_on(&cluster).await;
-    let server = s3();
-    let bucket = server.fresh_bucket("invalidated").await;
-    let name = unique_name("invalidated");
-    let mut cfg = ServiceConfig::new(&url, &name, &[TABLE], &server.bucket_url(&bucket));
-    cfg.sink_options = server.object_store_options();
-    let sink = Sink::open(&cfg.sink_url, &cfg.sink_options.iter().cloned().collect()).unwrap();
-    let log = CommitLog::new(sink, Writer::named("test"));
-    let dir = std::env::temp_dir().join(unique_name("invalidated"));
-    let file = cfg.write(&dir);
+    let Fixture {
+        name,
+        log,
+        dir,
+        file,
+        ..
+    } = Fixture::new(&url, "invalidated", &[TABLE]).await;
 
     let mut a = Service::spawn(&file, &[], &dir.join("a.log"));
     a.wait_for_log("streaming", Duration::from_secs(60)).await;
@@ -105,15 +103,14 @@ async fn refused(file: &std::path::Path, dir: &std::path::Path, extra: &[&str]) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_advanced_behind_the_pipelines_back_is_accepted_only_by_its_exact_positions() {
     let db = events_database("gap").await;
-    let server = s3();
-    let bucket = server.fresh_bucket("gap").await;
-    let name = unique_name("gap");
-    let mut cfg = ServiceConfig::new(&db.url, &name, &[TABLE], &server.bucket_url(&bucket));
-    cfg.sink_options = server.object_store_options();
-    let sink = Sink::open(&cfg.sink_url, &cfg.sink_options.iter().cloned().collect()).unwrap();
-    let log = CommitLog::new(sink.clone(), Writer::named("test"));
-    let dir = std::env::temp_dir().join(unique_name("gap"));
-    let file = cfg.write(&dir);
+    let Fixture {
+        name,
+        sink,
+        log,
+        dir,
+        file,
+        ..
+    } = Fixture::new(&db.url, "gap", &[TABLE]).await;
 
     let mut a = Service::spawn(&file, &[], &dir.join("a.log"));
     a.wait_for_log("streaming", Duration::from_secs(60)).await;

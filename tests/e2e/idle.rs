@@ -5,12 +5,11 @@
 use std::time::Duration;
 
 use tributary::Lsn;
-use tributary::commit::{CommitLog, EntryKind, Writer};
-use tributary::sink::Sink;
+use tributary::commit::EntryKind;
+use tributary_tests::fresh_database;
 use tributary_tests::lake::committed_rows;
 use tributary_tests::pipeline::{confirmed_flush, events_database};
-use tributary_tests::service::{Service, ServiceConfig};
-use tributary_tests::{fresh_database, s3, unique_name};
+use tributary_tests::service::{Fixture, Service};
 
 const TABLE: &str = "public.events";
 
@@ -31,15 +30,14 @@ async fn an_idle_pipeline_confirms_where_the_servers_wal_moved_on() {
         .batch_execute("CREATE TABLE noise (id int, body text)")
         .await
         .unwrap();
-    let server = s3();
-    let bucket = server.fresh_bucket("idle").await;
-    let name = unique_name("idle");
-    let mut cfg = ServiceConfig::new(&db.url, &name, &[TABLE], &server.bucket_url(&bucket));
-    cfg.sink_options = server.object_store_options();
-    let sink = Sink::open(&cfg.sink_url, &cfg.sink_options.iter().cloned().collect()).unwrap();
-    let log = CommitLog::new(sink.clone(), Writer::named("test"));
-    let dir = std::env::temp_dir().join(unique_name("idle"));
-    let file = cfg.write(&dir);
+    let Fixture {
+        name,
+        sink,
+        log,
+        dir,
+        file,
+        ..
+    } = Fixture::new(&db.url, "idle", &[TABLE]).await;
 
     let mut a = Service::spawn(&file, &[], &dir.join("a.log"));
     a.wait_for_log("streaming", Duration::from_secs(60)).await;

@@ -7,12 +7,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use object_store::path::Path;
-use tributary::commit::{CommitLog, Writer};
+use tributary::commit::CommitLog;
 use tributary::sink::Sink;
 use tributary_tests::lake::{committed_rows, landed_changes, object_names};
 use tributary_tests::pipeline::{streaming_database, wait_for_confirmed};
-use tributary_tests::service::{Service, ServiceConfig};
-use tributary_tests::{TestDatabase, plugin, s3, unique_name};
+use tributary_tests::service::{Fixture, Service, ServiceConfig};
+use tributary_tests::{TestDatabase, plugin};
 
 const TABLE: &str = "public.events";
 
@@ -64,19 +64,19 @@ struct Setup {
 
 async fn setup(hint: &str, in_flight_mib: u32, chunk_mib: u32) -> Setup {
     let db = streaming_database(hint).await;
-    let server = s3();
-    let bucket = server.fresh_bucket(&hint.replace('_', "-")).await;
-    let name = unique_name(hint);
-    let mut cfg = ServiceConfig::new(&db.url, &name, &[TABLE], &server.bucket_url(&bucket));
-    cfg.sink_options = server.object_store_options();
+    let Fixture {
+        name,
+        mut cfg,
+        sink,
+        log,
+        dir,
+        ..
+    } = Fixture::new(&db.url, hint, &[TABLE]).await;
     cfg.transforms = vec![plugin("passthrough")];
     cfg.flush = vec![
         ("in_flight_mib".into(), in_flight_mib.to_string()),
         ("chunk_mib".into(), chunk_mib.to_string()),
     ];
-    let sink = Sink::open(&cfg.sink_url, &cfg.sink_options.iter().cloned().collect()).unwrap();
-    let log = CommitLog::new(sink.clone(), Writer::named("test"));
-    let dir = std::env::temp_dir().join(unique_name(hint));
     Setup {
         db,
         name,

@@ -7,13 +7,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tributary::Lsn;
-use tributary::commit::{CommitLog, Writer};
-use tributary::sink::Sink;
+use tributary::commit::CommitLog;
 use tributary_cluster::{ClusterOptions, StopMode, TempCluster};
+use tributary_tests::connect;
 use tributary_tests::lake::committed_rows;
 use tributary_tests::pipeline::{confirmed_flush, events_on};
-use tributary_tests::service::{Service, ServiceConfig};
-use tributary_tests::{connect, s3, unique_name};
+use tributary_tests::service::{Fixture, Service};
 
 const TABLE: &str = "public.events";
 
@@ -46,15 +45,14 @@ async fn the_running_pipeline_rides_through_postgresql_restarts_and_lands_every_
     let cluster = TempCluster::start(ClusterOptions::fast()).expect("a PostgreSQL cluster");
     let url = cluster.url("postgres");
     events_on(&cluster).await;
-    let server = s3();
-    let bucket = server.fresh_bucket("restart").await;
-    let name = unique_name("restart");
-    let mut cfg = ServiceConfig::new(&url, &name, &[TABLE], &server.bucket_url(&bucket));
-    cfg.sink_options = server.object_store_options();
-    let sink = Sink::open(&cfg.sink_url, &cfg.sink_options.iter().cloned().collect()).unwrap();
-    let log = CommitLog::new(sink.clone(), Writer::named("test"));
-    let dir = std::env::temp_dir().join(unique_name("restart"));
-    let file = cfg.write(&dir);
+    let Fixture {
+        name,
+        sink,
+        log,
+        dir,
+        file,
+        ..
+    } = Fixture::new(&url, "restart", &[TABLE]).await;
     let mut service = Service::spawn(&file, &[], &dir.join("run.log"));
     service
         .wait_for_log("streaming", Duration::from_secs(60))

@@ -103,6 +103,46 @@ impl ServiceConfig {
     }
 }
 
+/// What most service tests start from: a pipeline file landing `tables` of a source in a fresh
+/// bucket of the shared S3 server, the sink and its commit log to read back, and a directory of
+/// the test's own for the file and the services' logs.
+pub struct Fixture {
+    /// Slot and publication name.
+    pub name: String,
+    pub cfg: ServiceConfig,
+    pub sink: tributary::sink::Sink,
+    pub log: tributary::commit::CommitLog,
+    pub dir: PathBuf,
+    /// The pipeline file, as `cfg` was at the start (write `cfg` again after changing it).
+    pub file: PathBuf,
+}
+
+impl Fixture {
+    pub async fn new(source_url: &str, hint: &str, tables: &[&str]) -> Fixture {
+        let server = crate::s3();
+        let bucket = server.fresh_bucket(&hint.replace('_', "-")).await;
+        let name = crate::unique_name(hint);
+        let mut cfg = ServiceConfig::new(source_url, &name, tables, &server.bucket_url(&bucket));
+        cfg.sink_options = server.object_store_options();
+        let sink =
+            tributary::sink::Sink::open(&cfg.sink_url, &cfg.sink_options.iter().cloned().collect())
+                .unwrap();
+        let log = tributary::commit::CommitLog::new(
+            sink.clone(),
+            tributary::commit::Writer::named("test"),
+        );
+        let dir = std::env::temp_dir().join(crate::unique_name(hint));
+        Fixture {
+            file: cfg.write(&dir),
+            dir,
+            name,
+            cfg,
+            sink,
+            log,
+        }
+    }
+}
+
 /// A running `tributary run` child. Its log (stderr) goes to a file; dropping it kills it.
 pub struct Service {
     child: Child,

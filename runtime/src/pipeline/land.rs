@@ -9,6 +9,7 @@ use futures::stream::FuturesUnordered;
 use object_store::path::Path;
 use tokio::sync::{mpsc, watch};
 
+use super::retry::TELL_EVERY;
 use super::{PipelineError, Progress, Share, Shutdown};
 use crate::commit::{CommitError, CommitLog, EntryKind, unix_micros};
 use crate::failpoint;
@@ -163,9 +164,6 @@ pub(super) async fn land(
         }
     }
 }
-
-/// How often a sink step that keeps failing says so again.
-const TELL_EVERY: Duration = Duration::from_secs(30);
 
 /// Sink steps failing now, by what they do: when they began failing and when the log last said
 /// so. An outage is told once when it begins, then every [`TELL_EVERY`], and once when it ends,

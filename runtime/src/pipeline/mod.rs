@@ -248,7 +248,6 @@ async fn run_stages(
         decoder: Decoder::new(started.proto_version),
         proto_version: started.proto_version,
         assembler: Assembler::with_spill(spill_settings(flush)),
-        spill: spill_settings(flush),
         reconnect: started.reconnect,
         handed: Lsn::ZERO,
         handed_end: Lsn::ZERO,
@@ -411,7 +410,6 @@ struct Reader {
     decoder: Decoder,
     proto_version: u32,
     assembler: Assembler,
-    spill: SpillSettings,
     /// The commit LSN of the last transaction handed on: after a reconnect, the server sends
     /// again everything not yet confirmed, and what was already handed on is a replay.
     handed: Lsn,
@@ -492,7 +490,7 @@ impl Reader {
     /// The connection was lost: forget what was received but not handed on (the server sends
     /// it again) and open a new stream. `false` when a stop came first.
     async fn resume(&mut self, lost: &ReplicationError) -> Result<bool, PipelineError> {
-        self.assembler = Assembler::with_spill(self.spill.clone());
+        self.assembler.reset();
         self.batcher.discard();
         // The new session sends its relations again before their rows.
         self.decoder = Decoder::new(self.proto_version);

@@ -5,16 +5,15 @@
 
 use std::time::{Duration, Instant};
 
+use super::retry::{TELL_EVERY, doubled, jittered};
 use super::{PipelineError, Shutdown};
 use crate::Lsn;
-use crate::flush::{RETRY_MAX, RETRY_MIN};
+use crate::flush::RETRY_MIN;
 use crate::replication::{Confirmer, ReplicationConnection, ReplicationError, ReplicationStream};
 
 /// `55006`: the slot is still held, by the walsender of the connection that was lost (it
 /// notices only at its next write or after `wal_sender_timeout`).
 const SLOT_IN_USE: &str = "55006";
-/// How often a reconnect that keeps failing says so.
-const TELL_EVERY: Duration = Duration::from_secs(30);
 
 /// Everything needed to open the stream again.
 pub(super) struct Reconnect {
@@ -77,7 +76,7 @@ impl Reconnect {
                 _ = tokio::time::sleep(jittered(delay)) => {}
                 _ = stop.wait_for(|s| *s) => return Ok(None),
             }
-            delay = (delay * 2).min(RETRY_MAX);
+            delay = doubled(delay);
         }
     }
 
@@ -97,33 +96,5 @@ impl Reconnect {
                 self.confirmer.clone(),
             )
             .await
-    }
-}
-
-/// `delay` give or take a quarter, so that many pipelines cut off by one outage do not all
-/// knock at once when it ends.
-fn jittered(delay: Duration) -> Duration {
-    let mut byte = [0u8; 1];
-    let spread = if getrandom::fill(&mut byte).is_ok() {
-        f64::from(byte[0]) / 255.0
-    } else {
-        0.5
-    };
-    delay.mul_f64(0.75 + spread / 2.0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn jitter_stays_within_a_quarter() {
-        for _ in 0..100 {
-            let d = jittered(Duration::from_secs(4));
-            assert!(
-                d >= Duration::from_secs(3) && d <= Duration::from_secs(5),
-                "{d:?}"
-            );
-        }
     }
 }

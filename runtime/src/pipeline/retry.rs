@@ -38,8 +38,25 @@ pub(crate) struct Backoff {
     told: Option<Instant>,
 }
 
-/// How often a step that keeps failing says so again.
-const TELL_EVERY: Duration = Duration::from_secs(30);
+/// How often a step that keeps failing says so again (start-up, landing, reconnecting).
+pub(super) const TELL_EVERY: Duration = Duration::from_secs(30);
+
+/// The next delay of a capped exponential backoff.
+pub(super) fn doubled(delay: Duration) -> Duration {
+    (delay * 2).min(RETRY_MAX)
+}
+
+/// `delay` give or take a quarter, so that many pipelines cut off by one outage do not all
+/// knock at once when it ends.
+pub(super) fn jittered(delay: Duration) -> Duration {
+    let mut byte = [0u8; 1];
+    let spread = if getrandom::fill(&mut byte).is_ok() {
+        f64::from(byte[0]) / 255.0
+    } else {
+        0.5
+    };
+    delay.mul_f64(0.75 + spread / 2.0)
+}
 
 impl Backoff {
     pub(crate) fn new(what: &'static str) -> Self {
@@ -104,15 +121,31 @@ impl Backoff {
                     }
                 };
                 tokio::select! {
-                    _ = tokio::time::sleep(self.delay) => {}
+                    _ = tokio::time::sleep(jittered(self.delay)) => {}
                     _ = stop => {
                         return Err(PipelineError::Interrupted { what: self.what, confirmed });
                     }
                 }
-                self.delay = (self.delay * 2).min(RETRY_MAX);
+                self.delay = doubled(self.delay);
                 Ok(true)
             }
             Err(_) => Ok(false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_a_quarter() {
+        for _ in 0..100 {
+            let d = jittered(Duration::from_secs(4));
+            assert!(
+                d >= Duration::from_secs(3) && d <= Duration::from_secs(5),
+                "{d:?}"
+            );
         }
     }
 }
