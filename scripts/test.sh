@@ -22,6 +22,11 @@ cd "$ROOT"
 # built for wasm32-wasip2 above.
 status=0
 cargo test "$@" || status=$?
+if [ "$status" -eq 0 ] && [ "$#" -eq 0 ]; then
+    # The guest SDK and the plugins' own unit tests run natively (tributary_guest::testing).
+    say "tests: the guest SDK and plugin unit tests, natively"
+    cargo test -p tributary-guest -p mask -p select || status=$?
+fi
 if [ "$status" -eq 0 ]; then say "tests: passed"; else say "tests: FAILED (exit $status)"; fi
 if [ "$status" -eq 0 ] && [ "$#" -eq 0 ] && [ "${TRIBUTARY_SKIP_BENCH:-0}" != 1 ]; then
     say "bench: the harness at --quick size, one run (dev profile; figures are not checked)"

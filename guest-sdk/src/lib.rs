@@ -1,10 +1,12 @@
 //! Write Tributary transforms in Rust.
 //!
-//! A transform is a WebAssembly component that implements the `tributary:transform` WIT world
-//! (in this crate's `wit/` directory, which is the contract itself; read it first). This crate
-//! runs `wit-bindgen` on that world once and adds a little ergonomics on top: a [`Transform`]
-//! trait with a default `init`, the [`export_transform!`] macro, and helpers for the common
-//! moves (walk the changes of a batch, pass a change through, find a column by name).
+//! A transform is a WebAssembly component of the `tributary:transform@1.0.0` world (in this
+//! crate's `wit/` directory, which is the contract itself; read it first, and
+//! `docs/plugins.md` for the reasoning). This crate runs `wit-bindgen` on that world once and
+//! adds a little on top: a [`Transform`] trait with a default `init`, the
+//! [`export_transform!`] macro, builders for what `init` declares, helpers for the common
+//! moves (walk the changes of a batch, keep one, edit a column found by name, spell out a
+//! row), and [`testing`], which runs a plugin natively on sample changes.
 //!
 //! A whole plugin:
 //!
@@ -18,8 +20,14 @@
 //!         PluginInfo::new("passthrough", env!("CARGO_PKG_VERSION"))
 //!     }
 //!
-//!     fn process(batch: Batch) -> Result<Vec<Emit>, Error> {
-//!         Ok(batch.changes().map(|c| c.passthrough()).collect())
+//!     fn init(config: Vec<(String, String)>) -> Result<Setup, String> {
+//!         no_settings(&config)?;
+//!         // It reads no values: the host sends none, and lands each change as it came.
+//!         Ok(Setup::new().reads_columns(&[]).without_old_images())
+//!     }
+//!
+//!     fn process(batch: Batch) -> Result<Processed, Error> {
+//!         Ok(batch.changes().map(|c| c.keep()).collect())
 //!     }
 //! }
 //!
@@ -31,6 +39,8 @@
 
 #![allow(clippy::too_many_arguments)]
 
+pub mod testing;
+
 /// The bindings `wit-bindgen` generates for the world, as they are.
 pub mod bindings {
     wit_bindgen::generate!({
@@ -39,33 +49,34 @@ pub mod bindings {
         pub_export_macro: true,
         export_macro_name: "__export_transform_world",
         default_bindings_module: "tributary_guest::bindings",
+        additional_derives: [PartialEq],
     });
 }
 
-use bindings::Guest;
-pub use bindings::tributary::transform::host::{Level, log};
+use bindings::exports::tributary::transform::plugin::Guest;
+pub use bindings::tributary::transform::host::Level;
 pub use bindings::tributary::transform::types::{
-    Batch, Change, Column, ColumnType, Emit, Error, Interval, Message, Op, Output, OutputColumn,
-    PluginInfo, Relation, Target, Transaction, Value,
+    Batch, Change, ChangeRef, Column, Edit, Element, Emit, Error, Interest, Interval, Message,
+    MessageRef, NumericSpec, Op, Origin, Output, OutputColumn, PgArray, PluginInfo, Processed,
+    Rejection, Relation, Reshape, Row, ScalarType, Setup, Target, Timetz, Transaction, Value,
 };
 
 /// What a plugin implements. The generated `Guest` trait is implemented for every
 /// `Transform`, so [`export_transform!`] accepts any of them.
 pub trait Transform {
-    /// Name, version and declared outputs; called once per instance, first.
+    /// Name and version; called once per instance, first.
     fn describe() -> PluginInfo;
 
-    /// The plugin's settings from the pipeline file. The default accepts no settings, so a
-    /// typo in the pipeline file is an error instead of being ignored.
-    fn init(config: Vec<(String, String)>) -> Result<(), String> {
-        match config.first() {
-            None => Ok(()),
-            Some((key, _)) => Err(format!("unknown setting {key:?}: this plugin takes none")),
-        }
+    /// The plugin's settings from the pipeline file, and what it declares and reads. The
+    /// default accepts no settings (so a typo in the pipeline file is an error instead of being
+    /// ignored) and reads everything but messages.
+    fn init(config: Vec<(String, String)>) -> Result<Setup, String> {
+        no_settings(&config)?;
+        Ok(Setup::new())
     }
 
     /// Turn one batch into the rows to write.
-    fn process(batch: Batch) -> Result<Vec<Emit>, Error>;
+    fn process(batch: Batch) -> Result<Processed, Error>;
 }
 
 impl<T: Transform> Guest for T {
@@ -73,11 +84,11 @@ impl<T: Transform> Guest for T {
         T::describe()
     }
 
-    fn init(config: Vec<(String, String)>) -> Result<(), String> {
+    fn init(config: Vec<(String, String)>) -> Result<Setup, String> {
         T::init(config)
     }
 
-    fn process(batch: Batch) -> Result<Vec<Emit>, Error> {
+    fn process(batch: Batch) -> Result<Processed, Error> {
         T::process(batch)
     }
 }
@@ -91,14 +102,155 @@ macro_rules! export_transform {
     };
 }
 
+/// Refuse any setting: for plugins that take none.
+pub fn no_settings(config: &[(String, String)]) -> Result<(), String> {
+    match config.first() {
+        None => Ok(()),
+        Some((key, _)) => Err(format!("unknown setting {key:?}: this plugin takes none")),
+    }
+}
+
+/// The value of setting `key` in the configuration `init` received.
+pub fn setting<'a>(config: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    config
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
 impl PluginInfo {
-    /// A plugin that declares no outputs of its own.
     pub fn new(name: &str, version: &str) -> Self {
         PluginInfo {
             name: name.to_owned(),
             version: version.to_owned(),
-            outputs: Vec::new(),
         }
+    }
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup::new()
+    }
+}
+
+impl Setup {
+    /// No outputs of its own, no reshapes; reads every column and old images, no messages,
+    /// transactions in parts.
+    pub fn new() -> Self {
+        Setup {
+            outputs: Vec::new(),
+            reshapes: Vec::new(),
+            interest: Interest {
+                columns: None,
+                old_images: true,
+                messages: false,
+                whole_transactions: false,
+            },
+        }
+    }
+
+    /// Read only the columns named (in any table); the others arrive as [`Value::Absent`].
+    pub fn reads_columns(mut self, names: &[&str]) -> Self {
+        self.interest.columns = Some(names.iter().map(|n| (*n).to_owned()).collect());
+        self
+    }
+
+    /// Do not read old images.
+    pub fn without_old_images(mut self) -> Self {
+        self.interest.old_images = false;
+        self
+    }
+
+    /// Read logical decoding messages.
+    pub fn with_messages(mut self) -> Self {
+        self.interest.messages = true;
+        self
+    }
+
+    /// See every transaction in one call (the host then holds large transactions whole).
+    pub fn whole_transactions(mut self) -> Self {
+        self.interest.whole_transactions = true;
+        self
+    }
+
+    /// Declare an output with columns of the plugin's own.
+    pub fn output(mut self, name: &str, columns: Vec<OutputColumn>) -> Self {
+        self.outputs.push(Output {
+            name: name.to_owned(),
+            columns,
+        });
+        self
+    }
+
+    /// Reshape the outputs of `tables` (`schema.table`; empty for all).
+    pub fn reshape(mut self, reshape: Reshape) -> Self {
+        self.reshapes.push(reshape);
+        self
+    }
+}
+
+impl Reshape {
+    /// A reshape of the tables named (all when empty) that changes nothing yet.
+    pub fn of(tables: &[&str]) -> Self {
+        Reshape {
+            tables: tables.iter().map(|t| (*t).to_owned()).collect(),
+            drop: Vec::new(),
+            rename: Vec::new(),
+            add: Vec::new(),
+        }
+    }
+
+    pub fn drop_column(mut self, column: &str) -> Self {
+        self.drop.push(column.to_owned());
+        self
+    }
+
+    pub fn rename_column(mut self, from: &str, to: &str) -> Self {
+        self.rename.push((from.to_owned(), to.to_owned()));
+        self
+    }
+
+    pub fn add_column(mut self, column: OutputColumn) -> Self {
+        self.add.push(column);
+        self
+    }
+}
+
+impl OutputColumn {
+    /// A nullable scalar column that is not part of the key.
+    pub fn new(name: &str, ty: ScalarType) -> Self {
+        OutputColumn {
+            name: name.to_owned(),
+            type_: ty,
+            array: false,
+            numeric: None,
+            nullable: true,
+            key: false,
+        }
+    }
+
+    /// An array of the type.
+    pub fn array(mut self) -> Self {
+        self.array = true;
+        self
+    }
+
+    /// `numeric(precision, scale)`.
+    pub fn numeric(mut self, precision: u16, scale: u16) -> Self {
+        self.numeric = Some(NumericSpec { precision, scale });
+        self
+    }
+
+    pub fn not_null(mut self) -> Self {
+        self.nullable = false;
+        self
+    }
+
+    /// Part of the output's key (and so not null).
+    pub fn key(mut self) -> Self {
+        self.key = true;
+        self.nullable = false;
+        self
     }
 }
 
@@ -109,11 +261,6 @@ impl Change {
     pub fn row(&self) -> Option<&[Value]> {
         self.new.as_deref().or(self.old.as_deref())
     }
-
-    /// Like [`Change::row`], but consumes the change instead of copying the row.
-    pub fn into_row(self) -> Option<Vec<Value>> {
-        self.new.or(self.old)
-    }
 }
 
 impl Relation {
@@ -123,13 +270,11 @@ impl Relation {
     }
 
     /// Position of the column called `name`.
-    pub fn column_index(&self, name: &str) -> Option<usize> {
-        self.columns.iter().position(|c| c.name == name)
-    }
-
-    /// A row of `null`s as wide as the relation.
-    pub fn null_row(&self) -> Vec<Value> {
-        vec![Value::Null; self.columns.len()]
+    pub fn column_index(&self, name: &str) -> Option<u32> {
+        self.columns
+            .iter()
+            .position(|c| c.name == name)
+            .map(|i| i as u32)
     }
 }
 
@@ -145,101 +290,78 @@ impl Value {
             _ => None,
         }
     }
-
-    /// A `uuid` value from its 16 bytes.
-    pub fn uuid_from_bytes(bytes: [u8; 16]) -> Value {
-        let (hi, lo) = bytes.split_at(8);
-        let half = |b: &[u8]| b.iter().fold(0u64, |acc, &x| (acc << 8) | u64::from(x));
-        Value::Uuid((half(hi), half(lo)))
-    }
 }
 
-impl Emit {
-    /// The row of `change` (see [`ChangeRef::values`]), bound for the output derived from
-    /// its own relation, unchanged, with its old image.
-    pub fn passthrough(change: &Change, commit_lsn: u64, relation: &Relation) -> Emit {
-        let values = change
-            .row()
-            .map(<[Value]>::to_vec)
-            .unwrap_or_else(|| relation.null_row());
-        Emit::source(change, commit_lsn, values).with_old(change.old.clone())
-    }
-
-    /// `values` bound for the output derived from the change's relation, without an old
-    /// image (add one with [`Emit::with_old`]).
-    pub fn source(change: &Change, commit_lsn: u64, values: Vec<Value>) -> Emit {
-        Emit {
-            target: Target::Source(change.relation),
-            commit_lsn,
-            seq: change.seq,
-            op: change.op,
-            values,
-            old: None,
-        }
-    }
-
-    /// The same row with `old` as the old image an update lands in `_old`.
-    pub fn with_old(mut self, old: Option<Vec<Value>>) -> Emit {
-        self.old = old;
-        self
-    }
-
-    /// `values` bound for the declared output `output`, with the identity of `change`.
-    pub fn declared(output: &str, change: &Change, commit_lsn: u64, values: Vec<Value>) -> Emit {
-        Emit {
-            target: Target::Declared(output.to_owned()),
-            commit_lsn,
-            seq: change.seq,
-            op: change.op,
-            values,
-            old: None,
+impl From<Vec<Emit>> for Processed {
+    fn from(emits: Vec<Emit>) -> Self {
+        Processed {
+            emits,
+            rejections: Vec::new(),
         }
     }
 }
 
-/// One change of a batch with the transaction and relation it belongs to.
+impl FromIterator<Emit> for Processed {
+    fn from_iter<I: IntoIterator<Item = Emit>>(iter: I) -> Self {
+        Processed::from(iter.into_iter().collect::<Vec<_>>())
+    }
+}
+
+/// One change of a batch with where it is, its transaction and its relation.
 #[derive(Debug, Clone, Copy)]
-pub struct ChangeRef<'a> {
+pub struct Changed<'a> {
+    /// Its place in the batch, which emits name.
+    pub at: ChangeRef,
     pub transaction: &'a Transaction,
     pub relation: &'a Relation,
     pub change: &'a Change,
 }
 
-impl<'a> ChangeRef<'a> {
+impl<'a> Changed<'a> {
     pub fn op(&self) -> Op {
         self.change.op
-    }
-
-    /// The row the output derived from the relation gets for this change: the new row for an
-    /// insert or update, the old row for a delete, all `null` for a truncate.
-    pub fn values(&self) -> Vec<Value> {
-        self.change
-            .row()
-            .map(<[Value]>::to_vec)
-            .unwrap_or_else(|| self.relation.null_row())
     }
 
     /// The value of column `name` in [`Change::row`].
     pub fn column(&self, name: &str) -> Option<&'a Value> {
         let index = self.relation.column_index(name)?;
-        self.change.row()?.get(index)
+        self.change.row()?.get(index as usize)
     }
 
-    /// The change, unchanged, bound for the output derived from its relation, with its old
-    /// image.
-    pub fn passthrough(&self) -> Emit {
-        Emit::source(self.change, self.transaction.commit_lsn, self.values())
-            .with_old(self.change.old.clone())
+    /// The change as it came, to its table's output.
+    pub fn keep(&self) -> Emit {
+        Emit::Keep(self.at)
     }
 
-    /// `values` bound for the output derived from the change's relation.
-    pub fn emit(&self, values: Vec<Value>) -> Emit {
-        Emit::source(self.change, self.transaction.commit_lsn, values)
+    /// The change with values replaced: `(position, value)` pairs for the row, and for the
+    /// old image of an update.
+    pub fn edit(&self, values: Vec<(u32, Value)>, old: Vec<(u32, Value)>) -> Emit {
+        Emit::Edit(Edit {
+            change: self.at,
+            values,
+            old,
+        })
     }
 
-    /// `values` bound for the declared output `output`.
-    pub fn emit_declared(&self, output: &str, values: Vec<Value>) -> Emit {
-        Emit::declared(output, self.change, self.transaction.commit_lsn, values)
+    /// `values` as a row of the declared output `output`, the `sub`-th this change gives.
+    pub fn to_declared(&self, output: &str, sub: u32, values: Vec<Value>) -> Emit {
+        Emit::Row(Row {
+            target: Target::Declared(output.to_owned()),
+            origin: Origin::Change(self.at),
+            sub,
+            op: self.change.op,
+            values,
+            old: None,
+        })
+    }
+
+    /// A rejection of this change, for the pipeline's failure policy.
+    pub fn reject(&self, class: &str, message: impl Into<String>) -> Rejection {
+        Rejection {
+            change: self.at,
+            class: class.to_owned(),
+            message: message.into(),
+        }
     }
 }
 
@@ -249,45 +371,61 @@ impl Batch {
         self.relations.get(usize::try_from(index).ok()?)
     }
 
-    /// Every change of the batch in commit order, with its transaction and relation. The
-    /// host only sends changes whose relation is in the batch.
-    pub fn changes(&self) -> impl Iterator<Item = ChangeRef<'_>> {
-        self.transactions.iter().flat_map(move |transaction| {
-            transaction.changes.iter().filter_map(move |change| {
-                let relation = self.relation(change.relation)?;
-                Some(ChangeRef {
-                    transaction,
-                    relation,
-                    change,
-                })
+    /// Every change of the batch in commit order, with its place, transaction and relation.
+    pub fn changes(&self) -> impl Iterator<Item = Changed<'_>> {
+        self.transactions
+            .iter()
+            .enumerate()
+            .flat_map(move |(t, transaction)| {
+                transaction
+                    .changes
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(c, change)| {
+                        let relation = self.relation(change.relation)?;
+                        Some(Changed {
+                            at: ChangeRef {
+                                transaction: t as u32,
+                                change: c as u32,
+                            },
+                            transaction,
+                            relation,
+                            change,
+                        })
+                    })
             })
-        })
     }
-}
-
-/// The value of setting `key` in the configuration `init` received.
-pub fn setting<'a>(config: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    config
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
 }
 
 /// Log at `info` through the host.
 pub fn info(message: &str) {
-    host_log(Level::Info, message);
+    log(Level::Info, message, &[]);
 }
 
 /// Log at `warn` through the host.
 pub fn warn(message: &str) {
-    host_log(Level::Warn, message);
+    log(Level::Warn, message, &[]);
 }
 
-/// The host import exists only inside a component; a plugin's own unit tests run natively,
-/// where its messages go to stderr instead.
-fn host_log(level: Level, message: &str) {
+/// Log through the host with structured fields. Inside a component this is the host's log;
+/// in a plugin's native unit tests, stderr.
+pub fn log(level: Level, message: &str, fields: &[(&str, &str)]) {
     #[cfg(target_arch = "wasm32")]
-    log(level, message);
+    {
+        let fields: Vec<(String, String)> = fields
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        bindings::tributary::transform::host::log(level, message, &fields);
+    }
     #[cfg(not(target_arch = "wasm32"))]
-    eprintln!("{level:?}: {message}");
+    eprintln!("{level:?}: {message} {fields:?}");
+}
+
+/// Add to one of the plugin's counters. Natively (in unit tests) it does nothing.
+pub fn count(name: &str, delta: u64) {
+    #[cfg(target_arch = "wasm32")]
+    bindings::tributary::transform::host::count(name, delta);
+    #[cfg(not(target_arch = "wasm32"))]
+    let _ = (name, delta);
 }

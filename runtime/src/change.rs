@@ -113,6 +113,10 @@ pub struct OutputColumn {
     pub type_modifier: i32,
     /// What the declared type resolves to; decides the column's Arrow type.
     pub ty: ColumnType,
+    /// Whether the column may hold null (every column of a table's output may).
+    pub nullable: bool,
+    /// Part of the output's key, as a plugin declared it (recorded in the file's schema).
+    pub key: bool,
 }
 
 /// One row bound for an output, with the identity of the change it came from.
@@ -121,6 +125,9 @@ pub struct OutputRow {
     pub op: Op,
     pub commit_lsn: Lsn,
     pub seq: u32,
+    /// Tells apart the rows of a declared output that come from one change or message
+    /// (`_sub`); 0 in a table's output, which holds one row per change.
+    pub sub: u32,
     pub xid: u32,
     /// Microseconds since the Unix epoch.
     pub commit_time: i64,
@@ -151,6 +158,8 @@ impl OutputColumn {
             type_oid,
             type_modifier,
             ty: ColumnType::builtin(type_oid, type_modifier),
+            nullable: true,
+            key: false,
         }
     }
 
@@ -164,6 +173,8 @@ impl OutputColumn {
                 type_oid: c.type_oid,
                 type_modifier: c.type_modifier,
                 ty: c.ty.clone(),
+                nullable: true,
+                key: false,
             })
             .collect()
     }

@@ -32,7 +32,7 @@ impl Transform for Mask {
         PluginInfo::new("mask", env!("CARGO_PKG_VERSION"))
     }
 
-    fn init(config: Vec<(String, String)>) -> Result<(), String> {
+    fn init(config: Vec<(String, String)>) -> Result<Setup, String> {
         let mut settings = Settings::default();
         for (key, value) in &config {
             match key.as_str() {
@@ -63,33 +63,53 @@ impl Transform for Mask {
             );
         }
         info(&format!("masking columns {}", settings.columns.join(", ")));
+        let columns: Vec<&str> = settings.columns.iter().map(String::as_str).collect();
+        // Only the masked columns cross into the plugin; old images too, since they must be
+        // masked as well or `_old` would land what the row hides.
+        let setup = Setup::new().reads_columns(&columns);
         SETTINGS.with(|s| *s.borrow_mut() = settings);
-        Ok(())
+        Ok(setup)
     }
 
-    fn process(batch: Batch) -> Result<Vec<Emit>, Error> {
+    fn process(batch: Batch) -> Result<Processed, Error> {
         SETTINGS.with(|s| {
             let settings = s.borrow();
             let mut out = Vec::with_capacity(batch.transactions.len());
+            let mut masked = 0;
             for change in batch.changes() {
                 if settings.drop_deletes && change.op() == Op::Delete {
                     continue;
                 }
-                let mask = |mut row: Vec<Value>| {
-                    for (column, value) in change.relation.columns.iter().zip(row.iter_mut()) {
-                        if let Value::Text(text) = value
-                            && settings.columns.contains(&column.name)
-                        {
-                            *text = digest(&settings.salt, text);
-                        }
-                    }
-                    row
+                let edits = |row: Option<&Vec<Value>>| -> Vec<(u32, Value)> {
+                    let Some(row) = row else { return Vec::new() };
+                    change
+                        .relation
+                        .columns
+                        .iter()
+                        .zip(row)
+                        .enumerate()
+                        .filter_map(|(i, (column, value))| match value {
+                            Value::Text(text) if settings.columns.contains(&column.name) => {
+                                Some((i as u32, Value::Text(digest(&settings.salt, text))))
+                            }
+                            _ => None,
+                        })
+                        .collect()
                 };
-                // The old image is masked too, or it would land what the new row hides.
-                let old = change.change.old.clone().map(mask);
-                out.push(change.emit(mask(change.values())).with_old(old));
+                let values = edits(change.change.new.as_ref().or(change.change.old.as_ref()));
+                let old = match change.op() {
+                    Op::Update => edits(change.change.old.as_ref()),
+                    _ => Vec::new(),
+                };
+                if values.is_empty() && old.is_empty() {
+                    out.push(change.keep());
+                } else {
+                    masked += values.len() + old.len();
+                    out.push(change.edit(values, old));
+                }
             }
-            Ok(out)
+            count("values_masked", masked as u64);
+            Ok(out.into())
         })
     }
 }
@@ -108,3 +128,59 @@ fn digest(salt: &str, text: &str) -> String {
 }
 
 export_transform!(Mask);
+
+#[cfg(test)]
+mod tests {
+    use tributary_guest::testing::{Sample, run};
+    use tributary_guest::*;
+
+    use super::*;
+
+    #[test]
+    fn masks_rows_and_old_images_and_keeps_the_rest() {
+        let text = |s: &str| Value::Text(s.to_owned());
+        let batch = Sample::new()
+            .table(
+                "public.users",
+                &[("id", "int4"), ("email", "text"), ("note", "text")],
+            )
+            .insert(
+                "public.users",
+                vec![Value::Int4(1), text("a@x"), text("hi")],
+            )
+            .update(
+                "public.users",
+                Some(vec![Value::Int4(1), text("a@x"), text("hi")]),
+                vec![Value::Int4(1), text("b@x"), text("hi")],
+            )
+            .insert(
+                "public.users",
+                vec![Value::Int4(2), Value::Null, text("no email")],
+            )
+            .commit()
+            .build();
+        let outcome = run::<Mask>(&[("columns", "email"), ("salt", "s")], batch).unwrap();
+        let rows = &outcome.rows;
+        assert_eq!(rows.len(), 3);
+        assert_eq!(
+            rows[0].values,
+            vec![Value::Int4(1), text(&digest("s", "a@x")), text("hi")]
+        );
+        assert_eq!(rows[1].values[1], text(&digest("s", "b@x")));
+        assert_eq!(rows[1].old.as_ref().unwrap()[1], text(&digest("s", "a@x")));
+        assert_eq!(
+            rows[2].values,
+            vec![Value::Int4(2), Value::Null, text("no email")]
+        );
+        assert!(digest("s", "a@x").starts_with("sha256:") && digest("s", "a@x").len() == 23);
+    }
+
+    #[test]
+    fn refuses_what_it_does_not_know() {
+        let batch = Sample::new().build();
+        let error = run::<Mask>(&[("colums", "email")], batch.clone()).unwrap_err();
+        assert!(error.contains("unknown setting \"colums\""), "{error}");
+        let error = run::<Mask>(&[], batch).unwrap_err();
+        assert!(error.contains("columns is missing"), "{error}");
+    }
+}

@@ -1,11 +1,10 @@
 //! Passes every change through and lands every logical decoding message
 //! (`pg_logical_emit_message`) as one row of the declared output `messages`.
 //!
-//! A transactional message's row carries its transaction's identity and, as `seq`, its index
-//! in `transaction.messages`. A non-transactional message travels with the transaction that
-//! commits after it (`batch.transactions[before_seq]`) and takes the `seq`s after that
-//! transaction's own messages, in order; a replay delivers it with the same transaction, so
-//! its identity is stable too.
+//! The host gives each message row its identity from its origin: a transactional message's
+//! row carries its transaction's commit and its index among the transaction's messages; a
+//! non-transactional one travels with the transaction that commits after it and numbers on
+//! from that transaction's own messages, so a replay lands the same identities.
 
 use tributary_guest::*;
 
@@ -16,70 +15,57 @@ struct Messages;
 
 impl Transform for Messages {
     fn describe() -> PluginInfo {
-        let column = |name: &str, type_| OutputColumn {
-            name: name.to_owned(),
-            type_,
-        };
-        PluginInfo {
-            outputs: vec![Output {
-                name: OUTPUT.to_owned(),
-                columns: vec![
-                    column("prefix", ColumnType::Text),
-                    column("content", ColumnType::Bytea),
-                    // The content as text when it is UTF-8, else null.
-                    column("text", ColumnType::Text),
-                    column("lsn", ColumnType::Int8),
-                    column("transactional", ColumnType::Boolean),
-                    // How many of the transaction's changes precede a transactional message;
-                    // null for a non-transactional one, whose position counts transactions of
-                    // the batch and so depends on where batches were cut.
-                    column("before_seq", ColumnType::Int8),
-                ],
-            }],
-            ..PluginInfo::new("messages", env!("CARGO_PKG_VERSION"))
-        }
+        PluginInfo::new("messages", env!("CARGO_PKG_VERSION"))
     }
 
-    fn process(batch: Batch) -> Result<Vec<Emit>, Error> {
-        let mut emits: Vec<Emit> = batch.changes().map(|c| c.passthrough()).collect();
-        for transaction in &batch.transactions {
-            for (seq, message) in transaction.messages.iter().enumerate() {
-                emits.push(row(transaction, seq, message, true));
+    fn init(config: Vec<(String, String)>) -> Result<Setup, String> {
+        no_settings(&config)?;
+        let columns = vec![
+            OutputColumn::new("prefix", ScalarType::Text).not_null(),
+            OutputColumn::new("content", ScalarType::Bytea).not_null(),
+            // The content as text when it is UTF-8, else null.
+            OutputColumn::new("text", ScalarType::Text),
+            OutputColumn::new("lsn", ScalarType::Int8).not_null(),
+            OutputColumn::new("transactional", ScalarType::Boolean).not_null(),
+            // How many of the transaction's changes precede a transactional message; null for
+            // a non-transactional one, whose position counts transactions of the batch and so
+            // depends on where batches were cut.
+            OutputColumn::new("before_seq", ScalarType::Int8),
+        ];
+        Ok(Setup::new()
+            .reads_columns(&[])
+            .without_old_images()
+            .with_messages()
+            .output(OUTPUT, columns))
+    }
+
+    fn process(batch: Batch) -> Result<Processed, Error> {
+        let mut emits: Vec<Emit> = batch.changes().map(|c| c.keep()).collect();
+        for (t, transaction) in batch.transactions.iter().enumerate() {
+            for (m, message) in transaction.messages.iter().enumerate() {
+                let origin = Origin::Message(MessageRef {
+                    transaction: t as u32,
+                    message: m as u32,
+                });
+                emits.push(row(origin, message, true));
             }
         }
-        // Non-transactional messages number on from their transaction's own messages.
-        let mut next_seq: Vec<usize> = batch
-            .transactions
-            .iter()
-            .map(|t| t.messages.len())
-            .collect();
-        for message in &batch.messages {
-            let index = message.before_seq as usize;
-            let (Some(transaction), Some(seq)) =
-                (batch.transactions.get(index), next_seq.get_mut(index))
-            else {
-                return Err(Error::Fatal(format!(
-                    "message at lsn {:#x} names transaction {index} of {}",
-                    message.lsn,
-                    batch.transactions.len()
-                )));
-            };
-            emits.push(row(transaction, *seq, message, false));
-            *seq += 1;
+        for (i, message) in batch.messages.iter().enumerate() {
+            emits.push(row(Origin::BatchMessage(i as u32), message, false));
         }
-        Ok(emits)
+        Ok(emits.into())
     }
 }
 
-fn row(transaction: &Transaction, seq: usize, message: &Message, transactional: bool) -> Emit {
+fn row(origin: Origin, message: &Message, transactional: bool) -> Emit {
     let text = match std::str::from_utf8(&message.content) {
         Ok(text) => Value::Text(text.to_owned()),
         Err(_) => Value::Null,
     };
-    Emit {
+    Emit::Row(Row {
         target: Target::Declared(OUTPUT.to_owned()),
-        commit_lsn: transaction.commit_lsn,
-        seq: seq as u32,
+        origin,
+        sub: 0,
         op: Op::Insert,
         values: vec![
             Value::Text(message.prefix.clone()),
@@ -93,7 +79,7 @@ fn row(transaction: &Transaction, seq: usize, message: &Message, transactional: 
             },
         ],
         old: None,
-    }
+    })
 }
 
 export_transform!(Messages);

@@ -1,5 +1,5 @@
-//! Lands every change in the output derived from its table, unchanged: the new row for
-//! inserts and updates, the old row for deletes, a row of nulls for truncates.
+//! Lands every change as it came. It reads no values: the host sends it none and keeps each
+//! change, so this is the least a plugin can cost.
 
 use tributary_guest::*;
 
@@ -10,8 +10,13 @@ impl Transform for Passthrough {
         PluginInfo::new("passthrough", env!("CARGO_PKG_VERSION"))
     }
 
-    fn process(batch: Batch) -> Result<Vec<Emit>, Error> {
-        Ok(batch.changes().map(|c| c.passthrough()).collect())
+    fn init(config: Vec<(String, String)>) -> Result<Setup, String> {
+        no_settings(&config)?;
+        Ok(Setup::new().reads_columns(&[]).without_old_images())
+    }
+
+    fn process(batch: Batch) -> Result<Processed, Error> {
+        Ok(batch.changes().map(|c| c.keep()).collect())
     }
 }
 

@@ -11,7 +11,7 @@ impl Transform for Spin {
         PluginInfo::new("spin", env!("CARGO_PKG_VERSION"))
     }
 
-    fn process(_batch: Batch) -> Result<Vec<Emit>, Error> {
+    fn process(_batch: Batch) -> Result<Processed, Error> {
         let mut n = 0u64;
         loop {
             n = black_box(n.wrapping_add(1));

@@ -1,6 +1,7 @@
-//! Test plugin: passes changes through, unless a text value of the batch is a command:
+//! Test plugin: passes changes through, each row spelled out whole, unless a text value of the batch is a command:
 //! `panic` panics, `unreachable` executes the `unreachable` instruction, `fatal` returns a
-//! fatal error, `alloc` allocates until memory runs out.
+//! fatal error, `alloc` allocates until memory runs out, `reject` rejects the change (class
+//! `test`).
 
 use std::hint::black_box;
 
@@ -13,10 +14,22 @@ impl Transform for Trap {
         PluginInfo::new("trap", env!("CARGO_PKG_VERSION"))
     }
 
-    fn process(batch: Batch) -> Result<Vec<Emit>, Error> {
+    fn process(batch: Batch) -> Result<Processed, Error> {
         let commands = batch
             .changes()
             .flat_map(|c| c.change.row().unwrap_or_default());
+        let mut rejections = Vec::new();
+        for change in batch.changes() {
+            if change
+                .change
+                .row()
+                .unwrap_or_default()
+                .iter()
+                .any(|v| v.as_text() == Some("reject"))
+            {
+                rejections.push(change.reject("test", "asked to reject"));
+            }
+        }
         for command in commands.filter_map(Value::as_text) {
             match command {
                 "panic" => panic!("asked to panic"),
@@ -31,7 +44,25 @@ impl Transform for Trap {
                 _ => {}
             }
         }
-        Ok(batch.changes().map(|c| c.passthrough()).collect())
+        // Every row spelled out whole, so this plugin also exercises the `row` emit.
+        let emits = batch
+            .changes()
+            .map(|c| {
+                Emit::Row(Row {
+                    target: Target::Source(c.change.relation),
+                    origin: Origin::Change(c.at),
+                    sub: 0,
+                    op: c.op(),
+                    values: c
+                        .change
+                        .row()
+                        .map(<[Value]>::to_vec)
+                        .unwrap_or_else(|| vec![Value::Null; c.relation.columns.len()]),
+                    old: c.change.old.clone(),
+                })
+            })
+            .collect();
+        Ok(Processed { emits, rejections })
     }
 }
 

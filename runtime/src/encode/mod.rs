@@ -16,8 +16,12 @@
 //! Outputs derived from a source table end with `_old`, a struct with the table's columns:
 //! the row before an update or delete (key columns only, others null, unless the table is
 //! `REPLICA IDENTITY FULL`), null for inserts, truncates and updates that sent no old row.
+//! Outputs a plugin declared end with `_sub` (`UInt32`): which of the rows one change or
+//! message gave rise to a row is, so `(_commit_lsn, _seq, _sub)` identifies it.
 //!
-//! Output columns map from their PostgreSQL type, and all are nullable:
+//! Output columns map from their PostgreSQL type. All are nullable, except the columns of a
+//! declared output that its plugin declared not nullable; declared key columns carry the
+//! field metadata `tributary.key = true`:
 //!
 //! | PostgreSQL | Arrow | notes |
 //! |---|---|---|
@@ -69,7 +73,8 @@ mod schema;
 
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::types::UInt32Type;
+use arrow_array::{ArrayRef, PrimitiveArray, RecordBatch};
 use arrow_schema::{ArrowError, DataType, SchemaRef};
 use bytes::Bytes;
 use parquet::arrow::ArrowWriter;
@@ -83,7 +88,7 @@ use crate::change::{OutputBatch, OutputRow};
 
 pub use schema::{
     LIST_ITEM, METADATA_COLUMNS, OLD_COLUMN, PG_DIMS_KEY, PG_OID_KEY, PG_TYPE_KEY, PG_TYPMOD_KEY,
-    arrow_schema, fingerprint,
+    SUB_COLUMN, arrow_schema, fingerprint,
 };
 
 use schema::Kind;
@@ -350,6 +355,10 @@ fn record_batch(
         let old = columns::old_images(rows, &batch.columns, kinds, data_type)
             .map_err(|(i, col, reason)| value_error(batch, col, &rows[i], reason))?;
         arrays.push(old);
+    } else {
+        arrays.push(Arc::new(PrimitiveArray::<UInt32Type>::from_iter_values(
+            rows.iter().map(|r| r.sub),
+        )));
     }
     RecordBatch::try_new(Arc::clone(schema), arrays).map_err(|source| EncodeError::Arrow {
         output: batch.output.clone(),

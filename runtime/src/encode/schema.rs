@@ -238,12 +238,19 @@ fn column_field(column: &OutputColumn) -> Field {
     if column.type_modifier != -1 {
         metadata.insert(PG_TYPMOD_KEY.to_owned(), column.type_modifier.to_string());
     }
+    if column.key {
+        metadata.insert(KEY_KEY.to_owned(), "true".to_owned());
+    }
     if column.ty.dims > 0 {
         metadata.insert(PG_DIMS_KEY.to_owned(), column.ty.dims.to_string());
-        return Field::new(&column.name, kind.column_type(column.ty.dims), true)
-            .with_metadata(metadata);
+        return Field::new(
+            &column.name,
+            kind.column_type(column.ty.dims),
+            column.nullable,
+        )
+        .with_metadata(metadata);
     }
-    let field = kind.field(&column.name);
+    let field = kind.field(&column.name).with_nullable(column.nullable);
     let mut merged = field.metadata().clone();
     merged.extend(metadata);
     field.with_metadata(merged)
@@ -272,14 +279,22 @@ pub fn fingerprint(columns: &[OutputColumn]) -> String {
 /// Name of the struct column that holds the old image of updates and deletes.
 pub const OLD_COLUMN: &str = "_old";
 
+/// Name of the column that closes a declared output's files: which of the rows one change or
+/// message gave rise to this is (0, 1, ...).
+pub const SUB_COLUMN: &str = "_sub";
+
+/// Field metadata key set to `true` on the columns a plugin declared as the output's key.
+pub const KEY_KEY: &str = "tributary.key";
+
 /// The struct type of `_old`: the output's columns, as they are typed in the row.
 pub(super) fn old_image_type(columns: &[OutputColumn]) -> DataType {
     DataType::Struct(columns.iter().map(column_field).collect())
 }
 
 /// The Arrow schema of an output's files: the change metadata columns, then the output's
-/// columns in order, every one nullable, then, for an output derived from a source table
-/// (`old_image`), `_old`: the row before an update or delete, null for other rows.
+/// columns in order (nullable unless a plugin declared one not to be), then, for an output
+/// derived from a source table (`old_image`), `_old`: the row before an update or delete, null
+/// for other rows; for a declared output, `_sub`.
 pub fn arrow_schema(columns: &[OutputColumn], old_image: bool) -> SchemaRef {
     let mut fields = Vec::with_capacity(METADATA_COLUMNS.len() + columns.len());
     fields.extend([
@@ -302,6 +317,8 @@ pub fn arrow_schema(columns: &[OutputColumn], old_image: bool) -> SchemaRef {
     fields.extend(columns.iter().map(column_field));
     if old_image {
         fields.push(Field::new(OLD_COLUMN, old_image_type(columns), true));
+    } else {
+        fields.push(Field::new(SUB_COLUMN, DataType::UInt32, false));
     }
     Arc::new(Schema::new(fields))
 }

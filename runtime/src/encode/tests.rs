@@ -161,6 +161,7 @@ fn row(seq: u32, values: Vec<Value>) -> OutputRow {
         op: [Op::Insert, Op::Update, Op::Delete, Op::Truncate][seq as usize % 4],
         commit_lsn: Lsn(0x16_B374_D848),
         seq,
+        sub: 0,
         xid: 771,
         commit_time: 1_709_210_096_000_000 + i64::from(seq),
         values,
@@ -295,7 +296,9 @@ fn every_type_round_trips_with_its_schema() {
     assert_eq!(schema.fields(), arrow_schema(&columns, false).fields());
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     assert_eq!(names[..7], METADATA_COLUMNS);
-    assert_eq!(names[7..].len(), columns.len());
+    // A declared output's files end with `_sub`.
+    assert_eq!(names[7..].len(), columns.len() + 1);
+    assert_eq!(names.last(), Some(&SUB_COLUMN));
     let utc = || Some("UTC".into());
     let expected_types = [
         DataType::Utf8,
@@ -355,10 +358,13 @@ fn every_type_round_trips_with_its_schema() {
             Field::new(LIST_ITEM, DataType::FixedSizeBinary(16), true)
                 .with_extension_type(arrow_schema::extension::Uuid),
         )),
+        DataType::UInt32,
     ];
     let types: Vec<&DataType> = schema.fields().iter().map(|f| f.data_type()).collect();
     assert_eq!(types, expected_types.iter().collect::<Vec<_>>());
-    assert!(schema.fields()[7..].iter().all(|f| f.is_nullable()));
+    let (sub, data) = schema.fields()[7..].split_last().unwrap();
+    assert!(data.iter().all(|f| f.is_nullable()));
+    assert!(!sub.is_nullable());
 
     let meta = |name: &str| schema.field_with_name(name).unwrap().metadata().clone();
     let pg = |ty: &str, oid: &str| {

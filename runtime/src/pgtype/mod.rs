@@ -281,6 +281,11 @@ pub fn builtin_types() -> impl Iterator<Item = u32> {
         .chain(oid::SCALARS.iter().map(|s| s.2))
 }
 
+/// The array type over a built-in scalar type.
+pub fn array_of(type_oid: u32) -> Option<u32> {
+    oid::SCALARS.iter().find(|s| s.0 == type_oid).map(|s| s.2)
+}
+
 /// The element type of a built-in array type.
 pub fn array_element(type_oid: u32) -> Option<u32> {
     oid::SCALARS.iter().find(|s| s.2 == type_oid).map(|s| s.0)

@@ -247,7 +247,7 @@ async fn run_stages(
         }),
         decoder: Decoder::new(started.proto_version),
         proto_version: started.proto_version,
-        assembler: Assembler::with_spill(spill_settings(flush)),
+        assembler: Assembler::with_spill(spill_settings_for(flush, &started.transforms)),
         reconnect: started.reconnect,
         handed: Lsn::ZERO,
         handed_end: Lsn::ZERO,
@@ -286,6 +286,24 @@ fn spill_settings(flush: &crate::config::FlushConfig) -> SpillSettings {
         dir: flush.spill_dir.clone().unwrap_or_else(std::env::temp_dir),
         part_bytes: flush.chunk_mib << 20,
     }
+}
+
+/// The spill settings of a pipeline whose plugins are `chain`: a plugin that must see every
+/// transaction whole gets it in one part, held in memory whole.
+fn spill_settings_for(flush: &crate::config::FlushConfig, chain: &TransformChain) -> SpillSettings {
+    let mut settings = spill_settings(flush);
+    let whole = chain.wants_whole_transactions();
+    if !whole.is_empty() {
+        tracing::warn!(
+            plugins = ?whole,
+            "these plugins ask to see every transaction whole, so a large transaction is held \
+             in memory whole instead of in parts of {} MiB; memory is bounded only by the \
+             largest transaction",
+            flush.chunk_mib
+        );
+        settings.part_bytes = usize::MAX >> 2;
+    }
+    settings
 }
 
 /// What is wrong with the spill directory, if it cannot take a file: checked before anything
@@ -741,15 +759,26 @@ async fn transform_stage(
             }
             continue;
         }
-        let (returned, outputs, batch) = tokio::task::spawn_blocking(move || {
-            let outputs = chain.process(&batch);
-            (chain, outputs, batch)
+        let (first_lsn, last_lsn) = batch.lsn_range().expect("batches are never empty");
+        let last_end_lsn = batch
+            .transactions
+            .last()
+            .map(|t| t.end_lsn)
+            .unwrap_or_default();
+        let transactions = batch.transactions.len() as u64;
+        let changes = batch.change_count() as u64;
+        let whole = part == 0 && last;
+        let (returned, outputs) = tokio::task::spawn_blocking(move || {
+            let outputs = match whole {
+                true => chain.process(batch),
+                false => chain.process_part(batch, part, last),
+            };
+            (chain, outputs)
         })
         .await
         .map_err(|e| PipelineError::Task(e.to_string()))?;
         chain = returned;
         let outputs = outputs?;
-        let (first_lsn, last_lsn) = batch.lsn_range().expect("batches are never empty");
         let flush = EncodedFlush {
             sequence,
             part,
@@ -757,17 +786,12 @@ async fn transform_stage(
             advance: false,
             first_commit_lsn: first_lsn,
             last_commit_lsn: last_lsn,
-            last_end_lsn: batch
-                .transactions
-                .last()
-                .map(|t| t.end_lsn)
-                .unwrap_or_default(),
+            last_end_lsn,
             // A part that does not end its last transaction does not complete it.
-            transactions: batch.transactions.len() as u64 - u64::from(!last),
-            changes: batch.change_count() as u64,
+            transactions: transactions - u64::from(!last),
+            changes,
             files: Vec::new(),
         };
-        drop(batch);
         let transformed = Transformed {
             flush,
             outputs,

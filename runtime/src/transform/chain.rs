@@ -1,20 +1,31 @@
-//! Routing what plugins emit: checking rows against their outputs, feeding `source` rows to
-//! the next plugin, and grouping everything into output batches.
+//! Routing what plugins emit: resolving `keep`, `edit` and `row` emits against the batch,
+//! reshaping table outputs, checking rows against their outputs, feeding `source` rows to the
+//! next plugin, and grouping everything into output batches.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::convert::{self, Relations};
+use super::convert::{self, Relations, View};
 use super::host::{Plugin, wit};
-use super::{Call, TransformError};
+use super::{Call, Rejected, TransformError};
 use crate::Lsn;
 use crate::change::{Batch, Change, Op, OutputBatch, OutputColumn, OutputRow, Transaction, Value};
+use crate::pgoutput::{Relation, RelationColumn};
+use crate::pgtype::ColumnType;
 
-/// A plugin with the outputs it declared.
+/// A plugin with what it declared at `init`.
 pub(super) struct Stage {
     pub plugin: Plugin,
     declared: HashMap<String, Arc<[OutputColumn]>>,
+    reshapes: Vec<Reshape>,
+}
+
+/// One `reshape` of the plugin's setup, its added columns typed.
+struct Reshape {
+    tables: Vec<String>,
+    drop: Vec<String>,
+    rename: Vec<(String, String)>,
+    add: Vec<OutputColumn>,
 }
 
 impl Stage {
@@ -23,8 +34,23 @@ impl Stage {
             path: plugin.path.clone(),
             message: format!("plugin {:?}: {message}", plugin.name),
         };
+        let columns = |what: &str, list: &[wit::OutputColumn]| {
+            let mut columns: Vec<OutputColumn> = Vec::with_capacity(list.len());
+            for column in list {
+                if columns.iter().any(|c| c.name == column.name) {
+                    return Err(invalid(format!(
+                        "{what} has two columns named {:?}",
+                        column.name
+                    )));
+                }
+                let column = convert::output_column(column)
+                    .map_err(|message| invalid(format!("{what}: {message}")))?;
+                columns.push(column);
+            }
+            Ok(columns)
+        };
         let mut declared = HashMap::new();
-        for output in &plugin.outputs {
+        for output in &plugin.setup.outputs {
             let name = &output.name;
             if name.is_empty() || name.contains('.') {
                 return Err(invalid(format!(
@@ -32,25 +58,26 @@ impl Stage {
                      cannot be taken for a table's schema.table output"
                 )));
             }
-            let mut columns: Vec<OutputColumn> = Vec::with_capacity(output.columns.len());
-            for column in &output.columns {
-                if columns.iter().any(|c| c.name == column.name) {
-                    return Err(invalid(format!(
-                        "declared output {name:?} has two columns named {:?}",
-                        column.name
-                    )));
-                }
-                columns.push(OutputColumn::builtin(
-                    column.name.clone(),
-                    convert::column_type_oid(column.type_),
-                    -1,
-                ));
-            }
-            if declared.insert(name.clone(), columns.into()).is_some() {
+            let list = columns(&format!("declared output {name:?}"), &output.columns)?;
+            if declared.insert(name.clone(), list.into()).is_some() {
                 return Err(invalid(format!("declares output {name:?} twice")));
             }
         }
-        Ok(Stage { plugin, declared })
+        let mut reshapes = Vec::with_capacity(plugin.setup.reshapes.len());
+        for reshape in &plugin.setup.reshapes {
+            let add = columns("a reshape", &reshape.add)?;
+            reshapes.push(Reshape {
+                tables: reshape.tables.clone(),
+                drop: reshape.drop.clone(),
+                rename: reshape.rename.clone(),
+                add,
+            });
+        }
+        Ok(Stage {
+            plugin,
+            declared,
+            reshapes,
+        })
     }
 
     pub fn declared_names(&self) -> impl Iterator<Item = &str> {
@@ -59,6 +86,113 @@ impl Stage {
 
     pub fn declares(&self, name: &str) -> bool {
         self.declared.contains_key(name)
+    }
+
+    /// The shape of this plugin's rows for a table: reshaped by the first reshape naming it.
+    fn shape(&self, relation: &Arc<Relation>) -> Shape {
+        let name = relation.qualified_name();
+        let Some(reshape) = self
+            .reshapes
+            .iter()
+            .find(|r| r.tables.is_empty() || r.tables.contains(&name))
+        else {
+            return Shape::unchanged(relation);
+        };
+        let width = relation.columns.len() + reshape.add.len();
+        let mut picks = Vec::with_capacity(width);
+        let mut columns = Vec::with_capacity(width);
+        for (i, column) in relation.columns.iter().enumerate() {
+            if reshape.drop.contains(&column.name) {
+                continue;
+            }
+            let mut column = column.clone();
+            if let Some((_, to)) = reshape.rename.iter().find(|(from, _)| *from == column.name) {
+                column.name = to.clone();
+            }
+            picks.push(i);
+            columns.push(column);
+        }
+        for (k, added) in reshape.add.iter().enumerate() {
+            picks.push(relation.columns.len() + k);
+            columns.push(RelationColumn {
+                name: added.name.clone(),
+                type_oid: added.type_oid,
+                type_modifier: added.type_modifier,
+                key: false,
+                ty: added.ty.clone(),
+            });
+        }
+        let (types, names) = relation
+            .columns
+            .iter()
+            .map(|c| (c.ty.clone(), c.name.clone()))
+            .chain(reshape.add.iter().map(|c| (c.ty.clone(), c.name.clone())))
+            .unzip();
+        Shape {
+            relation: Arc::new(Relation {
+                columns,
+                ..(**relation).clone()
+            }),
+            picks: Some(picks),
+            width,
+            types,
+            names,
+        }
+    }
+}
+
+/// How one plugin's rows for one input relation look. Positions in an emit count the input
+/// relation's columns, then the columns the reshape adds ("wide" positions); the output row
+/// picks from them.
+struct Shape {
+    /// The relation of the rows this plugin emits for the table (what the next plugin sees).
+    relation: Arc<Relation>,
+    /// For each column of `relation`, the wide position it takes; `None` when unchanged.
+    picks: Option<Vec<usize>>,
+    /// How many wide positions there are.
+    width: usize,
+    /// The type and name of each wide position.
+    types: Vec<ColumnType>,
+    names: Vec<String>,
+}
+
+impl Shape {
+    fn unchanged(relation: &Arc<Relation>) -> Shape {
+        let (types, names) = relation
+            .columns
+            .iter()
+            .map(|c| (c.ty.clone(), c.name.clone()))
+            .unzip();
+        Shape {
+            relation: relation.clone(),
+            picks: None,
+            width: relation.columns.len(),
+            types,
+            names,
+        }
+    }
+
+    /// The output row of a wide row.
+    fn project(&self, wide: Vec<Value>) -> Vec<Value> {
+        match &self.picks {
+            None => wide,
+            Some(picks) => {
+                let mut wide = wide;
+                picks
+                    .iter()
+                    .map(|&p| {
+                        wide.get_mut(p)
+                            .map_or(Value::Null, |v| std::mem::replace(v, Value::Null))
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// An input row widened with nulls for the added columns.
+    fn widen(&self, mut row: Vec<Value>) -> Vec<Value> {
+        row.resize(self.width, Value::Null);
+        row
     }
 }
 
@@ -84,18 +218,66 @@ impl Collector {
     }
 }
 
+/// Where a batch is within its transaction when it is one part of a large one, and how many
+/// messages of that transaction the parts before it held (message rows number on from them).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Parts {
+    pub part: Option<(u32, bool)>,
+    pub earlier_messages: u32,
+}
+
 pub(super) fn process(
     stages: &mut [Stage],
-    batch: &Batch,
+    batch: Batch,
+    parts: Parts,
 ) -> Result<Vec<OutputBatch>, TransformError> {
     let call = Call::Batch(batch.lsn_range());
     let mut collector = Collector::default();
-    let mut current = Cow::Borrowed(batch);
+    let mut current = batch;
     for stage in stages.iter_mut() {
         let (relations, handles) = Relations::of(&current);
-        let input = convert::batch_to_wit(&current, &relations, &handles);
-        let emits = match stage.plugin.process(&input, call)? {
-            Ok(emits) => emits,
+        let view = View::new(&stage.plugin.setup.interest, &relations, parts.part);
+        let input = convert::batch_to_wit(&current, &relations, &handles, &view);
+        let processed = call_with_retries(stage, &input, call)?;
+        drop(input);
+        if let Some(rejection) = processed.rejections.first() {
+            return Err(rejected(
+                stage, &current, &relations, &handles, rejection, call,
+            ));
+        }
+        let context = Context {
+            stage,
+            relations: &relations,
+            handles: &handles,
+            parts,
+        };
+        current = route(&context, processed.emits, current, &mut collector)?;
+    }
+    identity(current, &mut collector);
+    Ok(collector.batches)
+}
+
+/// How often, and after which pauses, a plugin that asks to retry a batch is called again
+/// before the pipeline gives up on it: about ten minutes in all.
+const RETRY_PAUSES: &[u64] = &[
+    1, 2, 4, 8, 15, 30, 30, 30, 30, 30, 60, 60, 60, 60, 60, 60, 60,
+];
+
+/// `process`, called again after a pause for as long as the plugin asks to retry.
+fn call_with_retries(
+    stage: &mut Stage,
+    input: &wit::Batch,
+    call: Call,
+) -> Result<wit::Processed, TransformError> {
+    let started = std::time::Instant::now();
+    let mut pauses = RETRY_PAUSES.iter();
+    loop {
+        let result = stage.plugin.process(input, call)?;
+        for (name, delta) in stage.plugin.take_counters() {
+            tracing::debug!(plugin = %stage.plugin.name, counter = %name, delta, "plugin counter");
+        }
+        match result {
+            Ok(processed) => return Ok(processed),
             Err(wit::Error::Fatal(message)) => {
                 return Err(TransformError::Fatal {
                     plugin: stage.plugin.name.clone(),
@@ -104,16 +286,63 @@ pub(super) fn process(
                     message,
                 });
             }
-        };
-        drop(input);
-        current = Cow::Owned(route(stage, emits, &current, &relations, &mut collector)?);
+            Err(wit::Error::Retry(message)) => {
+                let Some(&pause) = pauses.next() else {
+                    return Err(TransformError::Fatal {
+                        plugin: stage.plugin.name.clone(),
+                        path: stage.plugin.path.clone(),
+                        call,
+                        message: format!(
+                            "still asking to retry after {} s: {message}",
+                            started.elapsed().as_secs()
+                        ),
+                    });
+                };
+                tracing::warn!(
+                    plugin = %stage.plugin.name,
+                    "asked to retry {call} ({message}); calling again in {pause} s"
+                );
+                std::thread::sleep(std::time::Duration::from_secs(pause));
+            }
+        }
     }
-    identity(current, &mut collector);
-    Ok(collector.batches)
+}
+
+/// The error for a change the plugin rejected, named by its identity.
+fn rejected(
+    stage: &Stage,
+    batch: &Batch,
+    relations: &Relations,
+    handles: &[u32],
+    rejection: &wit::Rejection,
+    call: Call,
+) -> TransformError {
+    let at = Resolver::new(batch, handles).locate(&rejection.change);
+    let (lsn, seq, table) = match at {
+        Some((tx, change, flat)) => (
+            Some(batch.transactions[tx].commit_lsn),
+            Some(batch.transactions[tx].changes[change].seq),
+            relations
+                .relations
+                .get(handles[flat] as usize)
+                .map(|r| r.qualified_name()),
+        ),
+        None => (None, None, None),
+    };
+    TransformError::Rejected(Box::new(Rejected {
+        plugin: stage.plugin.name.clone(),
+        path: stage.plugin.path.clone(),
+        call,
+        commit_lsn: lsn,
+        seq,
+        table,
+        class: rejection.class.clone(),
+        message: rejection.message.clone(),
+    }))
 }
 
 /// Every change of `batch` as one row of the output derived from its relation.
-fn identity(batch: Cow<'_, Batch>, collector: &mut Collector) {
+fn identity(batch: Batch, collector: &mut Collector) {
     let (relations, handles) = Relations::of(&batch);
     let groups: Vec<usize> = relations
         .outputs
@@ -121,69 +350,161 @@ fn identity(batch: Cow<'_, Batch>, collector: &mut Collector) {
         .map(|(name, columns)| collector.group(name, columns, true))
         .collect();
     let mut handles = handles.into_iter();
-    // The row of a change: new (insert, update), else old (delete), else nulls (truncate);
-    // the old image goes along for updates and deletes.
-    let mut push = |tx: &Transaction, change: &Change, row: Option<Vec<Value>>, old| {
-        let handle = handles.next().unwrap_or_default() as usize;
-        let values = row.unwrap_or_else(|| vec![Value::Null; change.relation.columns.len()]);
-        // A delete's old image is the row it lands; only updates carry a separate one.
-        let old = match change.op {
-            Op::Update => old,
-            Op::Delete => Some(values.clone()),
-            Op::Insert | Op::Truncate => None,
-        };
-        collector.batches[groups[handle]].rows.push(OutputRow {
-            op: change.op,
-            commit_lsn: tx.commit_lsn,
-            seq: change.seq,
-            xid: tx.xid,
-            commit_time: tx.commit_time,
-            values,
-            old,
-        });
-    };
-    match batch {
-        Cow::Borrowed(batch) => {
-            for tx in &batch.transactions {
-                for change in &tx.changes {
-                    let row = change.new.as_ref().or(change.old.as_ref()).cloned();
-                    push(tx, change, row, change.old.clone());
-                }
-            }
-        }
-        Cow::Owned(batch) => {
-            for mut tx in batch.transactions {
-                for mut change in std::mem::take(&mut tx.changes) {
-                    let (row, old) = match change.new.take() {
-                        Some(new) => (Some(new), change.old.take()),
-                        None => (change.old.take(), None),
-                    };
-                    push(&tx, &change, row, old);
-                }
-            }
+    for mut tx in batch.transactions {
+        for mut change in std::mem::take(&mut tx.changes) {
+            let handle = handles.next().unwrap_or_default() as usize;
+            // The row of a change: new (insert, update), else old (delete), else nulls
+            // (truncate); a delete's old image is the row it lands, only updates carry a
+            // separate one.
+            let (row, old) = match change.new.take() {
+                Some(new) => (Some(new), change.old.take()),
+                None => (change.old.take(), None),
+            };
+            let values = row.unwrap_or_else(|| vec![Value::Null; change.relation.columns.len()]);
+            let old = match change.op {
+                Op::Update => old,
+                Op::Delete => Some(values.clone()),
+                Op::Insert | Op::Truncate => None,
+            };
+            collector.batches[groups[handle]].rows.push(OutputRow {
+                op: change.op,
+                commit_lsn: tx.commit_lsn,
+                seq: change.seq,
+                sub: 0,
+                xid: tx.xid,
+                commit_time: tx.commit_time,
+                values,
+                old,
+            });
         }
     }
 }
 
-/// Check every emitted row; send declared rows to the collector and return the `source` rows
-/// as the batch the next plugin (or the identity) receives.
+/// What routing one plugin's emits needs besides the emits and the batch.
+pub(super) struct Context<'a> {
+    pub stage: &'a Stage,
+    pub relations: &'a Relations,
+    pub handles: &'a [u32],
+    pub parts: Parts,
+}
+
+/// Finds changes and messages of a batch by their place in it.
+struct Resolver {
+    /// Index of each transaction's first change in the batch's changes.
+    offsets: Vec<usize>,
+    counts: Vec<usize>,
+}
+
+impl Resolver {
+    fn new(batch: &Batch, handles: &[u32]) -> Resolver {
+        let mut offsets = Vec::with_capacity(batch.transactions.len());
+        let mut counts = Vec::with_capacity(batch.transactions.len());
+        let mut at = 0;
+        for tx in &batch.transactions {
+            offsets.push(at);
+            counts.push(tx.changes.len());
+            at += tx.changes.len();
+        }
+        debug_assert_eq!(at, handles.len());
+        Resolver { offsets, counts }
+    }
+
+    /// `(transaction, change, position in the batch's changes)` of a change-ref, if it names
+    /// a change of the batch.
+    fn locate(&self, at: &wit::ChangeRef) -> Option<(usize, usize, usize)> {
+        let (tx, change) = (at.transaction as usize, at.change as usize);
+        (change < *self.counts.get(tx)?).then_some((tx, change, self.offsets[tx] + change))
+    }
+}
+
+/// The change an emit comes from, if any.
+fn origin_change(emit: &wit::Emit) -> Option<&wit::ChangeRef> {
+    match emit {
+        wit::Emit::Keep(at) => Some(at),
+        wit::Emit::Edit(edit) => Some(&edit.change),
+        wit::Emit::Row(row) => match &row.origin {
+            wit::Origin::Change(at) => Some(at),
+            _ => None,
+        },
+    }
+}
+
+/// A change's rows for one use: moved out at its last use, cloned before.
+fn take(
+    uses: &mut [u32],
+    batch: &mut Batch,
+    (tx, change, flat): (usize, usize, usize),
+) -> (Option<Vec<Value>>, Option<Vec<Value>>) {
+    uses[flat] = uses[flat].saturating_sub(1);
+    let c = &mut batch.transactions[tx].changes[change];
+    match uses[flat] {
+        0 => (c.new.take(), c.old.take()),
+        _ => (c.new.clone(), c.old.clone()),
+    }
+}
+
+/// Resolve, check and route every emit; declared rows go to the collector, and the `source`
+/// rows come back as the batch the next plugin (or the identity) receives.
 pub(super) fn route(
-    stage: &Stage,
+    context: &Context<'_>,
     emits: Vec<wit::Emit>,
-    batch: &Batch,
-    relations: &Relations,
+    mut batch: Batch,
     collector: &mut Collector,
 ) -> Result<Batch, TransformError> {
+    let stage = context.stage;
     let plugin = &stage.plugin.name;
-    let by_lsn: HashMap<u64, usize> = batch
-        .transactions
+    let handles = context.handles;
+    let resolver = Resolver::new(&batch, handles);
+    let shapes: Vec<Shape> = context
+        .relations
+        .relations
         .iter()
-        .enumerate()
-        .map(|(i, t)| (t.commit_lsn.0, i))
+        .map(|r| stage.shape(r))
         .collect();
+    let emit_error =
+        |output: String, column: Option<String>, lsn: Lsn, message: String| TransformError::Emit {
+            plugin: plugin.clone(),
+            output,
+            column,
+            lsn,
+            message,
+        };
+    let shape_name = |h: u32| {
+        context
+            .relations
+            .outputs
+            .get(h as usize)
+            .map_or_else(|| format!("source({h})"), |(name, _)| name.clone())
+    };
+    // A change's values are moved out at their last use and cloned before it.
+    let mut uses = vec![0u32; handles.len()];
+    let resolve = |at: &wit::ChangeRef, output: &dyn Fn() -> String| {
+        resolver.locate(at).ok_or_else(|| {
+            let counts = &resolver.counts;
+            let message = match counts.get(at.transaction as usize) {
+                None => format!(
+                    "it names transaction {} of a batch of {}",
+                    at.transaction,
+                    counts.len()
+                ),
+                Some(n) => format!(
+                    "it names change {} of transaction {}, which has {n}",
+                    at.change, at.transaction
+                ),
+            };
+            emit_error(output(), None, Lsn(0), message)
+        })
+    };
+    for emit in &emits {
+        if let Some(at) = origin_change(emit)
+            && let Some((_, _, flat)) = resolver.locate(at)
+        {
+            uses[flat] += 1;
+        }
+    }
     let mut next: Vec<Transaction> = batch
         .transactions
-        .iter()
+        .iter_mut()
         .map(|t| Transaction {
             xid: t.xid,
             commit_lsn: t.commit_lsn,
@@ -195,136 +516,361 @@ pub(super) fn route(
         })
         .collect();
     let mut declared_groups: HashMap<&str, usize> = HashMap::new();
-    let mut last_tx = 0;
     for emit in emits {
-        let lsn = Lsn(emit.commit_lsn);
-        let output_name = || match &emit.target {
-            wit::Target::Source(h) => relations
-                .outputs
-                .get(*h as usize)
-                .map_or_else(|| format!("source({h})"), |(name, _)| name.clone()),
-            wit::Target::Declared(name) => name.clone(),
-        };
-        let error = |column: Option<String>, message: String| TransformError::Emit {
-            plugin: plugin.clone(),
-            output: output_name(),
-            column,
-            lsn,
-            message,
-        };
-        // Plugins usually emit in commit order, so the previous transaction is the best guess.
-        let tx = if next.get(last_tx).is_some_and(|t| t.commit_lsn == lsn) {
-            last_tx
-        } else {
-            *by_lsn.get(&emit.commit_lsn).ok_or_else(|| {
-                let range = match batch.lsn_range() {
-                    Some((first, last)) => format!("commits at {first} to {last}"),
-                    None => "is empty".to_owned(),
+        match emit {
+            wit::Emit::Keep(at) => {
+                let place = resolve(&at, &|| "(unknown: a keep names no change)".to_owned())?;
+                let (tx, change, flat) = place;
+                let shape = &shapes[handles[flat] as usize];
+                let (op, seq) = {
+                    let c = &batch.transactions[tx].changes[change];
+                    (c.op, c.seq)
                 };
-                error(
-                    None,
-                    format!("no transaction of the batch commits at {lsn} (the batch {range})"),
-                )
-            })?
-        };
-        last_tx = tx;
-        let output = match &emit.target {
-            wit::Target::Source(h) => relations.outputs.get(*h as usize).map(|(n, c)| (n, c)),
-            wit::Target::Declared(name) => stage.declared.get_key_value(name.as_str()),
-        };
-        let Some((output, columns)) = output else {
-            let message = match &emit.target {
-                wit::Target::Source(h) => format!(
-                    "the batch has no relation {h} (it has {}); use change.relation",
-                    relations.relations.len()
-                ),
-                wit::Target::Declared(_) => {
-                    let mut names: Vec<&str> = stage.declared_names().collect();
-                    names.sort_unstable();
-                    format!("the plugin did not declare it (declared: {names:?})")
-                }
-            };
-            return Err(error(None, message));
-        };
-        let values = checked_row(columns, emit.values, "the row")
-            .map_err(|(column, message)| error(column, message))?;
-        let op = convert::op_from_wit(emit.op);
-        let old_image = match (&emit.target, op, emit.old) {
-            (wit::Target::Source(_), Op::Update, Some(old)) => Some(
-                checked_row(columns, old, "the old image")
-                    .map_err(|(column, message)| error(column, message))?,
-            ),
-            _ => None,
-        };
-        match emit.target {
-            wit::Target::Source(h) => {
-                let (new, old) = match op {
-                    Op::Insert => (Some(values), None),
-                    Op::Update => (Some(values), old_image),
-                    Op::Delete => (None, Some(values)),
-                    // A truncate carries no row; its output row is all nulls anyway.
-                    Op::Truncate => (None, None),
-                };
-                let relation = relations.relations[h as usize].clone();
+                let (new, old) = take(&mut uses, &mut batch, place);
+                let reshape = |row: Option<Vec<Value>>| row.map(|r| shape.project(shape.widen(r)));
                 next[tx].changes.push(Change {
                     op,
-                    relation,
-                    seq: emit.seq,
+                    relation: shape.relation.clone(),
+                    seq,
+                    new: reshape(new),
+                    old: reshape(old),
+                });
+            }
+            wit::Emit::Edit(edit) => {
+                let place = resolve(&edit.change, &|| {
+                    "(unknown: an edit names no change)".to_owned()
+                })?;
+                let (tx, change, flat) = place;
+                let handle = handles[flat];
+                let shape = &shapes[handle as usize];
+                let lsn = batch.transactions[tx].commit_lsn;
+                let output = || shape_name(handle);
+                let (op, seq) = {
+                    let c = &batch.transactions[tx].changes[change];
+                    (c.op, c.seq)
+                };
+                let (new, old) = take(&mut uses, &mut batch, place);
+                let edited = |row: Option<Vec<Value>>, edits: Vec<(u32, wit::Value)>, what| {
+                    let Some(row) = row else {
+                        return match edits.is_empty() {
+                            true => Ok(None),
+                            false => Err(emit_error(
+                                output(),
+                                None,
+                                lsn,
+                                format!("it edits {what}, which the change does not have"),
+                            )),
+                        };
+                    };
+                    let mut wide = shape.widen(row);
+                    for (position, value) in edits {
+                        let p = position as usize;
+                        if p >= shape.width {
+                            return Err(emit_error(
+                                output(),
+                                None,
+                                lsn,
+                                format!(
+                                    "it edits position {p} of {what}, which has {} positions",
+                                    shape.width
+                                ),
+                            ));
+                        }
+                        let column = || Some(shape.names[p].clone());
+                        let Some(value) = convert::value_from_wit(value)
+                            .map_err(|m| emit_error(output(), column(), lsn, m))?
+                        else {
+                            continue;
+                        };
+                        if !convert::fits(&shape.types[p], &value) {
+                            return Err(emit_error(
+                                output(),
+                                column(),
+                                lsn,
+                                misfit(&value, &shape.types[p], what),
+                            ));
+                        }
+                        wide[p] = value;
+                    }
+                    Ok(Some(shape.project(wide)))
+                };
+                let (new, old) = match op {
+                    Op::Delete => (None, edited(old, edit.values, "the row")?),
+                    _ => (
+                        edited(new, edit.values, "the row")?,
+                        edited(old, edit.old, "the old image")?,
+                    ),
+                };
+                next[tx].changes.push(Change {
+                    op,
+                    relation: shape.relation.clone(),
+                    seq,
                     new,
                     old,
                 });
             }
-            wit::Target::Declared(_) => {
-                let group = *declared_groups
-                    .entry(output.as_str())
-                    .or_insert_with(|| collector.group(output, columns, false));
-                let t = &next[tx];
-                collector.batches[group].rows.push(OutputRow {
-                    op,
-                    commit_lsn: t.commit_lsn,
-                    seq: emit.seq,
-                    xid: t.xid,
-                    commit_time: t.commit_time,
-                    values,
-                    old: None,
-                });
+            wit::Emit::Row(row) => {
+                let output = || match &row.target {
+                    wit::Target::Source(h) => shape_name(*h),
+                    wit::Target::Declared(name) => name.clone(),
+                };
+                // The identity the row takes, from its origin.
+                let (tx, seq, from) = match &row.origin {
+                    wit::Origin::Change(at) => {
+                        let place = resolve(at, &output)?;
+                        let seq = batch.transactions[place.0].changes[place.1].seq;
+                        (place.0, seq, Some(place))
+                    }
+                    wit::Origin::Message(at) => {
+                        let (tx, m) = (at.transaction as usize, at.message as usize);
+                        let count = batch.transactions.get(tx).map(|t| t.messages.len());
+                        if count.is_none_or(|n| m >= n) {
+                            return Err(emit_error(
+                                output(),
+                                None,
+                                batch.transactions.get(tx).map_or(Lsn(0), |t| t.commit_lsn),
+                                format!(
+                                    "its origin names message {m} of transaction {tx}, which \
+                                     the batch does not have (did the plugin ask for messages?)"
+                                ),
+                            ));
+                        }
+                        let earlier = match context.parts.part {
+                            Some(_) => context.parts.earlier_messages,
+                            None => 0,
+                        };
+                        (tx, earlier + m as u32, None)
+                    }
+                    wit::Origin::BatchMessage(i) => {
+                        let i = *i as usize;
+                        let Some(message) = batch.messages.get(i) else {
+                            return Err(emit_error(
+                                output(),
+                                None,
+                                Lsn(0),
+                                format!(
+                                    "its origin names message {i} of the batch, which has {} \
+                                     (did the plugin ask for messages?)",
+                                    batch.messages.len()
+                                ),
+                            ));
+                        };
+                        let tx = message.before_seq as usize;
+                        let Some(t) = batch.transactions.get(tx) else {
+                            return Err(emit_error(
+                                output(),
+                                None,
+                                Lsn(0),
+                                format!(
+                                    "message {i} of the batch travels with no transaction of \
+                                     the batch; a row for it waits for a later batch"
+                                ),
+                            ));
+                        };
+                        let before = batch.messages[..i]
+                            .iter()
+                            .filter(|m| m.before_seq == message.before_seq)
+                            .count();
+                        (tx, (t.messages.len() + before) as u32, None)
+                    }
+                };
+                let lsn = batch.transactions[tx].commit_lsn;
+                let op = convert::op_from_wit(row.op);
+                match &row.target {
+                    wit::Target::Source(h) => {
+                        let Some(shape) = shapes.get(*h as usize) else {
+                            return Err(emit_error(
+                                output(),
+                                None,
+                                lsn,
+                                format!(
+                                    "the batch has no relation {h} (it has {}); use \
+                                     change.relation",
+                                    shapes.len()
+                                ),
+                            ));
+                        };
+                        let Some(place) = from else {
+                            return Err(emit_error(
+                                output(),
+                                None,
+                                lsn,
+                                "a row for a table's output must come from a change (its \
+                                 origin); land rows for messages in a declared output"
+                                    .into(),
+                            ));
+                        };
+                        if row.sub != 0 {
+                            return Err(emit_error(
+                                output(),
+                                None,
+                                lsn,
+                                format!(
+                                    "sub is {}: a table's output holds one row per change; \
+                                     fan out into a declared output",
+                                    row.sub
+                                ),
+                            ));
+                        }
+                        let (own_new, own_old) = take(&mut uses, &mut batch, place);
+                        let same = *h == handles[place.2];
+                        let own_row = own_new.or_else(|| own_old.clone());
+                        let values = wide_row(shape, row.values, own_row.filter(|_| same))
+                            .map_err(|(c, m)| emit_error(output(), c, lsn, m))?;
+                        let old = match (op, row.old) {
+                            (Op::Update, Some(old)) => Some(
+                                wide_row(shape, old, own_old.filter(|_| same))
+                                    .map_err(|(c, m)| emit_error(output(), c, lsn, m))?,
+                            ),
+                            _ => None,
+                        };
+                        let (new, old) = match op {
+                            Op::Insert => (Some(values), None),
+                            Op::Update => (Some(values), old),
+                            Op::Delete => (None, Some(values)),
+                            // A truncate carries no row; its output row is all nulls anyway.
+                            Op::Truncate => (None, None),
+                        };
+                        next[tx].changes.push(Change {
+                            op,
+                            relation: shape.relation.clone(),
+                            seq,
+                            new,
+                            old,
+                        });
+                    }
+                    wit::Target::Declared(name) => {
+                        let Some((output_name, columns)) =
+                            stage.declared.get_key_value(name.as_str())
+                        else {
+                            let mut names: Vec<&str> = stage.declared_names().collect();
+                            names.sort_unstable();
+                            return Err(emit_error(
+                                output(),
+                                None,
+                                lsn,
+                                format!("the plugin did not declare it (declared: {names:?})"),
+                            ));
+                        };
+                        if let Some((_, _, flat)) = from {
+                            // The change's values are not needed, only counted.
+                            uses[flat] = uses[flat].saturating_sub(1);
+                        }
+                        let values = declared_row(columns, row.values)
+                            .map_err(|(c, m)| emit_error(output(), c, lsn, m))?;
+                        let group = *declared_groups
+                            .entry(output_name.as_str())
+                            .or_insert_with(|| collector.group(output_name, columns, false));
+                        let t = &batch.transactions[tx];
+                        collector.batches[group].rows.push(OutputRow {
+                            op,
+                            commit_lsn: t.commit_lsn,
+                            seq,
+                            sub: row.sub,
+                            xid: t.xid,
+                            commit_time: t.commit_time,
+                            values,
+                            old: None,
+                        });
+                    }
+                }
             }
         }
     }
     Ok(Batch {
         transactions: next,
-        messages: batch.messages.clone(),
+        messages: std::mem::take(&mut batch.messages),
     })
 }
 
-/// An emitted row (`what`: the row, the old image) as values, checked against the output's
-/// columns: one value per column, each of a kind its column takes. An error names the column
-/// when one is at fault.
-fn checked_row(
+/// A `row` bound for a table's output, as the output row: one value per wide position,
+/// `absent` taking the change's own value, checked against the position's type.
+fn wide_row(
+    shape: &Shape,
+    values: Vec<wit::Value>,
+    own: Option<Vec<Value>>,
+) -> Result<Vec<Value>, (Option<String>, String)> {
+    if values.len() != shape.width {
+        let added = shape.width - shape.names.len().min(shape.width);
+        return Err((
+            None,
+            format!(
+                "the row has {} values for {} positions{}",
+                values.len(),
+                shape.width,
+                if added > 0 {
+                    " (with added columns)"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
+    let mut own = own.map(|r| shape.widen(r));
+    let mut wide = Vec::with_capacity(values.len());
+    for (p, value) in values.into_iter().enumerate() {
+        let column = || Some(shape.names[p].clone());
+        match convert::value_from_wit(value).map_err(|m| (column(), m))? {
+            Some(value) => {
+                if !convert::fits(&shape.types[p], &value) {
+                    return Err((column(), misfit(&value, &shape.types[p], "the row")));
+                }
+                wide.push(value);
+            }
+            None => match own.as_mut() {
+                Some(own) => wide.push(std::mem::replace(&mut own[p], Value::Null)),
+                None => {
+                    return Err((
+                        column(),
+                        "the row has an absent value, but the change has no row of this \
+                         table to take it from"
+                            .into(),
+                    ));
+                }
+            },
+        }
+    }
+    Ok(shape.project(wide))
+}
+
+/// A row bound for a declared output: one value per declared column, each of a kind its
+/// column takes, no null where the column may not hold one.
+fn declared_row(
     columns: &[OutputColumn],
     row: Vec<wit::Value>,
-    what: &str,
 ) -> Result<Vec<Value>, (Option<String>, String)> {
-    let values: Vec<Value> = row.into_iter().map(convert::value_from_wit).collect();
-    if values.len() != columns.len() {
+    if row.len() != columns.len() {
         let message = format!(
-            "{what} has {} values for {} columns",
-            values.len(),
+            "the row has {} values for {} columns",
+            row.len(),
             columns.len()
         );
         return Err((None, message));
     }
-    if let Some((column, value)) = columns
-        .iter()
-        .zip(&values)
-        .find(|(c, v)| !convert::fits(&c.ty, v))
-    {
-        let message = format!(
-            "a {} value in {what} does not fit column type {}",
-            value.kind(),
-            column.ty.label()
-        );
-        return Err((Some(column.name.clone()), message));
+    let mut values = Vec::with_capacity(row.len());
+    for (column, value) in columns.iter().zip(row) {
+        let name = || Some(column.name.clone());
+        let Some(value) = convert::value_from_wit(value).map_err(|m| (name(), m))? else {
+            return Err((
+                name(),
+                "absent has no meaning in a declared output; give a value or null".into(),
+            ));
+        };
+        if !convert::fits(&column.ty, &value) {
+            return Err((name(), misfit(&value, &column.ty, "the row")));
+        }
+        if !column.nullable && matches!(value, Value::Null | Value::UnchangedToast) {
+            return Err((name(), "null in a column declared not nullable".into()));
+        }
+        values.push(value);
     }
     Ok(values)
+}
+
+fn misfit(value: &Value, ty: &ColumnType, what: &str) -> String {
+    format!(
+        "a {} value in {what} does not fit column type {}",
+        value.kind(),
+        ty.label()
+    )
 }

@@ -55,9 +55,70 @@ impl Relations {
     }
 }
 
+/// What of a batch one plugin sees: the columns it reads per relation, whether it reads old
+/// images and messages, and which part of its transaction a partial batch is.
+pub(super) struct View {
+    /// Per relation handle, which columns the plugin reads; `None` for all of them.
+    pub read: Vec<Option<Vec<bool>>>,
+    pub old_images: bool,
+    pub messages: bool,
+    /// `(part, last)` of the batch's one transaction when it is delivered in parts.
+    pub part: Option<(u32, bool)>,
+}
+
+impl View {
+    pub fn new(interest: &wit::Interest, relations: &Relations, part: Option<(u32, bool)>) -> Self {
+        let read = relations
+            .relations
+            .iter()
+            .map(|relation| {
+                interest.columns.as_ref().map(|names| {
+                    relation
+                        .columns
+                        .iter()
+                        .map(|c| names.contains(&c.name))
+                        .collect()
+                })
+            })
+            .collect();
+        View {
+            read,
+            old_images: interest.old_images,
+            messages: interest.messages,
+            part,
+        }
+    }
+}
+
 /// The batch as the guest sees it.
-pub(super) fn batch_to_wit(batch: &Batch, relations: &Relations, handles: &[u32]) -> wit::Batch {
+pub(super) fn batch_to_wit(
+    batch: &Batch,
+    relations: &Relations,
+    handles: &[u32],
+    view: &View,
+) -> wit::Batch {
     let mut handles = handles.iter();
+    let (part, last_part) = view.part.unwrap_or((0, true));
+    let row = |row: &[Value], read: &Option<Vec<bool>>| -> Vec<wit::Value> {
+        match read {
+            None => row.iter().map(value_to_wit).collect(),
+            Some(read) => row
+                .iter()
+                .zip(read)
+                .map(|(v, &r)| {
+                    if r {
+                        value_to_wit(v)
+                    } else {
+                        wit::Value::Absent
+                    }
+                })
+                .collect(),
+        }
+    };
+    let messages = |messages: &[Message]| match view.messages {
+        true => messages.iter().map(message_to_wit).collect(),
+        false => Vec::new(),
+    };
     let transactions = batch
         .transactions
         .iter()
@@ -69,21 +130,24 @@ pub(super) fn batch_to_wit(batch: &Batch, relations: &Relations, handles: &[u32]
             changes: t
                 .changes
                 .iter()
-                .map(|c| wit::Change {
-                    op: op_to_wit(c.op),
-                    relation: handles.next().copied().unwrap_or_default(),
-                    seq: c.seq,
-                    new: c
-                        .new
-                        .as_ref()
-                        .map(|row| row.iter().map(value_to_wit).collect()),
-                    old: c
-                        .old
-                        .as_ref()
-                        .map(|row| row.iter().map(value_to_wit).collect()),
+                .map(|c| {
+                    let handle = handles.next().copied().unwrap_or_default();
+                    let read = &view.read[handle as usize];
+                    wit::Change {
+                        op: op_to_wit(c.op),
+                        relation: handle,
+                        seq: c.seq,
+                        new: c.new.as_deref().map(|r| row(r, read)),
+                        old: match view.old_images {
+                            true => c.old.as_deref().map(|r| row(r, read)),
+                            false => None,
+                        },
+                    }
                 })
                 .collect(),
-            messages: t.messages.iter().map(message_to_wit).collect(),
+            messages: messages(&t.messages),
+            part,
+            last_part,
         })
         .collect();
     wit::Batch {
@@ -93,7 +157,7 @@ pub(super) fn batch_to_wit(batch: &Batch, relations: &Relations, handles: &[u32]
             .map(|r| relation_to_wit(r))
             .collect(),
         transactions,
-        messages: batch.messages.iter().map(message_to_wit).collect(),
+        messages: messages(&batch.messages),
     }
 }
 
@@ -200,7 +264,7 @@ macro_rules! scalar_from_wit {
             wit::$wit::Time(t) => Value::Time(t),
             wit::$wit::Timestamp(t) => Value::Timestamp(t),
             wit::$wit::Timestamptz(t) => Value::TimestampTz(t),
-            wit::$wit::Uuid(halves) => Value::Uuid(uuid_from_wit(halves)),
+            wit::$wit::Uuid(text) => Value::Uuid(uuid_from_wit(&text)?),
             wit::$wit::Json(s) => Value::Json(s),
             wit::$wit::Interval(i) => Value::Interval {
                 months: i.months,
@@ -217,13 +281,41 @@ macro_rules! scalar_from_wit {
     };
 }
 
-fn uuid_to_wit(bytes: &[u8; 16]) -> (u64, u64) {
-    let n = u128::from_be_bytes(*bytes);
-    ((n >> 64) as u64, n as u64)
+/// The canonical text of a uuid: lowercase hex in groups of 8-4-4-4-12.
+fn uuid_to_wit(bytes: &[u8; 16]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(36);
+    for (i, byte) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            text.push('-');
+        }
+        text.push(HEX[usize::from(byte >> 4)] as char);
+        text.push(HEX[usize::from(byte & 15)] as char);
+    }
+    text
 }
 
-fn uuid_from_wit((hi, lo): (u64, u64)) -> [u8; 16] {
-    ((u128::from(hi) << 64) | u128::from(lo)).to_be_bytes()
+/// A uuid back from its canonical text (either case), or why it is not one.
+fn uuid_from_wit(text: &str) -> Result<[u8; 16], String> {
+    let bad = || format!("{text:?} is not a uuid (expected 8-4-4-4-12 hexadecimal digits)");
+    let bytes = text.as_bytes();
+    if bytes.len() != 36 || [8, 13, 18, 23].iter().any(|&i| bytes[i] != b'-') {
+        return Err(bad());
+    }
+    let mut digits = bytes.iter().filter(|&&b| b != b'-').map(|&b| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    });
+    let mut out = [0u8; 16];
+    for byte in &mut out {
+        let (Some(Some(hi)), Some(Some(lo))) = (digits.next(), digits.next()) else {
+            return Err(bad());
+        };
+        *byte = (hi << 4) | lo;
+    }
+    Ok(out)
 }
 
 pub(super) fn value_to_wit(value: &Value) -> wit::Value {
@@ -243,50 +335,98 @@ fn element_to_wit(value: &Value) -> wit::Element {
     scalar_to_wit!(Element, value, Value::UnchangedToast | Value::Array(_) => wit::Element::Null)
 }
 
-pub(super) fn value_from_wit(value: wit::Value) -> Value {
-    scalar_from_wit!(Value, value, rest => match rest {
+/// A value an emit carries: `Ok(None)` for `absent` (the change's own value), or why it is
+/// not a value (a malformed uuid).
+pub(super) fn value_from_wit(value: wit::Value) -> Result<Option<Value>, String> {
+    let value = scalar_from_wit!(Value, value, rest => match rest {
+        wit::Value::Absent => return Ok(None),
         wit::Value::UnchangedToast => Value::UnchangedToast,
         wit::Value::Array(array) => Value::Array(Box::new(Array {
             dims: array.dims,
-            elements: array.elements.into_iter().map(element_from_wit).collect(),
+            elements: array
+                .elements
+                .into_iter()
+                .map(element_from_wit)
+                .collect::<Result<_, _>>()?,
         })),
         _ => unreachable!("every scalar case is matched above"),
-    })
+    });
+    Ok(Some(value))
 }
 
-fn element_from_wit(element: wit::Element) -> Value {
+fn element_from_wit(element: wit::Element) -> Result<Value, String> {
     #[allow(unreachable_patterns)]
     let value = scalar_from_wit!(Element, element, _ => unreachable!("elements are scalars"));
-    value
+    Ok(value)
 }
 
-/// The declared column types: WIT case and PostgreSQL type OID.
-const COLUMN_TYPES: &[(wit::ColumnType, u32)] = &[
-    (wit::ColumnType::Boolean, 16),
-    (wit::ColumnType::Int2, 21),
-    (wit::ColumnType::Int4, 23),
-    (wit::ColumnType::Int8, 20),
-    (wit::ColumnType::Float4, 700),
-    (wit::ColumnType::Float8, 701),
-    (wit::ColumnType::Numeric, 1700),
-    (wit::ColumnType::Text, 25),
-    (wit::ColumnType::Bytea, 17),
-    (wit::ColumnType::Date, 1082),
-    (wit::ColumnType::Time, 1083),
-    (wit::ColumnType::Timestamp, 1114),
-    (wit::ColumnType::Timestamptz, 1184),
-    (wit::ColumnType::Uuid, 2950),
-    (wit::ColumnType::Json, 114),
-    (wit::ColumnType::Jsonb, 3802),
-    (wit::ColumnType::Interval, 1186),
+/// The declared scalar types: WIT case and PostgreSQL type OID.
+const SCALAR_TYPES: &[(wit::ScalarType, u32)] = &[
+    (wit::ScalarType::Boolean, 16),
+    (wit::ScalarType::Int2, 21),
+    (wit::ScalarType::Int4, 23),
+    (wit::ScalarType::Int8, 20),
+    (wit::ScalarType::Float4, 700),
+    (wit::ScalarType::Float8, 701),
+    (wit::ScalarType::Numeric, 1700),
+    (wit::ScalarType::Text, 25),
+    (wit::ScalarType::Bytea, 17),
+    (wit::ScalarType::Date, 1082),
+    (wit::ScalarType::Time, 1083),
+    (wit::ScalarType::Timetz, 1266),
+    (wit::ScalarType::Timestamp, 1114),
+    (wit::ScalarType::Timestamptz, 1184),
+    (wit::ScalarType::Uuid, 2950),
+    (wit::ScalarType::Json, 114),
+    (wit::ScalarType::Jsonb, 3802),
+    (wit::ScalarType::Interval, 1186),
 ];
 
-/// The PostgreSQL type OID of a declared column type.
-pub(super) fn column_type_oid(column_type: wit::ColumnType) -> u32 {
-    COLUMN_TYPES
+/// The PostgreSQL type OID of a declared scalar type.
+fn scalar_type_oid(scalar: wit::ScalarType) -> u32 {
+    SCALAR_TYPES
         .iter()
-        .find(|t| t.0 == column_type)
+        .find(|t| t.0 == scalar)
         .map_or(25, |t| t.1)
+}
+
+/// A declared column as an output column, or why it cannot be one.
+pub(super) fn output_column(column: &wit::OutputColumn) -> Result<OutputColumn, String> {
+    let scalar = scalar_type_oid(column.type_);
+    let modifier = match (&column.numeric, column.type_) {
+        (None, _) => -1,
+        (Some(spec), wit::ScalarType::Numeric) => {
+            if spec.precision == 0 || spec.precision > 1000 || spec.scale > spec.precision {
+                return Err(format!(
+                    "column {:?} is numeric({}, {}): precision must be 1 to 1000 and scale 0 \
+                     to the precision",
+                    column.name, spec.precision, spec.scale
+                ));
+            }
+            // As `atttypmod` holds it.
+            ((i32::from(spec.precision) << 16) | i32::from(spec.scale)) + 4
+        }
+        (Some(_), _) => {
+            return Err(format!(
+                "column {:?} gives a numeric precision and scale to a {} column",
+                column.name,
+                pgtype::type_name(scalar).unwrap_or("non-numeric")
+            ));
+        }
+    };
+    let type_oid = match column.array {
+        false => scalar,
+        true => pgtype::array_of(scalar).ok_or_else(|| {
+            format!(
+                "column {:?}: no array type over type oid {scalar}",
+                column.name
+            )
+        })?,
+    };
+    let mut output = OutputColumn::builtin(column.name.clone(), type_oid, modifier);
+    output.nullable = column.nullable;
+    output.key = column.key;
+    Ok(output)
 }
 
 /// The kind of value a scalar of the built-in type `type_oid` holds, as the name of its
@@ -346,17 +486,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn uuid_round_trips_big_endian() {
+    fn uuids_cross_as_canonical_text() {
         let bytes: [u8; 16] = *b"\x00\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa\xbb\xcc\xdd\xee\xff";
         let wit = value_to_wit(&Value::Uuid(bytes));
-        let wit::Value::Uuid((hi, lo)) = wit else {
+        let wit::Value::Uuid(text) = wit else {
             panic!("not a uuid: {wit:?}")
         };
-        assert_eq!((hi, lo), (0x0011_2233_4455_6677, 0x8899_aabb_ccdd_eeff));
+        assert_eq!(text, "00112233-4455-6677-8899-aabbccddeeff");
         assert_eq!(
-            value_from_wit(wit::Value::Uuid((hi, lo))),
-            Value::Uuid(bytes)
+            value_from_wit(wit::Value::Uuid(text.to_uppercase())),
+            Ok(Some(Value::Uuid(bytes)))
         );
+        for bad in [
+            "",
+            "00112233445566778899aabbccddeeff",
+            "0011223-34455-6677-8899-aabbccddeeff",
+        ] {
+            let error = value_from_wit(wit::Value::Uuid(bad.into())).unwrap_err();
+            assert!(error.contains("is not a uuid"), "{error}");
+        }
+        assert_eq!(value_from_wit(wit::Value::Absent), Ok(None));
     }
 
     #[test]
@@ -378,31 +527,59 @@ mod tests {
 
     #[test]
     fn every_declared_type_maps_to_an_oid_that_takes_its_own_case() {
-        let sample = |t: wit::ColumnType| match t {
-            wit::ColumnType::Boolean => Value::Bool(true),
-            wit::ColumnType::Int2 => Value::Int2(1),
-            wit::ColumnType::Int4 => Value::Int4(1),
-            wit::ColumnType::Int8 => Value::Int8(1),
-            wit::ColumnType::Float4 => Value::Float4(1.0),
-            wit::ColumnType::Float8 => Value::Float8(1.0),
-            wit::ColumnType::Numeric => Value::Numeric("1".into()),
-            wit::ColumnType::Text => Value::Text("1".into()),
-            wit::ColumnType::Bytea => Value::Bytea(vec![1]),
-            wit::ColumnType::Date => Value::Date(1),
-            wit::ColumnType::Time => Value::Time(1),
-            wit::ColumnType::Timestamp => Value::Timestamp(1),
-            wit::ColumnType::Timestamptz => Value::TimestampTz(1),
-            wit::ColumnType::Uuid => Value::Uuid([1; 16]),
-            wit::ColumnType::Json | wit::ColumnType::Jsonb => Value::Json("1".into()),
-            wit::ColumnType::Interval => Value::Interval {
+        let sample = |t: wit::ScalarType| match t {
+            wit::ScalarType::Boolean => Value::Bool(true),
+            wit::ScalarType::Int2 => Value::Int2(1),
+            wit::ScalarType::Int4 => Value::Int4(1),
+            wit::ScalarType::Int8 => Value::Int8(1),
+            wit::ScalarType::Float4 => Value::Float4(1.0),
+            wit::ScalarType::Float8 => Value::Float8(1.0),
+            wit::ScalarType::Numeric => Value::Numeric("1".into()),
+            wit::ScalarType::Text => Value::Text("1".into()),
+            wit::ScalarType::Bytea => Value::Bytea(vec![1]),
+            wit::ScalarType::Date => Value::Date(1),
+            wit::ScalarType::Time => Value::Time(1),
+            wit::ScalarType::Timetz => Value::TimeTz {
+                micros: 1,
+                offset: 3600,
+            },
+            wit::ScalarType::Timestamp => Value::Timestamp(1),
+            wit::ScalarType::Timestamptz => Value::TimestampTz(1),
+            wit::ScalarType::Uuid => Value::Uuid([1; 16]),
+            wit::ScalarType::Json | wit::ScalarType::Jsonb => Value::Json("1".into()),
+            wit::ScalarType::Interval => Value::Interval {
                 months: 1,
                 days: 1,
                 micros: 1,
             },
         };
-        for (t, oid) in COLUMN_TYPES {
-            assert_eq!(column_type_oid(*t), *oid);
-            assert!(fits(&ColumnType::builtin(*oid, -1), &sample(*t)), "{t:?}");
+        let declared = |t, array, numeric| wit::OutputColumn {
+            name: "c".into(),
+            type_: t,
+            array,
+            numeric,
+            nullable: true,
+            key: false,
+        };
+        for (t, oid) in SCALAR_TYPES {
+            assert_eq!(scalar_type_oid(*t), *oid);
+            let column = output_column(&declared(*t, false, None)).unwrap();
+            assert!(fits(&column.ty, &sample(*t)), "{t:?}");
+            let array = output_column(&declared(*t, true, None)).unwrap();
+            let elements = Value::Array(Box::new(Array::from_elements(vec![sample(*t)])));
+            assert!(fits(&array.ty, &elements), "{t:?}[]");
+            assert!(!fits(&array.ty, &sample(*t)), "{t:?}[]");
         }
+        let spec = |precision, scale| Some(wit::NumericSpec { precision, scale });
+        let numeric = output_column(&declared(wit::ScalarType::Numeric, false, spec(12, 2)));
+        assert_eq!(numeric.unwrap().type_modifier, (12 << 16 | 2) + 4);
+        let error = output_column(&declared(wit::ScalarType::Numeric, false, spec(2, 3)));
+        assert!(error.unwrap_err().contains("scale 0 to the precision"));
+        let error = output_column(&declared(wit::ScalarType::Text, false, spec(2, 1)));
+        assert!(
+            error
+                .unwrap_err()
+                .contains("precision and scale to a text column")
+        );
     }
 }

@@ -39,6 +39,9 @@ pub(super) mod wit {
 
 use bindings::{Transform, TransformPre};
 
+/// The contract this host serves, as plugins export it.
+pub(super) const CONTRACT: &str = "tributary:transform/plugin@1.0.0";
+
 /// How often the epoch advances.
 pub(super) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
@@ -92,7 +95,8 @@ pub(super) struct Plugin {
     pub path: PathBuf,
     /// SHA-256 of the file, hex.
     pub digest: String,
-    pub outputs: Vec<wit::Output>,
+    /// What `init` declared.
+    pub setup: wit::Setup,
     config: Vec<(String, String)>,
     limits: HostLimits,
     pre: TransformPre<HostState>,
@@ -128,7 +132,8 @@ impl Plugin {
                     .into(),
             ));
         }
-        let component = Component::new(engine, &bytes).map_err(|e| invalid(format!("{e:#}")))?;
+        let component = compile(engine, path, &bytes).map_err(|e| invalid(format!("{e:#}")))?;
+        check_contract(engine, &component).map_err(invalid)?;
         let mut linker = Linker::<HostState>::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| invalid(format!("{e:#}")))?;
@@ -141,7 +146,8 @@ impl Plugin {
         })?;
         let pre = TransformPre::new(instance_pre).map_err(|e| {
             invalid(format!(
-                "{e:#}; does it implement the tributary:transform@0.1.0 world?"
+                "{e:#}; its {CONTRACT} export does not match the contract \
+                 (guest-sdk/wit/transform.wit)"
             ))
         })?;
         let file_name = path.file_name().map_or_else(
@@ -153,16 +159,25 @@ impl Plugin {
             version: String::new(),
             path: path.to_owned(),
             digest,
-            outputs: Vec::new(),
+            setup: wit::Setup {
+                outputs: Vec::new(),
+                reshapes: Vec::new(),
+                interest: wit::Interest {
+                    columns: None,
+                    old_images: true,
+                    messages: true,
+                    whole_transactions: false,
+                },
+            },
             config,
             limits: limits.clone(),
             pre,
             live: None,
         };
-        let info = plugin.start(Call::Load)?;
+        let (info, setup) = plugin.start(Call::Load)?;
         plugin.name = info.name;
         plugin.version = info.version;
-        plugin.outputs = info.outputs;
+        plugin.setup = setup;
         Ok(plugin)
     }
 
@@ -171,15 +186,29 @@ impl Plugin {
         &mut self,
         batch: &wit::Batch,
         call: Call,
-    ) -> Result<Result<Vec<wit::Emit>, wit::Error>, TransformError> {
+    ) -> Result<Result<wit::Processed, wit::Error>, TransformError> {
         if self.live.is_none() {
             self.start(call)?;
         }
-        self.call(call, |bindings, store| bindings.call_process(store, batch))
+        self.call(call, |bindings, store| {
+            bindings
+                .tributary_transform_plugin()
+                .call_process(store, batch)
+        })
+    }
+
+    /// The counters the plugin added to since the last call of this, by name.
+    pub fn take_counters(&mut self) -> Vec<(String, u64)> {
+        match &mut self.live {
+            Some(live) => std::mem::take(&mut live.store.data_mut().counters)
+                .into_iter()
+                .collect(),
+            None => Vec::new(),
+        }
     }
 
     /// Instantiate, `describe`, and `init`; the instance stays live.
-    fn start(&mut self, call: Call) -> Result<wit::PluginInfo, TransformError> {
+    fn start(&mut self, call: Call) -> Result<(wit::PluginInfo, wit::Setup), TransformError> {
         let mut store = Store::new(self.pre.engine(), HostState::new(&self.name, &self.limits));
         store.limiter(|state| &mut state.limiter);
         // What a plugin returns from one call is bounded by what it can hold: let it return
@@ -191,18 +220,26 @@ impl Plugin {
             Err(error) => return Err(self.failure(call, &mut store, error)),
         };
         self.live = Some(Live { store, bindings });
-        let info = self.call(call, |bindings, store| bindings.call_describe(store))?;
+        let info = self.call(call, |bindings, store| {
+            bindings.tributary_transform_plugin().call_describe(store)
+        })?;
         let config = self.config.clone();
-        let init = self.call(call, |bindings, store| bindings.call_init(store, &config))?;
-        if let Err(message) = init {
-            self.live = None;
-            return Err(TransformError::Init {
-                plugin: info.name,
-                path: self.path.clone(),
-                message,
-            });
+        let init = self.call(call, |bindings, store| {
+            bindings
+                .tributary_transform_plugin()
+                .call_init(store, &config)
+        })?;
+        match init {
+            Ok(setup) => Ok((info, setup)),
+            Err(message) => {
+                self.live = None;
+                Err(TransformError::Init {
+                    plugin: info.name,
+                    path: self.path.clone(),
+                    message,
+                })
+            }
         }
-        Ok(info)
     }
 
     /// Call into the live instance under the deadline; any failure poisons the instance.
@@ -286,6 +323,53 @@ impl Plugin {
     }
 }
 
+/// Compile the component, telling when that takes a while (an interpreter's component can
+/// take seconds; the cache makes later starts fast).
+fn compile(engine: &Engine, path: &Path, bytes: &[u8]) -> wasmtime::Result<Component> {
+    let started = std::time::Instant::now();
+    let component = Component::new(engine, bytes)?;
+    let took = started.elapsed();
+    if took >= Duration::from_millis(500) {
+        tracing::info!(
+            plugin = %path.display(),
+            "compiled the plugin ({} MiB) in {:.1} s; later starts reuse the compile cache",
+            bytes.len() >> 20,
+            took.as_secs_f64()
+        );
+    }
+    Ok(component)
+}
+
+/// Whether the component exports the contract this host serves, with a message saying how to
+/// rebuild it when it exports another.
+fn check_contract(engine: &Engine, component: &Component) -> Result<(), String> {
+    let exports: Vec<String> = component
+        .component_type()
+        .exports(engine)
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    if exports.iter().any(|e| e == CONTRACT) {
+        return Ok(());
+    }
+    if exports.iter().any(|e| e == "process") && exports.iter().any(|e| e == "describe") {
+        return Err(format!(
+            "it was built against the tributary:transform@0.1.0 contract, which this version \
+             no longer loads; rebuild it against {CONTRACT} (guest-sdk/wit/transform.wit, \
+             docs/plugins.md: a Rust plugin moves to the current tributary-guest crate and \
+             returns its setup from init)"
+        ));
+    }
+    let listed = if exports.is_empty() {
+        "nothing".to_owned()
+    } else {
+        exports.join(", ")
+    };
+    Err(format!(
+        "it does not export {CONTRACT} (it exports {listed}); build it for the transform \
+         world of guest-sdk/wit/transform.wit"
+    ))
+}
+
 fn deadline_ticks(timeout: Duration) -> u64 {
     let ticks = timeout.as_nanos().div_ceil(EPOCH_TICK.as_nanos());
     // One more tick: the ticker may fire right after the deadline is set.
@@ -316,6 +400,8 @@ struct HostState {
     limiter: Limiter,
     stdout: Captured,
     stderr: Captured,
+    /// What the plugin counted through `host.count` since the counters were last taken.
+    counters: std::collections::BTreeMap<String, u64>,
 }
 
 impl HostState {
@@ -340,6 +426,7 @@ impl HostState {
             },
             stdout,
             stderr,
+            counters: Default::default(),
         }
     }
 
@@ -372,15 +459,37 @@ impl WasiView for HostState {
 impl bindings::tributary::transform::types::Host for HostState {}
 
 impl bindings::tributary::transform::host::Host for HostState {
-    fn log(&mut self, level: wit::Level, message: String) {
+    fn log(&mut self, level: wit::Level, message: String, fields: Vec<(String, String)>) {
         let plugin = &self.plugin;
+        let fields = Fields(&fields);
         match level {
-            wit::Level::Trace => tracing::trace!(plugin = %plugin, "{message}"),
-            wit::Level::Debug => tracing::debug!(plugin = %plugin, "{message}"),
-            wit::Level::Info => tracing::info!(plugin = %plugin, "{message}"),
-            wit::Level::Warn => tracing::warn!(plugin = %plugin, "{message}"),
-            wit::Level::Error => tracing::error!(plugin = %plugin, "{message}"),
+            wit::Level::Trace => tracing::trace!(plugin = %plugin, "{message}{fields}"),
+            wit::Level::Debug => tracing::debug!(plugin = %plugin, "{message}{fields}"),
+            wit::Level::Info => tracing::info!(plugin = %plugin, "{message}{fields}"),
+            wit::Level::Warn => tracing::warn!(plugin = %plugin, "{message}{fields}"),
+            wit::Level::Error => tracing::error!(plugin = %plugin, "{message}{fields}"),
         }
+    }
+
+    fn count(&mut self, name: String, delta: u64) {
+        let counter = self.counters.entry(name).or_default();
+        *counter = counter.saturating_add(delta);
+    }
+}
+
+/// A plugin's log fields, after its message: ` table=public.users rows=3`.
+struct Fields<'a>(&'a [(String, String)]);
+
+impl std::fmt::Display for Fields<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (key, value) in self.0 {
+            if value.is_empty() || value.contains(char::is_whitespace) {
+                write!(f, " {key}={value:?}")?;
+            } else {
+                write!(f, " {key}={value}")?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -1,33 +1,38 @@
 //! The WebAssembly transform host.
 //!
-//! A transform is a WebAssembly component implementing the `tributary:transform@0.1.0` world
-//! (the WIT in `guest-sdk/wit/`, which is also the plugin author's documentation). A pipeline
-//! has zero or more of them, applied in order by a [`TransformChain`]:
+//! A transform is a WebAssembly component exporting `tributary:transform/plugin@1.0.0` (the
+//! WIT in `guest-sdk/wit/`, which is also the plugin author's documentation; the reasoning
+//! behind it is in `docs/plugins.md`). A pipeline has zero or more of them, applied in order by
+//! a [`TransformChain`]:
 //!
 //! ```text
 //! Batch ─► plugin 1 ─► source rows ─► plugin 2 ─► ... ─► source rows ─► outputs per table
 //!             └─► declared rows ─────────┴──────────────────────────────► declared outputs
 //! ```
 //!
-//! - Each plugin gets the batch as typed WIT values and returns `emit`s. A row emitted to
-//!   `source(relation)` lands in the output derived from that table (`schema.table`, the
-//!   table's columns) and is what the next plugin sees as a change; a row emitted to an output
-//!   the plugin declared goes straight out.
+//! - Each plugin gets the batch as typed WIT values, as much of it as its `interest` reads
+//!   (the columns it names, old images and messages when it asks), and returns emits:
+//!   `keep` (the change as it came), `edit` (some values replaced) or a whole `row`. A table's
+//!   rows may be reshaped (columns dropped, renamed, added) by the plugin's setup; they land in
+//!   the output derived from the table and are what the next plugin sees as changes. A row
+//!   emitted to an output the plugin declared goes straight out.
 //! - With no plugins the chain is the identity: every change becomes one row of its table's
 //!   output (the new row, the old row of a delete, nulls for a truncate).
-//! - Every emitted row is checked against its output's columns (arity and value kinds) and
-//!   must carry the commit LSN of a transaction of the batch; the host fills in xid and commit
-//!   time from it, so identities stay exact.
-//! - Logical decoding messages (`transaction.messages`, `batch.messages`) reach every plugin of
-//!   the chain unchanged; nothing lands for them unless a plugin emits rows for them.
+//! - Every value a plugin spells out is checked against its column; identities (commit LSN,
+//!   `seq`, `_sub`) come from the emit's origin, so a plugin cannot make two rows collide or
+//!   point at a transaction the batch does not hold.
+//! - Logical decoding messages reach every plugin that asks for them, unchanged; nothing lands
+//!   for them unless a plugin emits rows for them.
 //!
-//! Loading compiles each plugin once (one shared engine, with the compile cache), links it
-//! against the `host` interface and an empty WASI context (no files, network, environment or
-//! arguments), and calls `describe` and `init`. Each call runs under an epoch deadline
-//! ([`HostLimits::call_timeout`]) and a memory cap ([`HostLimits::memory_bytes`]). A trap,
-//! a timeout or the memory cap poisons the instance: it is dropped, and the next call starts
-//! a fresh one (`describe` and `init` again). None of these errors is retryable: plugins are
-//! deterministic, so the same batch fails the same way.
+//! Loading compiles each plugin once (one shared engine, with the compile cache; a slow
+//! compile is logged), refuses components built against another contract with a message saying
+//! how to rebuild, links it against the `host` interface and an empty WASI context (no files,
+//! network, environment or arguments), and calls `describe` and `init`. Each call runs under an
+//! epoch deadline ([`HostLimits::call_timeout`]) and a memory cap ([`HostLimits::memory_bytes`]).
+//! A trap, a timeout or the memory cap poisons the instance: it is dropped, and the next call
+//! starts a fresh one (`describe` and `init` again). None of these errors is retryable: plugins
+//! are deterministic, so the same batch fails the same way. A plugin that asks to retry a batch
+//! is called again after a pause, for about ten minutes.
 
 mod chain;
 mod convert;
@@ -174,8 +179,47 @@ pub enum TransformError {
         message: String,
     },
 
+    #[error("{0}")]
+    Rejected(Box<Rejected>),
+
     #[error("cannot start the WebAssembly engine: {message}")]
     Engine { message: String },
+}
+
+/// A change a plugin could not transform, under the `stop` failure policy.
+#[derive(Debug)]
+pub struct Rejected {
+    pub plugin: String,
+    pub path: PathBuf,
+    pub call: Call,
+    pub commit_lsn: Option<Lsn>,
+    pub seq: Option<u32>,
+    pub table: Option<String>,
+    pub class: String,
+    pub message: String,
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "plugin {:?} ({}) rejected ",
+            self.plugin,
+            self.path.display()
+        )?;
+        match (self.commit_lsn, self.seq, &self.table) {
+            (Some(lsn), Some(seq), Some(table)) => {
+                write!(f, "the change at commit lsn {lsn}, seq {seq} of {table}")?
+            }
+            _ => write!(f, "a change it named wrongly {}", self.call)?,
+        }
+        write!(
+            f,
+            " ({}): {}; the pipeline stops here, so nothing past the previous batch is \
+             confirmed: fix the plugin or the data and start again",
+            self.class, self.message
+        )
+    }
 }
 
 impl TransformError {
@@ -190,6 +234,9 @@ impl TransformError {
 /// output derived from its table.
 pub struct TransformChain {
     stages: Vec<chain::Stage>,
+    /// The commit LSN of the transaction whose parts are coming in, and how many messages its
+    /// parts so far held: message rows of a later part number on from them.
+    parts_seen: Option<(Lsn, u32)>,
 }
 
 impl TransformChain {
@@ -214,7 +261,10 @@ impl TransformChain {
             }
             stages.push(stage);
         }
-        Ok(TransformChain { stages })
+        Ok(TransformChain {
+            stages,
+            parts_seen: None,
+        })
     }
 
     /// The loaded plugins, in pipeline order.
@@ -230,14 +280,50 @@ impl TransformChain {
             .collect()
     }
 
-    /// Run the batch through every plugin and group what comes out per output, each output's
-    /// rows in commit order.
+    /// The plugins that must see every transaction in one call (`interest.whole-transactions`).
+    pub fn wants_whole_transactions(&self) -> Vec<String> {
+        self.stages
+            .iter()
+            .filter(|s| s.plugin.setup.interest.whole_transactions)
+            .map(|s| s.plugin.name.clone())
+            .collect()
+    }
+
+    /// Run a batch of whole transactions through every plugin and group what comes out per
+    /// output, each output's rows in commit order.
     ///
     /// This blocks for as long as the plugins compute (up to the call timeout per plugin). In
     /// an async program call it from a blocking thread (`tokio::task::spawn_blocking`), never
     /// from an async task: the WASI streams behind a guest's stdout and stderr block on the
     /// current runtime.
-    pub fn process(&mut self, batch: &Batch) -> Result<Vec<OutputBatch>, TransformError> {
-        chain::process(&mut self.stages, batch)
+    pub fn process(&mut self, batch: Batch) -> Result<Vec<OutputBatch>, TransformError> {
+        self.parts_seen = None;
+        chain::process(&mut self.stages, batch, chain::Parts::default())
+    }
+
+    /// Like [`TransformChain::process`], for one part of a large transaction: the batch holds
+    /// that transaction alone, `part` counts from 0, and `last` marks the end. Parts come in
+    /// order.
+    pub fn process_part(
+        &mut self,
+        batch: Batch,
+        part: u32,
+        last: bool,
+    ) -> Result<Vec<OutputBatch>, TransformError> {
+        let lsn = batch.transactions.first().map(|t| t.commit_lsn);
+        let messages = batch
+            .transactions
+            .first()
+            .map_or(0, |t| t.messages.len() as u32);
+        let earlier = match (self.parts_seen, lsn) {
+            (Some((seen, count)), Some(lsn)) if part > 0 && seen == lsn => count,
+            _ => 0,
+        };
+        self.parts_seen = lsn.map(|lsn| (lsn, earlier + messages));
+        let parts = chain::Parts {
+            part: Some((part, last)),
+            earlier_messages: earlier,
+        };
+        chain::process(&mut self.stages, batch, parts)
     }
 }
