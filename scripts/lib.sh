@@ -147,3 +147,29 @@ ensure_python_readers() {
     export TRIBUTARY_PYTHON="$python"
 }
 
+
+# The example plugins in other languages (examples/plugins/<lang>/), each built by its own
+# toolchain: their install and build steps live in scripts/guest/.
+for guest_script in "$ROOT"/scripts/guest/*.sh; do
+    # shellcheck source=/dev/null
+    source "$guest_script"
+done
+
+# Installs the Python, JavaScript and C toolchains and builds the example plugins into
+# <target>/guest/<lang>/. The C examples are componentized by `tributary plugin componentize`,
+# so the command is built first. Exports TRIBUTARY_GUEST_PLUGIN_DIR.
+build_guest_examples() {
+    local target="${CARGO_TARGET_DIR:-$ROOT/target}"
+    case "$target" in /*) ;; *) target="$ROOT/$target" ;; esac
+    local out="$target/guest"
+    ensure_python_guest
+    build_python_examples "$out"
+    ensure_js_guest
+    build_js_examples "$out"
+    ensure_c_guest
+    say "tributary: building the command, which componentizes the C examples"
+    # The features the test build unifies to, so `cargo test` reuses this build.
+    (cd "$ROOT" && cargo build -p tributary-cli --features tributary/failpoints)
+    build_c_examples "$out" "$target/debug/tributary"
+    export TRIBUTARY_GUEST_PLUGIN_DIR="$out"
+}

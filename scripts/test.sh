@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on this machine, installing what it needs first: the wasm32-wasip2
 # target, PostgreSQL server binaries, the s3s-fs S3 server, DuckDB and pyarrow (independent
-# Parquet readers), and the plugins the tests load.
+# Parquet readers), the plugins the tests load, and the Python (componentize-py), JavaScript
+# (jco) and C (clang, wasi-libc, wit-bindgen) toolchains that build the example plugins.
 # Safe to run again: every step skips what is already there. Extra arguments go to `cargo test`.
 # Without extra arguments the benchmark harness then runs once at its smallest size (debug
 # build), so it keeps working; its figures do not decide the outcome, only whether it runs.
@@ -15,6 +16,7 @@ ensure_postgres
 ensure_s3s_fs
 ensure_python_readers
 build_plugins
+build_guest_examples
 
 say "tests: cargo test $*"
 cd "$ROOT"
@@ -25,7 +27,7 @@ cargo test "$@" || status=$?
 if [ "$status" -eq 0 ] && [ "$#" -eq 0 ]; then
     # The guest SDK and the plugins' own unit tests run natively (tributary_guest::testing).
     say "tests: the guest SDK and plugin unit tests, natively"
-    cargo test -p tributary-guest -p mask -p select || status=$?
+    cargo test -p tributary-guest -p mask -p select -p router || status=$?
 fi
 if [ "$status" -eq 0 ]; then say "tests: passed"; else say "tests: FAILED (exit $status)"; fi
 if [ "$status" -eq 0 ] && [ "$#" -eq 0 ] && [ "${TRIBUTARY_SKIP_BENCH:-0}" != 1 ]; then

@@ -155,7 +155,7 @@ impl Setup {
         self
     }
 
-    /// Do not read old images.
+    /// Do not read the old images of updates (a delete's row is sent either way).
     pub fn without_old_images(mut self) -> Self {
         self.interest.old_images = false;
         self

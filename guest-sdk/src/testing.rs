@@ -168,7 +168,7 @@ fn view(batch: &Batch, interest: &Interest) -> Batch {
             tx.messages.clear();
         }
         for change in &mut tx.changes {
-            if !interest.old_images {
+            if !interest.old_images && change.op != Op::Delete {
                 change.old = None;
             }
             let relation = &batch.relations[change.relation as usize];

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::transform::{HostLimits, TransformSpec};
+use crate::transform::{FailurePolicy, HostLimits, TransformSpec};
 
 /// The environment variable that overrides `source.url` (so passwords need not live in files).
 pub const SOURCE_URL_ENV: &str = "TRIBUTARY_SOURCE_URL";
@@ -119,6 +119,10 @@ pub struct TransformConfig {
     /// Longest one call may run, in milliseconds.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
+    /// What becomes of a change the plugin rejects: `stop` the pipeline, or land it in the
+    /// dead-letter output and go on.
+    #[serde(default)]
+    pub on_error: FailurePolicy,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -300,6 +304,7 @@ impl PipelineConfig {
                         .iter()
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect(),
+                    on_error: t.on_error,
                 };
                 let limits = HostLimits {
                     memory_bytes: t.memory_limit_mib << 20,

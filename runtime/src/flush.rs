@@ -64,6 +64,11 @@ pub struct EncodedFlush {
     pub transactions: u64,
     pub changes: u64,
     pub files: Vec<(FileEntry, Bytes)>,
+    /// Changes plugins rejected that this part lands in the dead-letter output.
+    pub dead_letters: u64,
+    /// The plugins that made the files, when not the ones the machine started with (they were
+    /// reloaded since).
+    pub plugins: Option<std::sync::Arc<[PluginInfo]>>,
 }
 
 /// Which step of which flush an action is; results are reported with it.
@@ -356,6 +361,10 @@ impl FlushMachine {
             flight.flush.files.extend(flush.files);
             flight.flush.transactions += flush.transactions;
             flight.flush.changes += flush.changes;
+            flight.flush.dead_letters += flush.dead_letters;
+            if flush.plugins.is_some() {
+                flight.flush.plugins = flush.plugins;
+            }
             flight.flush.last_commit_lsn = flush.last_commit_lsn;
             flight.flush.last_end_lsn = flush.last_end_lsn;
             flight.flush.part = flush.part;
@@ -645,9 +654,14 @@ impl FlushMachine {
                     transactions: flight.flush.transactions,
                     changes: flight.flush.changes,
                     files: flight.flush.files.iter().map(|(f, _)| f.clone()).collect(),
-                    plugins: self.plugins.clone(),
+                    plugins: flight
+                        .flush
+                        .plugins
+                        .as_deref()
+                        .map_or_else(|| self.plugins.clone(), <[PluginInfo]>::to_vec),
                     committed_at: unix_micros,
                     accepted_gap: None,
+                    dead_letters: self.checkpoint.dead_letters() + flight.flush.dead_letters,
                 });
                 return Some(Action::Commit {
                     id: ActionId {

@@ -47,6 +47,8 @@ pub struct SinkStatus {
     pub last_committed_at: Option<i64>,
     /// The instance that wrote the latest entry: the pipeline's current writer.
     pub writer: Option<Writer>,
+    /// Changes plugins rejected that landed in the dead-letter output, in all.
+    pub dead_letters: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -83,6 +85,7 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
         last_end_lsn: latest.as_ref().map(|e| e.last_end_lsn),
         last_committed_at: latest.as_ref().map(|e| e.committed_at),
         writer: latest.as_ref().map(|e| e.writer.clone()),
+        dead_letters: latest.as_ref().map_or(0, |e| e.dead_letters),
     };
     Ok(Status {
         current_wal_lsn: current,
@@ -151,9 +154,16 @@ impl std::fmt::Display for Status {
                     lsn(self.sink.last_commit_lsn),
                     lsn(self.sink.last_end_lsn)
                 )?;
-                match &self.sink.writer {
-                    Some(w) => writeln!(f, "  written by        {w}"),
-                    None => Ok(()),
+                if let Some(w) = &self.sink.writer {
+                    writeln!(f, "  written by        {w}")?;
+                }
+                match self.sink.dead_letters {
+                    0 => Ok(()),
+                    n => writeln!(
+                        f,
+                        "  dead letters      {n} rejected changes in {}/",
+                        crate::transform::DEAD_LETTERS
+                    ),
                 }
             }
         }

@@ -293,6 +293,7 @@ async fn a_restart_confirms_what_the_sink_already_holds() {
         plugins: vec![],
         committed_at: 0,
         accepted_gap: None,
+        dead_letters: 0,
     };
     log.commit(&entry).await.unwrap();
     assert_eq!(confirmed_flush(&db.client, &name).await, Some(created));

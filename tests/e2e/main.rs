@@ -10,6 +10,7 @@ mod harness;
 mod identity;
 mod idle;
 mod landing;
+mod languages;
 mod large;
 mod messages;
 mod plugins;

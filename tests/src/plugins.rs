@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 /// The command that builds every plugin the tests load.
-pub const PLUGIN_BUILD_COMMAND: &str = "cargo build --release --target wasm32-wasip2 -p passthrough -p trap -p spin -p mask -p messages";
+pub const PLUGIN_BUILD_COMMAND: &str = "cargo build --release --target wasm32-wasip2 -p passthrough -p trap -p spin -p mask -p messages -p select -p sandbox -p old-contract";
 
 /// The built component `<name>.wasm`; panics with the build command when it is missing.
 pub fn plugin(name: &str) -> PathBuf {
@@ -13,6 +13,25 @@ pub fn plugin(name: &str) -> PathBuf {
         panic!(
             "plugin {name:?} is not built ({} does not exist); build the plugins with `{PLUGIN_BUILD_COMMAND}` \
              (or run scripts/test.sh), or set TRIBUTARY_PLUGIN_DIR to the directory holding them",
+            path.display()
+        );
+    }
+    path
+}
+
+/// The example plugin `name` of `lang` (`python`, `js`, `c`), built by that language's own
+/// toolchain from `examples/plugins/<lang>/` into `TRIBUTARY_GUEST_PLUGIN_DIR/<lang>/` (or
+/// `<target>/guest/<lang>/`); panics saying how to build them when it is missing.
+pub fn guest_plugin(lang: &str, name: &str) -> PathBuf {
+    let dir = std::env::var_os("TRIBUTARY_GUEST_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("guest"));
+    let path = dir.join(lang).join(format!("{name}.wasm"));
+    if !path.is_file() {
+        panic!(
+            "the {lang} example plugin {name:?} is not built ({} does not exist); run \
+             scripts/test.sh, which installs the {lang} toolchain and builds the examples, or set \
+             TRIBUTARY_GUEST_PLUGIN_DIR to the directory holding <lang>/<name>.wasm",
             path.display()
         );
     }

@@ -13,6 +13,7 @@ use tributary::pipeline::{self, Progress, RunOptions};
 use tributary::status;
 
 mod demo;
+mod plugin;
 
 /// Change data capture from PostgreSQL, through WebAssembly transforms, to Parquet in object
 /// storage — exactly once.
@@ -55,6 +56,11 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Tools for writing transform plugins.
+    Plugin {
+        #[command(subcommand)]
+        command: plugin::PluginCommand,
     },
 }
 
@@ -149,6 +155,11 @@ async fn execute(command: Command) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        // Plugin calls block (the guest's WASI streams wait on the runtime): off the async
+        // threads.
+        Command::Plugin { command } => tokio::task::spawn_blocking(move || plugin::run(command))
+            .await
+            .context("the plugin command stopped")?,
     }
 }
 

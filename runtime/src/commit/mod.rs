@@ -186,6 +186,14 @@ pub struct CommitEntry {
     /// the two positions never landed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted_gap: Option<AcceptedGap>,
+    /// Changes plugins rejected that landed in the dead-letter output, in this entry and all
+    /// before it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dead_letters: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A gap between the sink and the slot that an operator accepted.
@@ -241,6 +249,7 @@ pub struct Checkpoint {
     sequence: u64,
     last_commit_lsn: Lsn,
     last_end_lsn: Lsn,
+    dead_letters: u64,
 }
 
 impl Checkpoint {
@@ -249,7 +258,13 @@ impl Checkpoint {
             sequence: e.sequence,
             last_commit_lsn: e.last_commit_lsn,
             last_end_lsn: e.last_end_lsn,
+            dead_letters: e.dead_letters,
         })
+    }
+
+    /// Dead letters landed up to the latest entry.
+    pub fn dead_letters(&self) -> u64 {
+        self.dead_letters
     }
 
     /// Sequence number of the latest entry; 0 before the first.
@@ -351,6 +366,7 @@ impl Checkpoint {
                 from: self.last_end_lsn,
                 to: slot_confirmed,
             }),
+            dead_letters: self.dead_letters,
         }
     }
 
@@ -406,6 +422,7 @@ mod tests {
             plugins: vec![],
             committed_at: 0,
             accepted_gap: None,
+            dead_letters: 0,
         }
     }
 

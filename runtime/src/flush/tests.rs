@@ -32,6 +32,8 @@ fn flush(sequence: u64, files: usize) -> EncodedFlush {
                 (file, Bytes::from_static(b"abc"))
             })
             .collect(),
+        dead_letters: 0,
+        plugins: None,
     }
 }
 

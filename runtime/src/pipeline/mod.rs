@@ -20,6 +20,7 @@
 
 mod land;
 mod reconnect;
+mod reload;
 mod retry;
 mod start;
 
@@ -266,7 +267,12 @@ async fn run_stages(
     let encoder = Encoder::new(&EncodeOptions::default())?;
     let (stream, (), (), ()) = tokio::try_join!(
         reader.run(),
-        transform_stage(started.transforms, cut_rx, transformed_tx),
+        transform_stage(
+            started.transforms,
+            reload::Reloader::new(config.transform_specs()),
+            cut_rx,
+            transformed_tx
+        ),
         encode_stage(encoder, writer, transformed_rx, encoded_tx),
         land::land(
             machine,
@@ -718,13 +724,49 @@ impl Reader {
     }
 }
 
-/// The transform stage: the plugin chain, one batch at a time, on a blocking thread.
+/// The transform stage: the plugin chain, one batch at a time, on a blocking thread. Between
+/// batches (never between the parts of one transaction) it swaps in plugins reloaded because
+/// a file changed or the process got `SIGHUP`.
 async fn transform_stage(
     mut chain: TransformChain,
+    mut reloader: reload::Reloader,
     mut input: mpsc::Receiver<Cut>,
     output: mpsc::Sender<Transformed>,
 ) -> Result<(), PipelineError> {
-    while let Some(cut) = input.recv().await {
+    let mut plugins: Arc<[PluginInfo]> = chain.plugins().into();
+    let mut watch = tokio::time::interval(reload::WATCH_EVERY);
+    watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut hangup = hangup_signal();
+    let mut mid_transaction = false;
+    loop {
+        let cut = tokio::select! {
+            cut = input.recv() => match cut {
+                Some(cut) => cut,
+                None => break,
+            },
+            _ = watch.tick(), if !reloader.is_empty() => {
+                reloader.poll_files();
+                continue;
+            }
+            _ = next_hangup(&mut hangup), if !reloader.is_empty() => {
+                reloader.request("SIGHUP".to_owned());
+                continue;
+            }
+        };
+        if !mid_transaction && let Some(reloaded) = reloader.ready() {
+            let versions: Vec<String> = reloaded
+                .plugins()
+                .iter()
+                .map(|p| format!("{} {} ({})", p.name, p.version, &p.digest[..12]))
+                .collect();
+            tracing::info!(
+                "plugins reloaded; from this batch on: {}",
+                versions.join(", ")
+            );
+            chain = reloaded;
+            plugins = chain.plugins().into();
+        }
+        mid_transaction = !cut.last;
         let started = Instant::now();
         let Cut {
             batch,
@@ -747,6 +789,8 @@ async fn transform_stage(
                 transactions: 0,
                 changes: 0,
                 files: Vec::new(),
+                dead_letters: 0,
+                plugins: None,
             };
             let transformed = Transformed {
                 flush,
@@ -791,6 +835,12 @@ async fn transform_stage(
             transactions: transactions - u64::from(!last),
             changes,
             files: Vec::new(),
+            dead_letters: outputs
+                .iter()
+                .filter(|o| o.output == crate::transform::DEAD_LETTERS)
+                .map(|o| o.rows.len() as u64)
+                .sum(),
+            plugins: Some(plugins.clone()),
         };
         let transformed = Transformed {
             flush,
@@ -884,6 +934,32 @@ fn encode_outputs(
         }
     }
     Ok(files)
+}
+
+/// `SIGHUP`, where there is one.
+#[cfg(unix)]
+fn hangup_signal() -> Option<tokio::signal::unix::Signal> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok()
+}
+
+#[cfg(not(unix))]
+fn hangup_signal() -> Option<()> {
+    None
+}
+
+#[cfg(unix)]
+async fn next_hangup(signal: &mut Option<tokio::signal::unix::Signal>) {
+    match signal {
+        Some(signal) => {
+            signal.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(not(unix))]
+async fn next_hangup(_: &mut Option<()>) {
+    std::future::pending().await
 }
 
 async fn load_transforms(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::convert::{self, Relations, View};
 use super::host::{Plugin, wit};
-use super::{Call, Rejected, TransformError};
+use super::{Call, DEAD_LETTERS, FailurePolicy, Rejected, TransformError};
 use crate::Lsn;
 use crate::change::{Batch, Change, Op, OutputBatch, OutputColumn, OutputRow, Transaction, Value};
 use crate::pgoutput::{Relation, RelationColumn};
@@ -18,6 +18,7 @@ pub(super) struct Stage {
     pub plugin: Plugin,
     declared: HashMap<String, Arc<[OutputColumn]>>,
     reshapes: Vec<Reshape>,
+    policy: FailurePolicy,
 }
 
 /// One `reshape` of the plugin's setup, its added columns typed.
@@ -29,7 +30,7 @@ struct Reshape {
 }
 
 impl Stage {
-    pub fn new(plugin: Plugin) -> Result<Stage, TransformError> {
+    pub fn new(plugin: Plugin, policy: FailurePolicy) -> Result<Stage, TransformError> {
         let invalid = |message: String| TransformError::Invalid {
             path: plugin.path.clone(),
             message: format!("plugin {:?}: {message}", plugin.name),
@@ -52,10 +53,11 @@ impl Stage {
         let mut declared = HashMap::new();
         for output in &plugin.setup.outputs {
             let name = &output.name;
-            if name.is_empty() || name.contains('.') {
+            if name.is_empty() || name.contains('.') || name.starts_with('_') {
                 return Err(invalid(format!(
                     "declared output {name:?} must be a non-empty name without '.', so it \
-                     cannot be taken for a table's schema.table output"
+                     cannot be taken for a table's schema.table output, and must not start \
+                     with '_' (names like {DEAD_LETTERS} are Tributary's own)"
                 )));
             }
             let list = columns(&format!("declared output {name:?}"), &output.columns)?;
@@ -77,7 +79,55 @@ impl Stage {
             plugin,
             declared,
             reshapes,
+            policy,
         })
+    }
+
+    pub fn summary(&self) -> super::PluginSummary {
+        let plugin = &self.plugin;
+        let interest = &plugin.setup.interest;
+        let mut outputs: Vec<(String, Vec<OutputColumn>)> = self
+            .declared
+            .iter()
+            .map(|(name, columns)| (name.clone(), columns.to_vec()))
+            .collect();
+        outputs.sort_by(|a, b| a.0.cmp(&b.0));
+        let reshapes = self
+            .reshapes
+            .iter()
+            .map(|r| {
+                let tables = match r.tables.is_empty() {
+                    true => "every table".to_owned(),
+                    false => r.tables.join(", "),
+                };
+                let mut moves = Vec::new();
+                if !r.drop.is_empty() {
+                    moves.push(format!("drop {}", r.drop.join(", ")));
+                }
+                for (from, to) in &r.rename {
+                    moves.push(format!("rename {from} to {to}"));
+                }
+                for column in &r.add {
+                    moves.push(format!("add {} {}", column.name, column.ty.label()));
+                }
+                format!("{tables}: {}", moves.join("; "))
+            })
+            .collect();
+        super::PluginSummary {
+            info: super::PluginInfo {
+                name: plugin.name.clone(),
+                version: plugin.version.clone(),
+                path: plugin.path.display().to_string(),
+                digest: plugin.digest.clone(),
+            },
+            contract: super::host::CONTRACT.to_owned(),
+            outputs,
+            reshapes,
+            reads_columns: interest.columns.clone(),
+            reads_old_images: interest.old_images,
+            reads_messages: interest.messages,
+            whole_transactions: interest.whole_transactions,
+        }
     }
 
     pub fn declared_names(&self) -> impl Iterator<Item = &str> {
@@ -240,10 +290,21 @@ pub(super) fn process(
         let input = convert::batch_to_wit(&current, &relations, &handles, &view);
         let processed = call_with_retries(stage, &input, call)?;
         drop(input);
-        if let Some(rejection) = processed.rejections.first() {
-            return Err(rejected(
-                stage, &current, &relations, &handles, rejection, call,
-            ));
+        match stage.policy {
+            FailurePolicy::Stop => {
+                if let Some(rejection) = processed.rejections.first() {
+                    return Err(rejected(
+                        stage, &current, &relations, &handles, rejection, call,
+                    ));
+                }
+            }
+            FailurePolicy::DeadLetter => {
+                let letters = dead_letters(stage, &current, &relations, &handles, &processed);
+                if !letters.is_empty() {
+                    let group = collector.group(DEAD_LETTERS, &dead_letter_columns(), false);
+                    collector.batches[group].rows.extend(letters);
+                }
+            }
         }
         let context = Context {
             stage,
@@ -339,6 +400,128 @@ fn rejected(
         class: rejection.class.clone(),
         message: rejection.message.clone(),
     }))
+}
+
+/// The columns of the dead-letter output.
+fn dead_letter_columns() -> Arc<[OutputColumn]> {
+    static COLUMNS: std::sync::OnceLock<Arc<[OutputColumn]>> = std::sync::OnceLock::new();
+    COLUMNS
+        .get_or_init(|| {
+            let column = |name: &str, oid, nullable| {
+                let mut column = OutputColumn::builtin(name, oid, -1);
+                column.nullable = nullable;
+                column
+            };
+            let text = |name: &str| column(name, crate::pgtype::oid::TEXT, false);
+            vec![
+                text("table"),
+                text("plugin"),
+                text("plugin_version"),
+                text("plugin_digest"),
+                text("class"),
+                text("message"),
+                column("first_seen", crate::pgtype::oid::TIMESTAMPTZ, false),
+                column("row", crate::pgtype::oid::JSON, true),
+            ]
+            .into()
+        })
+        .clone()
+}
+
+/// The rows of the dead-letter output for the changes `processed` rejects: the change's
+/// identity, table and values, the plugin, and why. A change rejected twice lands once.
+fn dead_letters(
+    stage: &Stage,
+    batch: &Batch,
+    relations: &Relations,
+    handles: &[u32],
+    processed: &wit::Processed,
+) -> Vec<OutputRow> {
+    let resolver = Resolver::new(batch, handles);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64);
+    let plugin = &stage.plugin;
+    let mut seen = std::collections::HashSet::new();
+    let mut rows = Vec::new();
+    for rejection in &processed.rejections {
+        let Some((tx, change, flat)) = resolver.locate(&rejection.change) else {
+            tracing::warn!(
+                plugin = %plugin.name,
+                "rejected change {} of transaction {}, which the batch does not have: {} ({})",
+                rejection.change.change,
+                rejection.change.transaction,
+                rejection.message,
+                rejection.class
+            );
+            continue;
+        };
+        if !seen.insert(flat) {
+            continue;
+        }
+        let t = &batch.transactions[tx];
+        let c = &t.changes[change];
+        let relation = &relations.relations[handles[flat] as usize];
+        let text = |s: &str| Value::Text(s.to_owned());
+        let row = c
+            .new
+            .as_ref()
+            .or(c.old.as_ref())
+            .map_or(Value::Null, |r| Value::Json(row_json(relation, r)));
+        rows.push(OutputRow {
+            op: c.op,
+            commit_lsn: t.commit_lsn,
+            seq: c.seq,
+            sub: 0,
+            xid: t.xid,
+            commit_time: t.commit_time,
+            values: vec![
+                text(&relation.qualified_name()),
+                text(&plugin.name),
+                text(&plugin.version),
+                text(&plugin.digest),
+                text(&rejection.class),
+                text(&rejection.message),
+                Value::TimestampTz(now),
+                row,
+            ],
+            old: None,
+        });
+    }
+    if let Some(first) = processed.rejections.first() {
+        tracing::warn!(
+            plugin = %plugin.name,
+            dead_letters = rows.len(),
+            "changes rejected and landed in {DEAD_LETTERS}, the first: {} ({})",
+            first.message,
+            first.class
+        );
+    }
+    rows
+}
+
+/// A row as a JSON object by column name: numbers and booleans as JSON, other values in text.
+fn row_json(relation: &Relation, row: &[Value]) -> String {
+    let object: serde_json::Map<String, serde_json::Value> = relation
+        .columns
+        .iter()
+        .zip(row)
+        .map(|(column, value)| {
+            let json = match value {
+                Value::Null => serde_json::Value::Null,
+                Value::Bool(b) => serde_json::Value::Bool(*b),
+                Value::Int2(v) => (*v).into(),
+                Value::Int4(v) => (*v).into(),
+                Value::Int8(v) => (*v).into(),
+                Value::Text(s) | Value::Numeric(s) | Value::Json(s) | Value::Other(s) => {
+                    s.clone().into()
+                }
+                other => format!("{other:?}").into(),
+            };
+            (column.name.clone(), json)
+        })
+        .collect();
+    serde_json::Value::Object(object).to_string()
 }
 
 /// Every change of `batch` as one row of the output derived from its relation.

@@ -138,7 +138,8 @@ pub(super) fn batch_to_wit(
                         relation: handle,
                         seq: c.seq,
                         new: c.new.as_deref().map(|r| row(r, read)),
-                        old: match view.old_images {
+                        // A delete's old row is its row: sent whatever the interest says.
+                        old: match view.old_images || c.op == Op::Delete {
                             true => c.old.as_deref().map(|r| row(r, read)),
                             false => None,
                         },

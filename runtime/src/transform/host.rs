@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
-use wasmtime::{Cache, CacheConfig, Config, Engine, ResourceLimiter, Store, StoreLimits, Trap};
+use wasmtime::{Config, Engine, ResourceLimiter, Store, StoreLimits, Trap};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -56,18 +56,6 @@ fn engine() -> Result<&'static Engine, TransformError> {
             let mut config = Config::new();
             config.wasm_component_model(true);
             config.epoch_interruption(true);
-            // The cache keeps compiled plugins across restarts; without it (no writable cache
-            // directory) every start compiles again, which is slower but correct.
-            match Cache::new(CacheConfig::new()) {
-                Ok(cache) => {
-                    config.cache(Some(cache));
-                }
-                Err(error) => {
-                    tracing::warn!(
-                        "compile cache unavailable, plugins compile at every start: {error:#}"
-                    )
-                }
-            }
             let engine = Engine::new(&config).map_err(|e| format!("{e:#}"))?;
             let weak = engine.weak();
             std::thread::Builder::new()
@@ -128,11 +116,12 @@ impl Plugin {
         if !wasmparser_is_component(&bytes) {
             return Err(invalid(
                 "not a WebAssembly component; build the plugin for wasm32-wasip2, or turn a \
-                 core module into a component with wasm-tools component new"
+                 core module (a C build, say) into one with `tributary plugin componentize`"
                     .into(),
             ));
         }
-        let component = compile(engine, path, &bytes).map_err(|e| invalid(format!("{e:#}")))?;
+        let component =
+            compile(engine, path, &bytes, &digest).map_err(|e| invalid(format!("{e:#}")))?;
         check_contract(engine, &component).map_err(invalid)?;
         let mut linker = Linker::<HostState>::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
@@ -323,21 +312,92 @@ impl Plugin {
     }
 }
 
-/// Compile the component, telling when that takes a while (an interpreter's component can
-/// take seconds; the cache makes later starts fast).
-fn compile(engine: &Engine, path: &Path, bytes: &[u8]) -> wasmtime::Result<Component> {
+/// Where compiled plugins are kept across starts: `TRIBUTARY_PLUGIN_CACHE`, else
+/// `$XDG_CACHE_HOME/tributary/plugins`, else `~/.cache/tributary/plugins`.
+pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("TRIBUTARY_PLUGIN_CACHE") {
+        return Some(PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("tributary").join("plugins"))
+}
+
+/// The component, from the compile cache when this engine compiled the same file before, else
+/// compiled (saying so, and how long it took) and stored there.
+///
+/// The key is the file's SHA-256 and the engine's compatibility hash (wasmtime version,
+/// target, settings), so a new plugin version, a new Tributary or another machine type
+/// compiles afresh. An unreadable or stale cache entry is only a miss.
+fn compile(
+    engine: &Engine,
+    path: &Path,
+    bytes: &[u8],
+    digest: &str,
+) -> wasmtime::Result<Component> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    let key = format!("{digest}-{:016x}.cwasm", hasher.finish());
+    let cached = cache_dir().map(|dir| dir.join(key));
+    if let Some(file) = cached.as_deref().filter(|f| f.is_file()) {
+        let started = std::time::Instant::now();
+        // SAFETY: the file is one this function serialized from a component it compiled with
+        // an engine of the same compatibility hash, written to a temporary name and renamed
+        // into place whole. It lives in the user's own cache directory: whoever can replace it
+        // can replace the tributary binary as well.
+        match unsafe { Component::deserialize_file(engine, file) } {
+            Ok(component) => {
+                tracing::debug!(
+                    plugin = %path.display(),
+                    "loaded the compiled plugin from {} in {} ms",
+                    file.display(),
+                    started.elapsed().as_millis()
+                );
+                return Ok(component);
+            }
+            Err(error) => tracing::warn!(
+                plugin = %path.display(),
+                "cannot use the compiled plugin in {}, compiling again: {error:#}",
+                file.display()
+            ),
+        }
+    }
+    tracing::info!(
+        plugin = %path.display(),
+        "compiling the plugin ({:.1} MiB); the first start of each plugin version does this once",
+        bytes.len() as f64 / f64::from(1 << 20)
+    );
     let started = std::time::Instant::now();
     let component = Component::new(engine, bytes)?;
-    let took = started.elapsed();
-    if took >= Duration::from_millis(500) {
-        tracing::info!(
+    tracing::info!(
+        plugin = %path.display(),
+        "compiled the plugin in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(file) = cached
+        && let Err(error) = store_compiled(&component, &file)
+    {
+        tracing::warn!(
             plugin = %path.display(),
-            "compiled the plugin ({} MiB) in {:.1} s; later starts reuse the compile cache",
-            bytes.len() >> 20,
-            took.as_secs_f64()
+            "cannot keep the compiled plugin in {} (the next start compiles again): {error}",
+            file.display()
         );
     }
     Ok(component)
+}
+
+/// Write a compiled component to the cache: under a temporary name, then renamed, so a reader
+/// never sees half a file.
+fn store_compiled(component: &Component, file: &Path) -> std::io::Result<()> {
+    let dir = file.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let bytes = component.serialize().map_err(std::io::Error::other)?;
+    let mut temp = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut temp, &bytes)?;
+    temp.persist(file).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// Whether the component exports the contract this host serves, with a message saying how to

@@ -46,14 +46,29 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::Lsn;
-use crate::change::{Batch, OutputBatch};
+use crate::change::{Batch, OutputBatch, OutputColumn};
 
 /// One `[[transform]]` of the pipeline file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TransformSpec {
     pub plugin: PathBuf,
     pub config: Vec<(String, String)>,
+    pub on_error: FailurePolicy,
 }
+
+/// What becomes of a change a plugin rejects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailurePolicy {
+    /// Stop the pipeline; nothing past the previous batch is confirmed.
+    #[default]
+    Stop,
+    /// Land the change in the dead-letter output ([`DEAD_LETTERS`]) with why, and go on.
+    DeadLetter,
+}
+
+/// The output that holds the changes plugins rejected under [`FailurePolicy::DeadLetter`].
+pub const DEAD_LETTERS: &str = "_dead_letters";
 
 /// What each plugin call may use.
 #[derive(Debug, Clone)]
@@ -81,6 +96,23 @@ pub struct PluginInfo {
     pub path: String,
     /// SHA-256 of the plugin file, hex.
     pub digest: String,
+}
+
+/// What a loaded plugin is and declared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginSummary {
+    pub info: PluginInfo,
+    /// The contract it implements (`tributary:transform/plugin@1.0.0`).
+    pub contract: String,
+    /// Its declared outputs and their columns.
+    pub outputs: Vec<(String, Vec<OutputColumn>)>,
+    /// Its reshapes of table outputs, one line each (`public.users: drop ssn; add region text`).
+    pub reshapes: Vec<String>,
+    /// The columns it reads, `None` for all.
+    pub reads_columns: Option<Vec<String>>,
+    pub reads_old_images: bool,
+    pub reads_messages: bool,
+    pub whole_transactions: bool,
 }
 
 /// Which call into a plugin failed.
@@ -246,7 +278,7 @@ impl TransformChain {
         let mut stages: Vec<chain::Stage> = Vec::with_capacity(specs.len());
         for (spec, limits) in specs {
             let plugin = host::Plugin::load(&spec.plugin, spec.config.clone(), limits)?;
-            let stage = chain::Stage::new(plugin)?;
+            let stage = chain::Stage::new(plugin, spec.on_error)?;
             for name in stage.declared_names() {
                 if let Some(other) = stages.iter().find(|s| s.declares(name)) {
                     return Err(TransformError::Invalid {
@@ -278,6 +310,12 @@ impl TransformChain {
                 digest: s.plugin.digest.clone(),
             })
             .collect()
+    }
+
+    /// What each loaded plugin declared at `init`, in pipeline order: for `tributary plugin
+    /// check` and the start-up log.
+    pub fn summaries(&self) -> Vec<PluginSummary> {
+        self.stages.iter().map(chain::Stage::summary).collect()
     }
 
     /// The plugins that must see every transaction in one call (`interest.whole-transactions`).

@@ -2,7 +2,7 @@
 //!
 //! The plugins are built once per test run with
 //! `cargo build -p passthrough -p trap -p spin -p mask -p messages -p select -p old-contract
-//! --target wasm32-wasip2 --release`
+//! -p sandbox --target wasm32-wasip2 --release`
 //! into `plugins/` beside the test binary's target directory (a separate target directory, so
 //! the inner build never waits on the lock the outer `cargo test` holds). Set
 //! `TRIBUTARY_PLUGIN_DIR` to a directory of prebuilt `.wasm` files to skip the build.
@@ -53,6 +53,8 @@ fn plugin(name: &str) -> PathBuf {
                 "select",
                 "-p",
                 "old-contract",
+                "-p",
+                "sandbox",
             ])
             .args(["--target", "wasm32-wasip2", "--release", "--target-dir"])
             .arg(&target_dir)
@@ -74,6 +76,7 @@ fn load(names_and_config: &[(&str, &[(&str, &str)])], limits: &HostLimits) -> Tr
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
                     .collect(),
+                ..Default::default()
             };
             (spec, limits.clone())
         })
@@ -403,6 +406,39 @@ fn a_reshape_drops_renames_and_adds_columns() {
     }
 }
 
+/// Files, directories, the environment, the arguments and the network are out of a plugin's
+/// reach; each attempt fails inside the plugin, which goes on. Fan-out rows of one change take
+/// `sub` 0, 1, 2, ...
+#[test]
+fn the_sandbox_denies_files_environment_and_network() {
+    // SAFETY: tests of this module do not read the environment concurrently with this.
+    unsafe { std::env::set_var("TRIBUTARY_SANDBOX_PROBE", "secret") };
+    let mut chain = load(&[("sandbox", &[])], &HostLimits::default());
+    let out = chain.process(batch_with_text(0x100, "x")).unwrap();
+    let attempts = rows(&out, "attempts");
+    let seen: Vec<(String, String, u32)> = attempts
+        .iter()
+        .map(|r| {
+            let text = |v: &Value| match v {
+                Value::Text(t) => t.clone(),
+                other => format!("{other:?}"),
+            };
+            (text(&r.values[0]), text(&r.values[1]), r.sub)
+        })
+        .collect();
+    assert_eq!(seen.len(), 6, "{seen:?}");
+    for (i, (attempt, outcome, sub)) in seen.iter().enumerate() {
+        assert!(outcome.starts_with("denied"), "{attempt}: {outcome}");
+        assert!(!outcome.contains("secret"), "{attempt}: {outcome}");
+        assert_eq!(*sub, i as u32);
+    }
+    assert_eq!(
+        rows(&out, "public.notes").len(),
+        1,
+        "the change itself lands"
+    );
+}
+
 /// A rejected change stops the pipeline, named by its identity and table, with its class.
 #[test]
 fn a_rejected_change_is_named_by_identity_table_and_class() {
@@ -420,6 +456,47 @@ fn a_rejected_change_is_named_by_identity_table_and_class() {
     );
 }
 
+/// Under the dead-letter policy a rejected change lands in `_dead_letters` with its identity,
+/// table, values, the plugin and why, and the rest of the batch lands as usual.
+#[test]
+fn under_the_dead_letter_policy_rejected_changes_land_beside_the_rest() {
+    let spec = TransformSpec {
+        plugin: plugin("trap"),
+        on_error: FailurePolicy::DeadLetter,
+        ..Default::default()
+    };
+    let mut chain = TransformChain::load(&[(spec, HostLimits::default())]).unwrap();
+    let mut batch = batch_with_text(0x3_0000_0100, "reject");
+    let notes = batch.transactions[0].changes[0].relation.clone();
+    batch.transactions[1].changes.push(change(
+        Op::Insert,
+        &notes,
+        0,
+        Some(vec![Value::Int4(2), Value::Text("fine".into())]),
+        None,
+    ));
+    let out = chain.process(batch).unwrap();
+    let letters = rows(&out, DEAD_LETTERS);
+    assert_eq!(letters.len(), 1);
+    let letter = letters[0];
+    assert_eq!((letter.commit_lsn, letter.seq), (Lsn(0x3_0000_0100), 0));
+    let text = |i: usize| match &letter.values[i] {
+        Value::Text(t) | Value::Json(t) => t.clone(),
+        other => panic!("column {i}: {other:?}"),
+    };
+    assert_eq!(text(0), "public.notes");
+    assert_eq!(text(1), "trap");
+    assert_eq!(text(3).len(), 64, "the plugin's digest");
+    assert_eq!(
+        (text(4).as_str(), text(5).as_str()),
+        ("test", "asked to reject")
+    );
+    assert!(matches!(letter.values[6], Value::TimestampTz(t) if t > 1_700_000_000_000_000));
+    assert_eq!(text(7), r#"{"body":"reject","id":1}"#);
+    // The trap plugin emits the rejected change too; the other change lands as usual.
+    assert_eq!(rows(&out, "public.notes").len(), 2);
+}
+
 /// A component built against the retired 0.1 contract is refused before it is linked, with
 /// how to rebuild it.
 #[test]
@@ -427,6 +504,7 @@ fn a_plugin_built_against_the_old_contract_is_refused_with_how_to_rebuild() {
     let spec = TransformSpec {
         plugin: plugin("old_contract"),
         config: vec![],
+        ..Default::default()
     };
     let err = TransformChain::load(&[(spec, HostLimits::default())])
         .err()
@@ -819,6 +897,7 @@ fn a_refused_setting_is_reported_at_load() {
     let spec = TransformSpec {
         plugin: plugin("mask"),
         config: vec![("colums".into(), "email".into())],
+        ..Default::default()
     };
     let err = TransformChain::load(&[(spec, HostLimits::default())])
         .err()
@@ -836,6 +915,7 @@ fn a_missing_file_or_a_core_module_is_refused_with_its_path() {
     let spec = TransformSpec {
         plugin: missing.clone(),
         config: vec![],
+        ..Default::default()
     };
     let err = TransformChain::load(&[(spec, HostLimits::default())])
         .err()
@@ -852,6 +932,7 @@ fn a_missing_file_or_a_core_module_is_refused_with_its_path() {
     let spec = TransformSpec {
         plugin: path.clone(),
         config: vec![],
+        ..Default::default()
     };
     let err = TransformChain::load(&[(spec, HostLimits::default())])
         .err()

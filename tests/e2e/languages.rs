@@ -1,0 +1,203 @@
+//! Plugins written in Rust, Python, JavaScript and C, each built by its own language's
+//! toolchain from `examples/plugins/` and the published WIT alone, run in a real pipeline:
+//! the masker and then the passthrough of each language, chained, from PostgreSQL to S3.
+//! Every row is checked: the masked column holds the keyed digest every implementation must
+//! compute alike, in the row and in the old image, and the rest lands untouched, once.
+
+use std::fmt::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tributary_tests::lake::read_output;
+use tributary_tests::pipeline::{RunningPipeline, config};
+use tributary_tests::{fresh_database, guest_plugin, plugin, s3, unique_name};
+
+const SALT: &str = "pepper";
+
+/// What every masker lands for `text`: `sha256:` and the first 16 hex digits of
+/// SHA-256(salt, 0, text).
+fn digest(text: &str) -> String {
+    let hash = Sha256::new()
+        .chain_update(SALT)
+        .chain_update([0])
+        .chain_update(text)
+        .finalize();
+    hash[..8].iter().fold(String::from("sha256:"), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+async fn mask_then_passthrough(lang: &str, mask: PathBuf, passthrough: PathBuf) {
+    let db = fresh_database(&format!("lang_{lang}")).await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE users (id int PRIMARY KEY, email text, note text);
+             ALTER TABLE users REPLICA IDENTITY FULL;",
+        )
+        .await
+        .unwrap();
+    let server = s3();
+    let bucket = server.fresh_bucket(&format!("lang-{lang}")).await;
+    let name = unique_name(&format!("lang_{lang}"));
+    let sink_url = format!("s3://{bucket}/lake");
+    let mut cfg = config(
+        &db.url,
+        &name,
+        &["public.users"],
+        &sink_url,
+        server.object_store_options(),
+        &[mask, passthrough],
+    );
+    cfg.transforms[0].config = [("columns", "email"), ("salt", SALT)]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    for transform in &mut cfg.transforms {
+        // An interpreter's first call can take a while in a debug build.
+        transform.timeout_ms = 60_000;
+    }
+    let mut running = RunningPipeline::start(cfg).await;
+    db.client
+        .batch_execute(
+            "INSERT INTO users VALUES (1, 'ann@example.com', 'first'), (2, NULL, 'no email'),
+                                      (3, 'cé@exämple.org', 'unicode');
+             UPDATE users SET email = 'ann@example.net' WHERE id = 1;
+             DELETE FROM users WHERE id = 3;",
+        )
+        .await
+        .unwrap();
+    running.wait_for_changes(5, Duration::from_secs(120)).await;
+    running.stop().await;
+
+    let store = object_store::prefix::PrefixStore::new(server.object_store(&bucket), "lake");
+    let rows = read_output(&store, "public.users").await;
+    type Seen<'a> = (&'a str, Option<&'a str>, Option<&'a str>, Option<&'a str>);
+    let seen: Vec<Seen> = rows
+        .iter()
+        .map(|r| {
+            let value = |c: &str| r.values.get(c).and_then(|v| v.as_deref());
+            (r.op.as_str(), value("id"), value("email"), value("note"))
+        })
+        .collect();
+    let (ann, ann2, ce) = (
+        digest("ann@example.com"),
+        digest("ann@example.net"),
+        digest("cé@exämple.org"),
+    );
+    assert_eq!(
+        seen,
+        vec![
+            ("insert", Some("1"), Some(ann.as_str()), Some("first")),
+            ("insert", Some("2"), None, Some("no email")),
+            ("insert", Some("3"), Some(ce.as_str()), Some("unicode")),
+            ("update", Some("1"), Some(ann2.as_str()), Some("first")),
+            ("delete", Some("3"), Some(ce.as_str()), Some("unicode")),
+        ],
+        "{lang}"
+    );
+    // The update's old image is masked too; nothing lands the address in clear.
+    let old = rows[3].old.as_ref().expect("the update's old image");
+    assert_eq!(old.get("email").cloned().flatten(), Some(ann), "{lang}");
+    assert_eq!(old.get("note").cloned().flatten().as_deref(), Some("first"));
+    for row in &rows {
+        let text = format!("{:?} {:?}", row.values, row.old);
+        assert!(
+            !text.contains("@example"),
+            "{lang} landed an address: {text}"
+        );
+    }
+    // Every change once: identities are distinct and follow the source.
+    let mut ids: Vec<(u64, u32)> = rows.iter().map(|r| (r.commit_lsn, r.seq)).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 5, "{lang}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_plugins_mask_and_pass_through() {
+    mask_then_passthrough("rust", plugin("mask"), plugin("passthrough")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_plugins_mask_and_pass_through() {
+    let (mask, passthrough) = (
+        guest_plugin("python", "mask"),
+        guest_plugin("python", "passthrough"),
+    );
+    mask_then_passthrough("python", mask, passthrough).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_plugins_mask_and_pass_through() {
+    let (mask, passthrough) = (
+        guest_plugin("js", "mask"),
+        guest_plugin("js", "passthrough"),
+    );
+    mask_then_passthrough("js", mask, passthrough).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_plugins_mask_and_pass_through() {
+    let (mask, passthrough) = (guest_plugin("c", "mask"), guest_plugin("c", "passthrough"));
+    mask_then_passthrough("c", mask, passthrough).await;
+}
+
+/// The 18 MB component of a Python plugin is compiled once: the first start of
+/// `tributary run` says it is compiling and how long it took and keeps the result; the next
+/// start loads it from the cache, compiles nothing, and lands as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_compiles_once_and_later_starts_load_it_from_the_cache() {
+    use tributary_tests::service::{Fixture, Service};
+
+    let db = fresh_database("compile_cache").await;
+    db.client
+        .batch_execute("CREATE TABLE users (id int PRIMARY KEY, email text, note text)")
+        .await
+        .unwrap();
+    let mut fixture = Fixture::new(&db.url, "compile_cache", &["public.users"]).await;
+    fixture.cfg.transforms = vec![guest_plugin("python", "passthrough")];
+    let file = fixture.cfg.write(&fixture.dir);
+    let cache = fixture.dir.join("plugin-cache");
+    let cache_env = cache.display().to_string();
+    let env = [("TRIBUTARY_PLUGIN_CACHE", cache_env.as_str())];
+    let cached = || -> Vec<String> {
+        std::fs::read_dir(&cache)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".cwasm"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+
+    for (run, id) in [(1, 1), (2, 2)] {
+        let log = fixture.dir.join(format!("run-{run}.log"));
+        let mut service = Service::spawn_with(&file, &[], &log, &env);
+        service
+            .wait_for_log("streaming", Duration::from_secs(300))
+            .await;
+        db.client
+            .execute("INSERT INTO users VALUES ($1, 'x', 'y')", &[&id])
+            .await
+            .unwrap();
+        service
+            .wait_for_landed(&fixture.log, id as u64, Duration::from_secs(60))
+            .await;
+        let text = service.stop().await;
+        let compiling = text.contains("compiling the plugin");
+        match run {
+            1 => {
+                assert!(compiling, "the first start says it compiles:\n{text}");
+                assert!(text.contains("compiled the plugin in"), "{text}");
+                assert_eq!(cached().len(), 1, "the compiled plugin is kept");
+            }
+            _ => {
+                assert!(!compiling, "the second start compiles nothing:\n{text}");
+                assert_eq!(cached().len(), 1);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&fixture.dir);
+}
