@@ -296,13 +296,15 @@ fn process_hwm(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Runs this binary as a consumer child with `args`, sampling the slot's walsender meanwhile.
-/// With `perf`, the child runs under `perf record` writing `<perf>/<slot>.data`.
+/// Runs this binary as a consumer child with `args` and the environment variables `env` on
+/// top of ours, sampling the slot's walsender meanwhile. With `perf`, the child runs under
+/// `perf record` writing `<perf>/<slot>.data`.
 pub async fn measure_child(
     client: Arc<Client>,
     slot: &str,
     args: &[String],
     perf: Option<&Path>,
+    env: &[(&str, &Path)],
 ) -> anyhow::Result<Measured> {
     let exe = std::env::current_exe()?;
     let sampler = WalsenderSampler::start(client, slot.to_owned());
@@ -320,6 +322,7 @@ pub async fn measure_child(
     };
     let mut child = command
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

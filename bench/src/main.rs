@@ -6,10 +6,12 @@
 //! marker while nothing else runs. The consumers are `pg_recvlogical` to /dev/null,
 //! Tributary's replication client doing nothing with the bytes (the practical ceiling), and
 //! the whole pipeline with no transform, the passthrough plugin and the masking plugin (local
-//! directory), and with no transform to S3. `BENCHMARKS.md` describes the method and holds the
-//! latest figures.
+//! directory), and with no transform to S3. The `languages` scenario, run only when named,
+//! runs the same two plugins written in Rust, Python, JavaScript and C side by side
+//! (`languages.rs`). `BENCHMARKS.md` describes the method and holds the latest figures.
 
 mod consume;
+mod languages;
 mod latency;
 mod report;
 mod workload;
@@ -174,6 +176,8 @@ struct Results {
     facts: Facts,
     scenarios: Vec<ScenarioResult>,
     latency: Option<latency::LatencyResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    languages: Option<languages::LanguagesResult>,
 }
 
 struct Bench {
@@ -183,6 +187,8 @@ struct Bench {
     s3: Option<S3Server>,
     dir: ScratchDir,
     plugins: BTreeMap<&'static str, PathBuf>,
+    /// The languages scenario's consumers, their plugins located (empty unless it runs).
+    languages: Vec<languages::LanguageConsumer>,
     proto: u32,
 }
 
@@ -192,6 +198,11 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     for name in ["passthrough", "mask"] {
         plugins.insert(name, tributary_tests::plugin(name));
     }
+    let languages = if args.scenarios.contains(&Scenario::Languages) {
+        languages::consumers(&plugins)
+    } else {
+        Vec::new()
+    };
     let cluster = tokio::task::spawn_blocking(|| {
         TempCluster::start(
             ClusterOptions::fast()
@@ -242,18 +253,24 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         s3,
         dir,
         plugins,
+        languages,
         proto,
     };
     let mut results = Results {
         facts,
         scenarios: Vec::new(),
         latency: None,
+        languages: None,
     };
     for scenario in scenarios {
         if scenario == Scenario::Latency {
             let result = bench.latency().await?;
             print!("{}", result.print());
             results.latency = Some(result);
+        } else if scenario == Scenario::Languages {
+            let result = bench.languages().await?;
+            print!("{}", result.print());
+            results.languages = Some(result);
         } else {
             let result = bench.throughput(scenario).await?;
             print!("{}", result.print());
@@ -276,7 +293,8 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             .iter()
             .flat_map(|l| &l.runs)
             .filter(|r| r.is_err())
-            .count();
+            .count()
+        + results.languages.as_ref().map_or(0, |l| l.failures());
     let strict = bench.args.strict;
     let Bench {
         cluster,
@@ -291,6 +309,14 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         bail!("{failed} measurement(s) failed");
     }
     Ok(())
+}
+
+/// A pipeline file's transform: the plugin, the contents of its `config` table, and its call
+/// timeout when not the default.
+struct PluginSpec {
+    path: PathBuf,
+    settings: Option<String>,
+    timeout_ms: Option<u64>,
 }
 
 /// Pipeline files and sink directories of one harness run; removed when the run ends, however
@@ -420,13 +446,14 @@ impl Bench {
                     &marker.to_string(),
                 ]
                 .map(str::to_owned);
-                consume::measure_child(self.client.clone(), slot, &args, None).await
+                consume::measure_child(self.client.clone(), slot, &args, None, &[]).await
             }
             Consumer::Pipeline { plugin, s3 } => {
+                let transform = plugin.map(|name| self.plugin_spec(name));
                 let (config, cleanup) = self
                     .pipeline_config(
                         slot,
-                        plugin,
+                        transform.as_ref(),
                         s3,
                         &format!("{}-{run}", workload.scenario.name()),
                         None,
@@ -443,6 +470,7 @@ impl Bench {
                     slot,
                     &args,
                     self.args.perf.as_deref(),
+                    &[],
                 )
                 .await;
                 let _ = std::fs::remove_dir_all(&cleanup);
@@ -457,11 +485,26 @@ impl Bench {
         }
     }
 
+    /// The bundled plugin `name` as the throughput scenarios run it: the mask with the
+    /// scenarios' masked columns and `drop_deletes`.
+    fn plugin_spec(&self, name: &str) -> PluginSpec {
+        PluginSpec {
+            path: self.plugins[name].clone(),
+            timeout_ms: None,
+            settings: (name == "mask").then(|| {
+                format!(
+                    "columns = {:?}, salt = \"bench\", drop_deletes = \"true\"",
+                    workload::MASKED_COLUMNS
+                )
+            }),
+        }
+    }
+
     /// Writes a pipeline file; returns it and the directory to remove afterwards.
     async fn pipeline_config(
         &self,
         slot: &str,
-        plugin: Option<&str>,
+        transform: Option<&PluginSpec>,
         s3: bool,
         label: &str,
         max_delay: Option<u64>,
@@ -476,17 +519,16 @@ impl Bench {
             workload::PUBLICATION,
             tables.join(", ")
         );
-        if let Some(plugin) = plugin {
-            let path = &self.plugins[plugin];
+        if let Some(transform) = transform {
             text.push_str(&format!(
                 "[[transform]]\nplugin = {:?}\n# One transaction of millions of rows is one call.\nmemory_limit_mib = 4000\n",
-                path.display().to_string()
+                transform.path.display().to_string()
             ));
-            if plugin == "mask" {
-                text.push_str(&format!(
-                    "config = {{ columns = {:?}, salt = \"bench\", drop_deletes = \"true\" }}\n",
-                    workload::MASKED_COLUMNS
-                ));
+            if let Some(timeout) = transform.timeout_ms {
+                text.push_str(&format!("timeout_ms = {timeout}\n"));
+            }
+            if let Some(settings) = &transform.settings {
+                text.push_str(&format!("config = {{ {settings} }}\n"));
             }
             text.push('\n');
         }

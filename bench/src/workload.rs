@@ -35,6 +35,9 @@ pub enum Scenario {
     Updates,
     /// Commit-to-visible latency at a steady 10k rows/s.
     Latency,
+    /// Passthrough and mask plugins in Rust, Python, JavaScript and C on the inserts table
+    /// (1M rows, 100k for Python and JavaScript; --quick a tenth). Not run unless named.
+    Languages,
 }
 
 impl Scenario {
@@ -46,6 +49,7 @@ impl Scenario {
             Scenario::Wide => "wide",
             Scenario::Updates => "updates",
             Scenario::Latency => "latency",
+            Scenario::Languages => "languages",
         }
     }
 
@@ -125,6 +129,7 @@ impl Workload {
                 )
             }
             Scenario::Latency => unreachable!("latency has no fixed workload"),
+            Scenario::Languages => unreachable!("languages sizes a workload per language"),
         };
         Workload {
             scenario,
@@ -134,7 +139,31 @@ impl Workload {
             description,
         }
     }
+
+    /// The languages scenario's inserts of ~200-byte rows: 1M rows (--quick 100k) for the
+    /// consumers that run compiled code, a tenth of that for the interpreted ones (Python and
+    /// JavaScript), which would take minutes per run at full size. Both sizes come in
+    /// transactions of 10 000 rows, so only the number of rows differs.
+    pub fn languages(quick: bool, scale: f64, interpreted: bool) -> Workload {
+        let full = if quick { 100_000 } else { 1_000_000 };
+        let rows = if interpreted { full / 10 } else { full };
+        let rows = ((rows as f64 * scale).round() as u64).max(1);
+        let txns = rows.div_ceil(LANGUAGES_ROWS_PER_TXN);
+        Workload {
+            scenario: Scenario::Languages,
+            changes: rows,
+            transactions: txns,
+            preload: 0,
+            description: format!(
+                "{rows} inserts of ~200-byte rows in {txns} transaction{}",
+                if txns == 1 { "" } else { "s" }
+            ),
+        }
+    }
 }
+
+/// Rows per transaction of the languages scenario's inserts, as in the full-size inserts.
+const LANGUAGES_ROWS_PER_TXN: u64 = 10_000;
 
 /// Creates the tables and the publication, once per cluster.
 pub async fn create_schema(client: &Client) -> anyhow::Result<()> {
@@ -249,7 +278,7 @@ pub async fn generate(client: &Client, workload: &Workload) -> anyhow::Result<Ge
     let wal_start = current_lsn(client).await?;
     let started = std::time::Instant::now();
     match workload.scenario {
-        Scenario::Inserts | Scenario::BigTxn => {
+        Scenario::Inserts | Scenario::BigTxn | Scenario::Languages => {
             let per = workload.changes.div_ceil(workload.transactions);
             let mut first = 1;
             while first <= workload.changes {
@@ -361,5 +390,20 @@ mod tests {
             assert!(highest_update <= w.preload);
             assert_eq!(w.changes, w.transactions * 500);
         }
+    }
+
+    #[test]
+    fn the_languages_workloads_differ_only_in_rows() {
+        let compiled = Workload::languages(false, 1.0, false);
+        let interpreted = Workload::languages(false, 1.0, true);
+        assert_eq!((compiled.changes, compiled.transactions), (1_000_000, 100));
+        assert_eq!(
+            (interpreted.changes, interpreted.transactions),
+            (100_000, 10)
+        );
+        let quick = Workload::languages(true, 1.0, true);
+        assert_eq!((quick.changes, quick.transactions), (10_000, 1));
+        // The languages scenario is opt-in: a run naming no scenario leaves it out.
+        assert!(!Scenario::THROUGHPUT.contains(&Scenario::Languages));
     }
 }

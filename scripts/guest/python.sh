@@ -4,7 +4,7 @@
 
 COMPONENTIZE_PY_VERSION="0.25.1"
 # The example plugins: each is a directory of examples/plugins/python with its code in app.py.
-PYTHON_EXAMPLES=(passthrough mask)
+PYTHON_EXAMPLES=(passthrough mask sandbox)
 
 # Makes componentize-py $COMPONENTIZE_PY_VERSION available in a virtual environment in the
 # tools cache. Exports TRIBUTARY_COMPONENTIZE_PY, the executable.

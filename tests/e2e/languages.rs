@@ -201,3 +201,53 @@ async fn a_plugin_compiles_once_and_later_starts_load_it_from_the_cache() {
     }
     let _ = std::fs::remove_dir_all(&fixture.dir);
 }
+
+/// A Python plugin cannot read files, directories, the environment or the arguments, nor
+/// open a connection or resolve a name: each attempt fails inside the plugin, which lands
+/// what happened and goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_plugin_reaches_no_file_environment_or_network() {
+    let db = fresh_database("sandbox_py").await;
+    db.client
+        .batch_execute("CREATE TABLE users (id int PRIMARY KEY, email text, note text)")
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(unique_name("sandbox-py-lake"));
+    let sink_url = format!("file://{}", dir.display());
+    let name = unique_name("sandbox_py");
+    let mut cfg = config(
+        &db.url,
+        &name,
+        &["public.users"],
+        &sink_url,
+        vec![],
+        &[guest_plugin("python", "sandbox")],
+    );
+    cfg.transforms[0].timeout_ms = 60_000;
+    let mut running = RunningPipeline::start(cfg).await;
+    db.client
+        .batch_execute("INSERT INTO users VALUES (1, 'a@x', 'n')")
+        .await
+        .unwrap();
+    running.wait_for_changes(1, Duration::from_secs(120)).await;
+    running.stop().await;
+
+    let store = object_store::local::LocalFileSystem::new_with_prefix(&dir).unwrap();
+    let attempts = read_output(&store, "attempts").await;
+    let seen: Vec<(String, String)> = attempts
+        .iter()
+        .map(|r| {
+            let value = |c: &str| r.values[c].clone().unwrap_or_default();
+            (value("attempt"), value("outcome"))
+        })
+        .collect();
+    assert_eq!(seen.len(), 6, "{seen:?}");
+    for (attempt, outcome) in &seen {
+        assert!(outcome.starts_with("denied"), "{attempt}: {outcome}");
+    }
+    // Denied by the sandbox itself, not by a module missing from the component.
+    assert!(seen[4].1.contains("PermissionError"), "{:?}", seen[4]);
+    assert!(seen[0].1.contains("No such file"), "{:?}", seen[0]);
+    assert_eq!(read_output(&store, "public.users").await.len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
