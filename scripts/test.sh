@@ -27,7 +27,7 @@ cargo test "$@" || status=$?
 if [ "$status" -eq 0 ] && [ "$#" -eq 0 ]; then
     # The guest SDK and the plugins' own unit tests run natively (tributary_guest::testing).
     say "tests: the guest SDK and plugin unit tests, natively"
-    cargo test -p tributary-guest -p mask -p select -p router || status=$?
+    cargo test -p tributary-guest -p mask -p select -p router -p filter -p flatten || status=$?
 fi
 if [ "$status" -eq 0 ]; then say "tests: passed"; else say "tests: FAILED (exit $status)"; fi
 if [ "$status" -eq 0 ] && [ "$#" -eq 0 ] && [ "${TRIBUTARY_SKIP_BENCH:-0}" != 1 ]; then

@@ -323,3 +323,80 @@ async fn the_router_lands_rows_in_several_outputs_by_value() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The flatten plugin lands fields of a JSON column as typed columns of its own output; a
+/// value that is not JSON is rejected, and under the dead-letter policy lands there instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_fields_land_as_typed_columns_and_bad_json_as_dead_letters() {
+    use tributary::transform::{DEAD_LETTERS, FailurePolicy};
+    use tributary_tests::lake::read_output;
+
+    let db = tributary_tests::fresh_database("flatten").await;
+    db.client
+        .batch_execute("CREATE TABLE events (id bigint PRIMARY KEY, payload text)")
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(unique_name("flatten-lake"));
+    let sink_url = format!("file://{}", dir.display());
+    let name = unique_name("flatten");
+    let mut cfg = config(
+        &db.url,
+        &name,
+        &["public.events"],
+        &sink_url,
+        vec![],
+        &[plugin("flatten")],
+    );
+    cfg.transforms[0].on_error = FailurePolicy::DeadLetter;
+    cfg.transforms[0].config = [
+        ("column", "payload"),
+        ("fields", "user.id:int8, user.plan:text"),
+        ("copy", "id:int8"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let mut running = RunningPipeline::start(cfg).await;
+    db.client
+        .batch_execute(
+            r#"INSERT INTO events VALUES (1, '{"user": {"id": 7, "plan": "pro"}}'),
+                                         (2, '{"user": {"id": 8}}'),
+                                         (3, '{oops');"#,
+        )
+        .await
+        .unwrap();
+    running.wait_for_changes(3, Duration::from_secs(60)).await;
+    running.stop().await;
+
+    let store = object_store::local::LocalFileSystem::new_with_prefix(&dir).unwrap();
+    let flat: Vec<Vec<Option<String>>> = read_output(&store, "flattened")
+        .await
+        .iter()
+        .map(|r| {
+            ["id", "user_id", "user_plan"]
+                .iter()
+                .map(|c| r.values[*c].clone())
+                .collect()
+        })
+        .collect();
+    let some = |s: &str| Some(s.to_owned());
+    assert_eq!(
+        flat,
+        [
+            vec![some("1"), some("7"), some("pro")],
+            vec![some("2"), some("8"), None]
+        ]
+    );
+    let letters = read_output(&store, DEAD_LETTERS).await;
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].values["class"].as_deref(), Some("parse"));
+    assert!(
+        letters[0].values["message"]
+            .as_deref()
+            .unwrap()
+            .contains("payload is not JSON")
+    );
+    // `keep` is on by default: every change also lands in its table's output.
+    assert_eq!(read_output(&store, "public.events").await.len(), 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}

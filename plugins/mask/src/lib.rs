@@ -6,6 +6,8 @@
 //!   values still join and group but cannot be read back.
 //! - `salt`: the key mixed into the digest. Without one, short values such as phone numbers
 //!   can be recovered by trying them all.
+//! - `mode`: `hash` (the default, as above) or `redact`: every value of these columns, of any
+//!   type, lands as null.
 //! - `drop_deletes`: `true` to leave deletes out of the lake.
 
 use std::cell::RefCell;
@@ -18,6 +20,7 @@ use tributary_guest::*;
 struct Settings {
     columns: Vec<String>,
     salt: String,
+    redact: bool,
     drop_deletes: bool,
 }
 
@@ -45,6 +48,13 @@ impl Transform for Mask {
                         .collect();
                 }
                 "salt" => settings.salt = value.clone(),
+                "mode" => {
+                    settings.redact = match value.as_str() {
+                        "hash" => false,
+                        "redact" => true,
+                        other => return Err(format!("mode = {other:?}: expected hash or redact")),
+                    }
+                }
                 "drop_deletes" => {
                     settings.drop_deletes = value.parse().map_err(|_| {
                         format!("drop_deletes = {value:?}: expected \"true\" or \"false\"")
@@ -52,7 +62,7 @@ impl Transform for Mask {
                 }
                 other => {
                     return Err(format!(
-                        "unknown setting {other:?}: expected columns, salt or drop_deletes"
+                        "unknown setting {other:?}: expected columns, salt, mode or drop_deletes"
                     ));
                 }
             }
@@ -88,8 +98,11 @@ impl Transform for Mask {
                         .iter()
                         .zip(row)
                         .enumerate()
-                        .filter_map(|(i, (column, value))| match value {
-                            Value::Text(text) if settings.columns.contains(&column.name) => {
+                        .filter(|(_, (column, _))| settings.columns.contains(&column.name))
+                        .filter_map(|(i, (_, value))| match value {
+                            Value::Null | Value::Absent => None,
+                            _ if settings.redact => Some((i as u32, Value::Null)),
+                            Value::Text(text) => {
                                 Some((i as u32, Value::Text(digest(&settings.salt, text))))
                             }
                             _ => None,
@@ -173,6 +186,27 @@ mod tests {
             vec![Value::Int4(2), Value::Null, text("no email")]
         );
         assert!(digest("s", "a@x").starts_with("sha256:") && digest("s", "a@x").len() == 23);
+    }
+
+    #[test]
+    fn redact_lands_nulls_in_the_columns_whatever_their_type() {
+        let batch = Sample::new()
+            .table(
+                "public.users",
+                &[("id", "int4"), ("email", "text"), ("born", "date")],
+            )
+            .insert(
+                "public.users",
+                vec![Value::Int4(1), Value::Text("a@x".into()), Value::Date(9)],
+            )
+            .commit()
+            .build();
+        let config = [("columns", "email,born"), ("mode", "redact")];
+        let outcome = run::<Mask>(&config, batch).unwrap();
+        assert_eq!(
+            outcome.rows[0].values,
+            vec![Value::Int4(1), Value::Null, Value::Null]
+        );
     }
 
     #[test]
