@@ -400,3 +400,57 @@ async fn json_fields_land_as_typed_columns_and_bad_json_as_dead_letters() {
     assert_eq!(read_output(&store, "public.events").await.len(), 3);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `SIGHUP` to a running `tributary run` loads the plugins again and swaps them in at the
+/// next batch, on the same replication connection; nothing is lost or landed twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_plugins_of_a_running_service() {
+    use tributary_tests::service::{Fixture, Service};
+
+    let db = events_database("sighup").await;
+    let mut fixture = Fixture::new(&db.url, "sighup", &["public.events"]).await;
+    fixture.cfg.transforms = vec![plugin("passthrough")];
+    let file = fixture.cfg.write(&fixture.dir);
+    let log = fixture.dir.join("run.log");
+    let mut service = Service::spawn(&file, &[], &log);
+    service
+        .wait_for_log("streaming", Duration::from_secs(60))
+        .await;
+    db.client
+        .batch_execute("INSERT INTO events VALUES (1, 'before')")
+        .await
+        .unwrap();
+    service
+        .wait_for_landed(&fixture.log, 1, Duration::from_secs(30))
+        .await;
+    service.signal(libc::SIGHUP);
+    service
+        .wait_for_log("SIGHUP: loading the plugins again", Duration::from_secs(30))
+        .await;
+    // The new chain takes over at the next batch.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    db.client
+        .batch_execute("INSERT INTO events VALUES (2, 'after')")
+        .await
+        .unwrap();
+    service
+        .wait_for_log(
+            "plugins reloaded; from this batch on: passthrough",
+            Duration::from_secs(30),
+        )
+        .await;
+    service
+        .wait_for_landed(&fixture.log, 2, Duration::from_secs(30))
+        .await;
+    let text = service.stop().await;
+    assert!(
+        !text.contains("reconnect"),
+        "replication never restarted:\n{text}"
+    );
+    assert_eq!(
+        tributary_tests::lake::landed_changes(&fixture.log).await,
+        2,
+        "every change once"
+    );
+    let _ = std::fs::remove_dir_all(&fixture.dir);
+}
