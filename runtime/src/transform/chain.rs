@@ -281,41 +281,145 @@ pub(super) fn process(
     batch: Batch,
     parts: Parts,
 ) -> Result<Vec<OutputBatch>, TransformError> {
-    let call = Call::Batch(batch.lsn_range());
     let mut collector = Collector::default();
     let mut current = batch;
     for stage in stages.iter_mut() {
-        let (relations, handles) = Relations::of(&current);
-        let view = View::new(&stage.plugin.setup.interest, &relations, parts.part);
-        let input = convert::batch_to_wit(&current, &relations, &handles, &view);
-        let processed = call_with_retries(stage, &input, call)?;
-        drop(input);
-        match stage.policy {
-            FailurePolicy::Stop => {
-                if let Some(rejection) = processed.rejections.first() {
-                    return Err(rejected(
-                        stage, &current, &relations, &handles, rejection, call,
-                    ));
-                }
-            }
-            FailurePolicy::DeadLetter => {
-                let letters = dead_letters(stage, &current, &relations, &handles, &processed);
-                if !letters.is_empty() {
-                    let group = collector.group(DEAD_LETTERS, &dead_letter_columns(), false);
-                    collector.batches[group].rows.extend(letters);
-                }
-            }
-        }
-        let context = Context {
-            stage,
-            relations: &relations,
-            handles: &handles,
-            parts,
-        };
-        current = route(&context, processed.emits, current, &mut collector)?;
+        current = run_stage(stage, current, parts, &mut collector, true)?;
     }
     identity(current, &mut collector);
     Ok(collector.batches)
+}
+
+/// One plugin on one batch: its emits routed, its rejections handled by its policy. Under the
+/// dead-letter policy a batch that traps (or hits a limit) is taken apart when `isolate` is
+/// set: each change alone, so only the changes that trap land as dead letters.
+fn run_stage(
+    stage: &mut Stage,
+    current: Batch,
+    parts: Parts,
+    collector: &mut Collector,
+    isolate: bool,
+) -> Result<Batch, TransformError> {
+    let call = Call::Batch(current.lsn_range());
+    let (relations, handles) = Relations::of(&current);
+    let view = View::new(&stage.plugin.setup.interest, &relations, parts.part);
+    let input = convert::batch_to_wit(&current, &relations, &handles, &view);
+    let processed = match call_with_retries(stage, &input, call) {
+        Ok(processed) => processed,
+        Err(error) if stage.policy == FailurePolicy::DeadLetter && traps(&error) && isolate => {
+            drop(input);
+            return one_by_one(stage, current, parts, collector, &error);
+        }
+        Err(error) => return Err(error),
+    };
+    drop(input);
+    match stage.policy {
+        FailurePolicy::Stop => {
+            if let Some(rejection) = processed.rejections.first() {
+                return Err(rejected(
+                    stage, &current, &relations, &handles, rejection, call,
+                ));
+            }
+        }
+        FailurePolicy::DeadLetter => {
+            let letters = dead_letters(stage, &current, &handles, &processed);
+            if !letters.is_empty() {
+                let group = collector.group(DEAD_LETTERS, &dead_letter_columns(), false);
+                collector.batches[group].rows.extend(letters);
+            }
+        }
+    }
+    let context = Context {
+        stage,
+        relations: &relations,
+        handles: &handles,
+        parts,
+    };
+    route(&context, processed.emits, current, collector)
+}
+
+/// Whether an error is the plugin failing on its input (a trap, the time limit, the memory
+/// cap), which the dead-letter policy can isolate, rather than a fatal error it chose.
+fn traps(error: &TransformError) -> bool {
+    matches!(
+        error,
+        TransformError::Trap { .. }
+            | TransformError::Timeout { .. }
+            | TransformError::MemoryLimit { .. }
+    )
+}
+
+/// A batch that made the plugin trap, again one change at a time (each transaction's messages
+/// with its first change, the batch's with the first change of all): the changes that trap
+/// alone land as dead letters, the others as the plugin makes them.
+fn one_by_one(
+    stage: &mut Stage,
+    batch: Batch,
+    parts: Parts,
+    collector: &mut Collector,
+    error: &TransformError,
+) -> Result<Batch, TransformError> {
+    tracing::warn!(
+        plugin = %stage.plugin.name,
+        "{error}; taking the batch apart to find the changes it fails on"
+    );
+    let Batch {
+        transactions,
+        mut messages,
+    } = batch;
+    let mut out: Vec<Transaction> = Vec::with_capacity(transactions.len());
+    let mut letters = Vec::new();
+    let now = unix_micros();
+    for mut tx in transactions {
+        let changes = std::mem::take(&mut tx.changes);
+        let mut tx_messages = std::mem::take(&mut tx.messages);
+        let mut kept = Transaction {
+            changes: Vec::new(),
+            messages: tx_messages.clone(),
+            ..tx.clone()
+        };
+        for change in changes {
+            let single = Batch {
+                transactions: vec![Transaction {
+                    changes: vec![change.clone()],
+                    messages: std::mem::take(&mut tx_messages),
+                    ..tx.clone()
+                }],
+                messages: std::mem::take(&mut messages),
+            };
+            match run_stage(stage, single, parts, collector, false) {
+                Ok(mut made) => {
+                    if let Some(t) = made.transactions.pop() {
+                        kept.changes.extend(t.changes);
+                    }
+                }
+                Err(error) if traps(&error) => {
+                    let class = match &error {
+                        TransformError::Timeout { .. } => "timeout",
+                        TransformError::MemoryLimit { .. } => "memory",
+                        _ => "trap",
+                    };
+                    letters.push(letter(stage, &tx, &change, class, &error.to_string(), now));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        out.push(kept);
+    }
+    if !letters.is_empty() {
+        let group = collector.group(DEAD_LETTERS, &dead_letter_columns(), false);
+        collector.batches[group].rows.extend(letters);
+    }
+    Ok(Batch {
+        transactions: out,
+        messages,
+    })
+}
+
+fn unix_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
 }
 
 /// How often, and after which pauses, a plugin that asks to retry a batch is called again
@@ -433,14 +537,11 @@ fn dead_letter_columns() -> Arc<[OutputColumn]> {
 fn dead_letters(
     stage: &Stage,
     batch: &Batch,
-    relations: &Relations,
     handles: &[u32],
     processed: &wit::Processed,
 ) -> Vec<OutputRow> {
     let resolver = Resolver::new(batch, handles);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64);
+    let now = unix_micros();
     let plugin = &stage.plugin;
     let mut seen = std::collections::HashSet::new();
     let mut rows = Vec::new();
@@ -460,33 +561,14 @@ fn dead_letters(
             continue;
         }
         let t = &batch.transactions[tx];
-        let c = &t.changes[change];
-        let relation = &relations.relations[handles[flat] as usize];
-        let text = |s: &str| Value::Text(s.to_owned());
-        let row = c
-            .new
-            .as_ref()
-            .or(c.old.as_ref())
-            .map_or(Value::Null, |r| Value::Json(row_json(relation, r)));
-        rows.push(OutputRow {
-            op: c.op,
-            commit_lsn: t.commit_lsn,
-            seq: c.seq,
-            sub: 0,
-            xid: t.xid,
-            commit_time: t.commit_time,
-            values: vec![
-                text(&relation.qualified_name()),
-                text(&plugin.name),
-                text(&plugin.version),
-                text(&plugin.digest),
-                text(&rejection.class),
-                text(&rejection.message),
-                Value::TimestampTz(now),
-                row,
-            ],
-            old: None,
-        });
+        rows.push(letter(
+            stage,
+            t,
+            &t.changes[change],
+            &rejection.class,
+            &rejection.message,
+            now,
+        ));
     }
     if let Some(first) = processed.rejections.first() {
         tracing::warn!(
@@ -498,6 +580,43 @@ fn dead_letters(
         );
     }
     rows
+}
+
+/// The dead-letter row of `change`: its identity, table and row, the plugin, and why.
+fn letter(
+    stage: &Stage,
+    tx: &Transaction,
+    change: &Change,
+    class: &str,
+    message: &str,
+    now: i64,
+) -> OutputRow {
+    let plugin = &stage.plugin;
+    let text = |s: &str| Value::Text(s.to_owned());
+    let row = change
+        .new
+        .as_ref()
+        .or(change.old.as_ref())
+        .map_or(Value::Null, |r| Value::Json(row_json(&change.relation, r)));
+    OutputRow {
+        op: change.op,
+        commit_lsn: tx.commit_lsn,
+        seq: change.seq,
+        sub: 0,
+        xid: tx.xid,
+        commit_time: tx.commit_time,
+        values: vec![
+            text(&change.relation.qualified_name()),
+            text(&plugin.name),
+            text(&plugin.version),
+            text(&plugin.digest),
+            text(class),
+            text(message),
+            Value::TimestampTz(now),
+            row,
+        ],
+        old: None,
+    }
 }
 
 /// A row as a JSON object by column name: numbers and booleans as JSON, other values in text.

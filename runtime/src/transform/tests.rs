@@ -497,6 +497,48 @@ fn under_the_dead_letter_policy_rejected_changes_land_beside_the_rest() {
     assert_eq!(rows(&out, "public.notes").len(), 2);
 }
 
+/// Under the dead-letter policy a batch that traps is taken apart: the change it traps on
+/// lands as a dead letter (class `trap`), the others as the plugin makes them, and the next
+/// batch finds a fresh instance.
+#[test]
+fn under_the_dead_letter_policy_a_trapping_change_is_isolated() {
+    let spec = TransformSpec {
+        plugin: plugin("trap"),
+        on_error: FailurePolicy::DeadLetter,
+        ..Default::default()
+    };
+    let mut chain = TransformChain::load(&[(spec, HostLimits::default())]).unwrap();
+    let mut batch = batch_with_text(0x4_0000_0100, "fine");
+    let notes = batch.transactions[0].changes[0].relation.clone();
+    let row = |id, text: &str| Some(vec![Value::Int4(id), Value::Text(text.into())]);
+    batch.transactions[0]
+        .changes
+        .push(change(Op::Insert, &notes, 1, row(2, "panic"), None));
+    batch.transactions[1]
+        .changes
+        .push(change(Op::Insert, &notes, 0, row(3, "also fine"), None));
+    let out = chain.process(batch).unwrap();
+    let letters = rows(&out, DEAD_LETTERS);
+    assert_eq!(letters.len(), 1);
+    assert_eq!(
+        (letters[0].commit_lsn, letters[0].seq),
+        (Lsn(0x4_0000_0100), 1)
+    );
+    assert_eq!(letters[0].values[4], Value::Text("trap".into()));
+    let Value::Text(message) = &letters[0].values[5] else {
+        panic!("{:?}", letters[0].values[5])
+    };
+    assert!(message.contains("asked to panic"), "{message}");
+    let landed: Vec<&Value> = rows(&out, "public.notes")
+        .iter()
+        .map(|r| &r.values[0])
+        .collect();
+    assert_eq!(landed, [&Value::Int4(1), &Value::Int4(3)]);
+    // The plugin goes on with the next batch.
+    let next = chain.process(batch_with_text(0x5_0000_0100, "x")).unwrap();
+    assert_eq!(rows(&next, "public.notes").len(), 1);
+}
+
 /// A component built against the retired 0.1 contract is refused before it is linked, with
 /// how to rebuild it.
 #[test]
