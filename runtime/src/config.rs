@@ -119,6 +119,9 @@ pub struct TransformConfig {
     /// Longest one call may run, in milliseconds.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
+    /// WebAssembly stack one call may use, in KiB.
+    #[serde(default = "default_stack_kib")]
+    pub stack_kib: usize,
     /// What becomes of a change the plugin rejects: `stop` the pipeline, or land it in the
     /// dead-letter output and go on.
     #[serde(default)]
@@ -199,6 +202,10 @@ fn default_status_interval() -> u64 {
 fn default_memory_mib() -> usize {
     256
 }
+fn default_stack_kib() -> usize {
+    512
+}
+
 fn default_timeout_ms() -> u64 {
     30_000
 }
@@ -282,6 +289,15 @@ impl PipelineConfig {
             ));
         }
         for (i, t) in self.transforms.iter().enumerate() {
+            if !(16..=crate::transform::MAX_STACK_BYTES >> 10).contains(&t.stack_kib) {
+                return Err(format!(
+                    "transform {} ({}): stack_kib must be 16 to {} (plugin calls run on \
+                     threads with 2 MiB stacks)",
+                    i + 1,
+                    t.plugin.display(),
+                    crate::transform::MAX_STACK_BYTES >> 10
+                ));
+            }
             if t.memory_limit_mib == 0 || t.timeout_ms == 0 {
                 return Err(format!(
                     "transform {} ({}): memory_limit_mib and timeout_ms must be at least 1",
@@ -309,6 +325,7 @@ impl PipelineConfig {
                 let limits = HostLimits {
                     memory_bytes: t.memory_limit_mib << 20,
                     call_timeout: Duration::from_millis(t.timeout_ms),
+                    stack_bytes: t.stack_kib << 10,
                 };
                 (spec, limits)
             })
@@ -363,6 +380,8 @@ mod tests {
         assert_eq!(c.transforms.len(), 1);
         assert_eq!(c.transforms[0].config["columns"], "email,phone");
         assert_eq!(c.transforms[0].memory_limit_mib, 256);
+        assert_eq!(c.transforms[0].stack_kib, 512);
+        assert_eq!(c.transforms[0].on_error, FailurePolicy::Stop);
         assert_eq!(c.flush, FlushConfig::default());
         assert_eq!(c.sink.url, "s3://lake/shop");
     }
@@ -378,6 +397,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("extra"), "{err}");
+    }
+
+    #[test]
+    fn transform_limits_and_policy_are_read_and_checked() {
+        let with = |extra: &str| {
+            parse(&MINIMAL.replace(
+                "config = { columns = \"email,phone\" }",
+                &format!("config = {{ columns = \"email,phone\" }}\n{extra}"),
+            ))
+        };
+        let c = with("stack_kib = 1024\non_error = \"dead-letter\"").unwrap();
+        assert_eq!(c.transforms[0].stack_kib, 1024);
+        assert_eq!(c.transforms[0].on_error, FailurePolicy::DeadLetter);
+        assert_eq!(c.transform_specs()[0].1.stack_bytes, 1 << 20);
+        let err = with("stack_kib = 4096").unwrap_err().to_string();
+        assert!(err.contains("stack_kib must be 16 to 1024"), "{err}");
+        let err = with("on_error = \"ignore\"").unwrap_err().to_string();
+        assert!(err.contains("ignore"), "{err}");
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub fn config(
                 config: BTreeMap::new(),
                 memory_limit_mib: 128,
                 timeout_ms: 2_000,
+                stack_kib: 512,
                 on_error: Default::default(),
             })
             .collect(),

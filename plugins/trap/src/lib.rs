@@ -1,7 +1,7 @@
 //! Test plugin: passes changes through, each row spelled out whole, unless a text value of the batch is a command:
 //! `panic` panics, `unreachable` executes the `unreachable` instruction, `fatal` returns a
-//! fatal error, `alloc` allocates until memory runs out, `reject` rejects the change (class
-//! `test`).
+//! fatal error, `alloc` allocates until memory runs out, `recurse` recurses a million calls deep,
+//! `reject` rejects the change (class `test`).
 
 use std::hint::black_box;
 
@@ -35,6 +35,9 @@ impl Transform for Trap {
                 "panic" => panic!("asked to panic"),
                 "unreachable" => unreachable_instruction(),
                 "fatal" => return Err(Error::Fatal("asked to fail".to_owned())),
+                "recurse" => {
+                    black_box(depth(black_box(1_000_000)));
+                }
                 "alloc" => {
                     let mut hoard: Vec<Vec<u8>> = Vec::new();
                     loop {
@@ -63,6 +66,15 @@ impl Transform for Trap {
             })
             .collect();
         Ok(Processed { emits, rejections })
+    }
+}
+
+/// Recursion `n` calls deep, each frame kept alive by the addition after the call.
+fn depth(n: u64) -> u64 {
+    if n == 0 {
+        0
+    } else {
+        black_box(depth(black_box(n - 1))) + 1
     }
 }
 

@@ -145,6 +145,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
                 config: BTreeMap::new(),
                 memory_limit_mib: 256,
                 timeout_ms: 30_000,
+                stack_kib: 512,
                 on_error: Default::default(),
             })
             .collect(),

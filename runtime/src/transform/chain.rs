@@ -346,6 +346,7 @@ fn traps(error: &TransformError) -> bool {
         TransformError::Trap { .. }
             | TransformError::Timeout { .. }
             | TransformError::MemoryLimit { .. }
+            | TransformError::StackLimit { .. }
     )
 }
 
@@ -397,6 +398,7 @@ fn one_by_one(
                     let class = match &error {
                         TransformError::Timeout { .. } => "timeout",
                         TransformError::MemoryLimit { .. } => "memory",
+                        TransformError::StackLimit { .. } => "stack",
                         _ => "trap",
                     };
                     letters.push(letter(stage, &tx, &change, class, &error.to_string(), now));

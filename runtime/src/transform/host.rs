@@ -48,32 +48,36 @@ pub(super) const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// What a guest may print to stdout or stderr per call before the rest is dropped.
 const CAPTURE_BYTES: usize = 64 << 10;
 
-/// The engine every plugin runs on, with its epoch ticker started.
-fn engine() -> Result<&'static Engine, TransformError> {
-    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
-    ENGINE
-        .get_or_init(|| {
-            let mut config = Config::new();
-            config.wasm_component_model(true);
-            config.epoch_interruption(true);
-            let engine = Engine::new(&config).map_err(|e| format!("{e:#}"))?;
-            let weak = engine.weak();
-            std::thread::Builder::new()
-                .name("tributary-epoch".into())
-                .spawn(move || {
-                    while let Some(engine) = weak.upgrade() {
-                        engine.increment_epoch();
-                        drop(engine);
-                        std::thread::sleep(EPOCH_TICK);
-                    }
-                })
-                .map_err(|e| format!("cannot start the epoch ticker: {e}"))?;
-            Ok(engine)
+/// The engine of plugins with `stack_bytes` of WebAssembly stack, with its epoch ticker
+/// started. Plugins with the same stack limit share one engine (and its compiled code).
+fn engine(stack_bytes: usize) -> Result<Engine, TransformError> {
+    static ENGINES: OnceLock<Mutex<std::collections::HashMap<usize, Engine>>> = OnceLock::new();
+    let mut engines = ENGINES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(engine) = engines.get(&stack_bytes) {
+        return Ok(engine.clone());
+    }
+    let failed = |message: String| TransformError::Engine { message };
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    config.max_wasm_stack(stack_bytes);
+    let engine = Engine::new(&config).map_err(|e| failed(format!("{e:#}")))?;
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("tributary-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
         })
-        .as_ref()
-        .map_err(|message| TransformError::Engine {
-            message: message.clone(),
-        })
+        .map_err(|e| failed(format!("cannot start the epoch ticker: {e}")))?;
+    engines.insert(stack_bytes, engine.clone());
+    Ok(engine)
 }
 
 /// A loaded plugin: compiled, linked, described and initialized.
@@ -103,7 +107,7 @@ impl Plugin {
         config: Vec<(String, String)>,
         limits: &HostLimits,
     ) -> Result<Plugin, TransformError> {
-        let engine = engine()?;
+        let engine = &engine(limits.stack_bytes)?;
         let bytes = std::fs::read(path).map_err(|source| TransformError::Read {
             path: path.to_owned(),
             source,
@@ -269,6 +273,14 @@ impl Plugin {
         state.flush_output();
         let plugin = self.name.clone();
         let path = self.path.clone();
+        if error.downcast_ref::<Trap>() == Some(&Trap::StackOverflow) {
+            return TransformError::StackLimit {
+                plugin,
+                path,
+                call,
+                limit_kib: self.limits.stack_bytes >> 10,
+            };
+        }
         if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
             let limit_ms = self.limits.call_timeout.as_millis();
             return TransformError::Timeout {

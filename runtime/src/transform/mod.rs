@@ -77,13 +77,20 @@ pub struct HostLimits {
     pub memory_bytes: usize,
     /// The longest one call (`init`, `process`) may run.
     pub call_timeout: Duration,
+    /// The most WebAssembly stack one call may use, in bytes.
+    pub stack_bytes: usize,
 }
+
+/// The largest stack limit a plugin may have: calls run on the host's blocking threads, whose
+/// own stacks (2 MiB) must hold it with room to spare.
+pub const MAX_STACK_BYTES: usize = 1 << 20;
 
 impl Default for HostLimits {
     fn default() -> Self {
         HostLimits {
             memory_bytes: 256 << 20,
             call_timeout: Duration::from_secs(30),
+            stack_bytes: 512 << 10,
         }
     }
 }
@@ -175,6 +182,18 @@ pub enum TransformError {
         path: PathBuf,
         call: Call,
         limit_ms: u128,
+    },
+
+    #[error(
+        "plugin {plugin:?} ({}) exceeded its stack limit of {limit_kib} KiB {call} (deep \
+         recursion?); raise transform.stack_kib (at most 1024) if it legitimately needs more",
+        path.display()
+    )]
+    StackLimit {
+        plugin: String,
+        path: PathBuf,
+        call: Call,
+        limit_kib: usize,
     },
 
     #[error(

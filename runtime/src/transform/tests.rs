@@ -539,6 +539,35 @@ fn under_the_dead_letter_policy_a_trapping_change_is_isolated() {
     assert_eq!(rows(&next, "public.notes").len(), 1);
 }
 
+/// Recursion past the stack limit is stopped with an error naming the plugin, the limit and
+/// the batch; the plugin recovers on the next batch.
+#[test]
+fn a_plugin_recursing_past_its_stack_limit_is_stopped_naming_the_limit() {
+    let limits = HostLimits {
+        stack_bytes: 256 << 10,
+        ..HostLimits::default()
+    };
+    let mut chain = load(&[("trap", &[])], &limits);
+    let err = chain
+        .process(batch_with_text(0x6_0000_0100, "recurse"))
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        matches!(err, TransformError::StackLimit { .. }),
+        "{message}"
+    );
+    assert!(message.contains("plugin \"trap\""), "{message}");
+    assert!(message.contains("stack limit of 256 KiB"), "{message}");
+    assert!(message.contains("6/100"), "{message}");
+    assert_eq!(
+        chain
+            .process(batch_with_text(0x7_0000_0100, "x"))
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
 /// A component built against the retired 0.1 contract is refused before it is linked, with
 /// how to rebuild it.
 #[test]
