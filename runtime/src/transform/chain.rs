@@ -366,8 +366,10 @@ fn one_by_one(
     );
     let Batch {
         transactions,
-        mut messages,
+        messages,
     } = batch;
+    // The batch's messages go with the first change, and on to the next plugin whole.
+    let mut batch_messages = messages.clone();
     let mut out: Vec<Transaction> = Vec::with_capacity(transactions.len());
     let mut letters = Vec::new();
     let now = unix_micros();
@@ -386,7 +388,7 @@ fn one_by_one(
                     messages: std::mem::take(&mut tx_messages),
                     ..tx.clone()
                 }],
-                messages: std::mem::take(&mut messages),
+                messages: std::mem::take(&mut batch_messages),
             };
             match run_stage(stage, single, parts, collector, false) {
                 Ok(mut made) => {

@@ -537,6 +537,33 @@ fn under_the_dead_letter_policy_a_trapping_change_is_isolated() {
     // The plugin goes on with the next batch.
     let next = chain.process(batch_with_text(0x5_0000_0100, "x")).unwrap();
     assert_eq!(rows(&next, "public.notes").len(), 1);
+
+    // Taking a batch apart keeps its messages for the plugins after it.
+    let spec = |name: &str, on_error| TransformSpec {
+        plugin: plugin(name),
+        on_error,
+        ..Default::default()
+    };
+    let mut chain = TransformChain::load(&[
+        (
+            spec("trap", FailurePolicy::DeadLetter),
+            HostLimits::default(),
+        ),
+        (spec("messages", FailurePolicy::Stop), HostLimits::default()),
+    ])
+    .unwrap();
+    let mut batch = batch_with_text(0x8_0000_0100, "panic");
+    let message = |content: &[u8], before_seq| Message {
+        prefix: "p".into(),
+        content: content.to_vec(),
+        lsn: Lsn(0x8_0000_0000),
+        before_seq,
+    };
+    batch.transactions[0].messages = vec![message(b"in", 1)];
+    batch.messages = vec![message(b"between", 1)];
+    let out = chain.process(batch).unwrap();
+    assert_eq!(rows(&out, DEAD_LETTERS).len(), 1);
+    assert_eq!(rows(&out, "messages").len(), 2);
 }
 
 /// Recursion past the stack limit is stopped with an error naming the plugin, the limit and
