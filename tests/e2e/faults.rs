@@ -127,8 +127,10 @@ async fn a_stop_while_the_sink_hangs_ends_within_seconds() {
         .batch_execute("INSERT INTO events VALUES (1, 'a')")
         .await
         .unwrap();
-    running.wait_for_changes(1, Duration::from_secs(60)).await;
-    let landed = confirmed_flush(&db.client, &name).await;
+    let progress = running.wait_for_changes(1, Duration::from_secs(60)).await;
+    // The confirm of the landed flush reaches the server a moment after its commit entry.
+    let end = progress.last_entry.expect("an entry").last_end_lsn;
+    let landed = Some(tributary_tests::pipeline::wait_for_confirmed(&db.client, &name, end).await);
 
     // The sink stops answering (no error, no close): the next flush's requests hang.
     proxy.freeze();
