@@ -251,3 +251,42 @@ async fn a_python_plugin_reaches_no_file_environment_or_network() {
     assert_eq!(read_output(&store, "public.users").await.len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A Python plugin that loops is stopped at its time limit, with an error naming the plugin
+/// and the limit, and nothing past the batch is confirmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_python_plugin_is_stopped_at_its_time_limit() {
+    let db = fresh_database("spin_py").await;
+    db.client
+        .batch_execute("CREATE TABLE users (id int PRIMARY KEY, email text, note text)")
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(unique_name("spin-py-lake"));
+    let sink_url = format!("file://{}", dir.display());
+    let name = unique_name("spin_py");
+    let mut cfg = config(
+        &db.url,
+        &name,
+        &["public.users"],
+        &sink_url,
+        vec![],
+        &[guest_plugin("python", "sandbox")],
+    );
+    cfg.transforms[0].config = [("spin".to_owned(), "true".to_owned())].into();
+    cfg.transforms[0].timeout_ms = 1_500;
+    let running = RunningPipeline::start(cfg).await;
+    let before = tributary_tests::pipeline::confirmed_flush(&db.client, &name).await;
+    db.client
+        .batch_execute("INSERT INTO users VALUES (1, 'a@x', 'n')")
+        .await
+        .unwrap();
+    let error = running.failure(Duration::from_secs(60)).await.to_string();
+    assert!(error.contains("sandbox-py"), "{error}");
+    assert!(error.contains("time limit of 1500 ms"), "{error}");
+    assert_eq!(
+        tributary_tests::pipeline::confirmed_flush(&db.client, &name).await,
+        before,
+        "nothing was confirmed"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -5,6 +5,9 @@ environment and the arguments, open a TCP connection and resolve a name, and lan
 per attempt in its declared output `attempts`: what it tried, and `denied: <why>` or
 `allowed: <what it got>`. Every change itself lands as it came. The tests hold that each
 attempt is denied.
+
+Setting `spin = "true"` makes `process` loop forever instead, so the tests can show the time
+limit stopping a Python plugin.
 """
 
 # Bundled so that resolving a name reaches the network layer instead of failing on a missing
@@ -22,6 +25,9 @@ from wit_world.imports import types as t
 NAME = "sandbox-py"
 VERSION = "1.0.0"
 OUTPUT = "attempts"
+
+# Loop forever in `process` (the `spin` setting).
+SPIN = False
 
 
 def attempt(what: Callable[[], object]) -> str:
@@ -67,14 +73,21 @@ class Plugin(exports.Plugin):
         return t.PluginInfo(name=NAME, version=VERSION)
 
     def init(self, config: List[Tuple[str, str]]) -> t.Setup:
-        for key, _value in config:
-            raise Err(f"{NAME} takes no settings: remove `{key}` from its config")
+        global SPIN
+        for key, value in config:
+            if key == "spin" and value in ("true", "false"):
+                SPIN = value == "true"
+            else:
+                raise Err(f"{NAME}: unknown setting `{key}` = {value!r}; it takes spin = \"true\"")
         output = t.Output(name=OUTPUT, columns=[text_column("attempt"), text_column("outcome")])
         interest = t.Interest(columns=[], old_images=False, messages=False,
                               whole_transactions=False)
         return t.Setup(outputs=[output], reshapes=[], interest=interest)
 
     def process(self, batch: t.Batch) -> t.Processed:
+        n = 0
+        while SPIN:
+            n += 1
         emits: List[t.Emit] = []
         first = None
         for ti, transaction in enumerate(batch.transactions):
