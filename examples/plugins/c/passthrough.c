@@ -46,7 +46,8 @@ bool exports_tributary_transform_plugin_init(transform_list_tuple2_string_string
     } else {
         memset(ret, 0, sizeof *ret);
         /* No outputs, no reshapes; `some([])`: no column values at all, so every value
-         * arrives as `absent`, which is all a `keep` needs. */
+         * arrives as `absent`, which is all a `keep` needs. (`is_some = false` would read
+         * every column; a list of names reads those.) */
         ret->interest.columns.is_some = true;
         ret->interest.columns.val.ptr = NULL;
         ret->interest.columns.val.len = 0;
@@ -70,6 +71,9 @@ bool exports_tributary_transform_plugin_process(batch_t *batch, processed_t *ret
     for (size_t t = 0; t < batch->transactions.len; t++) {
         size_t changes = batch->transactions.ptr[t].changes.len;
         for (size_t c = 0; c < changes; c++) {
+            /* Edit here: decide what lands for each change. A `keep` lands it as it came;
+             * TRIBUTARY_TRANSFORM_TYPES_EMIT_EDIT replaces some values (malloc'd, see
+             * README.md); TRIBUTARY_TRANSFORM_TYPES_EMIT_ROW spells a row out whole. */
             emits[n].tag = TRIBUTARY_TRANSFORM_TYPES_EMIT_KEEP;
             emits[n].val.keep.transaction = (uint32_t)t;
             emits[n].val.keep.change = (uint32_t)c;

@@ -30,7 +30,8 @@ export const plugin = {
       outputs: [],
       reshapes: [],
       interest: {
-        // Some(empty list): read no column values (they arrive as `absent`).
+        // Some(empty list): read no column values (they arrive as `absent`). `undefined`
+        // would be `none`, which means every column; a list of names reads those.
         columns: [],
         oldImages: false,
         messages: false,
@@ -43,6 +44,9 @@ export const plugin = {
     const emits = [];
     batch.transactions.forEach((tx, transaction) => {
       for (let change = 0; change < tx.changes.length; change++) {
+        // Edit here: decide what lands for each change. `keep` lands it as it came;
+        // { tag: 'edit', val: { change: ref, values: [[position, value]], old: [] } }
+        // replaces some values; { tag: 'row', val: ... } spells a row out whole.
         emits.push({ tag: 'keep', val: { transaction, change } });
       }
     });

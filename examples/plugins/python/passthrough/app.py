@@ -17,7 +17,11 @@ VERSION = "1.0.0"
 
 
 class Plugin(exports.Plugin):
-    """The `plugin` interface: componentize-py calls these methods on an instance of this class."""
+    """The `plugin` interface: componentize-py calls these methods on an instance of this class.
+
+    It makes a separate instance for each call, so keep settings in module globals, not in
+    `self`.
+    """
 
     def describe(self) -> t.PluginInfo:
         return t.PluginInfo(name=NAME, version=VERSION)
@@ -31,7 +35,8 @@ class Plugin(exports.Plugin):
             reshapes=[],
             interest=t.Interest(
                 # `some([])`: read no column values (every value arrives as `absent`).
-                # `None` would be `none`, which means every column.
+                # `None` would be `none`, which means every column; a list of names reads
+                # those.
                 columns=[],
                 old_images=False,
                 messages=False,
@@ -45,5 +50,8 @@ class Plugin(exports.Plugin):
         emits: List[t.Emit] = []
         for ti, transaction in enumerate(batch.transactions):
             for ci in range(len(transaction.changes)):
+                # Edit here: decide what lands for each change. Emit_Keep lands it as it
+                # came; t.Emit_Edit(t.Edit(change=ref, values=[(position, value)], old=[]))
+                # replaces some values; t.Emit_Row(...) spells a row out whole.
                 emits.append(t.Emit_Keep(t.ChangeRef(transaction=ti, change=ci)))
         return t.Processed(emits=emits, rejections=[])

@@ -45,7 +45,10 @@ const RUST: &[(&str, &str)] = &[
 ];
 
 const PYTHON: &[(&str, &str)] = &[
-    ("app.py", include_str!("../../templates/python/app.py")),
+    (
+        "app.py",
+        include_str!("../../../../examples/plugins/python/passthrough/app.py"),
+    ),
     ("build.sh", include_str!("../../templates/python/build.sh")),
     ("test.sh", include_str!("../../templates/python/test.sh")),
     (
@@ -61,14 +64,17 @@ const PYTHON: &[(&str, &str)] = &[
 const JS: &[(&str, &str)] = &[
     (
         "src/{{name}}.js",
-        include_str!("../../templates/js/src/plugin.js"),
+        include_str!("../../../../examples/plugins/js/src/passthrough.js"),
     ),
     ("README.md", include_str!("../../templates/js/README.md")),
     (".gitignore", include_str!("../../templates/js/gitignore")),
 ];
 
 const C: &[(&str, &str)] = &[
-    ("{{name}}.c", include_str!("../../templates/c/plugin.c")),
+    (
+        "{{name}}.c",
+        include_str!("../../../../examples/plugins/c/passthrough.c"),
+    ),
     ("Makefile", include_str!("../../templates/c/Makefile")),
     ("README.md", include_str!("../../templates/c/README.md")),
     (".gitignore", include_str!("../../templates/c/gitignore")),
@@ -83,6 +89,9 @@ const C: &[(&str, &str)] = &[
 ];
 
 /// The JavaScript examples' manifest and lock file: the scaffold pins the same tools.
+/// The names of the passthrough examples a new plugin's source starts from.
+const EXAMPLE_NAMES: [&str; 3] = ["passthrough-py", "passthrough-js", "passthrough-c"];
+
 const JS_EXAMPLE_MANIFEST: &str = include_str!("../../../../examples/plugins/js/package.json");
 const JS_EXAMPLE_LOCK: &str = include_str!("../../../../examples/plugins/js/package-lock.json");
 /// The examples' package name and version, as the lock file records them for its root.
@@ -144,6 +153,13 @@ pub fn check_name(name: &str) -> anyhow::Result<()> {
 /// executable by their `.sh` name.
 pub fn files(lang: Lang, name: &str) -> anyhow::Result<Vec<(String, String)>> {
     let substitute = |text: &str| {
+        // A plugin's source is its language's passthrough example, renamed and at 0.1.0.
+        let text = EXAMPLE_NAMES
+            .iter()
+            .fold(text.to_owned(), |t, example| t.replace(example, "{{name}}"))
+            .replace("VERSION = \"1.0.0\"", "VERSION = \"0.1.0\"")
+            .replace("VERSION = '1.0.0'", "VERSION = '0.1.0'")
+            .replace("PLUGIN_VERSION \"1.0.0\"", "PLUGIN_VERSION \"0.1.0\"");
         text.replace("{{name}}", name)
             .replace("{{crate}}", &name.replace('-', "_"))
             .replace("{{version}}", env!("CARGO_PKG_VERSION"))
