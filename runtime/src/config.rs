@@ -191,6 +191,34 @@ pub struct PipelineConfig {
     pub sink: SinkConfig,
     #[serde(default)]
     pub flush: FlushConfig,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+}
+
+/// The metrics endpoint (Prometheus text format at `GET /metrics`); off unless `listen` is set.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Address and port to serve on, such as `"127.0.0.1:9187"` (`"0.0.0.0:9187"` for every
+    /// interface).
+    #[serde(default)]
+    pub listen: Option<String>,
+}
+
+impl MetricsConfig {
+    /// The address to listen on, when set.
+    pub fn address(&self) -> Result<Option<std::net::SocketAddr>, String> {
+        self.listen
+            .as_deref()
+            .map(|text| {
+                text.parse().map_err(|_| {
+                    format!(
+                        "metrics.listen = {text:?} is not an address and port such as \"127.0.0.1:9187\""
+                    )
+                })
+            })
+            .transpose()
+    }
 }
 
 fn yes() -> bool {
@@ -279,6 +307,7 @@ impl PipelineConfig {
         if self.flush.max_rows == 0 || self.flush.max_mib == 0 {
             return Err("flush.max_rows and flush.max_mib must be at least 1".into());
         }
+        self.metrics.address()?;
         if self.flush.in_flight_mib == 0 {
             return Err("flush.in_flight_mib must be at least 1".into());
         }
@@ -415,6 +444,26 @@ mod tests {
         assert!(err.contains("stack_kib must be 16 to 1024"), "{err}");
         let err = with("on_error = \"ignore\"").unwrap_err().to_string();
         assert!(err.contains("ignore"), "{err}");
+    }
+
+    #[test]
+    fn the_metrics_endpoint_is_off_unless_an_address_is_given() {
+        assert_eq!(parse(MINIMAL).unwrap().metrics.address(), Ok(None));
+        let c = parse(&format!(
+            "{MINIMAL}\n[metrics]\nlisten = \"0.0.0.0:9187\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.metrics.address(),
+            Ok(Some("0.0.0.0:9187".parse().unwrap()))
+        );
+        let err = parse(&format!("{MINIMAL}\n[metrics]\nlisten = \"localhost\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("metrics.listen = \"localhost\" is not an address and port"),
+            "{err}"
+        );
     }
 
     #[test]

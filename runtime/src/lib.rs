@@ -32,6 +32,7 @@ pub mod encode;
 pub mod failpoint;
 pub mod flush;
 mod lsn;
+pub mod metrics;
 pub mod pgoutput;
 pub mod pgtype;
 pub mod pipeline;

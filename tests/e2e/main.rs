@@ -13,6 +13,7 @@ mod landing;
 mod languages;
 mod large;
 mod messages;
+mod metrics;
 mod plugins;
 mod postgres16;
 mod restart;

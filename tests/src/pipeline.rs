@@ -58,6 +58,7 @@ pub fn config(
             in_flight_mib: 256,
             ..FlushConfig::default()
         },
+        metrics: Default::default(),
     }
 }
 

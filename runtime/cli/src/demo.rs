@@ -157,6 +157,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
             max_rows: 1000,
             ..FlushConfig::default()
         },
+        metrics: Default::default(),
     };
 
     let (stop, shutdown) = watch::channel(false);

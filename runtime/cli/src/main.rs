@@ -127,6 +127,29 @@ async fn execute(command: Command) -> anyhow::Result<()> {
                 let _ = stop.send(true);
             });
             let (progress, _) = watch::channel(Progress::default());
+            // The endpoint is bound before anything else happens, so a port in use is refused
+            // before the slot or the publication is touched.
+            if let Some(address) = config.metrics.address().map_err(anyhow::Error::msg)? {
+                let listener = tokio::net::TcpListener::bind(address)
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "metrics.listen = \"{address}\": cannot listen there; choose a free \
+                         port, or stop what holds it"
+                        )
+                    })?;
+                let address = listener.local_addr().unwrap_or(address);
+                tracing::info!("metrics at http://{address}/metrics");
+                let identity = tributary::metrics::Identity {
+                    slot: config.source.slot.clone(),
+                    version: env!("CARGO_PKG_VERSION"),
+                };
+                tokio::spawn(tributary::metrics::serve(
+                    listener,
+                    progress.subscribe(),
+                    identity,
+                ));
+            }
             let options = RunOptions {
                 accept_gap,
                 wait_for_slot: wait,
@@ -139,6 +162,10 @@ async fn execute(command: Command) -> anyhow::Result<()> {
                 changes = done.changes,
                 "stopped"
             );
+            if !done.plugins.is_empty() {
+                let counted = tributary::transform::describe_tallies(&done.plugins);
+                tracing::info!("plugin counters: {counted}");
+            }
             Ok(())
         }
         Command::Demo(options) => demo::run(options).await,

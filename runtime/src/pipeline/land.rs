@@ -16,6 +16,7 @@ use crate::failpoint;
 use crate::flush::{Action, ActionId, EncodedFlush, FlushMachine, Step, Stopped};
 use crate::replication::Confirmer;
 use crate::sink::{Created, Sink};
+use crate::transform::{Tallies, add_tallies, describe_tallies};
 
 /// An encoded flush (or part of one) and the share of the in-flight budget it holds until its
 /// files are up.
@@ -26,6 +27,8 @@ pub(super) struct Encoded {
     /// Time spent on it so far, for the stage timers.
     pub transform: Duration,
     pub encode: Duration,
+    /// What the plugins counted making it.
+    pub tallies: Tallies,
 }
 
 /// After a stop request, the longest landing waits for the sink to answer anything; a
@@ -51,6 +54,7 @@ pub(super) async fn land(
     let mut budgets: Vec<((u64, u32), Share)> = Vec::new();
     let mut held: Vec<(u64, Held)> = Vec::new();
     let mut failing = Failing::default();
+    let mut told_tallies: Option<Instant> = None;
     let mut open = true;
     let mut stop_seen = false;
     // After a stop request, how long landing waits for a sink request that gives no answer.
@@ -72,7 +76,13 @@ pub(super) async fn land(
                 Action::Landed { entry } => {
                     let index = held.iter().position(|(n, _)| *n == entry.sequence);
                     let done = index.map(|i| held.remove(i).1);
+                    let counted = done.as_ref().is_some_and(|d| !d.tallies.is_empty());
                     report(&progress, &entry, done.as_ref());
+                    if counted && told_tallies.is_none_or(|t| t.elapsed() >= TALLIES_EVERY) {
+                        told_tallies = Some(Instant::now());
+                        let line = describe_tallies(&progress.borrow().plugins);
+                        tracing::info!("plugin counters so far: {line}");
+                    }
                 }
                 Action::Retrying {
                     what,
@@ -93,11 +103,17 @@ pub(super) async fn land(
                     if let Some(message) = told {
                         tracing::warn!("{message}");
                     }
+                    progress.send_modify(|p| {
+                        p.sink_retries += 1;
+                        p.sink_failing = true;
+                    });
                 }
                 Action::Recovered { what, attempts } => {
                     if let Some(message) = failing.recovered(what, attempts, Instant::now()) {
                         tracing::info!("{message}");
                     }
+                    let still = failing.any();
+                    progress.send_modify(|p| p.sink_failing = still);
                 }
                 Action::Warning { message } => tracing::warn!("{message}"),
                 other => running.push(execute(other, &log, &sink)),
@@ -141,14 +157,15 @@ pub(super) async fn land(
             }
             _ = sleep_until(retry_at) => {}
             received = input.recv(), if open && !machine.is_stopped() && machine.accepts() => match received {
-                Some(Encoded { flush, _budget, transform, encode }) => {
+                Some(Encoded { flush, _budget, transform, encode, tallies }) => {
                     budgets.push(((flush.sequence, flush.part), _budget));
                     match held.iter_mut().find(|(n, _)| *n == flush.sequence) {
-                        Some((_, times)) => {
-                            times.transform += transform;
-                            times.encode += encode;
+                        Some((_, kept)) => {
+                            kept.transform += transform;
+                            kept.encode += encode;
+                            add_tallies(&mut kept.tallies, &tallies);
                         }
-                        None => held.push((flush.sequence, Held { transform, encode })),
+                        None => held.push((flush.sequence, Held { transform, encode, tallies })),
                     }
                     machine.push(flush);
                 }
@@ -203,6 +220,11 @@ impl Failing {
         }
     }
 
+    /// Whether some step is failing.
+    fn any(&self) -> bool {
+        !self.steps.is_empty()
+    }
+
     fn recovered(&mut self, what: &'static str, attempts: u32, now: Instant) -> Option<String> {
         let i = self.steps.iter().position(|(w, _, _)| *w == what)?;
         let since = self.steps.remove(i).1;
@@ -213,10 +235,12 @@ impl Failing {
     }
 }
 
-/// What landing keeps of a flush beside the machine: its stage times, for the progress report.
+/// What landing keeps of a flush beside the machine, for the progress report: its stage times
+/// and what the plugins counted making it (reported once it is committed).
 struct Held {
     transform: Duration,
     encode: Duration,
+    tallies: Tallies,
 }
 
 fn execute(
@@ -300,6 +324,10 @@ async fn upload(
     Ok(())
 }
 
+/// How often the plugins' running totals are written to the log (also at the first commit
+/// they counted in).
+const TALLIES_EVERY: Duration = Duration::from_secs(60);
+
 fn report(
     progress: &watch::Sender<Progress>,
     entry: &crate::commit::CommitEntry,
@@ -336,6 +364,7 @@ fn report(
         if let Some(done) = done {
             p.stages.transform += done.transform;
             p.stages.encode += done.encode;
+            add_tallies(&mut p.plugins, &done.tallies);
         }
     });
 }

@@ -46,7 +46,7 @@ use crate::pgoutput::{DecodeError, Decoder, LogicalMessage};
 use crate::provision::ProvisionError;
 use crate::replication::{ReplicationError, ReplicationStream, XLogData};
 use crate::sink::SinkError;
-use crate::transform::{PluginInfo, TransformChain, TransformError};
+use crate::transform::{PluginInfo, Tallies, TransformChain, TransformError};
 
 /// The highest pgoutput protocol version this pipeline speaks. Streaming of in-progress
 /// transactions needs 2 (PostgreSQL 14); 3 (15) adds two-phase and 4 (16) parallel streaming,
@@ -163,6 +163,12 @@ pub struct Progress {
     pub streaming: bool,
     /// Where the time went, summed over the run.
     pub stages: StageTimes,
+    /// What each plugin counted in the flushes committed so far, by plugin name.
+    pub plugins: Tallies,
+    /// Attempts of sink steps (intents, uploads, commit entries) that failed and were retried.
+    pub sink_retries: u64,
+    /// A sink step is failing and being retried right now.
+    pub sink_failing: bool,
 }
 
 /// Wall time spent in each stage, summed over a run: where a pipeline's time goes. The rest of
@@ -423,6 +429,7 @@ struct Transformed {
     outputs: Vec<OutputBatch>,
     share: Share,
     transform: Duration,
+    tallies: Tallies,
 }
 
 /// The read stage: the replication stream, decoding, assembling, dropping replays and cutting
@@ -797,6 +804,7 @@ async fn transform_stage(
                 outputs: Vec::new(),
                 share,
                 transform: Duration::ZERO,
+                tallies: Tallies::new(),
             };
             if output.send(transformed).await.is_err() {
                 return Ok(());
@@ -823,6 +831,7 @@ async fn transform_stage(
         .map_err(|e| PipelineError::Task(e.to_string()))?;
         chain = returned;
         let outputs = outputs?;
+        let tallies = chain.take_tallies();
         let flush = EncodedFlush {
             sequence,
             part,
@@ -847,6 +856,7 @@ async fn transform_stage(
             outputs,
             share,
             transform: started.elapsed(),
+            tallies,
         };
         if output.send(transformed).await.is_err() {
             return Ok(());
@@ -874,6 +884,7 @@ async fn encode_stage(
             outputs,
             mut share,
             transform,
+            tallies,
         } = transformed;
         let (encoder_, writer_, sequence) = (encoder.clone(), writer.clone(), flush.sequence);
         if numbering.0 != sequence {
@@ -900,6 +911,7 @@ async fn encode_stage(
             _budget: share,
             transform,
             encode: started.elapsed(),
+            tallies,
         };
         if output.send(encoded).await.is_err() {
             return Ok(());

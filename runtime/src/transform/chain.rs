@@ -19,6 +19,8 @@ pub(super) struct Stage {
     declared: HashMap<String, Arc<[OutputColumn]>>,
     reshapes: Vec<Reshape>,
     policy: FailurePolicy,
+    /// What the plugin counted since the chain's tallies were last taken.
+    pub tally: super::PluginTally,
 }
 
 /// One `reshape` of the plugin's setup, its added columns typed.
@@ -80,6 +82,7 @@ impl Stage {
             declared,
             reshapes,
             policy,
+            tally: Default::default(),
         })
     }
 
@@ -323,6 +326,7 @@ fn run_stage(
         }
         FailurePolicy::DeadLetter => {
             let letters = dead_letters(stage, &current, &handles, &processed);
+            stage.tally.dead_letters += letters.len() as u64;
             if !letters.is_empty() {
                 let group = collector.group(DEAD_LETTERS, &dead_letter_columns(), false);
                 collector.batches[group].rows.extend(letters);
@@ -410,6 +414,7 @@ fn one_by_one(
         }
         out.push(kept);
     }
+    stage.tally.dead_letters += letters.len() as u64;
     if !letters.is_empty() {
         let group = collector.group(DEAD_LETTERS, &dead_letter_columns(), false);
         collector.batches[group].rows.extend(letters);
@@ -441,10 +446,12 @@ fn call_with_retries(
     let started = std::time::Instant::now();
     let mut pauses = RETRY_PAUSES.iter();
     loop {
-        let result = stage.plugin.process(input, call)?;
+        let result = stage.plugin.process(input, call);
+        stage.tally.calls += 1;
         for (name, delta) in stage.plugin.take_counters() {
-            tracing::debug!(plugin = %stage.plugin.name, counter = %name, delta, "plugin counter");
+            *stage.tally.counters.entry(name).or_default() += delta;
         }
+        let result = result?;
         match result {
             Ok(processed) => return Ok(processed),
             Err(wit::Error::Fatal(message)) => {

@@ -105,6 +105,54 @@ pub struct PluginInfo {
     pub digest: String,
 }
 
+/// What one plugin counted while it ran: its own counters (`host.count`, by name), the changes
+/// it sent to the dead-letter output, and its `process` calls.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginTally {
+    pub counters: std::collections::BTreeMap<String, u64>,
+    pub dead_letters: u64,
+    pub calls: u64,
+}
+
+impl PluginTally {
+    pub fn is_empty(&self) -> bool {
+        self.counters.is_empty() && self.dead_letters == 0 && self.calls == 0
+    }
+
+    /// Add what `other` counted.
+    pub fn add(&mut self, other: &PluginTally) {
+        for (name, delta) in &other.counters {
+            *self.counters.entry(name.clone()).or_default() += delta;
+        }
+        self.dead_letters += other.dead_letters;
+        self.calls += other.calls;
+    }
+}
+
+/// Tallies by plugin name; two transforms of one plugin name count together.
+pub type Tallies = std::collections::BTreeMap<String, PluginTally>;
+
+/// Add every tally of `from` to `into`.
+pub fn add_tallies(into: &mut Tallies, from: &Tallies) {
+    for (plugin, tally) in from {
+        into.entry(plugin.clone()).or_default().add(tally);
+    }
+}
+
+/// `mask: 3 calls, values_masked 240; flatten: 2 calls, 1 dead letter`.
+pub fn describe_tallies(tallies: &Tallies) -> String {
+    let mut plugins = Vec::with_capacity(tallies.len());
+    for (plugin, tally) in tallies {
+        let mut parts = vec![format!("{} calls", tally.calls)];
+        if tally.dead_letters > 0 {
+            parts.push(format!("{} dead letters", tally.dead_letters));
+        }
+        parts.extend(tally.counters.iter().map(|(n, v)| format!("{n} {v}")));
+        plugins.push(format!("{plugin}: {}", parts.join(", ")));
+    }
+    plugins.join("; ")
+}
+
 /// What a loaded plugin is and declared.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginSummary {
@@ -335,6 +383,22 @@ impl TransformChain {
     /// check` and the start-up log.
     pub fn summaries(&self) -> Vec<PluginSummary> {
         self.stages.iter().map(chain::Stage::summary).collect()
+    }
+
+    /// What each plugin counted since this was last called, by plugin name (plugins that
+    /// counted nothing left out).
+    pub fn take_tallies(&mut self) -> Tallies {
+        let mut tallies = Tallies::new();
+        for stage in &mut self.stages {
+            let tally = std::mem::take(&mut stage.tally);
+            if !tally.is_empty() {
+                tallies
+                    .entry(stage.plugin.name.clone())
+                    .or_default()
+                    .add(&tally);
+            }
+        }
+        tallies
     }
 
     /// The plugins that must see every transaction in one call (`interest.whole-transactions`).
