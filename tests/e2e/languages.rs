@@ -290,3 +290,70 @@ async fn a_looping_python_plugin_is_stopped_at_its_time_limit() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A Python plugin that allocates without bound is stopped at its memory cap, with a message
+/// naming the plugin, the limit and the batch; nothing is confirmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_plugin_that_allocates_without_bound_is_stopped_at_its_memory_cap() {
+    let db = fresh_database("hog_py").await;
+    db.client
+        .batch_execute("CREATE TABLE users (id int PRIMARY KEY, email text, note text)")
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(unique_name("hog-py-lake"));
+    let sink_url = format!("file://{}", dir.display());
+    let name = unique_name("hog_py");
+    let mut cfg = config(
+        &db.url,
+        &name,
+        &["public.users"],
+        &sink_url,
+        vec![],
+        &[guest_plugin("python", "sandbox")],
+    );
+    cfg.transforms[0].config = [("hog".to_owned(), "true".to_owned())].into();
+    cfg.transforms[0].memory_limit_mib = 96;
+    cfg.transforms[0].timeout_ms = 60_000;
+    let running = RunningPipeline::start(cfg).await;
+    let before = tributary_tests::pipeline::confirmed_flush(&db.client, &name).await;
+    db.client
+        .batch_execute("INSERT INTO users VALUES (1, 'a@x', 'n')")
+        .await
+        .unwrap();
+    let lsn: String = db
+        .client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let error = running.failure(Duration::from_secs(120)).await.to_string();
+    assert!(error.contains("\"sandbox-py\""), "{error}");
+    assert!(
+        error.contains(&format!("exceeded its memory limit of {} bytes", 96 << 20)),
+        "{error}"
+    );
+    assert!(
+        error.contains("processing the batch of commit lsn"),
+        "{error}"
+    );
+    // The batch is the insert's: its commit record lies before the position read after it.
+    let batch_lsn = error
+        .split("commit lsn ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap();
+    let (parse, end) = (
+        |text: &str| text.parse::<tributary::Lsn>().unwrap(),
+        lsn.as_str(),
+    );
+    assert!(
+        parse(batch_lsn) < parse(end),
+        "{error} (after the insert: {lsn})"
+    );
+    assert_eq!(
+        tributary_tests::pipeline::confirmed_flush(&db.client, &name).await,
+        before,
+        "nothing was confirmed"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

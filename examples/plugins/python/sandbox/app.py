@@ -6,8 +6,9 @@ per attempt in its declared output `attempts`: what it tried, and `denied: <why>
 `allowed: <what it got>`. Every change itself lands as it came. The tests hold that each
 attempt is denied.
 
-Setting `spin = "true"` makes `process` loop forever instead, so the tests can show the time
-limit stopping a Python plugin.
+Setting `spin = "true"` makes `process` loop forever instead, and `hog = "true"` makes it
+allocate without bound, so the tests can show the time limit and the memory cap stopping a
+Python plugin.
 """
 
 # Bundled so that resolving a name reaches the network layer instead of failing on a missing
@@ -26,8 +27,10 @@ NAME = "sandbox-py"
 VERSION = "1.0.0"
 OUTPUT = "attempts"
 
-# Loop forever in `process` (the `spin` setting).
+# Loop forever in `process` (the `spin` setting), or allocate until the memory cap stops it
+# (`hog`).
 SPIN = False
+HOG = False
 
 
 def attempt(what: Callable[[], object]) -> str:
@@ -73,12 +76,15 @@ class Plugin(exports.Plugin):
         return t.PluginInfo(name=NAME, version=VERSION)
 
     def init(self, config: List[Tuple[str, str]]) -> t.Setup:
-        global SPIN
+        global SPIN, HOG
         for key, value in config:
             if key == "spin" and value in ("true", "false"):
                 SPIN = value == "true"
+            elif key == "hog" and value in ("true", "false"):
+                HOG = value == "true"
             else:
-                raise Err(f"{NAME}: unknown setting `{key}` = {value!r}; it takes spin = \"true\"")
+                raise Err(f"{NAME}: unknown setting `{key}` = {value!r}; "
+                          "it takes spin = \"true\" or hog = \"true\"")
         output = t.Output(name=OUTPUT, columns=[text_column("attempt"), text_column("outcome")])
         interest = t.Interest(columns=[], old_images=False, messages=False,
                               whole_transactions=False)
@@ -88,6 +94,9 @@ class Plugin(exports.Plugin):
         n = 0
         while SPIN:
             n += 1
+        hoard = []
+        while HOG:
+            hoard.append(bytearray(1 << 20))
         emits: List[t.Emit] = []
         first = None
         for ti, transaction in enumerate(batch.transactions):
