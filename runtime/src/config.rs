@@ -193,6 +193,25 @@ pub struct PipelineConfig {
     pub flush: FlushConfig,
     #[serde(default)]
     pub metrics: MetricsConfig,
+    #[serde(default)]
+    pub retry: RetryConfig,
+}
+
+/// How long passing faults (an unreachable sink or source, throttling, a restarting server)
+/// are retried.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryConfig {
+    /// Stop once one step has kept failing for this many seconds; unset: retry for as long as
+    /// the fault lasts (nothing is confirmed meanwhile, so waiting loses nothing).
+    #[serde(default)]
+    pub limit_secs: Option<u64>,
+}
+
+impl RetryConfig {
+    pub fn limit(&self) -> Option<std::time::Duration> {
+        self.limit_secs.map(std::time::Duration::from_secs)
+    }
 }
 
 /// The metrics endpoint (Prometheus text format at `GET /metrics`); off unless `listen` is set.
@@ -308,6 +327,12 @@ impl PipelineConfig {
             return Err("flush.max_rows and flush.max_mib must be at least 1".into());
         }
         self.metrics.address()?;
+        if self.retry.limit_secs == Some(0) {
+            return Err(
+                "retry.limit_secs must be at least 1 (leave it out to retry for as long as a fault lasts)"
+                    .into(),
+            );
+        }
         if self.flush.in_flight_mib == 0 {
             return Err("flush.in_flight_mib must be at least 1".into());
         }

@@ -144,20 +144,30 @@ pub enum Stopped {
     Failed(CommitError),
     /// A stop request came while `what` kept failing.
     Interrupted { what: &'static str, confirmed: Lsn },
+    /// `what` kept failing for longer than the retry limit.
+    GaveUp {
+        what: &'static str,
+        failing_for: Duration,
+        attempts: u32,
+        error: String,
+        confirmed: Lsn,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Waiting,
-    /// Being carried out; `attempts` failed before.
+    /// Being carried out; `attempts` failed before, the first at `since`.
     Issued {
         attempts: u32,
         delay: Duration,
+        since: Option<Instant>,
     },
     Retry {
         at: Instant,
         attempts: u32,
         delay: Duration,
+        since: Instant,
     },
     Done,
 }
@@ -175,11 +185,19 @@ impl State {
     fn issue(&mut self) {
         *self = match *self {
             State::Retry {
-                attempts, delay, ..
-            } => State::Issued { attempts, delay },
+                attempts,
+                delay,
+                since,
+                ..
+            } => State::Issued {
+                attempts,
+                delay,
+                since: Some(since),
+            },
             _ => State::Issued {
                 attempts: 0,
                 delay: Duration::ZERO,
+                since: None,
             },
         };
     }
@@ -272,6 +290,9 @@ pub struct FlushMachine {
     stopped: Option<Stopped>,
     /// A stop was requested: the next step that has to wait for a retry ends landing.
     stop_requested: bool,
+    /// How long a step may keep failing before landing gives up; `None`: for as long as it
+    /// fails.
+    retry_limit: Option<Duration>,
 }
 
 impl FlushMachine {
@@ -291,7 +312,20 @@ impl FlushMachine {
             pending: VecDeque::new(),
             stopped: None,
             stop_requested: false,
+            retry_limit: None,
         }
+    }
+
+    /// How long a step may keep failing before landing gives up, if it ever does.
+    pub fn retry_limit(&self) -> Option<Duration> {
+        self.retry_limit
+    }
+
+    /// Give up on a step that keeps failing for `limit` (`retry.limit_secs`), instead of
+    /// retrying it for as long as the fault lasts.
+    pub fn with_retry_limit(mut self, limit: Option<Duration>) -> Self {
+        self.retry_limit = limit;
+        self
     }
 
     /// The next sequence number a pushed flush must carry.
@@ -480,16 +514,31 @@ impl FlushMachine {
                 });
             }
             Err(CommitError::Sink(error)) if error.is_transient() => {
-                let (attempts, delay) = match *state {
-                    State::Issued { attempts, delay } if attempts > 0 => {
-                        (attempts + 1, (delay * 2).min(RETRY_MAX))
-                    }
-                    _ => (1, RETRY_MIN),
+                let (attempts, delay, since) = match *state {
+                    State::Issued {
+                        attempts,
+                        delay,
+                        since: Some(since),
+                    } if attempts > 0 => (attempts + 1, (delay * 2).min(RETRY_MAX), since),
+                    _ => (1, RETRY_MIN, now),
                 };
+                if let Some(limit) = self.retry_limit
+                    && now.duration_since(since) >= limit
+                {
+                    self.stopped.get_or_insert(Stopped::GaveUp {
+                        what,
+                        failing_for: now.duration_since(since),
+                        attempts,
+                        error: error.to_string(),
+                        confirmed: self.checkpoint.confirmed(),
+                    });
+                    return;
+                }
                 *state = State::Retry {
                     at: now + delay,
                     attempts,
                     delay,
+                    since,
                 };
                 self.pending.push_back(Action::Retrying {
                     what,

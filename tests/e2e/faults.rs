@@ -152,3 +152,84 @@ async fn a_stop_while_the_sink_hangs_ends_within_seconds() {
     );
     assert_eq!(confirmed_flush(&db.client, &name).await, landed);
 }
+
+/// With `retry.limit_secs`, a sink that stays down stops the pipeline once a step has failed
+/// for that long, naming the step, the limit and the confirmed position; nothing past it is
+/// confirmed, and the next start (without the limit) lands the change once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_limit_stops_a_pipeline_whose_sink_stays_down() {
+    let db = events_database("retry_limit").await;
+    let mut server = S3Server::start();
+    let bucket = server.fresh_bucket("retry-limit").await;
+    let name = unique_name("retry_limit");
+    let mut cfg = config(
+        &db.url,
+        &name,
+        &["public.events"],
+        &server.bucket_url(&bucket),
+        server.object_store_options(),
+        &[],
+    );
+    cfg.retry.limit_secs = Some(3);
+    let mut running = RunningPipeline::start(cfg.clone()).await;
+    db.client
+        .batch_execute("INSERT INTO events VALUES (1, 'a')")
+        .await
+        .unwrap();
+    let progress = running.wait_for_changes(1, Duration::from_secs(60)).await;
+    // The first flush's confirm reaches the server with the next status update.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let landed = progress.last_entry.unwrap().last_end_lsn;
+    while confirmed_flush(&db.client, &name).await != Some(landed) {
+        assert!(std::time::Instant::now() < deadline, "never confirmed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    server.stop();
+    db.client
+        .batch_execute("INSERT INTO events VALUES (2, 'b')")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let err = running.failure(Duration::from_secs(60)).await;
+    let text = err.to_string();
+    assert!(matches!(err, PipelineError::GaveUp { .. }), "{err:?}");
+    assert!(started.elapsed() >= Duration::from_secs(3), "{text}");
+    let (step, rest) = text
+        .split_once(" kept failing for ")
+        .expect("the step that failed");
+    assert!(
+        ["writing the intent", "uploading data files"].contains(&step),
+        "{text}"
+    );
+    let seconds: u64 = rest.split(' ').next().unwrap().parse().unwrap();
+    assert!((3..30).contains(&seconds), "{text}");
+    assert!(
+        text.contains(&format!(
+            "longer than retry.limit_secs = 3 allows: sink s3://{bucket}"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("nothing past {landed} was confirmed")),
+        "{text}"
+    );
+    assert_eq!(confirmed_flush(&db.client, &name).await, Some(landed));
+
+    server.restart();
+    cfg.retry.limit_secs = None;
+    let mut running = RunningPipeline::start(cfg).await;
+    running.wait_for_changes(1, Duration::from_secs(60)).await;
+    running.stop().await;
+    let sink = tributary::sink::Sink::open(
+        &server.bucket_url(&bucket),
+        &server.object_store_options().into_iter().collect(),
+    )
+    .unwrap();
+    let ids: Vec<String> = tributary_tests::lake::committed_rows(&sink, "public.events")
+        .await
+        .iter()
+        .map(|r| r.values["id"].clone().unwrap())
+        .collect();
+    assert_eq!(ids, ["1", "2"], "each change once");
+}

@@ -59,6 +59,7 @@ pub fn config(
             ..FlushConfig::default()
         },
         metrics: Default::default(),
+        retry: Default::default(),
     }
 }
 

@@ -158,6 +158,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
             ..FlushConfig::default()
         },
         metrics: Default::default(),
+        retry: Default::default(),
     };
 
     let (stop, shutdown) = watch::channel(false);

@@ -220,6 +220,70 @@ fn a_stop_during_a_retry_ends_it_and_confirms_nothing_more() {
 }
 
 #[test]
+fn a_step_failing_past_the_retry_limit_stops_landing_and_a_success_resets_the_clock() {
+    let t0 = Instant::now();
+    let mut m = machine().with_retry_limit(Some(Duration::from_secs(60)));
+    m.push(flush(1, 1));
+    drain(&mut m, t0);
+    ok(&mut m, 1, Step::Intent(0), t0);
+    drain(&mut m, t0);
+    let upload = ActionId {
+        sequence: 1,
+        step: Step::Upload(0),
+    };
+    // Failing for 59 s is retried: the upload is due again after each backoff.
+    let mut at = t0;
+    m.handle(upload, Err(outage()), at);
+    while at < t0 + Duration::from_secs(59) {
+        at = m.poll_timeout().expect("a retry is due");
+        drain(&mut m, at);
+        assert!(!m.is_stopped());
+        m.handle(upload, Err(outage()), at.min(t0 + Duration::from_secs(59)));
+    }
+    assert!(!m.is_stopped(), "59 s of failure is within the limit");
+    // The failure at 61 s is past it: landing stops, nothing is confirmed.
+    at = m
+        .poll_timeout()
+        .expect("a retry is due")
+        .max(t0 + Duration::from_secs(61));
+    drain(&mut m, at);
+    m.handle(upload, Err(outage()), at);
+    assert!(m.is_stopped());
+    match m.take_stopped() {
+        Some(Stopped::GaveUp {
+            what,
+            failing_for,
+            attempts,
+            confirmed,
+            ..
+        }) => {
+            assert_eq!((what, confirmed), ("uploading data files", Lsn::ZERO));
+            assert!(failing_for >= Duration::from_secs(60), "{failing_for:?}");
+            assert!(attempts > 2, "{attempts}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A step that recovers starts its clock again at its next failure; so does the next step.
+    let mut m = machine().with_retry_limit(Some(Duration::from_secs(60)));
+    m.push(flush(1, 1));
+    drain(&mut m, t0);
+    ok(&mut m, 1, Step::Intent(0), t0);
+    drain(&mut m, t0);
+    m.handle(upload, Err(outage()), t0);
+    let retry = m.poll_timeout().unwrap();
+    drain(&mut m, retry);
+    ok(&mut m, 1, Step::Upload(0), retry);
+    drain(&mut m, retry);
+    let commit = ActionId {
+        sequence: 1,
+        step: Step::Commit,
+    };
+    m.handle(commit, Err(outage()), t0 + Duration::from_secs(100));
+    assert!(!m.is_stopped(), "the commit began failing just now");
+}
+
+#[test]
 fn losing_a_commit_to_another_writer_abandons_every_uncommitted_flush() {
     let now = Instant::now();
     let mut m = machine();

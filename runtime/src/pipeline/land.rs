@@ -48,12 +48,16 @@ pub(super) async fn land(
     progress: watch::Sender<Progress>,
 ) -> Result<(), PipelineError> {
     let sink = log.sink().clone();
+    let retry_limit = machine.retry_limit();
     let mut running: Running = FuturesUnordered::new();
     // Budget shares of parts whose files are not all up, and the stage times of flushes in
     // flight; the machine holds the flushes themselves.
     let mut budgets: Vec<((u64, u32), Share)> = Vec::new();
     let mut held: Vec<(u64, Held)> = Vec::new();
-    let mut failing = Failing::default();
+    let mut failing = Failing {
+        limit: retry_limit,
+        ..Failing::default()
+    };
     let mut told_tallies: Option<Instant> = None;
     let mut open = true;
     let mut stop_seen = false;
@@ -179,6 +183,20 @@ pub(super) async fn land(
         Some(Stopped::Interrupted { what, confirmed }) => {
             Err(PipelineError::Interrupted { what, confirmed })
         }
+        Some(Stopped::GaveUp {
+            what,
+            failing_for,
+            attempts,
+            error,
+            confirmed,
+        }) => Err(PipelineError::GaveUp {
+            what,
+            failing_for_secs: failing_for.as_secs(),
+            attempts,
+            limit_secs: retry_limit.map_or(0, |l| l.as_secs()),
+            error,
+            confirmed,
+        }),
     }
 }
 
@@ -188,6 +206,8 @@ pub(super) async fn land(
 #[derive(Default)]
 struct Failing {
     steps: Vec<(&'static str, Instant, Instant)>,
+    /// `retry.limit_secs`, for the log.
+    limit: Option<Duration>,
 }
 
 impl Failing {
@@ -206,7 +226,12 @@ impl Failing {
             None => {
                 self.steps.push((what, now, now));
                 Some(format!(
-                    "{what} failed (flush {sequence}): {error}; retrying with backoff for as long as it fails, next in {retry_in:?}; nothing past {confirmed} is confirmed meanwhile"
+                    "{what} failed (flush {sequence}): {error}; retrying with backoff {}, next in {retry_in:?}; nothing past {confirmed} is confirmed meanwhile",
+                    match self.limit {
+                        None => "for as long as it fails".to_owned(),
+                        Some(limit) =>
+                            format!("for up to {} s (retry.limit_secs)", limit.as_secs()),
+                    }
                 ))
             }
             Some((_, since, told)) if now.duration_since(*told) >= TELL_EVERY => {

@@ -115,6 +115,20 @@ pub enum PipelineError {
     )]
     Interrupted { what: &'static str, confirmed: Lsn },
     #[error(
+        "{what} kept failing for {failing_for_secs} s ({attempts} attempts), longer than \
+         retry.limit_secs = {limit_secs} allows: {error}; stopped, nothing past {confirmed} was \
+         confirmed, and the next start resumes there (remove retry.limit_secs to retry for as \
+         long as a fault lasts)"
+    )]
+    GaveUp {
+        what: &'static str,
+        failing_for_secs: u64,
+        attempts: u32,
+        limit_secs: u64,
+        error: String,
+        confirmed: Lsn,
+    },
+    #[error(
         "stopped after the sink gave no answer for {seconds} s: nothing past {confirmed} was confirmed, and the unfinished flush is cleaned up and replayed at the next start"
     )]
     StopTimedOut { seconds: u64, confirmed: Lsn },
@@ -244,7 +258,8 @@ async fn run_stages(
         writer.clone(),
         config.source.slot.clone(),
         started.plugins.clone(),
-    );
+    )
+    .with_retry_limit(config.retry.limit());
     let confirmer = started.stream.confirmer();
     let reader = Reader {
         batcher: Batcher::new(BatchLimits {

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::retry::{TELL_EVERY, doubled, jittered};
+use super::retry::{TELL_EVERY, doubled, gave_up, jittered};
 use super::{PipelineError, Shutdown};
 use crate::Lsn;
 use crate::flush::RETRY_MIN;
@@ -22,6 +22,8 @@ pub(super) struct Reconnect {
     pub options: Vec<(&'static str, String)>,
     pub status_interval: Duration,
     pub confirmer: Confirmer,
+    /// `retry.limit_secs`: how long reopening may keep failing.
+    pub retry_limit: Option<Duration>,
 }
 
 impl Reconnect {
@@ -59,6 +61,16 @@ impl Reconnect {
                     return Ok(Some(stream));
                 }
                 Err(error) if error.is_transient() || error.code() == Some(SLOT_IN_USE) => {
+                    if let Some(gave_up) = gave_up(
+                        "reopening the replication connection",
+                        since,
+                        attempts,
+                        self.retry_limit,
+                        &error,
+                        self.confirmer.confirmed(),
+                    ) {
+                        return Err(gave_up);
+                    }
                     if attempts == 1 || told.elapsed() >= TELL_EVERY {
                         told = Instant::now();
                         tracing::warn!(

@@ -13,8 +13,8 @@ use crate::flush::{RETRY_MAX, RETRY_MIN};
 /// Run a sink step until it succeeds or fails for good; yields the step's last result. A stop
 /// request while waiting returns [`PipelineError::Interrupted`] from the enclosing function.
 macro_rules! with_retry {
-    ($what:expr, $confirmed:expr, $shutdown:expr, $step:expr) => {{
-        let mut backoff = $crate::pipeline::retry::Backoff::new($what);
+    ($what:expr, $confirmed:expr, $limit:expr, $shutdown:expr, $step:expr) => {{
+        let mut backoff = $crate::pipeline::retry::Backoff::new($what, $limit);
         loop {
             let result = $step.await;
             if !backoff.after(&result, $confirmed, $shutdown).await? {
@@ -36,10 +36,35 @@ pub(crate) struct Backoff {
     /// [`TELL_EVERY`], not at every attempt.
     since: Option<Instant>,
     told: Option<Instant>,
+    /// `retry.limit_secs`: how long the step may keep failing.
+    limit: Option<Duration>,
 }
 
 /// How often a step that keeps failing says so again (start-up, landing, reconnecting).
 pub(super) const TELL_EVERY: Duration = Duration::from_secs(30);
+
+/// [`PipelineError::GaveUp`] once a step failing since `since` has failed for `limit`.
+#[must_use]
+pub(super) fn gave_up(
+    what: &'static str,
+    since: Instant,
+    attempts: u32,
+    limit: Option<Duration>,
+    error: &dyn std::fmt::Display,
+    confirmed: Lsn,
+) -> Option<PipelineError> {
+    match limit {
+        Some(limit) if since.elapsed() >= limit => Some(PipelineError::GaveUp {
+            what,
+            failing_for_secs: since.elapsed().as_secs(),
+            attempts,
+            limit_secs: limit.as_secs(),
+            error: error.to_string(),
+            confirmed,
+        }),
+        _ => None,
+    }
+}
 
 /// The next delay of a capped exponential backoff.
 pub(super) fn doubled(delay: Duration) -> Duration {
@@ -59,13 +84,14 @@ pub(super) fn jittered(delay: Duration) -> Duration {
 }
 
 impl Backoff {
-    pub(crate) fn new(what: &'static str) -> Self {
+    pub(crate) fn new(what: &'static str, limit: Option<Duration>) -> Self {
         Backoff {
             what,
             delay: RETRY_MIN,
             attempts: 0,
             since: None,
             told: None,
+            limit,
         }
     }
 
@@ -93,6 +119,11 @@ impl Backoff {
             Err(CommitError::Sink(e)) if e.is_transient() => {
                 self.attempts += 1;
                 let since = *self.since.get_or_insert_with(Instant::now);
+                if let Some(gave_up) =
+                    gave_up(self.what, since, self.attempts, self.limit, e, confirmed)
+                {
+                    return Err(gave_up);
+                }
                 let tell = self.told.is_none_or(|t| t.elapsed() >= TELL_EVERY);
                 if tell {
                     self.told = Some(Instant::now());

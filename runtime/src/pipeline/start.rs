@@ -81,7 +81,14 @@ pub(super) async fn start(
     // An unreachable sink at start is waited for like one while running; a missing bucket or
     // refused credentials stop here, before anything is created.
     let mut stop = shutdown.clone();
-    let latest = with_retry!("reading the commit log", Lsn::ZERO, &mut stop, log.latest())?;
+    let limit = config.retry.limit();
+    let latest = with_retry!(
+        "reading the commit log",
+        Lsn::ZERO,
+        limit,
+        &mut stop,
+        log.latest()
+    )?;
     let mut replication = ReplicationConnection::connect(&pg).await?;
     let system = replication.identify_system().await?;
     let database = provision::current_database(&client).await?;
@@ -152,7 +159,7 @@ pub(super) async fn start(
     // 4. Taking over the log. The owner record comes first: of two pipelines that found an
     // empty sink at the same moment, the one that loses it writes nothing at all.
     log.claim_identity(&identity).await?;
-    let (checkpoint, opened) = open_log(&log, &client, source, options, shutdown).await?;
+    let (checkpoint, opened) = open_log(&log, &client, source, options, limit, shutdown).await?;
     let recovery = log.recover(opened.sequence).await?;
     let removed = log.clean_up(&recovery).await?;
     if !removed.is_empty() {
@@ -179,6 +186,7 @@ pub(super) async fn start(
         "streaming"
     );
     let reconnect = Reconnect {
+        retry_limit: limit,
         pg,
         slot: source.slot.clone(),
         options: stream_options(source, proto_version),
@@ -314,6 +322,7 @@ async fn open_log(
     client: &Client,
     source: &SourceConfig,
     options: &RunOptions,
+    limit: Option<Duration>,
     shutdown: &Shutdown,
 ) -> Result<(Checkpoint, CommitEntry), PipelineError> {
     let mut shutdown = shutdown.clone();
@@ -342,6 +351,7 @@ async fn open_log(
         let committed = with_retry!(
             "opening the commit log",
             checkpoint.confirmed(),
+            limit,
             &mut shutdown,
             log.commit(&entry)
         );
