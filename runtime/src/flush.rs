@@ -293,6 +293,8 @@ pub struct FlushMachine {
     /// How long a step may keep failing before landing gives up; `None`: for as long as it
     /// fails.
     retry_limit: Option<Duration>,
+    /// The source's timeline, recorded in every entry.
+    timeline: Option<u32>,
 }
 
 impl FlushMachine {
@@ -313,7 +315,14 @@ impl FlushMachine {
             stopped: None,
             stop_requested: false,
             retry_limit: None,
+            timeline: None,
         }
+    }
+
+    /// Record the source server's `timeline` in every entry.
+    pub fn with_timeline(mut self, timeline: u32) -> Self {
+        self.timeline = Some(timeline);
+        self
     }
 
     /// How long a step may keep failing before landing gives up, if it ever does.
@@ -711,6 +720,8 @@ impl FlushMachine {
                     committed_at: unix_micros,
                     accepted_gap: None,
                     dead_letters: self.checkpoint.dead_letters() + flight.flush.dead_letters,
+                    timeline: self.timeline,
+                    accepted_timeline: None,
                 });
                 return Some(Action::Commit {
                     id: ActionId {

@@ -294,6 +294,8 @@ async fn a_restart_confirms_what_the_sink_already_holds() {
         committed_at: 0,
         accepted_gap: None,
         dead_letters: 0,
+        timeline: None,
+        accepted_timeline: None,
     };
     log.commit(&entry).await.unwrap();
     assert_eq!(confirmed_flush(&db.client, &name).await, Some(created));

@@ -1,8 +1,9 @@
 //! Gaps between the lake and the slot are refused at start with the way out, before anything
 //! is written: a slot advanced behind the pipeline's back (accepted only by `--accept-gap` with
 //! the exact positions the refusal printed, and then recorded in the log), a slot the server
-//! invalidated (it removed WAL the slot still needed, past `max_slot_wal_keep_size`), and
-//! another server answering at the source's address with the same database and slot names.
+//! invalidated (it removed WAL the slot still needed, past `max_slot_wal_keep_size`),
+//! another server answering at the source's address with the same database and slot names, and
+//! the source moved to another timeline.
 
 use std::time::Duration;
 
@@ -232,4 +233,118 @@ async fn another_server_at_the_sources_address_is_refused_before_anything_is_cre
     let _ = std::fs::remove_dir_all(&dir);
     first.stop().unwrap();
     second.stop().unwrap();
+}
+
+/// The source server moved to another timeline (here a point-in-time style recovery of its
+/// own WAL, which ends on a new timeline): start is refused with both timelines and the way
+/// out before anything is written; `--accept-gap "timeline 1..2"` starts, the open entry
+/// records the move, and the changes made on the new timeline land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_timeline_is_refused_until_that_move_is_accepted() {
+    let cluster = TempCluster::start(ClusterOptions::fast()).expect("a PostgreSQL cluster");
+    let url = cluster.url("postgres");
+    let client = events_on(&cluster).await;
+    let Fixture {
+        sink,
+        log,
+        dir,
+        file,
+        ..
+    } = Fixture::new(&url, "timeline", &[TABLE]).await;
+    let mut a = Service::spawn(&file, &[], &dir.join("a.log"));
+    a.wait_for_log("streaming", Duration::from_secs(60)).await;
+    client
+        .batch_execute("INSERT INTO events VALUES (1, 'timeline 1')")
+        .await
+        .unwrap();
+    a.wait_for_landed(&log, 1, Duration::from_secs(60)).await;
+    a.stop().await;
+    drop(client);
+    let latest = log.latest().await.unwrap().unwrap();
+    assert_eq!(latest.timeline, Some(1), "{latest:?}");
+
+    // Archive recovery that finds no archive replays pg_wal and ends on a new timeline.
+    cluster
+        .stop_server(tributary_cluster::StopMode::Fast)
+        .unwrap();
+    std::fs::write(cluster.data_dir().join("recovery.signal"), "").unwrap();
+    let conf = cluster.data_dir().join("postgresql.auto.conf");
+    let mut text = std::fs::read_to_string(&conf).unwrap_or_default();
+    text.push_str("restore_command = 'false'\n");
+    std::fs::write(&conf, text).unwrap();
+    cluster.start_again().unwrap();
+    let client = tributary_tests::connect(&url).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let recovering: bool = client
+            .query_one("SELECT pg_is_in_recovery()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let timeline: i32 = client
+            .query_one("SELECT timeline_id FROM pg_control_checkpoint()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if !recovering && timeline == 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still recovering ({recovering}) or on timeline {timeline}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    client
+        .batch_execute("INSERT INTO events VALUES (2, 'timeline 2')")
+        .await
+        .unwrap();
+
+    let sequences = log.sequences().await.unwrap();
+    let mut b = Service::spawn(&file, &[], &dir.join("b.log"));
+    let status = b.wait_exit(Duration::from_secs(60)).await;
+    assert!(!status.success());
+    let refused = b.log();
+    assert!(
+        refused.contains(&format!(
+            "the source server is on timeline 2, but this sink was written from timeline 1 (commit entry {})",
+            latest.sequence
+        )),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("--accept-gap \"timeline 1..2\""),
+        "{refused}"
+    );
+    assert_eq!(
+        log.sequences().await.unwrap(),
+        sequences,
+        "a refused start writes nothing"
+    );
+
+    let mut c = Service::spawn(
+        &file,
+        &["--accept-gap", "timeline 1..2"],
+        &dir.join("c.log"),
+    );
+    c.wait_for_log("streaming", Duration::from_secs(60)).await;
+    c.wait_for_landed(&log, 2, Duration::from_secs(60)).await;
+    c.stop().await;
+    let mut opened = None;
+    for sequence in log.sequences().await.unwrap() {
+        let entry = log.read_entry(sequence).await.unwrap().unwrap();
+        if entry.accepted_timeline.is_some() {
+            opened = Some(entry);
+        }
+    }
+    let opened = opened.expect("an open entry that records the accepted timeline");
+    let accepted = opened.accepted_timeline.unwrap();
+    assert_eq!((accepted.from, accepted.to), (1, 2));
+    assert_eq!(opened.timeline, Some(2));
+    let bodies: Vec<String> = committed_rows(&sink, TABLE)
+        .await
+        .iter()
+        .map(|r| r.values["body"].clone().unwrap())
+        .collect();
+    assert_eq!(bodies, ["timeline 1", "timeline 2"], "each change once");
 }

@@ -445,7 +445,7 @@ mod tests {
         let b = CommitLog::new(sink.clone(), Writer::named("bbbb"));
         let latest = b.latest().await.unwrap();
         let checkpoint = Checkpoint::from_entry(latest.as_ref());
-        let open = checkpoint.open_entry(b.writer(), "s", Lsn::ZERO, false);
+        let open = checkpoint.open_entry(b.writer(), "s", Lsn::ZERO, false, 1);
         b.commit(&open).await.unwrap();
         let newer = put(data_file_path("public.t", 4, c.writer(), 0)).await;
         c.write_intent(4, 0, std::slice::from_ref(&newer))

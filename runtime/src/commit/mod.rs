@@ -115,6 +115,16 @@ pub enum CommitError {
     )]
     SlotMissing { slot: String, committed: Lsn },
     #[error(
+        "the source server is on timeline {to}, but this sink was written from timeline {from} \
+         (commit entry {sequence}): the server was promoted or restored to a point in time \
+         since, so its WAL may have forked from what this lake holds (changes the lake has that \
+         the server lost, or changes made since that reuse the same positions); resynchronise \
+         into a new sink prefix, or, if the new timeline continues what was landed (a planned \
+         failover with the slot synchronised), accept this change and no other with \
+         --accept-gap \"timeline {from}..{to}\" (it is recorded in the commit log)"
+    )]
+    Timeline { from: u32, to: u32, sequence: u64 },
+    #[error(
         "flush {sequence} covers commits {first}..{last}, but the sink already holds commits up to {committed}"
     )]
     Backward {
@@ -190,6 +200,25 @@ pub struct CommitEntry {
     /// before it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub dead_letters: u64,
+    /// The source server's timeline (`IDENTIFY_SYSTEM`) when the entry was written; absent in
+    /// entries of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<u32>,
+    /// On an open entry: the change of timeline an operator accepted (`--accept-gap`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_timeline: Option<AcceptedTimeline>,
+}
+
+/// A change of the source's timeline that an operator accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcceptedTimeline {
+    pub from: u32,
+    pub to: u32,
+}
+
+/// What `--accept-gap` must say to accept the source's move from timeline `from` to `to`.
+pub fn timeline_token(from: u32, to: u32) -> String {
+    format!("timeline {from}..{to}")
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -250,6 +279,8 @@ pub struct Checkpoint {
     last_commit_lsn: Lsn,
     last_end_lsn: Lsn,
     dead_letters: u64,
+    /// The source's timeline when the latest entry was written, if it says.
+    timeline: Option<u32>,
 }
 
 impl Checkpoint {
@@ -259,7 +290,27 @@ impl Checkpoint {
             last_commit_lsn: e.last_commit_lsn,
             last_end_lsn: e.last_end_lsn,
             dead_letters: e.dead_letters,
+            timeline: e.timeline,
         })
+    }
+
+    /// Decide whether the pipeline may start against a server on `timeline`: `Ok(true)` when
+    /// it moved to another timeline since the latest entry and `accept` names that move
+    /// exactly (see [`timeline_token`]). Entries that do not say (older versions) accept any.
+    pub fn check_timeline(&self, timeline: u32, accept: Option<&str>) -> Result<bool, CommitError> {
+        match self.timeline {
+            Some(from) if self.sequence > 0 && from != timeline => {
+                if accept == Some(timeline_token(from, timeline).as_str()) {
+                    return Ok(true);
+                }
+                Err(CommitError::Timeline {
+                    from,
+                    to: timeline,
+                    sequence: self.sequence,
+                })
+            }
+            _ => Ok(false),
+        }
     }
 
     /// Dead letters landed up to the latest entry.
@@ -340,6 +391,7 @@ impl Checkpoint {
         slot: &str,
         slot_confirmed: Lsn,
         gap_accepted: bool,
+        timeline: u32,
     ) -> CommitEntry {
         let last_commit_lsn = self.last_commit_lsn;
         let gap = gap_accepted && self.sequence > 0 && slot_confirmed > self.last_end_lsn;
@@ -367,6 +419,11 @@ impl Checkpoint {
                 to: slot_confirmed,
             }),
             dead_letters: self.dead_letters,
+            timeline: Some(timeline),
+            accepted_timeline: self
+                .timeline
+                .filter(|&from| self.sequence > 0 && from != timeline)
+                .map(|from| AcceptedTimeline { from, to: timeline }),
         }
     }
 
@@ -423,6 +480,8 @@ mod tests {
             committed_at: 0,
             accepted_gap: None,
             dead_letters: 0,
+            timeline: None,
+            accepted_timeline: None,
         }
     }
 
@@ -443,9 +502,53 @@ mod tests {
     }
 
     #[test]
+    fn another_timeline_is_refused_unless_that_move_is_accepted_and_then_recorded() {
+        let w = Writer::named("b");
+        let mut c = Checkpoint::default();
+        assert!(
+            !c.check_timeline(7, None).unwrap(),
+            "an empty lake takes any"
+        );
+        c.advance(&Checkpoint::default().open_entry(&w, "s", Lsn(0x500), false, 1))
+            .unwrap();
+        assert!(!c.check_timeline(1, None).unwrap());
+        let err = c.check_timeline(2, None).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CommitError::Timeline {
+                    from: 1,
+                    to: 2,
+                    sequence: 1
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("--accept-gap \"timeline 1..2\""),
+            "{err}"
+        );
+        assert!(c.check_timeline(2, Some("timeline 1..3")).is_err());
+        assert!(c.check_timeline(2, Some("timeline 1..2")).unwrap());
+        let open = c.open_entry(&w, "s", Lsn(0x500), false, 2);
+        assert_eq!(
+            (open.timeline, open.accepted_timeline),
+            (Some(2), Some(AcceptedTimeline { from: 1, to: 2 }))
+        );
+        c.advance(&open).unwrap();
+        assert!(
+            !c.check_timeline(2, None).unwrap(),
+            "the next start needs no flag"
+        );
+        // Entries of versions that did not record the timeline take any.
+        c.advance(&entry(3, 0x600, 0x700, "b")).unwrap();
+        assert!(!c.check_timeline(5, None).unwrap());
+    }
+
+    #[test]
     fn open_entries_keep_the_position_and_a_first_one_starts_the_lake_at_the_slot() {
         let w = Writer::named("b");
-        let first = Checkpoint::default().open_entry(&w, "s", Lsn(0x500), false);
+        let first = Checkpoint::default().open_entry(&w, "s", Lsn(0x500), false, 1);
         assert_eq!((first.sequence, first.kind), (1, EntryKind::Open));
         let mut c = Checkpoint::default();
         c.advance(&first).unwrap();
@@ -458,7 +561,7 @@ mod tests {
         assert!(matches!(err, CommitError::Gap { .. }), "{err}");
 
         c.advance(&entry(2, 0x600, 0x700, "b")).unwrap();
-        let again = c.open_entry(&w, "s", Lsn(0x9999), false);
+        let again = c.open_entry(&w, "s", Lsn(0x9999), false, 1);
         assert_eq!(again.sequence, 3);
         assert_eq!(
             (again.last_commit_lsn, again.last_end_lsn, again.files.len()),
@@ -470,7 +573,7 @@ mod tests {
         assert!(c.is_replay(Lsn(0x700)));
 
         // An accepted gap starts the lake again at the slot, so the next start needs no flag.
-        let accepted = c.open_entry(&w, "s", Lsn(0x9999), true);
+        let accepted = c.open_entry(&w, "s", Lsn(0x9999), true, 1);
         assert_eq!(
             (accepted.last_commit_lsn, accepted.last_end_lsn),
             (Lsn(0x700), Lsn(0x9999))

@@ -259,7 +259,8 @@ async fn run_stages(
         config.source.slot.clone(),
         started.plugins.clone(),
     )
-    .with_retry_limit(config.retry.limit());
+    .with_retry_limit(config.retry.limit())
+    .with_timeline(started.timeline);
     let confirmer = started.stream.confirmer();
     let reader = Reader {
         batcher: Batcher::new(BatchLimits {

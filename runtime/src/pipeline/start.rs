@@ -53,6 +53,8 @@ pub(super) struct Started {
     pub proto_version: u32,
     pub catalog: Catalog,
     pub reconnect: Reconnect,
+    /// The source server's timeline.
+    pub timeline: u32,
 }
 
 /// Start a pipeline; `None` when a stop was requested while it waited for the slot.
@@ -106,6 +108,7 @@ pub(super) async fn start(
         return Err(PipelineError::BinaryUnsupported(proto_version));
     }
     let first_read = Checkpoint::from_entry(latest.as_ref());
+    first_read.check_timeline(system.timeline, options.accept_gap.as_deref())?;
     let slot = provision::slot_state(&client, &source.slot).await?;
     match &slot {
         Some(state) => provision::check_slot(&source.slot, state, &database)?,
@@ -159,7 +162,16 @@ pub(super) async fn start(
     // 4. Taking over the log. The owner record comes first: of two pipelines that found an
     // empty sink at the same moment, the one that loses it writes nothing at all.
     log.claim_identity(&identity).await?;
-    let (checkpoint, opened) = open_log(&log, &client, source, options, limit, shutdown).await?;
+    let (checkpoint, opened) = open_log(
+        &log,
+        &client,
+        source,
+        options,
+        system.timeline,
+        limit,
+        shutdown,
+    )
+    .await?;
     let recovery = log.recover(opened.sequence).await?;
     let removed = log.clean_up(&recovery).await?;
     if !removed.is_empty() {
@@ -203,6 +215,7 @@ pub(super) async fn start(
         reconnect,
         proto_version,
         catalog,
+        timeline: system.timeline,
     }))
 }
 
@@ -322,6 +335,7 @@ async fn open_log(
     client: &Client,
     source: &SourceConfig,
     options: &RunOptions,
+    timeline: u32,
     limit: Option<Duration>,
     shutdown: &Shutdown,
 ) -> Result<(Checkpoint, CommitEntry), PipelineError> {
@@ -335,11 +349,18 @@ async fn open_log(
             .and_then(|s| s.confirmed_flush_lsn);
         let gap =
             checkpoint.check_slot(&source.slot, slot_confirmed, options.accept_gap.as_deref())?;
+        if checkpoint.check_timeline(timeline, options.accept_gap.as_deref())? {
+            tracing::warn!(
+                timeline,
+                "accepting the change of timeline named by --accept-gap; the commit log records it"
+            );
+        }
         let entry = checkpoint.open_entry(
             log.writer(),
             &source.slot,
             slot_confirmed.unwrap_or_default(),
             gap,
+            timeline,
         );
         if let Some(accepted) = entry.accepted_gap {
             tracing::warn!(
