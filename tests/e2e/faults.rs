@@ -233,3 +233,89 @@ async fn a_retry_limit_stops_a_pipeline_whose_sink_stays_down() {
         .collect();
     assert_eq!(ids, ["1", "2"], "each change once");
 }
+
+/// A plugin that cannot be loaded (a missing file, a file that is not WebAssembly, a core
+/// module rather than a component) is refused at start with what is wrong and what to do,
+/// before the publication or the slot is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_plugin_is_refused_before_anything_is_created() {
+    let dir = std::env::temp_dir().join(unique_name("bad-plugins"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = dir.join("notes.wasm");
+    std::fs::write(&text, "these are notes, not a plugin\n").unwrap();
+    let core = dir.join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    let missing = dir.join("missing.wasm");
+    for (plugin, expected) in [
+        (
+            &missing,
+            format!(
+                "cannot read plugin {}: No such file or directory",
+                missing.display()
+            ),
+        ),
+        (
+            &text,
+            format!(
+                "plugin {} is not a usable transform: not a WebAssembly file (it does not start \
+                 with the bytes \\0asm); point transform.plugin at the plugin's built .wasm \
+                 component",
+                text.display()
+            ),
+        ),
+        (
+            &core,
+            format!(
+                "plugin {} is not a usable transform: a core WebAssembly module, not a \
+                 component; build the plugin for wasm32-wasip2, or turn the core module (a C \
+                 build, say) into a component with `tributary plugin componentize`",
+                core.display()
+            ),
+        ),
+    ] {
+        let db = events_database("bad_plugin").await;
+        let name = unique_name("bad_plugin");
+        let server = s3();
+        let bucket = server.fresh_bucket("bad-plugin").await;
+        let cfg = config(
+            &db.url,
+            &name,
+            &["public.events"],
+            &server.bucket_url(&bucket),
+            server.object_store_options(),
+            std::slice::from_ref(plugin),
+        );
+        let err = RunningPipeline::start_failure(cfg, RunOptions::default()).await;
+        assert!(matches!(err, PipelineError::Transform(_)), "{err:?}");
+        assert!(
+            err.to_string().starts_with(&expected),
+            "{err}\nexpected {expected}"
+        );
+        assert_eq!(
+            slot_and_publication(&db, &name).await,
+            (false, false),
+            "a refused start creates nothing: {err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A sink without any credentials is refused at start in one sentence naming what to set,
+/// before anything is created, instead of the metadata service's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_credentials_are_refused_at_start_in_one_sentence() {
+    let server = s3();
+    let bucket = server.fresh_bucket("no-credentials").await;
+    let options: Vec<(String, String)> = server
+        .object_store_options()
+        .into_iter()
+        .filter(|(key, _)| !key.contains("access_key") && !key.contains("secret"))
+        .collect();
+    let err = refused_at_start("no_credentials", server.bucket_url(&bucket), options).await;
+    assert!(
+        err.starts_with(&format!("sink s3://{bucket}: no S3 credentials")),
+        "{err}"
+    );
+    assert!(err.contains("AWS_ACCESS_KEY_ID"), "{err}");
+    assert!(!err.contains('\n'), "one sentence: {err}");
+}

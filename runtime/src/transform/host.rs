@@ -117,10 +117,18 @@ impl Plugin {
             path: path.to_owned(),
             message,
         };
+        if !bytes.starts_with(b"\0asm") {
+            return Err(invalid(
+                "not a WebAssembly file (it does not start with the bytes \\0asm); point \
+                 transform.plugin at the plugin's built .wasm component"
+                    .into(),
+            ));
+        }
         if !wasmparser_is_component(&bytes) {
             return Err(invalid(
-                "not a WebAssembly component; build the plugin for wasm32-wasip2, or turn a \
-                 core module (a C build, say) into one with `tributary plugin componentize`"
+                "a core WebAssembly module, not a component; build the plugin for \
+                 wasm32-wasip2, or turn the core module (a C build, say) into a component with \
+                 `tributary plugin componentize`"
                     .into(),
             ));
         }

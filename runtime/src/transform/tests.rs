@@ -1038,7 +1038,8 @@ fn a_missing_file_or_a_core_module_is_refused_with_its_path() {
     std::fs::remove_file(&path).ok();
     assert!(matches!(err, TransformError::Invalid { .. }), "{err}");
     assert!(
-        err.to_string().contains("not a WebAssembly component"),
+        err.to_string()
+            .contains("a core WebAssembly module, not a component"),
         "{err}"
     );
     assert!(
