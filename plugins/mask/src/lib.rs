@@ -11,7 +11,6 @@
 //! - `drop_deletes`: `true` to leave deletes out of the lake.
 
 use std::cell::RefCell;
-use std::fmt::Write;
 
 use sha2::{Digest, Sha256};
 use tributary_guest::*;
@@ -86,20 +85,32 @@ impl Transform for Mask {
             let settings = s.borrow();
             let mut out = Vec::with_capacity(batch.transactions.len());
             let mut masked = 0;
+            // Which columns of each relation are masked, worked out once per batch.
+            let mut chosen: Vec<(*const Relation, Vec<bool>)> = Vec::new();
             for change in batch.changes() {
                 if settings.drop_deletes && change.op() == Op::Delete {
                     continue;
                 }
+                let key: *const Relation = change.relation;
+                let index = match chosen.iter().position(|(r, _)| *r == key) {
+                    Some(index) => index,
+                    None => {
+                        let columns = &change.relation.columns;
+                        let picks = columns
+                            .iter()
+                            .map(|c| settings.columns.contains(&c.name))
+                            .collect();
+                        chosen.push((key, picks));
+                        chosen.len() - 1
+                    }
+                };
+                let picks = &chosen[index].1;
                 let edits = |row: Option<&Vec<Value>>| -> Vec<(u32, Value)> {
                     let Some(row) = row else { return Vec::new() };
-                    change
-                        .relation
-                        .columns
-                        .iter()
-                        .zip(row)
+                    row.iter()
                         .enumerate()
-                        .filter(|(_, (column, _))| settings.columns.contains(&column.name))
-                        .filter_map(|(i, (_, value))| match value {
+                        .filter(|&(i, _)| picks.get(i).copied().unwrap_or(false))
+                        .filter_map(|(i, value)| match value {
                             Value::Null | Value::Absent => None,
                             _ if settings.redact => Some((i as u32, Value::Null)),
                             Value::Text(text) => {
@@ -133,9 +144,13 @@ fn digest(salt: &str, text: &str) -> String {
         .chain_update([0])
         .chain_update(text)
         .finalize();
-    let mut out = String::from("sha256:");
+    // Hex by hand: the formatting machinery cost more than the hash itself.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(23);
+    out.push_str("sha256:");
     for byte in &hash[..8] {
-        let _ = write!(out, "{byte:02x}");
+        out.push(HEX[usize::from(byte >> 4)] as char);
+        out.push(HEX[usize::from(byte & 0xf)] as char);
     }
     out
 }

@@ -1144,7 +1144,8 @@ fn rows_that_do_not_fit_their_output_are_refused() {
 }
 
 /// Not a test: the cost of the typed boundary. Run with
-/// `cargo test -p tributary --lib --release transform::tests::measure -- --ignored --nocapture`.
+/// `cargo test -p tributary --lib --release transform::tests::measure -- --ignored --nocapture`
+/// (`TRIBUTARY_MEASURE=mask` for one chain alone, to profile it).
 #[test]
 #[ignore]
 fn measure_passthrough_throughput() {
@@ -1185,7 +1186,20 @@ fn measure_passthrough_throughput() {
     let mut identity = TransformChain::load(&[]).unwrap();
     let mut chain = load(&[("passthrough", &[])], &HostLimits::default());
     chain.process(batch.clone()).unwrap();
-    for (name, chain) in [("identity", &mut identity), ("passthrough", &mut chain)] {
+    let mut mask = load(
+        &[("mask", &[("columns", "status"), ("salt", "s")])],
+        &HostLimits::default(),
+    );
+    mask.process(batch.clone()).unwrap();
+    let only = std::env::var("TRIBUTARY_MEASURE").ok();
+    for (name, chain) in [
+        ("identity", &mut identity),
+        ("passthrough", &mut chain),
+        ("mask", &mut mask),
+    ] {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
         let started = Instant::now();
         let runs = 3;
         for _ in 0..runs {
