@@ -20,7 +20,8 @@
 //! - [`flush`] decides, without IO, which step of which flush lands next.
 //!
 //! [`pipeline`] starts a pipeline and runs the stages side by side; [`config`] reads the
-//! pipeline file. The `tributary` command is the `tributary-cli` crate.
+//! pipeline file; [`snapshot`] reads the source as it was at one WAL position. The `tributary`
+//! command is the `tributary-cli` crate.
 
 pub mod assemble;
 pub mod batch;
@@ -38,6 +39,7 @@ pub mod pipeline;
 pub mod provision;
 pub mod replication;
 pub mod sink;
+pub mod snapshot;
 pub mod status;
 pub mod toast;
 pub mod transform;
