@@ -20,8 +20,8 @@
 //! - [`flush`] decides, without IO, which step of which flush lands next.
 //!
 //! [`pipeline`] starts a pipeline and runs the stages side by side; [`config`] reads the
-//! pipeline file; [`snapshot`] reads the source as it was at one WAL position. The `tributary`
-//! command is the `tributary-cli` crate.
+//! pipeline file; [`verify`] proves the lake equals the source at a [`snapshot`] of it. The
+//! `tributary` command is the `tributary-cli` crate.
 
 pub mod assemble;
 pub mod batch;
@@ -43,6 +43,7 @@ pub mod snapshot;
 pub mod status;
 pub mod toast;
 pub mod transform;
+pub mod verify;
 
 pub use lsn::{Lsn, ParseLsnError};
 
