@@ -2,8 +2,9 @@
 //! types is reported equal (exit 0) without leaving a slot behind, and each planted defect is
 //! found and named (exit 1): a committed file deleted, a committed file copied (named by no
 //! entry, then named by an entry too, so its changes land twice), and a row changed while
-//! the table was out of the publication, behind the slot's back. A stopped pipeline and a
-//! pipeline with transforms are refused with what to do (exit 2).
+//! the table was out of the publication, behind the slot's back; unchanged TOAST values take
+//! their earlier version's. A stopped pipeline and a pipeline with transforms are refused with
+//! what to do (exit 2).
 
 use std::path::Path as FsPath;
 use std::time::Duration;
@@ -404,6 +405,49 @@ async fn a_row_changed_behind_the_slots_back_is_printed_with_both_values() {
         "where the lake's version is: {verified}"
     );
     assert!(verified.last_line().ends_with(": 1 row"), "{verified}");
+    service.stop().await;
+    let _ = std::fs::remove_dir_all(&fixture.dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unchanged_toast_values_take_their_earlier_version_and_one_the_lake_never_had_is_named() {
+    let db = fresh_database("verify_toast").await;
+    // EXTERNAL storage keeps a long value uncompressed, so it can only live out of line.
+    db.client
+        .batch_execute(
+            "CREATE TABLE docs (id int PRIMARY KEY, title text, body text);
+             ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL;
+             INSERT INTO docs VALUES (2, 'before the lake', repeat('b', 100000));",
+        )
+        .await
+        .unwrap();
+    let fixture = Fixture::new(&db.url, "verify_toast", &["public.docs"]).await;
+    let service = start(&fixture, "run.log").await;
+    let updates = "INSERT INTO docs VALUES (1, 'draft', repeat('a', 100000));
+                   UPDATE docs SET title = 'final' WHERE id = 1;
+                   UPDATE docs SET title = 'renamed' WHERE id = 2;";
+    land(&db, &fixture, &service, updates, 3).await;
+    let rows =
+        tributary_tests::lake::read_output(fixture.sink.store().as_ref(), "public.docs").await;
+    let toasted: Vec<Option<&str>> = rows.iter().map(|r| r.unchanged_toast.as_deref()).collect();
+    assert_eq!(toasted, [None, Some("[body]"), Some("[body]")], "{rows:#?}");
+
+    // Row 1's update takes its body from the insert; row 2's body never reached the lake.
+    let verified = differs(&fixture.file).await;
+    let out = &verified.stdout;
+    assert!(
+        out.contains(
+            "public.docs: DIFFERENT (source 2 rows, lake 2 rows: 0 missing, 0 extra, 1 changed)\n  changed id=2\n"
+        ),
+        "{verified}"
+    );
+    assert!(
+        out.contains(
+            "    lake:   id=2, title=\"renamed\", body=(unchanged TOAST value the lake never had)\n"
+        ),
+        "{verified}"
+    );
+    assert!(!out.contains("changed id=1"), "{verified}");
     service.stop().await;
     let _ = std::fs::remove_dir_all(&fixture.dir);
 }

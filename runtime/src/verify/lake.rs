@@ -1,13 +1,18 @@
 //! The lake as the sink holds it, read through the [`Sink`](crate::sink::Sink) and
 //! [`CommitLog`] the pipeline writes with: the data files present, the intents, the commit
-//! entries and the files they name.
+//! entries and the files they name, and what those files hold.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 
+use super::VerifyError;
+use super::digest::Shape;
+use super::read::{self, IdentityFile, ReadError, TableFile};
+use super::replay::{self, ChangeId, Duplicate, Landed, RowAt};
 use super::report::{Committed, Files};
 use crate::commit::{CommitEntry, CommitError, CommitLog, STATE_PREFIX};
 use crate::sink::SinkError;
@@ -81,6 +86,15 @@ impl Survey {
         })
     }
 
+    /// Where a landed row is, for people: its file and row.
+    pub fn location(&self, at: RowAt) -> String {
+        let path = self
+            .committed
+            .get(at.file as usize)
+            .map_or("?", |c| c.path.as_str());
+        format!("{path} row {}", at.row)
+    }
+
     /// The defects visible without reading a file: committed files missing or of another
     /// size, files named by no entry; and the files in flight.
     pub fn files(&self) -> Files {
@@ -112,6 +126,148 @@ impl Survey {
 /// A file's bytes, `None` when it is not there.
 pub async fn fetch(log: &CommitLog, path: &str) -> Result<Option<Bytes>, SinkError> {
     log.sink().get(&Path::from(path)).await
+}
+
+/// What the committed files held.
+#[derive(Default)]
+pub struct Lake {
+    /// A compared table's landed changes, by table.
+    pub tables: HashMap<String, Vec<Landed>>,
+    /// Every other output's identities, by output.
+    pub identities: HashMap<String, Vec<(ChangeId, RowAt)>>,
+    /// Rows landed per output.
+    pub rows: BTreeMap<String, u64>,
+    /// Duplicates per output (filled by the replay for compared tables).
+    pub duplicates: HashMap<String, Vec<Duplicate>>,
+    pub files: Files,
+}
+
+enum FileRead {
+    Table(TableFile),
+    Ids(IdentityFile),
+}
+
+/// Read the committed files `files` (positions in the survey's list), at most
+/// [`FETCH_AHEAD`] at once, parsing on blocking threads; `each` takes them in order.
+/// `None`: the file was gone by the time it was read.
+async fn read_files(
+    log: &CommitLog,
+    survey: &Survey,
+    files: &[usize],
+    shapes: &HashMap<String, Arc<Shape>>,
+    toast: bool,
+    mut each: impl FnMut(usize, Option<Result<FileRead, ReadError>>),
+) -> Result<(), VerifyError> {
+    let mut reads = futures::stream::iter(files.iter().copied())
+        .map(|i| {
+            let file = &survey.committed[i];
+            let shape = shapes.get(&file.output).cloned();
+            async move {
+                let Some(bytes) = fetch(log, &file.path).await? else {
+                    return Ok::<_, VerifyError>((i, None));
+                };
+                let read = tokio::task::spawn_blocking(move || match shape {
+                    Some(shape) => {
+                        read::table_file(bytes, &shape, i as u32, toast).map(FileRead::Table)
+                    }
+                    None => read::identity_file(bytes, i as u32).map(FileRead::Ids),
+                })
+                .await
+                .map_err(|e| VerifyError::Task(e.to_string()))?;
+                Ok((i, Some(read)))
+            }
+        })
+        .buffered(FETCH_AHEAD);
+    while let Some(done) = reads.next().await {
+        let (i, read) = done?;
+        each(i, read);
+    }
+    Ok(())
+}
+
+/// Read every committed file that is present: compared tables' files as changes, the rest as
+/// identities; files that cannot be read or hold other rows than their entry says are
+/// defects. A table whose lake holds unchanged TOAST values is read a second time, keeping
+/// the digests of the cells that may be such values (a cost only such lakes pay).
+pub async fn read_lake(
+    log: &CommitLog,
+    survey: &Survey,
+    shapes: &HashMap<String, Arc<Shape>>,
+) -> Result<Lake, VerifyError> {
+    let mut lake = Lake {
+        files: survey.files(),
+        ..Lake::default()
+    };
+    let present: Vec<usize> = (0..survey.committed.len())
+        .filter(|&i| survey.present.contains_key(&survey.committed[i].path))
+        .collect();
+    // Room for every change at once: a vector that doubles as it goes holds up to twice that.
+    let mut expected: HashMap<&str, usize> = HashMap::new();
+    for &i in &present {
+        let file = &survey.committed[i];
+        if shapes.contains_key(&file.output) {
+            *expected.entry(&file.output).or_default() += file.rows as usize;
+        }
+    }
+    for (output, rows) in expected {
+        lake.tables
+            .insert(output.to_owned(), Vec::with_capacity(rows));
+    }
+    let mut toasted = std::collections::BTreeSet::new();
+    read_files(log, survey, &present, shapes, false, |i, read| {
+        let file = &survey.committed[i];
+        let rows = match read {
+            None => {
+                lake.files.missing.push(file.clone());
+                return;
+            }
+            Some(Err(e)) => {
+                lake.files.unreadable.push((file.clone(), e.to_string()));
+                return;
+            }
+            Some(Ok(FileRead::Table(t))) => {
+                if t.unchanged {
+                    toasted.insert(file.output.clone());
+                }
+                let landed = lake.tables.entry(file.output.clone()).or_default();
+                landed.extend(t.landed);
+                t.rows
+            }
+            Some(Ok(FileRead::Ids(ids))) => {
+                let seen = lake.identities.entry(file.output.clone()).or_default();
+                seen.extend(ids.ids);
+                ids.rows
+            }
+        };
+        *lake.rows.entry(file.output.clone()).or_default() += rows;
+        if rows != file.rows {
+            lake.files.wrong_rows.push((file.clone(), rows));
+        }
+    })
+    .await?;
+    if !toasted.is_empty() {
+        let again: Vec<usize> = present
+            .iter()
+            .copied()
+            .filter(|&i| toasted.contains(&survey.committed[i].output))
+            .collect();
+        for output in &toasted {
+            lake.tables.insert(output.clone(), Vec::new());
+        }
+        read_files(log, survey, &again, shapes, true, |i, read| {
+            if let Some(Ok(FileRead::Table(t))) = read {
+                let output = &survey.committed[i].output;
+                let landed = lake.tables.entry(output.clone()).or_default();
+                landed.extend(t.landed);
+            }
+        })
+        .await?;
+    }
+    for (output, ids) in &mut lake.identities {
+        let duplicates = replay::sort_and_find_duplicates(ids, |x| *x);
+        lake.duplicates.insert(output.clone(), duplicates);
+    }
+    Ok(lake)
 }
 
 #[cfg(test)]

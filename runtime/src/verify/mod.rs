@@ -24,7 +24,7 @@
 //! 5. **Replay and compare.** A table's changes committed before `P` are replayed in identity
 //!    order ([`replay`]) and the result compared with the source's digests: missing, extra
 //!    and changed keys, of which the first `show` of each kind are read again on both sides
-//!    and printed ([`report`]).
+//!    ([`show`]) and printed ([`report`]).
 //!
 //! A pipeline with `[[transform]]` entries lands what its plugins make of the changes, which
 //! may differ from the source by design: a content check would prove nothing, so verify
@@ -35,12 +35,12 @@ mod lake;
 mod read;
 mod replay;
 mod report;
+mod show;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use tokio_postgres::Client;
 
 use crate::Lsn;
@@ -60,9 +60,8 @@ pub use replay::{ChangeId, Difference, RowAt, TableDiff};
 pub use report::{Committed, Duplicates, Files, Outcome, Report, RowText, Shown, TableReport};
 
 use digest::BatchCells;
-use lake::Survey;
-use read::{IdentityFile, TableFile};
-use replay::{DigestMap, DigestSet, Landed, Sample, SourceState, Version};
+use lake::{Lake, Survey};
+use replay::SourceState;
 
 /// The prefix of the logical decoding message that moves a running pipeline past the
 /// snapshot.
@@ -154,7 +153,7 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
     let log = CommitLog::new(sink, Writer::named("verify"));
     if options.identities_only {
         let survey = Survey::read(&log, options.table.as_deref()).await?;
-        let lake = read_lake(&log, &survey, &HashMap::new()).await?;
+        let lake = lake::read_lake(&log, &survey, &HashMap::new()).await?;
         return Ok(finish(&survey, lake, Vec::new(), None, options.show));
     }
     if !config.transforms.is_empty() {
@@ -212,7 +211,7 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         tracing::info!(%committed, %at, "the lake has reached the snapshot; reading it");
         let started = Instant::now();
         let survey = Survey::read(&log, options.table.as_deref()).await?;
-        let lake = read_lake(&log, &survey, &shapes).await?;
+        let lake = lake::read_lake(&log, &survey, &shapes).await?;
         tracing::info!(files = survey.committed.len(), took = ?started.elapsed(), "read the lake");
         Ok::<_, VerifyError>((survey, lake))
     };
@@ -229,7 +228,7 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         .await
         .map_err(|e| VerifyError::Task(e.to_string()))?;
         lake.duplicates.insert(table.name.clone(), duplicates);
-        let shown = show(&snapshot, &log, &survey, table, shape, &diff.samples).await?;
+        let shown = show::show(&snapshot, &log, &survey, table, shape, &diff.samples).await?;
         tables_out.push(TableReport {
             table: table.name.clone(),
             key: table.key_names().iter().map(|k| (*k).to_owned()).collect(),
@@ -322,7 +321,7 @@ fn source_batch(table: &SourceTable, rows: Vec<Vec<Value>>) -> OutputBatch {
 
 /// Read `table` in the snapshot and fold each chunk's Arrow batch into `acc` with `each`, on a
 /// blocking thread while the next chunk is read.
-async fn scan_source<T: Send + 'static>(
+pub(super) async fn scan_source<T: Send + 'static>(
     snapshot: &Snapshot,
     table: &SourceTable,
     mut acc: T,
@@ -354,7 +353,7 @@ async fn scan_source<T: Send + 'static>(
     folded
 }
 
-fn digest_error(shape: &Shape) -> impl FnOnce(DigestError) -> VerifyError + '_ {
+pub(super) fn digest_error(shape: &Shape) -> impl FnOnce(DigestError) -> VerifyError + '_ {
     move |source| VerifyError::Digest {
         table: shape.table.clone(),
         source,
@@ -427,156 +426,6 @@ async fn wait_for_lake(
     }
 }
 
-/// What the committed files held.
-#[derive(Default)]
-struct Lake {
-    /// A compared table's landed changes, by table.
-    tables: HashMap<String, Vec<Landed>>,
-    /// Every other output's identities, by output.
-    identities: HashMap<String, Vec<(ChangeId, RowAt)>>,
-    /// Rows landed per output.
-    rows: BTreeMap<String, u64>,
-    /// Duplicates per output (filled by the replay for compared tables).
-    duplicates: HashMap<String, Vec<replay::Duplicate>>,
-    files: Files,
-}
-
-enum FileRead {
-    Table(TableFile),
-    Ids(IdentityFile),
-}
-
-/// Read the committed files `files` (positions in the survey's list), at most
-/// [`lake::FETCH_AHEAD`] at once, parsing on blocking threads; `each` takes them in order.
-/// `None`: the file was gone by the time it was read.
-async fn read_files(
-    log: &CommitLog,
-    survey: &Survey,
-    files: &[usize],
-    shapes: &HashMap<String, Arc<Shape>>,
-    toast: bool,
-    mut each: impl FnMut(usize, Option<Result<FileRead, ReadError>>),
-) -> Result<(), VerifyError> {
-    let mut reads = futures::stream::iter(files.iter().copied())
-        .map(|i| {
-            let file = &survey.committed[i];
-            let shape = shapes.get(&file.output).cloned();
-            async move {
-                let Some(bytes) = lake::fetch(log, &file.path).await? else {
-                    return Ok::<_, VerifyError>((i, None));
-                };
-                let read = tokio::task::spawn_blocking(move || match shape {
-                    Some(shape) => {
-                        read::table_file(bytes, &shape, i as u32, toast).map(FileRead::Table)
-                    }
-                    None => read::identity_file(bytes, i as u32).map(FileRead::Ids),
-                })
-                .await
-                .map_err(|e| VerifyError::Task(e.to_string()))?;
-                Ok((i, Some(read)))
-            }
-        })
-        .buffered(lake::FETCH_AHEAD);
-    while let Some(done) = reads.next().await {
-        let (i, read) = done?;
-        each(i, read);
-    }
-    Ok(())
-}
-
-/// Read every committed file that is present: compared tables' files as changes, the rest as
-/// identities; files that cannot be read or hold other rows than their entry says are
-/// defects. A table whose lake holds unchanged TOAST values is read a second time, keeping
-/// the digests of the cells that may be such values (a cost only such lakes pay).
-async fn read_lake(
-    log: &CommitLog,
-    survey: &Survey,
-    shapes: &HashMap<String, Arc<Shape>>,
-) -> Result<Lake, VerifyError> {
-    let mut lake = Lake {
-        files: survey.files(),
-        ..Lake::default()
-    };
-    let present: Vec<usize> = (0..survey.committed.len())
-        .filter(|&i| survey.present.contains_key(&survey.committed[i].path))
-        .collect();
-    // Room for every change at once: a vector that doubles as it goes holds up to twice that.
-    let mut expected: HashMap<&str, usize> = HashMap::new();
-    for &i in &present {
-        let file = &survey.committed[i];
-        if shapes.contains_key(&file.output) {
-            *expected.entry(&file.output).or_default() += file.rows as usize;
-        }
-    }
-    for (output, rows) in expected {
-        lake.tables
-            .insert(output.to_owned(), Vec::with_capacity(rows));
-    }
-    let mut toasted = std::collections::BTreeSet::new();
-    read_files(log, survey, &present, shapes, false, |i, read| {
-        let file = &survey.committed[i];
-        let rows = match read {
-            None => {
-                lake.files.missing.push(file.clone());
-                return;
-            }
-            Some(Err(e)) => {
-                lake.files.unreadable.push((file.clone(), e.to_string()));
-                return;
-            }
-            Some(Ok(FileRead::Table(t))) => {
-                if t.unchanged {
-                    toasted.insert(file.output.clone());
-                }
-                let landed = lake.tables.entry(file.output.clone()).or_default();
-                landed.extend(t.landed);
-                t.rows
-            }
-            Some(Ok(FileRead::Ids(ids))) => {
-                let seen = lake.identities.entry(file.output.clone()).or_default();
-                seen.extend(ids.ids);
-                ids.rows
-            }
-        };
-        *lake.rows.entry(file.output.clone()).or_default() += rows;
-        if rows != file.rows {
-            lake.files.wrong_rows.push((file.clone(), rows));
-        }
-    })
-    .await?;
-    if !toasted.is_empty() {
-        let again: Vec<usize> = present
-            .iter()
-            .copied()
-            .filter(|&i| toasted.contains(&survey.committed[i].output))
-            .collect();
-        for output in &toasted {
-            lake.tables.insert(output.clone(), Vec::new());
-        }
-        read_files(log, survey, &again, shapes, true, |i, read| {
-            if let Some(Ok(FileRead::Table(t))) = read {
-                let output = &survey.committed[i].output;
-                let landed = lake.tables.entry(output.clone()).or_default();
-                landed.extend(t.landed);
-            }
-        })
-        .await?;
-    }
-    for (output, ids) in &mut lake.identities {
-        let duplicates = replay::sort_and_find_duplicates(ids, |x| *x);
-        lake.duplicates.insert(output.clone(), duplicates);
-    }
-    Ok(lake)
-}
-
-fn location(survey: &Survey, at: RowAt) -> String {
-    let path = survey
-        .committed
-        .get(at.file as usize)
-        .map_or("?", |c| c.path.as_str());
-    format!("{path} row {}", at.row)
-}
-
 /// The report, once the tables are compared (or, identities only, without them).
 fn finish(
     survey: &Survey,
@@ -606,7 +455,7 @@ fn finish(
             shown: d
                 .iter()
                 .take(show)
-                .map(|d| (d.id, location(survey, d.first), location(survey, d.again)))
+                .map(|d| (d.id, survey.location(d.first), survey.location(d.again)))
                 .collect(),
         })
         .collect();
@@ -636,146 +485,6 @@ fn finish(
         duplicates,
         notes,
     }
-}
-
-/// Both sides' rows of the sampled differences.
-async fn show(
-    snapshot: &Snapshot,
-    log: &CommitLog,
-    survey: &Survey,
-    table: &SourceTable,
-    shape: &Shape,
-    samples: &[Sample],
-) -> Result<Vec<Shown>, VerifyError> {
-    if samples.is_empty() {
-        return Ok(Vec::new());
-    }
-    let source = source_rows(snapshot, table, shape, samples).await?;
-    let lake = lake_rows(log, survey, shape, samples).await?;
-    let key_text = |row: &RowText| match &shape.key {
-        None => "row".to_owned(),
-        Some(key) => key
-            .iter()
-            .map(|&k| format!("{}={}", row[k].0, row[k].1))
-            .collect::<Vec<_>>()
-            .join(", "),
-    };
-    let mut shown: Vec<Shown> = samples
-        .iter()
-        .map(|s| {
-            let source = source.get(&s.key).cloned();
-            let lake_row = s.lake.as_ref().and_then(|v| lake.get(&v.at));
-            let key = source
-                .as_ref()
-                .or(lake_row.map(|(_, row)| row))
-                .map_or_else(|| format!("(key digest {:032x})", s.key), key_text);
-            Shown {
-                difference: s.difference,
-                key,
-                source,
-                lake: lake_row.map(|(_, row)| row.clone()),
-                lake_at: s.lake.as_ref().zip(lake_row).map(|(v, (id, _))| {
-                    format!(
-                        "{}, change {} seq {}",
-                        location(survey, v.at),
-                        Lsn(id.commit_lsn),
-                        id.seq
-                    )
-                }),
-            }
-        })
-        .collect();
-    shown.sort_by(|a, b| (a.difference, &a.key).cmp(&(b.difference, &b.key)));
-    Ok(shown)
-}
-
-/// The source's rows of the samples that have one there, by key digest: the table read again
-/// in the same snapshot.
-async fn source_rows(
-    snapshot: &Snapshot,
-    table: &SourceTable,
-    shape: &Shape,
-    samples: &[Sample],
-) -> Result<DigestMap<RowText>, VerifyError> {
-    let wanted: DigestSet = samples
-        .iter()
-        .filter(|s| s.difference != Difference::Extra)
-        .map(|s| s.key)
-        .collect();
-    if wanted.is_empty() {
-        return Ok(DigestMap::default());
-    }
-    let shape = Arc::new(shape.clone());
-    scan_source(
-        snapshot,
-        table,
-        DigestMap::default(),
-        move |found, batch| {
-            let mut cells = BatchCells::new(batch, &shape).map_err(digest_error(&shape))?;
-            for i in 0..batch.num_rows() {
-                let key = cells.key(i);
-                if wanted.contains(&key) {
-                    found.insert(key, digest::render_row(batch, &shape, i));
-                }
-            }
-            Ok(())
-        },
-    )
-    .await
-}
-
-/// The lake's rows of the samples that have one there, with the change each comes from, by
-/// where they are; unchanged TOAST cells are taken from the rows their values come from.
-async fn lake_rows(
-    log: &CommitLog,
-    survey: &Survey,
-    shape: &Shape,
-    samples: &[Sample],
-) -> Result<HashMap<RowAt, (ChangeId, RowText)>, VerifyError> {
-    let versions: Vec<&Version> = samples.iter().filter_map(|s| s.lake.as_ref()).collect();
-    let mut by_file: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-    for v in &versions {
-        by_file.entry(v.at.file).or_default().push(v.at.row);
-        for (_, at) in v.toast.iter().flat_map(|t| t.iter().flatten()) {
-            by_file.entry(at.file).or_default().push(at.row);
-        }
-    }
-    let mut rendered: HashMap<RowAt, (ChangeId, RowText)> = HashMap::new();
-    for (file, rows) in by_file {
-        let path = &survey.committed[file as usize].path;
-        let Some(bytes) = lake::fetch(log, path).await? else {
-            continue;
-        };
-        let shape = shape.clone();
-        let read = tokio::task::spawn_blocking(move || read::render_rows(bytes, &shape, &rows))
-            .await
-            .map_err(|e| VerifyError::Task(e.to_string()))?;
-        // The file was readable a moment ago; if it is not now, its rows go unprinted.
-        for (row, text) in read.unwrap_or_default() {
-            rendered.insert(RowAt { file, row }, text);
-        }
-    }
-    let mut out = HashMap::new();
-    for v in versions {
-        let Some((id, mut row)) = rendered.get(&v.at).cloned() else {
-            continue;
-        };
-        for (j, filled) in v.toast.iter().flat_map(|t| t.iter().enumerate()) {
-            let col = shape.toast[j];
-            match filled {
-                Some((_, at)) if *at == v.at => {}
-                Some((_, at)) => {
-                    if let Some((_, from)) = rendered.get(at) {
-                        let value = &from[col].1;
-                        row[col].1 = format!("{value} (unchanged, from {})", location(survey, *at));
-                    }
-                }
-                None => row[col].1 = "(unchanged TOAST value the lake never had)".to_owned(),
-            }
-        }
-        out.insert(v.at, (id, row));
-    }
-    Ok(out)
 }
 
 /// Output batches for the unit tests of the pure parts.

@@ -85,12 +85,18 @@ pub struct Files {
 }
 
 impl Files {
+    /// Committed files that are there but damaged, each counted once however it is.
+    pub fn damaged(&self) -> usize {
+        let paths: std::collections::BTreeSet<&str> = (self.wrong_size.iter())
+            .chain(&self.wrong_rows)
+            .map(|(c, _)| c.path.as_str())
+            .chain(self.unreadable.iter().map(|(c, _)| c.path.as_str()))
+            .collect();
+        paths.len()
+    }
+
     pub fn defects(&self) -> usize {
-        self.missing.len()
-            + self.wrong_size.len()
-            + self.wrong_rows.len()
-            + self.unreadable.len()
-            + self.unnamed.len()
+        self.missing.len() + self.damaged() + self.unnamed.len()
     }
 }
 
@@ -149,11 +155,7 @@ impl Report {
         };
         part(self.row_differences(), "row", "rows");
         part(f.missing.len() as u64, "missing file", "missing files");
-        part(
-            (f.wrong_size.len() + f.wrong_rows.len() + f.unreadable.len()) as u64,
-            "damaged file",
-            "damaged files",
-        );
+        part(f.damaged() as u64, "damaged file", "damaged files");
         part(
             f.unnamed.len() as u64,
             "file named by no entry",
@@ -445,6 +447,33 @@ mod tests {
              \x20 public.events (0/10, seq 0, sub 0): a row 0 and b row 0\n\
              \x20 public.events: 1 more\n\
              verify: 14 differences at 1/6B3748A0: 10 rows, 1 missing file, 1 file named by no entry, 2 duplicate change identities\n"
+        );
+    }
+
+    #[test]
+    fn a_file_damaged_in_two_ways_is_one_damaged_file() {
+        let c = Committed {
+            path: "public.t/part-1.parquet".into(),
+            output: "public.t".into(),
+            rows: 5,
+            bytes: 900,
+            sequence: 2,
+        };
+        let files = Files {
+            committed: 1,
+            wrong_size: vec![(c.clone(), 10)],
+            unreadable: vec![(c, "not readable as Parquet: EOF".into())],
+            ..Files::default()
+        };
+        let r = report(vec![], files, vec![]);
+        assert_eq!(r.differences(), 1);
+        assert_eq!(
+            r.to_string(),
+            "files: 1 committed data file, 1 defect\n\
+             \x20 damaged: public.t/part-1.parquet is 10 bytes, entry 2 says 900\n\
+             \x20 damaged: public.t/part-1.parquet (entry 2) not readable as Parquet: EOF\n\
+             duplicates: none\n\
+             verify: 1 difference at 1/6B3748A0: 1 damaged file\n"
         );
     }
 
