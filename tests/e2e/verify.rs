@@ -231,6 +231,59 @@ async fn a_lake_landed_from_a_mixed_workload_equals_its_source_and_no_slot_is_le
     let _ = std::fs::remove_dir_all(&fixture.dir);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_running_workload_the_snapshot_splits_the_changes_exactly() {
+    let db = tributary_tests::pipeline::events_database("verify_running").await;
+    let fixture = Fixture::new(&db.url, "verify_running", &[EVENTS]).await;
+    let service = start(&fixture, "run.log").await;
+    let rows = "INSERT INTO events SELECT g, 'v0' FROM generate_series(1, 100) g";
+    land(&db, &fixture, &service, rows, 100).await;
+
+    // Small transactions commit all the while verify takes its snapshot and the pipeline lands
+    // them: whatever committed before the snapshot must be in the lake's replay, and nothing
+    // after it.
+    let writer = tributary_tests::connect(&db.url).await;
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let workload = tokio::spawn(async move {
+        let mut n = 0;
+        while !*stopped.borrow_and_update() {
+            n += 1;
+            writer
+                .batch_execute(&format!(
+                    "BEGIN;
+                     UPDATE events SET body = 'v{n}' WHERE id = {};
+                     INSERT INTO events VALUES ({}, 'new');
+                     DELETE FROM events WHERE id = {};
+                     COMMIT;",
+                    n % 100 + 1,
+                    1000 + n,
+                    1000 + n - 1
+                ))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        n
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let verified = verify(&fixture.file, &[]).await;
+    stop.send(true).unwrap();
+    let transactions = workload.await.unwrap();
+    assert_eq!(verified.code, 0, "{verified}");
+    assert!(
+        verified
+            .stdout
+            .contains(&format!("{EVENTS}: equal (101 rows)")),
+        "{verified}"
+    );
+    assert!(
+        transactions > 20,
+        "the workload ran: {transactions} transactions"
+    );
+    service.stop().await;
+    let _ = std::fs::remove_dir_all(&fixture.dir);
+}
+
 /// A table of rows 1..=5 landed in one flush, then rows 6..=8 and an update in later ones.
 async fn two_flushes(hint: &str) -> (tributary_tests::TestDatabase, Fixture, Service) {
     let db = tributary_tests::pipeline::events_database(hint).await;

@@ -279,10 +279,10 @@ impl SourceState {
 pub enum Difference {
     /// In the source, not in the lake.
     Missing,
-    /// In the lake, not in the source.
-    Extra,
     /// In both, with other values.
     Changed,
+    /// In the lake, not in the source.
+    Extra,
 }
 
 /// One differing key picked to be shown.
