@@ -20,7 +20,8 @@
 //! - [`flush`] decides, without IO, which step of which flush lands next.
 //!
 //! [`pipeline`] starts a pipeline and runs the stages side by side; [`config`] reads the
-//! pipeline file. The `tributary` command is the `tributary-cli` crate.
+//! pipeline file; [`verify`] proves the lake equals the source at a [`snapshot`] of it. The
+//! `tributary` command is the `tributary-cli` crate.
 
 pub mod assemble;
 pub mod batch;
@@ -39,9 +40,11 @@ pub mod pipeline;
 pub mod provision;
 pub mod replication;
 pub mod sink;
+pub mod snapshot;
 pub mod status;
 pub mod toast;
 pub mod transform;
+pub mod verify;
 
 pub use lsn::{Lsn, ParseLsnError};
 

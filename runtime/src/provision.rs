@@ -333,7 +333,7 @@ pub async fn check_replica_identity(
 
 /// `schema.table` of every tracked table: the configured list, or what the publication
 /// publishes.
-async fn tracked_tables(
+pub async fn tracked_tables(
     client: &Client,
     source: &SourceConfig,
 ) -> Result<Vec<String>, ProvisionError> {

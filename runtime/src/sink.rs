@@ -172,6 +172,14 @@ pub enum Created {
     Existed,
 }
 
+/// The folders and objects directly under a prefix of the sink.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    pub folders: Vec<String>,
+    /// Name and size in bytes.
+    pub objects: Vec<(String, u64)>,
+}
+
 /// An opened sink: an object store rooted at the sink URL.
 #[derive(Debug, Clone)]
 pub struct Sink {
@@ -345,20 +353,39 @@ impl Sink {
 
     /// The names directly under `prefix` (objects only, not deeper folders).
     pub async fn list_names(&self, prefix: &Path) -> Result<Vec<String>, SinkError> {
-        let listing = match self.store.list_with_delimiter(Some(prefix)).await {
+        Ok(self
+            .list_dir(Some(prefix))
+            .await?
+            .objects
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect())
+    }
+
+    /// What lies directly under `prefix` (the sink's root for `None`): folders and objects
+    /// with their sizes, by name.
+    pub async fn list_dir(&self, prefix: Option<&Path>) -> Result<Listing, SinkError> {
+        let listing = match self.store.list_with_delimiter(prefix).await {
             Ok(listing) => listing,
             // A directory not made yet; but a missing bucket is no empty sink.
             Err(e @ object_store::Error::NotFound { .. }) => match self.error(e) {
                 refused @ SinkError::Refused { .. } => return Err(refused),
-                _ => return Ok(Vec::new()),
+                _ => return Ok(Listing::default()),
             },
             Err(e) => return Err(self.error(e)),
         };
-        Ok(listing
-            .objects
-            .into_iter()
-            .filter_map(|o| o.location.filename().map(str::to_owned))
-            .collect())
+        Ok(Listing {
+            folders: listing
+                .common_prefixes
+                .iter()
+                .filter_map(|p| p.filename().map(str::to_owned))
+                .collect(),
+            objects: listing
+                .objects
+                .into_iter()
+                .filter_map(|o| Some((o.location.filename()?.to_owned(), o.size)))
+                .collect(),
+        })
     }
 }
 
@@ -471,6 +498,15 @@ mod tests {
                 .unwrap(),
             ["1.json"]
         );
+        assert_eq!(
+            sink.list_dir(None).await.unwrap(),
+            Listing {
+                folders: vec!["_tributary".into()],
+                objects: vec![],
+            }
+        );
+        let log = sink.list_dir(Some(&Path::from("_tributary/log"))).await;
+        assert_eq!(log.unwrap().objects, [("1.json".to_owned(), 1)]);
         sink.delete(&path).await.unwrap();
         sink.delete(&path).await.unwrap();
         assert!(sink.get(&path).await.unwrap().is_none());

@@ -21,3 +21,4 @@ mod schema;
 mod streaming;
 mod two_phase;
 mod types;
+mod verify;

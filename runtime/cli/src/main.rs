@@ -1,9 +1,10 @@
-//! The `tributary` command: run a pipeline, try the whole thing on throwaway parts, or show
-//! how far behind a pipeline is.
+//! The `tributary` command: run a pipeline, try the whole thing on throwaway parts, show how
+//! far behind a pipeline is, or verify that its lake equals its source.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -11,6 +12,7 @@ use tokio::sync::watch;
 use tributary::config::PipelineConfig;
 use tributary::pipeline::{self, Progress, RunOptions};
 use tributary::status;
+use tributary::verify::{self, VerifyOptions};
 
 mod demo;
 mod plugin;
@@ -56,6 +58,29 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Prove that the lake equals the source: take a snapshot of the source at a known WAL
+    /// position, wait until the lake has committed that far, replay the landed changes up to
+    /// it and compare every tracked table; also check that every committed file is intact,
+    /// that no file is named by no entry and that no change landed twice. Prints what differs;
+    /// exits 0 when the lake equals the source, 1 when anything differs, 2 when it could not
+    /// verify.
+    Verify {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Only this table (`schema.table`) and its files.
+        #[arg(long, value_name = "SCHEMA.TABLE")]
+        table: Option<String>,
+        /// How many differing keys to print per kind of difference and table.
+        #[arg(long, value_name = "N", default_value_t = 10)]
+        show: usize,
+        /// The longest to wait, in seconds, for the lake to reach the snapshot.
+        #[arg(long, value_name = "SECS", default_value_t = 300)]
+        timeout: u64,
+        /// Check only the lake's files and change identities (no snapshot, no content: for
+        /// pipelines with transforms, or without the source at hand).
+        #[arg(long)]
+        identities_only: bool,
     },
     /// Tools for writing transform plugins.
     Plugin {
@@ -103,16 +128,21 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Verify keeps 1 for "the lake differs": that it could not tell is another answer.
+    let failure = match cli.command {
+        Command::Verify { .. } => ExitCode::from(2),
+        _ => ExitCode::FAILURE,
+    };
     match runtime.block_on(execute(cli.command)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            failure
         }
     }
 }
 
-async fn execute(command: Command) -> anyhow::Result<()> {
+async fn execute(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Run {
             config,
@@ -166,9 +196,9 @@ async fn execute(command: Command) -> anyhow::Result<()> {
                 let counted = tributary::transform::describe_tallies(&done.plugins);
                 tracing::info!("plugin counters: {counted}");
             }
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
-        Command::Demo(options) => demo::run(options).await,
+        Command::Demo(options) => demo::run(options).await.map(|()| ExitCode::SUCCESS),
         Command::Status { config, json } => {
             let config = PipelineConfig::load(&config)?;
             let status = status::collect(&config).await?;
@@ -180,13 +210,35 @@ async fn execute(command: Command) -> anyhow::Result<()> {
             } else {
                 print!("{status}");
             }
-            Ok(())
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Verify {
+            config,
+            table,
+            show,
+            timeout,
+            identities_only,
+        } => {
+            let config = PipelineConfig::load(&config)?;
+            let options = VerifyOptions {
+                table,
+                show,
+                timeout: Duration::from_secs(timeout),
+                identities_only,
+            };
+            let report = verify::run(&config, &options).await?;
+            print!("{report}");
+            Ok(match report.is_equal() {
+                true => ExitCode::SUCCESS,
+                false => ExitCode::FAILURE,
+            })
         }
         // Plugin calls block (the guest's WASI streams wait on the runtime): off the async
         // threads.
         Command::Plugin { command } => tokio::task::spawn_blocking(move || plugin::run(command))
             .await
-            .context("the plugin command stopped")?,
+            .context("the plugin command stopped")?
+            .map(|()| ExitCode::SUCCESS),
     }
 }
 

@@ -178,6 +178,20 @@ impl CommitLog {
         }
     }
 
+    /// Every intent in the sink, of any writer: flushes in flight, or left by a writer that
+    /// stopped before its commit (the next start deletes those).
+    pub async fn intents(&self) -> Result<Vec<Intent>, CommitError> {
+        let mut intents = Vec::new();
+        for name in self.sink.list_names(&Path::from(INTENT_DIR)).await? {
+            let path = Path::from(format!("{INTENT_DIR}/{name}"));
+            // Deleted since the listing: its flush committed (or was cleaned up).
+            if let Some(bytes) = self.sink.get(&path).await? {
+                intents.push(parse(&path, &bytes)?);
+            }
+        }
+        Ok(intents)
+    }
+
     /// Find what can never be committed now that this writer opened with entry `opened`.
     pub async fn recover(&self, opened: u64) -> Result<Recovery, CommitError> {
         let mut recovery = Recovery {
@@ -451,6 +465,19 @@ mod tests {
         c.write_intent(4, 0, std::slice::from_ref(&newer))
             .await
             .unwrap();
+        let mut intended: Vec<(u64, String)> = b
+            .intents()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|i| (i.sequence, i.writer.id))
+            .collect();
+        intended.sort();
+        assert_eq!(
+            intended,
+            [(2, "aaaa"), (3, "aaaa"), (3, "aaaa"), (4, "cccc")].map(|(n, w)| (n, w.to_owned())),
+            "every writer's intents, parts included"
+        );
 
         let recovery = b.recover(open.sequence).await.unwrap();
         assert_eq!(

@@ -199,22 +199,7 @@ impl Encoder {
     /// size), in row order, each with its row count and schema fingerprint.
     pub fn encode(&self, batch: &OutputBatch) -> Result<Vec<EncodedFile>, EncodeError> {
         let output = &batch.output;
-        for row in &batch.rows {
-            let old_len = row.old.as_ref().map_or(batch.columns.len(), Vec::len);
-            if row.values.len() != batch.columns.len() || old_len != batch.columns.len() {
-                return Err(EncodeError::Arity {
-                    output: output.clone(),
-                    commit_lsn: row.commit_lsn,
-                    seq: row.seq,
-                    values: if row.values.len() != batch.columns.len() {
-                        row.values.len()
-                    } else {
-                        old_len
-                    },
-                    columns: batch.columns.len(),
-                });
-            }
-        }
+        check_arity(batch)?;
         let schema = arrow_schema(&batch.columns, batch.old_image);
         let kinds: Vec<Kind> = batch.columns.iter().map(Kind::of).collect();
         let fingerprint = fingerprint(&batch.columns);
@@ -313,6 +298,44 @@ pub fn encode(
     options: &EncodeOptions,
 ) -> Result<Vec<EncodedFile>, EncodeError> {
     Encoder::new(options)?.encode(batch)
+}
+
+/// The Arrow columns of a whole output batch, exactly as [`Encoder::encode`] builds them
+/// before they become Parquet: for readers that compare values with what landed (`tributary
+/// verify` takes the source's rows through here).
+pub fn to_record_batch(batch: &OutputBatch) -> Result<RecordBatch, EncodeError> {
+    check_arity(batch)?;
+    let schema = arrow_schema(&batch.columns, batch.old_image);
+    let kinds: Vec<Kind> = batch.columns.iter().map(Kind::of).collect();
+    record_batch(
+        batch,
+        &schema,
+        &kinds,
+        &fingerprint(&batch.columns),
+        &batch.rows,
+    )
+}
+
+/// Every row holds one value per column, and so does its old image.
+fn check_arity(batch: &OutputBatch) -> Result<(), EncodeError> {
+    let columns = batch.columns.len();
+    for row in &batch.rows {
+        let old_len = row.old.as_ref().map_or(columns, Vec::len);
+        if row.values.len() != columns || old_len != columns {
+            return Err(EncodeError::Arity {
+                output: batch.output.clone(),
+                commit_lsn: row.commit_lsn,
+                seq: row.seq,
+                values: if row.values.len() != columns {
+                    row.values.len()
+                } else {
+                    old_len
+                },
+                columns,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn value_error(batch: &OutputBatch, col: usize, row: &OutputRow, reason: String) -> EncodeError {

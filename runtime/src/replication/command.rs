@@ -14,14 +14,17 @@ pub fn quote_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
 }
 
-pub fn create_logical_slot(slot: &str, export_snapshot: bool) -> String {
+/// `CREATE_REPLICATION_SLOT`, in the grammar every server since PostgreSQL 10 reads. A
+/// temporary slot is dropped when its session ends, however it ends.
+pub fn create_logical_slot(slot: &str, temporary: bool, export_snapshot: bool) -> String {
     let snapshot = if export_snapshot {
         "EXPORT_SNAPSHOT"
     } else {
         "NOEXPORT_SNAPSHOT"
     };
+    let temporary = if temporary { " TEMPORARY" } else { "" };
     format!(
-        "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput {snapshot}",
+        "CREATE_REPLICATION_SLOT {}{temporary} LOGICAL pgoutput {snapshot}",
         quote_ident(slot)
     )
 }
@@ -84,12 +87,16 @@ mod tests {
     #[test]
     fn slot_commands() {
         assert_eq!(
-            create_logical_slot("s", false),
+            create_logical_slot("s", false, false),
             "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput NOEXPORT_SNAPSHOT"
         );
         assert_eq!(
-            create_logical_slot("s", true),
+            create_logical_slot("s", false, true),
             "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput EXPORT_SNAPSHOT"
+        );
+        assert_eq!(
+            create_logical_slot("s", true, true),
+            "CREATE_REPLICATION_SLOT \"s\" TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT"
         );
         assert_eq!(drop_slot("s\"x"), "DROP_REPLICATION_SLOT \"s\"\"x\"");
     }

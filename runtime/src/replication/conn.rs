@@ -163,7 +163,7 @@ impl ReplicationConnection {
         &mut self,
         slot: &str,
     ) -> Result<CreatedSlot, ReplicationError> {
-        self.create_slot(slot, false).await
+        self.create_slot(slot, false, false).await
     }
 
     /// Creates a logical slot and exports the snapshot it starts from, for an initial copy with
@@ -173,15 +173,27 @@ impl ReplicationConnection {
         &mut self,
         slot: &str,
     ) -> Result<CreatedSlot, ReplicationError> {
-        self.create_slot(slot, true).await
+        self.create_slot(slot, false, true).await
+    }
+
+    /// Creates a temporary logical slot, which the server drops when this connection ends
+    /// (however it ends), and exports the snapshot it starts from: the source exactly as it
+    /// was at the slot's consistent point, for `SET TRANSACTION SNAPSHOT` on another
+    /// connection. The snapshot lives only until the next command on this connection.
+    pub async fn create_temporary_slot_exporting_snapshot(
+        &mut self,
+        slot: &str,
+    ) -> Result<CreatedSlot, ReplicationError> {
+        self.create_slot(slot, true, true).await
     }
 
     async fn create_slot(
         &mut self,
         slot: &str,
+        temporary: bool,
         export_snapshot: bool,
     ) -> Result<CreatedSlot, ReplicationError> {
-        let command = command::create_logical_slot(slot, export_snapshot);
+        let command = command::create_logical_slot(slot, temporary, export_snapshot);
         let rows = self.simple_query(&command).await?;
         let row = single_row(&command, &rows, 3)?;
         let consistent_point = row[1]

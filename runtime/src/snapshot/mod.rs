@@ -1,0 +1,426 @@
+//! The source as it was at one exact WAL position, and its tables read out as typed values.
+//!
+//! [`Snapshot::take`] opens a replication connection, creates a *temporary* logical slot that
+//! exports its snapshot, and imports that snapshot into a `REPEATABLE READ` transaction on an
+//! ordinary SQL connection. The slot's consistent point `P` then divides the WAL exactly:
+//! every transaction whose commit record lies before `P` is visible in the snapshot, and
+//! every later one is what a slot created at `P` would decode (the snapshot is built from the
+//! WAL by logical decoding itself, not from the process array). Once imported, the snapshot
+//! belongs to the transaction, so the slot is dropped at once; being temporary, it would also
+//! go with its connection if the process died first. Nothing is left on the server.
+//!
+//! [`Snapshot::table`] reads what a table is inside the snapshot: its columns resolved to the
+//! same [`ColumnType`](crate::pgtype::ColumnType)s the pipeline lands (through
+//! [`Catalog`]), its key, and what a publication restricts (column lists and row filters,
+//! PostgreSQL 15 and later). [`Snapshot::rows`] streams the table with
+//! `COPY (SELECT ...) TO STDOUT (FORMAT binary)`, decoded by the same binary decoders as
+//! `binary 'true'` pgoutput tuples (columns of types read only as text are selected as text
+//! and decoded from their text form, under the session settings of the replication
+//! connection). `tributary verify` reads the source this way; a full load would too.
+
+mod copy;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use tokio_postgres::{Client, CopyOutStream};
+
+use crate::Lsn;
+use crate::catalog::Catalog;
+use crate::change::{OutputColumn, Value};
+use crate::pgoutput::ReplicaIdentity;
+use crate::pgtype::{self, ColumnType, ValueError};
+use crate::provision::{self, ProvisionError};
+use crate::replication::{ReplicationConnection, ReplicationError};
+
+pub use copy::{CopyError, CopyReader, CopyRow};
+
+/// The settings pgoutput's text values are printed under (see the replication connection):
+/// columns read as text are printed the same way here.
+const SESSION_SETTINGS: &str = "SET DateStyle = 'ISO'; SET TimeZone = 'UTC'; \
+     SET IntervalStyle = 'postgres'; SET extra_float_digits = 3; SET bytea_output = 'hex'";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error(
+        "cannot create a temporary slot for a consistent snapshot: {0} (the source needs a free replication slot, max_replication_slots, and a role with REPLICATION)"
+    )]
+    Slot(ReplicationError),
+    #[error(transparent)]
+    Provision(#[from] ProvisionError),
+    #[error("table {table} does not exist in the source")]
+    NoTable { table: String },
+    #[error("reading table {table}: {source}")]
+    Copy {
+        table: String,
+        #[source]
+        source: CopyError,
+    },
+    #[error("reading table {table} column {column:?}: {source}")]
+    Value {
+        table: String,
+        column: String,
+        #[source]
+        source: ValueError,
+    },
+}
+
+fn query(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> ProvisionError {
+    let what = what.into();
+    move |error| ProvisionError::Query { what, error }
+}
+
+/// A table of the source, as the snapshot sees it.
+#[derive(Debug, Clone)]
+pub struct SourceTable {
+    /// `schema.table`, the name of its output in the lake.
+    pub name: String,
+    /// The published columns, in table order, typed as the pipeline lands them.
+    pub columns: Arc<[OutputColumn]>,
+    /// Positions in `columns` of the columns that identify a row in the changes the
+    /// pipeline receives: the replica identity index, or the primary key (also under
+    /// `REPLICA IDENTITY FULL`); empty when the table has neither.
+    pub key: Vec<usize>,
+    pub identity: ReplicaIdentity,
+    /// Positions in `columns` of the columns whose type PostgreSQL may store out of line.
+    pub toastable: Vec<usize>,
+    /// The publication's row filter (PostgreSQL 15 and later), as SQL.
+    pub row_filter: Option<String>,
+    oid: u32,
+    partitioned: bool,
+}
+
+impl SourceTable {
+    /// The names of the key columns.
+    pub fn key_names(&self) -> Vec<&str> {
+        self.key
+            .iter()
+            .map(|&i| self.columns[i].name.as_str())
+            .collect()
+    }
+}
+
+/// A `REPEATABLE READ` transaction on the source that sees exactly the transactions committed
+/// before [`consistent_point`](Self::consistent_point).
+pub struct Snapshot {
+    client: Client,
+    consistent_point: Lsn,
+}
+
+impl Snapshot {
+    /// Take a snapshot of the source at `pg` through a temporary slot named `slot`. Creating a
+    /// logical slot waits until the transactions running at that moment have ended.
+    pub async fn take(pg: &tokio_postgres::Config, slot: &str) -> Result<Snapshot, SnapshotError> {
+        let mut replication = ReplicationConnection::connect(pg)
+            .await
+            .map_err(SnapshotError::Slot)?;
+        let created = replication
+            .create_temporary_slot_exporting_snapshot(slot)
+            .await
+            .map_err(SnapshotError::Slot)?;
+        let Some(name) = created.snapshot_name else {
+            return Err(SnapshotError::Slot(ReplicationError::Protocol(
+                "the server created the slot but exported no snapshot".into(),
+            )));
+        };
+        let client = provision::connect(pg).await?;
+        client
+            .batch_execute(&format!(
+                "{SESSION_SETTINGS}; BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; \
+                 SET TRANSACTION SNAPSHOT {}",
+                crate::replication::quote_literal(&name)
+            ))
+            .await
+            .map_err(query(format!("importing snapshot {name}")))?;
+        // The transaction holds the snapshot now; the slot has done its work.
+        replication
+            .drop_slot(slot)
+            .await
+            .map_err(SnapshotError::Slot)?;
+        drop(replication);
+        Ok(Snapshot {
+            client,
+            consistent_point: created.consistent_point,
+        })
+    }
+
+    /// The WAL position the snapshot stands at: transactions that committed before it are
+    /// visible, later ones are not.
+    pub fn consistent_point(&self) -> Lsn {
+        self.consistent_point
+    }
+
+    /// The SQL connection inside the snapshot, for catalog reads of its own.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// What `table` (`schema.table`) is in the snapshot. `publication` restricts its columns
+    /// and rows as the publication does.
+    pub async fn table(
+        &self,
+        catalog: &mut Catalog,
+        table: &str,
+        publication: Option<&str>,
+    ) -> Result<SourceTable, SnapshotError> {
+        let (schema, name) = table.split_once('.').unwrap_or(("public", table));
+        let what = || format!("reading what table {table} is");
+        let Some(row) = self
+            .client
+            .query_opt(
+                "SELECT c.oid, c.relkind = 'p', c.relreplident::text
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')",
+                &[&schema, &name],
+            )
+            .await
+            .map_err(query(what()))?
+        else {
+            return Err(SnapshotError::NoTable {
+                table: table.to_owned(),
+            });
+        };
+        let oid: u32 = row.get(0);
+        let partitioned: bool = row.get(1);
+        let identity = match row.get::<_, String>(2).as_str() {
+            "n" => ReplicaIdentity::Nothing,
+            "f" => ReplicaIdentity::Full,
+            "i" => ReplicaIdentity::Index,
+            _ => ReplicaIdentity::Default,
+        };
+
+        let (published, row_filter) = match publication {
+            Some(publication) => self.published(publication, schema, name, table).await?,
+            None => (Vec::new(), None),
+        };
+        // Generated columns are not published.
+        let rows = self
+            .client
+            .query(
+                "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attndims, t.typstorage <> 'p'
+                 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+                 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+                   AND a.attgenerated = ''
+                 ORDER BY a.attnum",
+                &[&oid],
+            )
+            .await
+            .map_err(query(what()))?;
+        let mut columns = Vec::new();
+        let mut toastable = Vec::new();
+        for row in rows {
+            let column: String = row.get(0);
+            if !published.is_empty() && !published.contains(&column) {
+                continue;
+            }
+            let (type_oid, type_modifier, dims): (u32, i32, i32) =
+                (row.get(1), row.get(2), row.get(3));
+            if row.get::<_, bool>(4) {
+                toastable.push(columns.len());
+            }
+            columns.push(OutputColumn {
+                name: column,
+                type_oid,
+                type_modifier,
+                ty: catalog.column_type(type_oid, type_modifier, dims).await?,
+                nullable: true,
+                key: false,
+            });
+        }
+
+        let indexes = self
+            .client
+            .query(
+                "SELECT i.indisprimary, i.indisreplident,
+                        ARRAY(SELECT a.attname::text
+                              FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, ord)
+                              JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                              ORDER BY k.ord)
+                 FROM pg_index i WHERE i.indrelid = $1 AND (i.indisprimary OR i.indisreplident)",
+                &[&oid],
+            )
+            .await
+            .map_err(query(what()))?;
+        let index = |primary: bool| {
+            indexes
+                .iter()
+                .find(|r| r.get::<_, bool>(if primary { 0 } else { 1 }))
+                .map(|r| r.get::<_, Vec<String>>(2))
+        };
+        // The columns the pipeline's changes are identified by: what the replica identity
+        // sends as the old key, or the primary key when it sends the whole row.
+        let key_columns = match identity {
+            ReplicaIdentity::Index => index(false).or_else(|| index(true)),
+            _ => index(true),
+        }
+        .unwrap_or_default();
+        let key = key_columns
+            .iter()
+            .map(|k| columns.iter().position(|c| &c.name == k))
+            .collect::<Option<Vec<usize>>>()
+            // A key column the publication does not publish cannot key the landed rows.
+            .unwrap_or_default();
+        Ok(SourceTable {
+            name: table.to_owned(),
+            columns: columns.into(),
+            key,
+            identity,
+            toastable,
+            row_filter,
+            oid,
+            partitioned,
+        })
+    }
+
+    /// The columns (empty: all) and the row filter `publication` publishes `table` with.
+    async fn published(
+        &self,
+        publication: &str,
+        schema: &str,
+        name: &str,
+        table: &str,
+    ) -> Result<(Vec<String>, Option<String>), SnapshotError> {
+        // `attnames` and `rowfilter` exist from PostgreSQL 15; read through jsonb, they are
+        // absent before.
+        let row = self
+            .client
+            .query_opt(
+                "SELECT ARRAY(SELECT jsonb_array_elements_text(to_jsonb(p) -> 'attnames')),
+                        to_jsonb(p) ->> 'rowfilter'
+                 FROM pg_publication_tables p
+                 WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
+                &[&publication, &schema, &name],
+            )
+            .await
+            .map_err(query(format!(
+                "reading how publication {publication:?} publishes {table}"
+            )))?;
+        Ok(row.map_or((Vec::new(), None), |r| (r.get(0), r.get(1))))
+    }
+
+    /// Stream the rows of `table` as the snapshot sees them.
+    pub async fn rows(&self, table: &SourceTable) -> Result<TableRows, SnapshotError> {
+        let select: Vec<String> = table
+            .columns
+            .iter()
+            .map(|c| match c.ty.reads_binary() {
+                true => provision::quote_ident(&c.name),
+                false => format!("{}::text", provision::quote_ident(&c.name)),
+            })
+            .collect();
+        let only = if table.partitioned { "" } else { "ONLY " };
+        let filter = table
+            .row_filter
+            .as_deref()
+            .map(|f| format!(" WHERE {f}"))
+            .unwrap_or_default();
+        let relation: String = self
+            .client
+            .query_one("SELECT $1::oid::regclass::text", &[&table.oid])
+            .await
+            .map_err(query(format!("naming table {}", table.name)))?
+            .get(0);
+        let sql = format!(
+            "COPY (SELECT {} FROM {only}{relation}{filter}) TO STDOUT (FORMAT binary)",
+            if select.is_empty() {
+                "NULL".to_owned()
+            } else {
+                select.join(", ")
+            }
+        );
+        let stream = self
+            .client
+            .copy_out(sql.as_str())
+            .await
+            .map_err(query(format!("reading table {}", table.name)))?;
+        Ok(TableRows {
+            table: table.clone(),
+            reader: CopyReader::new(table.columns.len().max(1)),
+            stream: Box::pin(stream),
+            ended: false,
+        })
+    }
+
+    /// End the transaction.
+    pub async fn close(self) -> Result<(), SnapshotError> {
+        self.client
+            .batch_execute("ROLLBACK")
+            .await
+            .map_err(query("ending the snapshot's transaction"))?;
+        Ok(())
+    }
+}
+
+/// The rows of one table, decoded, in chunks.
+pub struct TableRows {
+    table: SourceTable,
+    reader: CopyReader,
+    stream: Pin<Box<CopyOutStream>>,
+    ended: bool,
+}
+
+impl TableRows {
+    /// Up to `max` more rows, each one value per column; `None` once all were read.
+    pub async fn next_chunk(
+        &mut self,
+        max: usize,
+    ) -> Result<Option<Vec<Vec<Value>>>, SnapshotError> {
+        let mut rows = Vec::new();
+        while rows.len() < max {
+            if let Some(row) = self.reader.next_row().map_err(|e| self.copy_error(e))? {
+                rows.push(self.decode(row)?);
+                continue;
+            }
+            if self.ended {
+                break;
+            }
+            match self.stream.next().await {
+                Some(bytes) => {
+                    let bytes =
+                        bytes.map_err(query(format!("reading table {}", self.table.name)))?;
+                    self.reader.push(&bytes);
+                }
+                None => {
+                    self.ended = true;
+                    self.reader.finish().map_err(|e| self.copy_error(e))?;
+                }
+            }
+        }
+        Ok((!rows.is_empty()).then_some(rows))
+    }
+
+    fn copy_error(&self, source: CopyError) -> SnapshotError {
+        SnapshotError::Copy {
+            table: self.table.name.clone(),
+            source,
+        }
+    }
+
+    fn decode(&self, row: CopyRow) -> Result<Vec<Value>, SnapshotError> {
+        if self.table.columns.is_empty() {
+            return Ok(Vec::new());
+        }
+        row.into_iter()
+            .zip(self.table.columns.iter())
+            .map(|(field, column)| {
+                let Some(bytes) = field else {
+                    return Ok(Value::Null);
+                };
+                decode(&column.ty, &bytes).map_err(|source| SnapshotError::Value {
+                    table: self.table.name.clone(),
+                    column: column.name.clone(),
+                    source,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A value as [`Snapshot::rows`] selects it: in binary, or as text for types read only so.
+fn decode(ty: &ColumnType, bytes: &[u8]) -> Result<Value, ValueError> {
+    match ty.reads_binary() {
+        true => pgtype::decode_binary(ty, bytes),
+        false => pgtype::decode_text(ty, bytes),
+    }
+}
