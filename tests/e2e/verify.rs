@@ -15,53 +15,9 @@ use object_store::{ObjectStoreExt, PutPayload};
 use tributary::commit::{CommitEntry, EntryKind};
 use tributary_tests::fresh_database;
 use tributary_tests::lake::landed_changes;
-use tributary_tests::service::{Fixture, Service, tributary_bin};
+use tributary_tests::service::{Fixture, Service, Verified, verify};
 
 const EVENTS: &str = "public.events";
-
-/// What one `tributary verify` said.
-struct Verified {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Display for Verified {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit {}\n--- stdout\n{}--- stderr\n{}",
-            self.code, self.stdout, self.stderr
-        )
-    }
-}
-
-impl Verified {
-    fn last_line(&self) -> &str {
-        self.stdout.lines().last().unwrap_or_default()
-    }
-}
-
-/// Run `tributary verify --config <file> <args>`.
-async fn verify(file: &FsPath, args: &[&str]) -> Verified {
-    let run = tokio::process::Command::new(tributary_bin())
-        .arg("verify")
-        .arg("--config")
-        .arg(file)
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(240), run)
-        .await
-        .expect("tributary verify finished within 4 minutes")
-        .expect("tributary verify ran");
-    Verified {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
 
 /// Run `tributary verify --config <file>`, which must find differences (exit 1).
 async fn differs(file: &FsPath) -> Verified {

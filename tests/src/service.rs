@@ -286,3 +286,47 @@ impl Drop for Service {
         }
     }
 }
+
+/// What one `tributary verify` said.
+pub struct Verified {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl std::fmt::Display for Verified {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Verified {
+    pub fn last_line(&self) -> &str {
+        self.stdout.lines().last().unwrap_or_default()
+    }
+}
+
+/// Run `tributary verify --config <file> <args>`.
+pub async fn verify(file: &Path, args: &[&str]) -> Verified {
+    let run = tokio::process::Command::new(tributary_bin())
+        .arg("verify")
+        .arg("--config")
+        .arg(file)
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(240), run)
+        .await
+        .expect("tributary verify finished within 4 minutes")
+        .expect("tributary verify ran");
+    Verified {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
