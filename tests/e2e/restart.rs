@@ -39,24 +39,38 @@ async fn log_end(log: &CommitLog) -> Lsn {
         .map_or(Lsn::ZERO, |e| e.last_end_lsn)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_running_pipeline_rides_through_postgresql_restarts_and_lands_every_change_once() {
-    // A cluster of its own: the shared one must not restart under other tests.
+/// A cluster of its own (the shared one must not restart under other tests) with the events
+/// table: the cluster, its URL, a connection.
+async fn own_cluster() -> (TempCluster, String, tokio_postgres::Client) {
     let cluster = TempCluster::start(ClusterOptions::fast()).expect("a PostgreSQL cluster");
     let url = cluster.url("postgres");
-    events_on(&cluster).await;
-    let Fixture {
-        name,
-        sink,
-        log,
-        dir,
-        file,
-        ..
-    } = Fixture::new(&url, "restart", &[TABLE]).await;
-    let mut service = Service::spawn(&file, &[], &dir.join("run.log"));
+    let client = events_on(&cluster).await;
+    (cluster, url, client)
+}
+
+/// A `tributary run` landing the events table of `url`, streaming.
+async fn streaming(url: &str, hint: &str) -> (Fixture, Service) {
+    let fixture = Fixture::new(url, hint, &[TABLE]).await;
+    let mut service = Service::spawn(&fixture.file, &[], &fixture.dir.join("run.log"));
     service
         .wait_for_log("streaming", Duration::from_secs(60))
         .await;
+    (fixture, service)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_pipeline_rides_through_postgresql_restarts_and_lands_every_change_once() {
+    let (cluster, url, _) = own_cluster().await;
+    let (
+        Fixture {
+            name,
+            sink,
+            log,
+            dir,
+            ..
+        },
+        mut service,
+    ) = streaming(&url, "restart").await;
     write(&url, 1, 20).await;
     service
         .wait_for_landed(&log, 200, Duration::from_secs(120))
@@ -124,6 +138,58 @@ async fn the_running_pipeline_rides_through_postgresql_restarts_and_lands_every_
         distinct.len(),
         "a change landed twice: {run_log}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+    cluster.stop().unwrap();
+}
+
+/// Regression (found by the chaos test, seed 3331434724241618050): a fast shutdown waits until
+/// the client of every logical walsender has confirmed all the walsender sent it. When the
+/// last WAL before the shutdown was not a transaction the pipeline lands (one that rolled back,
+/// one on a table outside the publication), the pipeline confirmed only its last landed
+/// transaction, and `pg_ctl stop -m fast` never finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_shutdown_is_not_held_up_by_wal_the_pipeline_has_nothing_to_land_from() {
+    let (cluster, url, client) = own_cluster().await;
+    client
+        .batch_execute("CREATE TABLE elsewhere (id int)")
+        .await
+        .unwrap();
+    let (Fixture { name, log, dir, .. }, mut service) = streaming(&url, "fast_shutdown").await;
+    write(&url, 1, 1).await;
+    service
+        .wait_for_landed(&log, 10, Duration::from_secs(60))
+        .await;
+    client
+        .batch_execute(
+            "BEGIN; INSERT INTO events VALUES (0, 'rolled back'); ROLLBACK;
+             INSERT INTO elsewhere VALUES (1)",
+        )
+        .await
+        .unwrap();
+    drop(client);
+
+    let asked = std::time::Instant::now();
+    cluster
+        .stop_server(StopMode::Fast)
+        .unwrap_or_else(|e| panic!("{e}\n{}", service.log()));
+    assert!(
+        asked.elapsed() < Duration::from_secs(20),
+        "the shutdown took {:?}",
+        asked.elapsed()
+    );
+    service
+        .wait_for_log("lost the replication connection", Duration::from_secs(30))
+        .await;
+    cluster.start_again().unwrap();
+    write(&url, 11, 1).await;
+    service
+        .wait_for_landed(&log, 20, Duration::from_secs(60))
+        .await;
+    let client = connect(&url).await;
+    let confirmed = confirmed_flush(&client, &name).await.unwrap();
+    let end = log_end(&log).await;
+    assert!(confirmed <= end, "slot at {confirmed}, log ends at {end}");
+    service.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
     cluster.stop().unwrap();
 }

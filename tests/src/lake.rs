@@ -12,11 +12,11 @@ use arrow_array::types::{
 };
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::{DataType, TimeUnit};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use tributary::commit::{CommitLog, Writer};
+use tributary::commit::{CommitEntry, CommitLog, Writer};
 use tributary::sink::Sink;
 
 /// One landed row: the change metadata, then the output's columns by name.
@@ -40,6 +40,10 @@ pub struct LandedRow {
     pub file: String,
 }
 
+/// Objects fetched side by side when reading a whole output or log: a lake that went through
+/// hundreds of flushes holds many small files.
+const READS_AT_ONCE: usize = 8;
+
 /// Every row of every Parquet file under `<output>/`, sorted by (commit LSN, seq).
 pub async fn read_output(store: &dyn ObjectStore, output: &str) -> Vec<LandedRow> {
     let prefix = Path::from(output);
@@ -52,8 +56,13 @@ pub async fn read_output(store: &dyn ObjectStore, output: &str) -> Vec<LandedRow
     files.retain(|p| p.extension() == Some("parquet"));
     files.sort();
     let mut rows = Vec::new();
-    for file in files {
-        let bytes = store.get(&file).await.unwrap().bytes().await.unwrap();
+    let mut fetched = futures::stream::iter(files)
+        .map(|file| async move {
+            let bytes = store.get(&file).await.unwrap().bytes().await.unwrap();
+            (file, bytes)
+        })
+        .buffered(READS_AT_ONCE);
+    while let Some((file, bytes)) = fetched.next().await {
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .unwrap_or_else(|e| panic!("{file} is not Parquet: {e}"))
             .build()
@@ -85,11 +94,16 @@ pub async fn object_names(store: &dyn ObjectStore, prefix: &str) -> Vec<String> 
 
 /// Changes over every entry of the commit log.
 pub async fn landed_changes(log: &CommitLog) -> u64 {
-    let mut changes = 0;
-    for sequence in log.sequences().await.unwrap() {
-        changes += log.read_entry(sequence).await.unwrap().unwrap().changes;
-    }
-    changes
+    entries(log).await.iter().map(|e| e.changes).sum()
+}
+
+/// Every entry of the commit log, in order.
+pub async fn entries(log: &CommitLog) -> Vec<CommitEntry> {
+    futures::stream::iter(log.sequences().await.unwrap())
+        .map(|sequence| async move { log.read_entry(sequence).await.unwrap().unwrap() })
+        .buffered(READS_AT_ONCE)
+        .collect()
+        .await
 }
 
 /// Read an output through its commit log and check what exactly-once promises of it: every
@@ -99,8 +113,8 @@ pub async fn landed_changes(log: &CommitLog) -> u64 {
 pub async fn committed_rows(sink: &Sink, output: &str) -> Vec<LandedRow> {
     let log = CommitLog::new(sink.clone(), Writer::named("audit"));
     let mut named = BTreeMap::new();
-    for sequence in log.sequences().await.unwrap() {
-        let entry = log.read_entry(sequence).await.unwrap().unwrap();
+    for entry in entries(&log).await {
+        let sequence = entry.sequence;
         for file in entry.files.into_iter().filter(|f| f.output == output) {
             named.insert(file.path.clone(), (sequence, file));
         }
@@ -110,23 +124,30 @@ pub async fn committed_rows(sink: &Sink, output: &str) -> Vec<LandedRow> {
     for row in &rows {
         *rows_per_file.entry(row.file.as_str()).or_default() += 1;
     }
-    for path in data_files(sink.store().as_ref(), output).await {
-        let Some((sequence, file)) = named.get(&path) else {
+    // Sizes as the listing gives them: one request per thousand files, not one per file.
+    let sizes: BTreeMap<String, u64> = sink
+        .store()
+        .list(Some(&Path::from(output)))
+        .map_ok(|meta| (meta.location.to_string(), meta.size))
+        .try_collect()
+        .await
+        .unwrap();
+    for (path, size) in &sizes {
+        let Some((sequence, file)) = named.get(path) else {
             panic!("{path} is in the sink but no commit entry names it");
         };
-        let size = sink.size(&Path::from(path.as_str())).await.unwrap();
         assert_eq!(
-            (size, rows_per_file.get(path.as_str()).copied().unwrap_or(0)),
-            (Some(file.bytes), file.rows),
+            (
+                *size,
+                rows_per_file.get(path.as_str()).copied().unwrap_or(0)
+            ),
+            (file.bytes, file.rows),
             "{path}: the bytes and rows entry {sequence} names"
         );
     }
     for path in named.keys() {
         assert!(
-            sink.size(&Path::from(path.as_str()))
-                .await
-                .unwrap()
-                .is_some(),
+            sizes.contains_key(path),
             "{path} is named by a commit entry but missing"
         );
     }

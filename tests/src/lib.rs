@@ -12,6 +12,9 @@
 //! - [`plugin`] finds a transform built for `wasm32-wasip2`.
 //! - [`pipeline`] runs a pipeline inside a test, [`service`] runs `tributary run` as a child
 //!   process; [`lake`] reads back what they landed.
+//! - [`proxy`] stands between a client and a server and misbehaves on demand; [`chaos`] holds
+//!   the seeded generator, the confirmed-position watch and the lake-equals-source check of the
+//!   chaos test.
 //!
 //! Statics are never dropped, so the shared servers are stopped by an `atexit` hook: the test
 //! harness leaves through `std::process::exit`, which runs it.
@@ -19,6 +22,7 @@
 //! Missing prerequisites fail loudly with the command that installs them; `scripts/test.sh`
 //! installs all of them.
 
+pub mod chaos;
 pub mod lake;
 pub mod pipeline;
 mod plugins;

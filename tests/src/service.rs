@@ -218,7 +218,7 @@ impl Service {
             if self.log().matches(text).count() >= times {
                 return;
             }
-            if let Some(status) = self.try_exit() {
+            if let Some(status) = self.exited() {
                 panic!(
                     "tributary exited ({status}) before logging {text:?} {times} time(s):\n{}",
                     self.log()
@@ -239,7 +239,8 @@ impl Service {
         assert_eq!(sent, 0, "kill({}, {signal}) failed", self.pid());
     }
 
-    fn try_exit(&mut self) -> Option<ExitStatus> {
+    /// How it exited, if it has (without waiting).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
         if self.exit.is_none() {
             self.exit = self.child.try_wait().unwrap();
         }
@@ -250,7 +251,7 @@ impl Service {
     pub async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(status) = self.try_exit() {
+            if let Some(status) = self.exited() {
                 return status;
             }
             assert!(
@@ -280,7 +281,7 @@ impl Service {
 
 impl Drop for Service {
     fn drop(&mut self) {
-        if self.try_exit().is_none() {
+        if self.exited().is_none() {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }

@@ -552,7 +552,8 @@ impl Reader {
 
     /// With nothing held, nothing pending and everything handed on landed, hand on an advance
     /// to where the server's WAL went (other databases and tables write it too), so that the
-    /// slot does not retain it. `false` when the next stage is gone.
+    /// slot does not retain it; at once when the server asks for a reply past the confirmed
+    /// position (it shuts down). `false` when the next stage is gone.
     async fn advance_if_idle(&mut self) -> bool {
         let confirmed = self.reconnect.confirmer.confirmed();
         if !self.batcher.is_empty() || !self.assembler.is_idle() || confirmed < self.handed_end {
@@ -561,10 +562,15 @@ impl Reader {
         let Some(end) = self.stream.idle_position() else {
             return true;
         };
-        if end.0 < confirmed.0.saturating_add(ADVANCE_BYTES)
-            || self.last_handed.elapsed() < ADVANCE_IDLE
-            || self.advanced.is_some_and(|t| t.elapsed() < ADVANCE_EVERY)
-        {
+        // A server shutting down waits for the confirmed position to reach everything its
+        // walsender sent, asking for a reply until it does: then the advance is due at once,
+        // or the shutdown never finishes.
+        let asked = self.stream.reply_wanted() > confirmed;
+        let due = asked
+            || (end.0 >= confirmed.0.saturating_add(ADVANCE_BYTES)
+                && self.last_handed.elapsed() >= ADVANCE_IDLE
+                && self.advanced.is_none_or(|t| t.elapsed() >= ADVANCE_EVERY));
+        if end <= confirmed || !due {
             return true;
         }
         self.advanced = Some(Instant::now());

@@ -41,6 +41,8 @@ struct Shared {
     /// queued for the consumer: once the consumer has taken and handled every queued frame,
     /// the server has sent it everything before this position.
     keepalive_wal_end: AtomicU64,
+    /// The WAL position of the latest keepalive that asked for a reply.
+    reply_wanted: AtomicU64,
     /// Why the driver stopped, when it stopped on an error; read once by the consumer.
     failure: Mutex<Option<ReplicationError>>,
 }
@@ -76,6 +78,7 @@ impl ReplicationStream {
             confirm: confirmer.cell,
             server_wal_end: AtomicU64::new(0),
             keepalive_wal_end: AtomicU64::new(0),
+            reply_wanted: AtomicU64::new(0),
             failure: Mutex::new(None),
         });
         let (frames_tx, frames) = mpsc::channel(QUEUE_BATCHES);
@@ -192,6 +195,14 @@ impl ReplicationStream {
         let position = Lsn(self.shared.keepalive_wal_end.load(Ordering::Acquire));
         (self.leftover.len() == 0 && self.frames.is_empty() && position > Lsn::ZERO)
             .then_some(position)
+    }
+
+    /// The WAL position of the latest keepalive that asked for a reply (zero before the first).
+    /// The server asks when it has heard nothing for half of `wal_sender_timeout`, and, when it
+    /// shuts down, again and again until the confirmed position reaches everything it sent: a
+    /// logical walsender exits (and the shutdown finishes) only then.
+    pub fn reply_wanted(&self) -> Lsn {
+        Lsn(self.shared.reply_wanted.load(Ordering::Acquire))
     }
 
     /// Sends a last status update with the confirmed position, ends the stream with CopyDone,
@@ -398,6 +409,9 @@ impl Driver {
                                     .fetch_max(keepalive.wal_end.0, Ordering::AcqRel);
                             }
                             if keepalive.reply_requested {
+                                self.shared
+                                    .reply_wanted
+                                    .fetch_max(keepalive.wal_end.0, Ordering::AcqRel);
                                 self.report(true).await?;
                             }
                         }
