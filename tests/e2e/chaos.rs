@@ -609,6 +609,17 @@ async fn chaos(seed: u64, plan: &'static Plan) {
     let tallies: Vec<(String, Tally)> = chaos.workload.take().unwrap().finish().await;
     let end = chaos.settle().await;
     chaos.figures.confirmed = chaos.confirmed_at_least(end).await;
+    // The operator's reconciliation, while the pipeline still runs: the source at a snapshot
+    // against the lake replayed to it, every committed file as its entry names it, no
+    // duplicate identity and no file that no entry names.
+    let verified = tributary_tests::service::verify(&chaos.file, &[]).await;
+    assert!(
+        verified.code == 0
+            && verified
+                .last_line()
+                .starts_with("verify: the lake equals the source at "),
+        "seed {seed}: tributary verify found the lake different: {verified}"
+    );
     let stopped = chaos.service.take().unwrap().stop().await;
     assert!(stopped.contains("stopped"), "{stopped}");
     let samples = watch.finish().await;
