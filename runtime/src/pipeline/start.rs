@@ -153,7 +153,9 @@ pub(super) async fn start(
     // empty sink at the same moment, the one that loses it writes nothing at all.
     log.claim_identity(&identity).await?;
     let (checkpoint, opened) = open_log(&log, &client, source, options, shutdown).await?;
-    let recovery = log.recover(opened.sequence).await?;
+    let recovery = log
+        .recover(opened.sequence, crate::flush::MAX_FLIGHTS as u64)
+        .await?;
     let removed = log.clean_up(&recovery).await?;
     if !removed.is_empty() {
         tracing::info!(
