@@ -29,6 +29,7 @@
 
 mod workload;
 
+use std::collections::BTreeSet;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -42,7 +43,7 @@ use tributary_cluster::{ClusterOptions, StopMode, TempCluster};
 use tributary_tests::chaos::{
     ConfirmWatch, Rng, TableFigures, assert_lake_equals_source, seed_from_env, try_connect,
 };
-use tributary_tests::lake::entries;
+use tributary_tests::lake::{entries, object_names};
 use tributary_tests::proxy::{Mode, Proxy};
 use tributary_tests::service::{Service, ServiceConfig};
 use tributary_tests::{S3Server, unique_name};
@@ -261,6 +262,9 @@ struct Chaos {
     workload: Option<Workload>,
     /// The log's latest sequence when a large transaction committed, until its entry appears.
     large_pending: Option<u64>,
+    /// Data files the entries up to `named_upto` name.
+    named: BTreeSet<String>,
+    named_upto: u64,
     figures: Figures,
 }
 
@@ -319,14 +323,21 @@ impl Chaos {
             markers: 0,
             workload: None,
             large_pending: None,
+            named: BTreeSet::new(),
+            named_upto: 0,
             figures: Figures::default(),
         }
     }
 
     fn spawn(&mut self) {
         self.figures.starts += 1;
-        let log = self.dir.join(format!("run-{:04}.log", self.figures.starts));
+        let log = self.run_log(self.figures.starts);
         self.service = Some(Service::spawn(&self.file, &["--wait"], &log));
+    }
+
+    /// The log of the `n`-th run.
+    fn run_log(&self, n: usize) -> PathBuf {
+        self.dir.join(format!("run-{n:04}.log"))
     }
 
     fn service(&mut self) -> &mut Service {
@@ -430,14 +441,15 @@ impl Chaos {
             }
             Step::Truncate => self.workload.as_mut().unwrap().truncate().await,
             Step::LargeTransaction => {
+                // Its entry comes after the log's latest now; from its commit until that entry
+                // is in the log, kills interrupt it.
+                let latest = self.log.latest().await.ok().flatten();
                 let rows = self.plan.large_rows;
                 self.workload
                     .as_mut()
                     .unwrap()
                     .large_transaction(rows)
                     .await;
-                // From here until its entry is in the log, kills interrupt it.
-                let latest = self.log.latest().await.ok().flatten();
                 self.large_pending = Some(latest.map_or(0, |e| e.sequence));
             }
         }
@@ -512,7 +524,56 @@ impl Chaos {
         }
         self.figures.settles += 1;
         self.figures.longest_settle = self.figures.longest_settle.max(began.elapsed());
+        self.check_no_strays().await;
         target
+    }
+
+    /// Once a run has started, the sink holds no data file that no entry names but the
+    /// running writer's own (its flushes in flight): its start removed every other, so readers
+    /// that glob the files see each committed change once. And nothing here is a newer
+    /// writer's: there is none.
+    async fn check_no_strays(&mut self) {
+        let log = self.service().log();
+        let Some(writer) = log
+            .lines()
+            .filter_map(|l| l.split(" writer=").nth(1)?.split_whitespace().next())
+            .next_back()
+            .map(str::to_owned)
+        else {
+            return;
+        };
+        if log.contains("started after this one") {
+            let message = self.failure("a start took an earlier writer's intents for a newer's");
+            panic!("{message}");
+        }
+        let Ok(sequences) = self.log.sequences().await else {
+            return;
+        };
+        let upto = self.named_upto;
+        for sequence in sequences.into_iter().filter(|s| *s > upto) {
+            let Ok(Some(entry)) = self.log.read_entry(sequence).await else {
+                return;
+            };
+            self.named.extend(entry.files.into_iter().map(|f| f.path));
+            self.named_upto = sequence;
+        }
+        let mut strays = Vec::new();
+        for (table, _) in TABLES {
+            for path in object_names(self.sink.store().as_ref(), table).await {
+                // <output>/part-<sequence>-<writer>-<part>.parquet
+                let ours = path.split('-').nth(2) == Some(writer.as_str());
+                if !ours && !self.named.contains(&path) {
+                    strays.push(path);
+                }
+            }
+        }
+        if !strays.is_empty() {
+            let message = self.failure(&format!(
+                "files no entry names, left by earlier writers after run {} started: {strays:?}",
+                self.figures.starts
+            ));
+            panic!("{message}");
+        }
     }
 
     /// The WAL position before a new marker row's commit.
@@ -632,6 +693,15 @@ async fn chaos(seed: u64, plan: &'static Plan) {
     );
     assert!(samples.samples > 100, "{samples:?}");
     chaos.figures.samples = samples.samples;
+
+    // No start ever found a newer writer's intents: there was none.
+    for n in 1..=chaos.figures.starts {
+        let text = std::fs::read_to_string(chaos.run_log(n)).unwrap_or_default();
+        assert!(
+            !text.contains("started after this one"),
+            "run {n} took an earlier writer's intents for a newer's:\n{text}"
+        );
+    }
 
     let caught_up = chaos.started.elapsed();
     let sql = tributary_tests::connect(&chaos.url).await;

@@ -9,10 +9,10 @@ use std::time::Duration;
 use tributary::Lsn;
 use tributary::commit::{CommitEntry, CommitLog};
 use tributary::sink::Sink;
-use tributary_tests::fresh_database;
 use tributary_tests::lake::{committed_rows, object_names, read_output};
 use tributary_tests::pipeline::{confirmed_flush, wait_for_confirmed};
 use tributary_tests::service::{Fixture, Service};
+use tributary_tests::{TestDatabase, fresh_database};
 
 const TABLES: [&str; 3] = ["public.t1", "public.t2", "public.t3"];
 
@@ -63,12 +63,10 @@ async fn entry(log: &CommitLog, sequence: u64) -> Option<CommitEntry> {
     log.read_entry(sequence).await.unwrap()
 }
 
-/// Land one transaction, kill the service at `point` (its `hit`-th pass) in the flush of the
-/// second, check what the sink and the slot show at that moment with `at_crash`, restart
-/// without failpoints, land a third, and check the outcome.
-async fn crash_at(point: &str, hit: u32) {
-    let hint = point.replace(['.', '-'], "_");
-    let db = fresh_database(&hint).await;
+/// A database with the three tables, a fixture landing them, and a service with the
+/// failpoints `armed` (`point@hit`), streaming.
+async fn armed_service(hint: &str, armed: &str) -> (TestDatabase, Fixture, Service) {
+    let db = fresh_database(hint).await;
     for table in TABLES {
         db.client
             .batch_execute(&format!(
@@ -77,28 +75,42 @@ async fn crash_at(point: &str, hit: u32) {
             .await
             .unwrap();
     }
-    let Fixture {
-        name,
-        sink,
-        log,
-        dir,
-        file,
-        ..
-    } = Fixture::new(&db.url, &hint, &TABLES).await;
-
-    let armed = format!("{point}@{hit}");
-    let mut a = Service::spawn_with(
-        &file,
+    let fixture = Fixture::new(&db.url, hint, &TABLES).await;
+    let mut service = Service::spawn_with(
+        &fixture.file,
         &[],
-        &dir.join("a.log"),
-        &[("TRIBUTARY_FAILPOINTS", &armed)],
+        &fixture.dir.join("a.log"),
+        &[("TRIBUTARY_FAILPOINTS", armed)],
     );
-    a.wait_for_log(
-        &format!("failpoints armed: {armed}"),
-        Duration::from_secs(60),
-    )
-    .await;
-    a.wait_for_log("streaming", Duration::from_secs(60)).await;
+    service
+        .wait_for_log(
+            &format!("failpoints armed: {armed}"),
+            Duration::from_secs(60),
+        )
+        .await;
+    service
+        .wait_for_log("streaming", Duration::from_secs(60))
+        .await;
+    (db, fixture, service)
+}
+
+/// Land one transaction, kill the service at `point` (its `hit`-th pass) in the flush of the
+/// second, check what the sink and the slot show at that moment with `at_crash`, restart
+/// without failpoints, land a third, and check the outcome.
+async fn crash_at(point: &str, hit: u32) {
+    let hint = point.replace(['.', '-'], "_");
+    let (
+        db,
+        Fixture {
+            name,
+            sink,
+            log,
+            dir,
+            file,
+            ..
+        },
+        mut a,
+    ) = armed_service(&hint, &format!("{point}@{hit}")).await;
     db.client.batch_execute(&transaction(1)).await.unwrap();
     wait_for_rows(&sink, 10).await;
     let crashing = log.latest().await.unwrap().unwrap().sequence + 1;
@@ -208,4 +220,74 @@ async fn a_crash_after_the_commit_entry_and_before_the_confirm_lands_every_chang
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_after_the_confirm_and_before_the_intent_is_cleared_lands_every_change_once() {
     crash_at("flush.after-confirm", 2).await;
+}
+
+/// Regression (found by the chaos test, long mode, seed 13175979244400301411): an instance
+/// killed while one flush waited for its commit entry had already written the intents and files
+/// of the flushes after it. The next start took those intents for a newer writer's: it left
+/// their files in the sink (uncommitted copies of changes it then landed itself, seen by every
+/// reader that globs the files) and warned that it would stop at its next commit, which it did
+/// not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_with_later_flushes_uploaded_ahead_of_a_commit_leaves_none_of_their_files() {
+    let (
+        db,
+        Fixture {
+            sink,
+            log,
+            dir,
+            file,
+            ..
+        },
+        mut a,
+    ) = armed_service("uploaded_ahead", "flush.before-commit@2").await;
+    db.client.batch_execute(&transaction(1)).await.unwrap();
+    wait_for_rows(&sink, 10).await;
+    let waiting = log.latest().await.unwrap().unwrap().sequence + 1;
+    db.client.batch_execute(&transaction(11)).await.unwrap();
+    a.wait_for_log(
+        "failpoint flush.before-commit reached",
+        Duration::from_secs(60),
+    )
+    .await;
+    // The flushes after it go on: intents and files, their commits waiting their turn.
+    for from in [21, 31] {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        db.client.batch_execute(&transaction(from)).await.unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while files_of(&sink, waiting + 2).await < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "flush {} was not uploaded ahead:\n{}",
+            waiting + 2,
+            a.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(names(&sink, "_tributary/intent").await.len() >= 3);
+    a.kill().await;
+
+    let mut b = Service::spawn(&file, &[], &dir.join("b.log"));
+    b.wait_for_log("streaming", Duration::from_secs(60)).await;
+    b.wait_for_landed(&log, 120, Duration::from_secs(60)).await;
+    let b_log = b.stop().await;
+    assert!(
+        !b_log.contains("started after this one"),
+        "the killed instance's intents are not a newer writer's:\n{b_log}"
+    );
+    // Checked before any other start could clean up: every file is named by an entry.
+    for table in TABLES {
+        let ids: BTreeSet<u32> = committed_rows(&sink, table)
+            .await
+            .iter()
+            .map(|r| r.values["id"].as_ref().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(ids, (1..=40).collect(), "{table}: {b_log}");
+    }
+    assert_eq!(
+        names(&sink, "_tributary/intent").await,
+        Vec::<String>::new()
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

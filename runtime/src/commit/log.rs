@@ -31,6 +31,11 @@ fn intent_path(sequence: u64, writer: &Writer, part: u32) -> Path {
     }
 }
 
+/// The writer id in an intent's name (format 1 names have none).
+fn writer_of_intent(name: &str) -> Option<&str> {
+    name.strip_suffix(".json")?.split('-').nth(1)
+}
+
 fn sequence_of_entry(name: &str) -> Option<u64> {
     name.strip_suffix(".json")?.parse().ok()
 }
@@ -193,18 +198,29 @@ impl CommitLog {
     }
 
     /// Find what can never be committed now that this writer opened with entry `opened`.
-    pub async fn recover(&self, opened: u64) -> Result<Recovery, CommitError> {
+    ///
+    /// A writer starts flushes ahead of its commits, at most `ahead` past its last entry, so an
+    /// intent above `opened` is either a later writer's or one of an earlier writer that wrote
+    /// an entry among the `ahead - 1` just below `opened`; the earlier one is fenced, so its
+    /// intents can never commit either.
+    pub async fn recover(&self, opened: u64, ahead: u64) -> Result<Recovery, CommitError> {
         let mut recovery = Recovery {
             opened,
             orphaned: Vec::new(),
             intents: Vec::new(),
             newer: Vec::new(),
         };
+        let mut fenced = BTreeSet::new();
+        for sequence in (opened + 1).saturating_sub(ahead).max(1)..opened {
+            if let Some(entry) = self.read_entry(sequence).await? {
+                fenced.insert(entry.writer.id);
+            }
+        }
         for name in self.sink.list_names(&Path::from(INTENT_DIR)).await? {
             let Some(sequence) = sequence_of_intent(&name) else {
                 continue;
             };
-            if sequence > opened {
+            if sequence > opened && !writer_of_intent(&name).is_some_and(|w| fenced.contains(w)) {
                 recovery.newer.push(sequence);
                 continue;
             }
@@ -455,6 +471,12 @@ mod tests {
             .await
             .unwrap();
 
+        // A had started flush 4 ahead of 3's commit: its intent and file are up.
+        let ahead = put(data_file_path("public.t", 4, a.writer(), 0)).await;
+        a.write_intent(4, 0, std::slice::from_ref(&ahead))
+            .await
+            .unwrap();
+
         // B opens with entry 3; a later writer C has an intent for 4 already.
         let b = CommitLog::new(sink.clone(), Writer::named("bbbb"));
         let latest = b.latest().await.unwrap();
@@ -479,14 +501,19 @@ mod tests {
             "every writer's intents, parts included"
         );
 
-        let recovery = b.recover(open.sequence).await.unwrap();
+        let recovery = b.recover(open.sequence, 8).await.unwrap();
         assert_eq!(
             recovery.orphaned,
-            [dead.clone(), data_file_path("public.t", 3, a.writer(), 1)]
+            [
+                dead.clone(),
+                data_file_path("public.t", 3, a.writer(), 1),
+                ahead.clone()
+            ],
+            "A wrote entries just below B's: its intents above B's entry are fenced too"
         );
         assert_eq!(
             (recovery.intents.len(), recovery.newer.as_slice()),
-            (3, &[4u64][..])
+            (4, &[4u64][..])
         );
         b.clean_up(&recovery).await.unwrap();
 
@@ -512,7 +539,7 @@ mod tests {
                 .is_some(),
             "a newer writer's flush is not ours to delete"
         );
-        let again = b.recover(open.sequence).await.unwrap();
+        let again = b.recover(open.sequence, 8).await.unwrap();
         assert!(again.orphaned.is_empty() && again.intents.is_empty());
 
         // A, resuming with its flush 3, can no longer commit it.
@@ -595,5 +622,14 @@ mod tests {
         );
         assert_eq!(sequence_of_intent("00000000000000000007.json"), Some(7));
         assert_eq!(sequence_of_intent("x.json"), None);
+        assert_eq!(
+            writer_of_intent("00000000000000000007-00ff.json"),
+            Some("00ff")
+        );
+        assert_eq!(
+            writer_of_intent("00000000000000000007-00ff-2.json"),
+            Some("00ff")
+        );
+        assert_eq!(writer_of_intent("00000000000000000007.json"), None);
     }
 }

@@ -172,7 +172,9 @@ pub(super) async fn start(
         shutdown,
     )
     .await?;
-    let recovery = log.recover(opened.sequence).await?;
+    let recovery = log
+        .recover(opened.sequence, crate::flush::MAX_FLIGHTS as u64)
+        .await?;
     let removed = log.clean_up(&recovery).await?;
     if !removed.is_empty() {
         tracing::info!(
