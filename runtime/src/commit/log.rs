@@ -497,7 +497,14 @@ mod tests {
         intended.sort();
         assert_eq!(
             intended,
-            [(2, "aaaa"), (3, "aaaa"), (3, "aaaa"), (4, "cccc")].map(|(n, w)| (n, w.to_owned())),
+            [
+                (2, "aaaa"),
+                (3, "aaaa"),
+                (3, "aaaa"),
+                (4, "aaaa"),
+                (4, "cccc")
+            ]
+            .map(|(n, w)| (n, w.to_owned())),
             "every writer's intents, parts included"
         );
 
