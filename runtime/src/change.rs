@@ -139,6 +139,29 @@ pub struct OutputRow {
     pub old: Option<Vec<Value>>,
 }
 
+impl OutputRow {
+    /// A row of transaction `tx`, its commit LSN, xid and commit time taken from it.
+    pub fn of(
+        tx: &Transaction,
+        op: Op,
+        seq: u32,
+        sub: u32,
+        values: Vec<Value>,
+        old: Option<Vec<Value>>,
+    ) -> OutputRow {
+        OutputRow {
+            op,
+            commit_lsn: tx.commit_lsn,
+            seq,
+            sub,
+            xid: tx.xid,
+            commit_time: tx.commit_time,
+            values,
+            old,
+        }
+    }
+}
+
 /// Rows for one output that share one schema, in commit order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutputBatch {

@@ -29,6 +29,39 @@ async fn refused_at_start(hint: &str, sink_url: String, options: Vec<(String, St
     err.to_string()
 }
 
+/// A pipeline of the events table into a fresh bucket of an S3 server of its own, which the
+/// test may stop.
+struct PrivateSink {
+    db: tributary_tests::TestDatabase,
+    server: S3Server,
+    bucket: String,
+    /// Slot and publication.
+    name: String,
+    cfg: tributary::config::PipelineConfig,
+}
+
+async fn with_a_private_sink(hint: &str) -> PrivateSink {
+    let db = events_database(hint).await;
+    let server = S3Server::start();
+    let bucket = server.fresh_bucket(&hint.replace('_', "-")).await;
+    let name = unique_name(hint);
+    let cfg = config(
+        &db.url,
+        &name,
+        &["public.events"],
+        &server.bucket_url(&bucket),
+        server.object_store_options(),
+        &[],
+    );
+    PrivateSink {
+        db,
+        server,
+        bucket,
+        name,
+        cfg,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_bucket_is_refused_at_start_in_one_sentence() {
     let server = s3();
@@ -70,18 +103,13 @@ async fn refused_credentials_are_refused_at_start_in_one_sentence() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_sink_at_start_is_waited_for() {
-    let db = events_database("sink_down_at_start").await;
-    let mut server = S3Server::start();
-    let bucket = server.fresh_bucket("down-at-start").await;
-    let name = unique_name("sink_down_at_start");
-    let cfg = config(
-        &db.url,
-        &name,
-        &["public.events"],
-        &server.bucket_url(&bucket),
-        server.object_store_options(),
-        &[],
-    );
+    let PrivateSink {
+        db,
+        mut server,
+        name,
+        cfg,
+        ..
+    } = with_a_private_sink("sink_down_at_start").await;
     server.stop();
     let starting = tokio::spawn(RunningPipeline::start(cfg));
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -158,18 +186,13 @@ async fn a_stop_while_the_sink_hangs_ends_within_seconds() {
 /// confirmed, and the next start (without the limit) lands the change once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_limit_stops_a_pipeline_whose_sink_stays_down() {
-    let db = events_database("retry_limit").await;
-    let mut server = S3Server::start();
-    let bucket = server.fresh_bucket("retry-limit").await;
-    let name = unique_name("retry_limit");
-    let mut cfg = config(
-        &db.url,
-        &name,
-        &["public.events"],
-        &server.bucket_url(&bucket),
-        server.object_store_options(),
-        &[],
-    );
+    let PrivateSink {
+        db,
+        mut server,
+        bucket,
+        name,
+        mut cfg,
+    } = with_a_private_sink("retry_limit").await;
     cfg.retry.limit_secs = Some(3);
     let mut running = RunningPipeline::start(cfg.clone()).await;
     db.client

@@ -252,57 +252,29 @@ async fn a_python_plugin_reaches_no_file_environment_or_network() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A Python plugin that loops is stopped at its time limit, with an error naming the plugin
-/// and the limit, and nothing past the batch is confirmed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_looping_python_plugin_is_stopped_at_its_time_limit() {
-    let db = fresh_database("spin_py").await;
-    db.client
-        .batch_execute("CREATE TABLE users (id int PRIMARY KEY, email text, note text)")
-        .await
-        .unwrap();
-    let dir = std::env::temp_dir().join(unique_name("spin-py-lake"));
-    let sink_url = format!("file://{}", dir.display());
-    let name = unique_name("spin_py");
-    let mut cfg = config(
-        &db.url,
-        &name,
-        &["public.users"],
-        &sink_url,
-        vec![],
-        &[guest_plugin("python", "sandbox")],
-    );
-    cfg.transforms[0].config = [("spin".to_owned(), "true".to_owned())].into();
-    cfg.transforms[0].timeout_ms = 1_500;
-    let running = RunningPipeline::start(cfg).await;
-    let before = tributary_tests::pipeline::confirmed_flush(&db.client, &name).await;
-    db.client
-        .batch_execute("INSERT INTO users VALUES (1, 'a@x', 'n')")
-        .await
-        .unwrap();
-    let error = running.failure(Duration::from_secs(60)).await.to_string();
-    assert!(error.contains("sandbox-py"), "{error}");
-    assert!(error.contains("time limit of 1500 ms"), "{error}");
-    assert_eq!(
-        tributary_tests::pipeline::confirmed_flush(&db.client, &name).await,
-        before,
-        "nothing was confirmed"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+/// How the Python sandbox plugin, with `setting = "true"` and its limits set by `limits`,
+/// stopped a real pipeline at the batch of one insert.
+struct Stopped {
+    error: String,
+    /// The server's WAL position right after the insert committed.
+    after_insert: tributary::Lsn,
+    confirmed_before: Option<tributary::Lsn>,
+    confirmed_after: Option<tributary::Lsn>,
 }
 
-/// A Python plugin that allocates without bound is stopped at its memory cap, with a message
-/// naming the plugin, the limit and the batch; nothing is confirmed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_python_plugin_that_allocates_without_bound_is_stopped_at_its_memory_cap() {
-    let db = fresh_database("hog_py").await;
+async fn python_sandbox_stopped(
+    hint: &str,
+    setting: &str,
+    limits: impl FnOnce(&mut tributary::config::TransformConfig),
+) -> Stopped {
+    let db = fresh_database(hint).await;
     db.client
         .batch_execute("CREATE TABLE users (id int PRIMARY KEY, email text, note text)")
         .await
         .unwrap();
-    let dir = std::env::temp_dir().join(unique_name("hog-py-lake"));
+    let dir = std::env::temp_dir().join(unique_name(&format!("{hint}-lake")));
     let sink_url = format!("file://{}", dir.display());
-    let name = unique_name("hog_py");
+    let name = unique_name(hint);
     let mut cfg = config(
         &db.url,
         &name,
@@ -311,22 +283,55 @@ async fn a_python_plugin_that_allocates_without_bound_is_stopped_at_its_memory_c
         vec![],
         &[guest_plugin("python", "sandbox")],
     );
-    cfg.transforms[0].config = [("hog".to_owned(), "true".to_owned())].into();
-    cfg.transforms[0].memory_limit_mib = 96;
-    cfg.transforms[0].timeout_ms = 60_000;
+    cfg.transforms[0].config = [(setting.to_owned(), "true".to_owned())].into();
+    limits(&mut cfg.transforms[0]);
     let running = RunningPipeline::start(cfg).await;
-    let before = tributary_tests::pipeline::confirmed_flush(&db.client, &name).await;
+    let confirmed_before = tributary_tests::pipeline::confirmed_flush(&db.client, &name).await;
     db.client
         .batch_execute("INSERT INTO users VALUES (1, 'a@x', 'n')")
         .await
         .unwrap();
-    let lsn: String = db
+    let after_insert: String = db
         .client
         .query_one("SELECT pg_current_wal_lsn()::text", &[])
         .await
         .unwrap()
         .get(0);
     let error = running.failure(Duration::from_secs(120)).await.to_string();
+    let confirmed_after = tributary_tests::pipeline::confirmed_flush(&db.client, &name).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    Stopped {
+        error,
+        after_insert: after_insert.parse().unwrap(),
+        confirmed_before,
+        confirmed_after,
+    }
+}
+
+/// A Python plugin that loops is stopped at its time limit, with an error naming the plugin
+/// and the limit, and nothing past the batch is confirmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_python_plugin_is_stopped_at_its_time_limit() {
+    let stopped = python_sandbox_stopped("spin_py", "spin", |t| t.timeout_ms = 1_500).await;
+    let error = &stopped.error;
+    assert!(error.contains("sandbox-py"), "{error}");
+    assert!(error.contains("time limit of 1500 ms"), "{error}");
+    assert_eq!(
+        stopped.confirmed_after, stopped.confirmed_before,
+        "nothing was confirmed"
+    );
+}
+
+/// A Python plugin that allocates without bound is stopped at its memory cap, with a message
+/// naming the plugin, the limit and the batch; nothing is confirmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_plugin_that_allocates_without_bound_is_stopped_at_its_memory_cap() {
+    let stopped = python_sandbox_stopped("hog_py", "hog", |t| {
+        t.memory_limit_mib = 96;
+        t.timeout_ms = 60_000;
+    })
+    .await;
+    let error = &stopped.error;
     assert!(error.contains("\"sandbox-py\""), "{error}");
     assert!(
         error.contains(&format!("exceeded its memory limit of {} bytes", 96 << 20)),
@@ -337,23 +342,20 @@ async fn a_python_plugin_that_allocates_without_bound_is_stopped_at_its_memory_c
         "{error}"
     );
     // The batch is the insert's: its commit record lies before the position read after it.
-    let batch_lsn = error
+    let batch_lsn: tributary::Lsn = error
         .split("commit lsn ")
         .nth(1)
         .and_then(|rest| rest.split(' ').next())
+        .unwrap()
+        .parse()
         .unwrap();
-    let (parse, end) = (
-        |text: &str| text.parse::<tributary::Lsn>().unwrap(),
-        lsn.as_str(),
-    );
     assert!(
-        parse(batch_lsn) < parse(end),
-        "{error} (after the insert: {lsn})"
+        batch_lsn < stopped.after_insert,
+        "{error} (after the insert: {})",
+        stopped.after_insert
     );
     assert_eq!(
-        tributary_tests::pipeline::confirmed_flush(&db.client, &name).await,
-        before,
+        stopped.confirmed_after, stopped.confirmed_before,
         "nothing was confirmed"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -609,25 +609,17 @@ fn letter(
         .as_ref()
         .or(change.old.as_ref())
         .map_or(Value::Null, |r| Value::Json(row_json(&change.relation, r)));
-    OutputRow {
-        op: change.op,
-        commit_lsn: tx.commit_lsn,
-        seq: change.seq,
-        sub: 0,
-        xid: tx.xid,
-        commit_time: tx.commit_time,
-        values: vec![
-            text(&change.relation.qualified_name()),
-            text(&plugin.name),
-            text(&plugin.version),
-            text(&plugin.digest),
-            text(class),
-            text(message),
-            Value::TimestampTz(now),
-            row,
-        ],
-        old: None,
-    }
+    let values = vec![
+        text(&change.relation.qualified_name()),
+        text(&plugin.name),
+        text(&plugin.version),
+        text(&plugin.digest),
+        text(class),
+        text(message),
+        Value::TimestampTz(now),
+        row,
+    ];
+    OutputRow::of(tx, change.op, change.seq, 0, values, None)
 }
 
 /// A row as a JSON object by column name: numbers and booleans as JSON, other values in text.
@@ -679,16 +671,9 @@ fn identity(batch: Batch, collector: &mut Collector) {
                 Op::Delete => Some(values.clone()),
                 Op::Insert | Op::Truncate => None,
             };
-            collector.batches[groups[handle]].rows.push(OutputRow {
-                op: change.op,
-                commit_lsn: tx.commit_lsn,
-                seq: change.seq,
-                sub: 0,
-                xid: tx.xid,
-                commit_time: tx.commit_time,
-                values,
-                old,
-            });
+            collector.batches[groups[handle]]
+                .rows
+                .push(OutputRow::of(&tx, change.op, change.seq, 0, values, old));
         }
     }
 }
@@ -1075,16 +1060,9 @@ pub(super) fn route(
                             .entry(output_name.as_str())
                             .or_insert_with(|| collector.group(output_name, columns, false));
                         let t = &batch.transactions[tx];
-                        collector.batches[group].rows.push(OutputRow {
-                            op,
-                            commit_lsn: t.commit_lsn,
-                            seq,
-                            sub: row.sub,
-                            xid: t.xid,
-                            commit_time: t.commit_time,
-                            values,
-                            old: None,
-                        });
+                        collector.batches[group]
+                            .rows
+                            .push(OutputRow::of(t, op, seq, row.sub, values, None));
                     }
                 }
             }
