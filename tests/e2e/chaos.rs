@@ -1,7 +1,8 @@
 //! The chaos test: the exactly-once promise under a seeded random schedule of real faults.
 //!
 //! A mixed workload ([`workload`]) writes to three tables of a PostgreSQL cluster of the test's
-//! own while one process run of the test applies, in an order drawn from the seed:
+//! own while one process run of the test applies, in an order drawn from the seed
+//! ([`schedule`]):
 //!
 //! - SIGKILLs of the real `tributary run` child at a random moment of its life (start-up, the
 //!   middle of a flush, between flushes), each followed by a new start (`--wait`, since the
@@ -27,6 +28,7 @@
 //! keeps them). The long mode (`#[ignore]`d; see `docs/reliability.md` and `scripts/chaos.sh`)
 //! runs 500+ kills.
 
+mod schedule;
 mod workload;
 
 use std::collections::BTreeSet;
@@ -36,6 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
+use schedule::{CI, LONG, Plan, S3_OUTAGE, Step, schedule};
 use tributary::Lsn;
 use tributary::commit::{CommitLog, EntryKind, Writer};
 use tributary::sink::Sink;
@@ -48,176 +51,6 @@ use tributary_tests::proxy::{Mode, Proxy};
 use tributary_tests::service::{Service, ServiceConfig};
 use tributary_tests::{S3Server, unique_name};
 use workload::{SCHEMA, TABLES, Tally, Workload, marker_id};
-
-/// How long the S3 server stays stopped in an outage.
-const S3_OUTAGE: Duration = Duration::from_secs(30);
-
-/// Kills right after each large transaction commits, while it lands: how long each run lives,
-/// in milliseconds.
-const LARGE_KILLS: [(u64, u64); 3] = [(1_000, 5_000), (2_000, 10_000), (5_000, 15_000)];
-
-/// How much of each fault one run applies.
-struct Plan {
-    name: &'static str,
-    kills: usize,
-    s3_outages: usize,
-    /// Periods of HTTP errors from the proxy, 500 and 503 by turns, lasting `error_ms`.
-    error_periods: usize,
-    error_ms: (u64, u64),
-    /// Periods of the proxy stalling, lasting `stall_ms` (past the client's 30 s request
-    /// timeout in the long mode).
-    stalls: usize,
-    stall_ms: (u64, u64),
-    /// PostgreSQL restarts, `-m fast` and `-m immediate` by turns.
-    pg_restarts: usize,
-    large_transactions: usize,
-    large_rows: u64,
-    truncates: usize,
-    /// Connections running small transactions side by side.
-    pool: usize,
-    /// The longest the pipeline may take to catch up before the test calls it stuck.
-    settle_timeout: Duration,
-}
-
-/// CI: about five minutes on two cores.
-const CI: Plan = Plan {
-    name: "ci",
-    kills: 55,
-    s3_outages: 1,
-    error_periods: 2,
-    error_ms: (4_000, 10_000),
-    stalls: 2,
-    stall_ms: (4_000, 10_000),
-    pg_restarts: 2,
-    large_transactions: 1,
-    large_rows: 1_000_000,
-    truncates: 1,
-    pool: 4,
-    settle_timeout: Duration::from_secs(240),
-};
-
-/// The long mode: ten times the kills, and outages to match.
-const LONG: Plan = Plan {
-    name: "long",
-    kills: 520,
-    s3_outages: 8,
-    error_periods: 16,
-    error_ms: (4_000, 20_000),
-    stalls: 12,
-    stall_ms: (4_000, 45_000),
-    pg_restarts: 20,
-    large_transactions: 2,
-    large_rows: 1_000_000,
-    truncates: 2,
-    pool: 4,
-    settle_timeout: Duration::from_secs(300),
-};
-
-#[derive(Debug, Clone)]
-enum Step {
-    Kill {
-        after: Duration,
-    },
-    S3Down {
-        lasting: Duration,
-    },
-    S3Errors {
-        status: u16,
-        lasting: Duration,
-    },
-    S3Stall {
-        lasting: Duration,
-    },
-    PgRestart {
-        mode: StopMode,
-        down: Duration,
-    },
-    /// Wait until the pipeline has caught up (after a burst of kills).
-    Settle,
-    Truncate,
-    LargeTransaction,
-}
-
-/// The schedule, from the seed alone.
-fn schedule(rng: &mut Rng, plan: &Plan) -> Vec<Step> {
-    let mut faults = Vec::new();
-    for _ in 0..plan.kills - plan.large_transactions * LARGE_KILLS.len() {
-        faults.push(Step::Kill {
-            after: kill_after(rng),
-        });
-    }
-    for _ in 0..plan.s3_outages {
-        faults.push(Step::S3Down { lasting: S3_OUTAGE });
-    }
-    for i in 0..plan.error_periods {
-        faults.push(Step::S3Errors {
-            status: if i % 2 == 0 { 503 } else { 500 },
-            lasting: rng.millis(plan.error_ms.0, plan.error_ms.1),
-        });
-    }
-    for _ in 0..plan.stalls {
-        faults.push(Step::S3Stall {
-            lasting: rng.millis(plan.stall_ms.0, plan.stall_ms.1),
-        });
-    }
-    for i in 0..plan.pg_restarts {
-        faults.push(Step::PgRestart {
-            mode: if i % 2 == 0 {
-                StopMode::Fast
-            } else {
-                StopMode::Immediate
-            },
-            down: rng.millis(500, 5_000),
-        });
-    }
-    rng.shuffle(&mut faults);
-    let mut steps = Vec::new();
-    let (mut burst, mut burst_len) = (0, rng.between(3, 8));
-    for fault in faults {
-        if let Step::Kill { .. } = fault {
-            if burst == burst_len {
-                steps.push(Step::Settle);
-                (burst, burst_len) = (0, rng.between(3, 8));
-            }
-            burst += 1;
-        } else {
-            burst = 0;
-        }
-        steps.push(fault);
-    }
-    // The workload's one-off events at seeded places, the large transactions early enough
-    // for kills and outages to hit them while they land.
-    let n = steps.len() as u64;
-    for _ in 0..plan.large_transactions {
-        let at = rng.between(n / 10, n / 2) as usize;
-        // Kills while it lands: the first before the run that received it as it ran lands it,
-        // the next ones while a new run receives it again, reads it back in parts, lands them.
-        let mut burst = vec![Step::LargeTransaction];
-        for (lo, hi) in LARGE_KILLS {
-            burst.push(Step::Kill {
-                after: rng.millis(lo, hi),
-            });
-        }
-        burst.push(Step::Settle);
-        steps.splice(at..at, burst);
-    }
-    for _ in 0..plan.truncates {
-        let at = rng.between(n / 10, n * 3 / 4) as usize;
-        steps.insert(at, Step::Truncate);
-    }
-    steps.push(Step::Settle);
-    steps
-}
-
-/// How long a run lives before its kill: a quarter die in start-up (holding the slot,
-/// reading the log, writing the open entry), most a few flushes in, some later.
-fn kill_after(rng: &mut Rng) -> Duration {
-    match rng.below(100) {
-        0..25 => rng.millis(0, 400),
-        25..80 => rng.millis(400, 2_000),
-        _ => rng.millis(2_000, 5_000),
-    }
-}
 
 /// What the run did, for the report and `docs/reliability.md`.
 #[derive(Debug, Default)]
