@@ -195,6 +195,79 @@ pub struct PipelineConfig {
     pub metrics: MetricsConfig,
     #[serde(default)]
     pub retry: RetryConfig,
+    #[serde(default)]
+    pub parquet: ParquetConfig,
+}
+
+/// How the Parquet files are written.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParquetConfig {
+    /// `"zstd"` (the default), `"snappy"` or `"none"`.
+    #[serde(default)]
+    pub compression: ParquetCompression,
+    /// The zstd level, 1 (fastest) to 22 (smallest); only with `compression = "zstd"`.
+    #[serde(default)]
+    pub zstd_level: Option<i32>,
+    /// Rows per row group: readers skip and parallelise by row group.
+    #[serde(default = "default_row_group_rows")]
+    pub row_group_rows: usize,
+}
+
+impl Default for ParquetConfig {
+    fn default() -> Self {
+        ParquetConfig {
+            compression: ParquetCompression::default(),
+            zstd_level: None,
+            row_group_rows: default_row_group_rows(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ParquetCompression {
+    #[default]
+    Zstd,
+    Snappy,
+    None,
+}
+
+impl ParquetConfig {
+    /// The encoder's options these settings give.
+    pub fn encode_options(&self) -> crate::encode::EncodeOptions {
+        use crate::encode::{Codec, DEFAULT_ZSTD_LEVEL, EncodeOptions};
+        EncodeOptions {
+            row_group_rows: self.row_group_rows,
+            compression: match self.compression {
+                ParquetCompression::Zstd => {
+                    Codec::Zstd(self.zstd_level.unwrap_or(DEFAULT_ZSTD_LEVEL))
+                }
+                ParquetCompression::Snappy => Codec::Snappy,
+                ParquetCompression::None => Codec::Uncompressed,
+            },
+            ..EncodeOptions::default()
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.row_group_rows == 0 {
+            return Err("parquet.row_group_rows must be at least 1".into());
+        }
+        match (self.compression, self.zstd_level) {
+            (ParquetCompression::Zstd, Some(level)) if !(1..=22).contains(&level) => Err(format!(
+                "parquet.zstd_level = {level}: zstd levels run from 1 (fastest) to 22 (smallest)"
+            )),
+            (ParquetCompression::Snappy | ParquetCompression::None, Some(_)) => {
+                Err("parquet.zstd_level applies only with parquet.compression = \"zstd\"".into())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn default_row_group_rows() -> usize {
+    128 * 1024
 }
 
 /// How long passing faults (an unreachable sink or source, throttling, a restarting server)
@@ -327,6 +400,7 @@ impl PipelineConfig {
             return Err("flush.max_rows and flush.max_mib must be at least 1".into());
         }
         self.metrics.address()?;
+        self.parquet.validate()?;
         if self.retry.limit_secs == Some(0) {
             return Err(
                 "retry.limit_secs must be at least 1 (leave it out to retry for as long as a fault lasts)"
@@ -487,6 +561,37 @@ mod tests {
             .to_string();
         assert!(
             err.contains("metrics.listen = \"localhost\" is not an address and port"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn parquet_settings_pick_the_codec_and_refuse_what_does_not_fit() {
+        use crate::encode::{Codec, DEFAULT_ZSTD_LEVEL};
+        let codec = |extra: &str| {
+            parse(&format!("{MINIMAL}\n[parquet]\n{extra}\n"))
+                .map(|c| c.parquet.encode_options().compression)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(codec(""), Ok(Codec::Zstd(DEFAULT_ZSTD_LEVEL)));
+        assert_eq!(codec("zstd_level = 9"), Ok(Codec::Zstd(9)));
+        assert_eq!(codec("compression = \"snappy\""), Ok(Codec::Snappy));
+        assert_eq!(codec("compression = \"none\""), Ok(Codec::Uncompressed));
+        let err = codec("zstd_level = 0").unwrap_err();
+        assert!(
+            err.contains("parquet.zstd_level = 0: zstd levels run from 1"),
+            "{err}"
+        );
+        let err = codec("compression = \"snappy\"\nzstd_level = 3").unwrap_err();
+        assert!(
+            err.contains("applies only with parquet.compression = \"zstd\""),
+            "{err}"
+        );
+        let err = codec("compression = \"lzo\"").unwrap_err();
+        assert!(err.contains("lzo"), "{err}");
+        let err = codec("row_group_rows = 0").unwrap_err();
+        assert!(
+            err.contains("parquet.row_group_rows must be at least 1"),
             "{err}"
         );
     }

@@ -60,6 +60,7 @@ pub fn config(
         },
         metrics: Default::default(),
         retry: Default::default(),
+        parquet: Default::default(),
     }
 }
 

@@ -96,6 +96,8 @@ use schema::Kind;
 /// Most rows built into Arrow arrays at once: keeps the arrays cache-sized and bounds how far
 /// a file overshoots its target.
 const MAX_CHUNK_ROWS: usize = 8192;
+/// The zstd level files are written at unless `parquet.zstd_level` says otherwise.
+pub const DEFAULT_ZSTD_LEVEL: i32 = 1;
 /// Most payload bytes built into Arrow arrays at once.
 const MAX_CHUNK_BYTES: usize = 32 << 20;
 
@@ -105,7 +107,18 @@ pub struct EncodeOptions {
     pub row_group_rows: usize,
     /// A file is closed and the next one started once it reaches about this size.
     pub target_file_bytes: usize,
-    pub zstd_level: i32,
+    pub compression: Codec,
+}
+
+/// How the pages of a file are compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    /// zstd at this level (1 to 22): the default, read by every Parquet reader.
+    Zstd(i32),
+    /// Snappy: faster to write, larger files.
+    Snappy,
+    /// No compression.
+    Uncompressed,
 }
 
 impl Default for EncodeOptions {
@@ -113,7 +126,7 @@ impl Default for EncodeOptions {
         EncodeOptions {
             row_group_rows: 128 * 1024,
             target_file_bytes: 128 << 20,
-            zstd_level: 3,
+            compression: Codec::Zstd(DEFAULT_ZSTD_LEVEL),
         }
     }
 }
@@ -178,10 +191,16 @@ impl Encoder {
                 "row_group_rows must be at least 1".into(),
             ));
         }
-        let level = ZstdLevel::try_new(options.zstd_level)
-            .map_err(|e| EncodeError::Options(format!("zstd level {}: {e}", options.zstd_level)))?;
+        let compression = match options.compression {
+            Codec::Zstd(level) => Compression::ZSTD(
+                ZstdLevel::try_new(level)
+                    .map_err(|e| EncodeError::Options(format!("zstd level {level}: {e}")))?,
+            ),
+            Codec::Snappy => Compression::SNAPPY,
+            Codec::Uncompressed => Compression::UNCOMPRESSED,
+        };
         let properties = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(level))
+            .set_compression(compression)
             .set_statistics_enabled(EnabledStatistics::Page)
             .set_max_row_group_row_count(Some(options.row_group_rows))
             .set_column_dictionary_enabled(ColumnPath::from("_op"), true)

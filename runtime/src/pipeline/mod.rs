@@ -39,7 +39,7 @@ use crate::catalog::{Catalog, CatalogError};
 use crate::change::{Batch, OutputBatch};
 use crate::commit::{Checkpoint, CommitEntry, CommitError, FileEntry, Writer, data_file_path};
 use crate::config::PipelineConfig;
-use crate::encode::{EncodeError, EncodeOptions, Encoder};
+use crate::encode::{EncodeError, Encoder};
 use crate::failpoint;
 use crate::flush::{EncodedFlush, FlushMachine};
 use crate::pgoutput::{DecodeError, Decoder, LogicalMessage};
@@ -286,7 +286,7 @@ async fn run_stages(
         shutdown: shutdown.clone(),
         progress: progress.clone(),
     };
-    let encoder = Encoder::new(&EncodeOptions::default())?;
+    let encoder = Encoder::new(&config.parquet.encode_options())?;
     let (stream, (), (), ()) = tokio::try_join!(
         reader.run(),
         transform_stage(
