@@ -390,7 +390,7 @@ fn assess_tables(report: &mut Report, facts: &SourceFacts, source: &SourceConfig
     }
     if fine > 0 {
         report.ok(format!(
-            "tables: {fine} of {} readable with a usable replica identity",
+            "tables: {fine} of {} with a usable replica identity",
             facts.tables.len()
         ));
     }
