@@ -514,7 +514,8 @@ impl Bench {
         let tables: Vec<String> = workload::TABLES.iter().map(|t| format!("{t:?}")).collect();
         let mut text = format!(
             "[source]\nurl = {:?}\nslot = {slot:?}\npublication = {:?}\ntables = [{}]\n\
-             create_slot = false\ncreate_publication = false\nunchanged_toast = \"null\"\n\n",
+             slot_behavior = \"reuse\"\npublication_behavior = \"reuse\"\n\
+             start_from = \"head\"\nunchanged_toast = \"null\"\n\n",
             self.cluster.url("bench"),
             workload::PUBLICATION,
             tables.join(", ")

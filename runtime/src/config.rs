@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::Lsn;
 use crate::transform::{FailurePolicy, HostLimits, TransformSpec};
 
 /// The environment variable that overrides `source.url` (so passwords need not live in files).
@@ -51,12 +52,22 @@ pub struct SourceConfig {
     /// `schema.table` names; the publication is created for exactly these when missing.
     #[serde(default)]
     pub tables: Vec<String>,
-    /// Create the slot when it does not exist.
-    #[serde(default = "yes")]
-    pub create_slot: bool,
-    /// Create the publication when it does not exist.
-    #[serde(default = "yes")]
-    pub create_publication: bool,
+    /// Where a pipeline's first run starts reading; later runs resume from the commit log.
+    #[serde(default)]
+    pub start_from: StartFrom,
+    /// `"create"` the slot when it is missing (the default), or `"reuse"` one that must exist.
+    /// Read it through [`SourceConfig::slot_behavior`], which also honours `create_slot`.
+    #[serde(default)]
+    pub slot_behavior: Option<Provisioning>,
+    /// The same for the publication; [`SourceConfig::publication_behavior`].
+    #[serde(default)]
+    pub publication_behavior: Option<Provisioning>,
+    /// Deprecated spelling of `slot_behavior` (`true` = create, `false` = reuse).
+    #[serde(default)]
+    pub create_slot: Option<bool>,
+    /// Deprecated spelling of `publication_behavior`.
+    #[serde(default)]
+    pub create_publication: Option<bool>,
     /// Seconds between standby status updates; well inside the server's `wal_sender_timeout`.
     #[serde(default = "default_status_interval")]
     pub status_interval_secs: u64,
@@ -69,6 +80,173 @@ pub struct SourceConfig {
     /// only as text (composites, ranges, geometric and extension types) are refused.
     #[serde(default)]
     pub binary: bool,
+}
+
+impl SourceConfig {
+    /// A source with every optional setting at its default.
+    pub fn new(url: &str, slot: &str, publication: &str, tables: &[&str]) -> Self {
+        SourceConfig {
+            url: url.to_owned(),
+            slot: slot.to_owned(),
+            publication: publication.to_owned(),
+            tables: tables.iter().map(|t| (*t).to_owned()).collect(),
+            start_from: StartFrom::default(),
+            slot_behavior: None,
+            publication_behavior: None,
+            create_slot: None,
+            create_publication: None,
+            status_interval_secs: default_status_interval(),
+            unchanged_toast: UnchangedToastPolicy::default(),
+            binary: false,
+        }
+    }
+
+    /// What to do about the slot: `source.slot_behavior`, or the deprecated `create_slot`.
+    pub fn slot_behavior(&self) -> Provisioning {
+        self.slot_behavior
+            .or(self.create_slot.map(Provisioning::from_create))
+            .unwrap_or_default()
+    }
+
+    /// What to do about the publication: `source.publication_behavior`, or the deprecated
+    /// `create_publication`.
+    pub fn publication_behavior(&self) -> Provisioning {
+        self.publication_behavior
+            .or(self.create_publication.map(Provisioning::from_create))
+            .unwrap_or_default()
+    }
+
+    /// One line for each deprecated key the file uses, naming its replacement.
+    pub fn deprecations(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        for (old, new, value) in [
+            ("create_slot", "slot_behavior", self.create_slot),
+            (
+                "create_publication",
+                "publication_behavior",
+                self.create_publication,
+            ),
+        ] {
+            if let Some(value) = value {
+                notes.push(format!(
+                    "source.{old} is deprecated and will be removed: write source.{new} = \"{}\" instead",
+                    Provisioning::from_create(value).as_str()
+                ));
+            }
+        }
+        notes
+    }
+}
+
+/// `source.slot_behavior`, `source.publication_behavior`: whether Tributary may create the
+/// object when it is missing. Tributary never drops anything by itself (`tributary teardown`
+/// drops what it created, when asked).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum Provisioning {
+    /// Create it when missing; an existing one that fits is used as it is.
+    #[default]
+    Create,
+    /// It must exist: a missing one refuses the start.
+    Reuse,
+}
+
+impl Provisioning {
+    fn from_create(create: bool) -> Self {
+        if create {
+            Provisioning::Create
+        } else {
+            Provisioning::Reuse
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provisioning::Create => "create",
+            Provisioning::Reuse => "reuse",
+        }
+    }
+}
+
+impl TryFrom<String> for Provisioning {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, String> {
+        match value.as_str() {
+            "create" => Ok(Provisioning::Create),
+            "reuse" => Ok(Provisioning::Reuse),
+            other => Err(format!("{other:?} is not one of \"create\", \"reuse\"")),
+        }
+    }
+}
+
+/// `source.start_from`: where a pipeline's first run starts. Later runs resume where the
+/// commit log ends, whatever this says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "StartFromValue")]
+pub enum StartFrom {
+    /// Changes committed after the start, and nothing the slot held before.
+    #[default]
+    Tail,
+    /// Everything the slot still holds: from its confirmed position (a new slot holds
+    /// nothing yet, so this is the tail).
+    Head,
+    /// Transactions whose commit record is at or after this position.
+    Lsn(Lsn),
+    /// The tables' rows from an exported snapshot, then the changes after it.
+    Full,
+}
+
+/// How `start_from` may be written: a word, `"lsn:X/Y"`, or the position as an integer.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StartFromValue {
+    Text(String),
+    Number(u64),
+}
+
+impl TryFrom<StartFromValue> for StartFrom {
+    type Error = String;
+
+    fn try_from(value: StartFromValue) -> Result<Self, String> {
+        match value {
+            StartFromValue::Number(n) => Ok(StartFrom::Lsn(Lsn(n))),
+            StartFromValue::Text(text) => text.parse(),
+        }
+    }
+}
+
+impl std::str::FromStr for StartFrom {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let invalid = || {
+            format!(
+                "source.start_from = {text:?} is not one of \"tail\", \"head\", \"full\", \
+                 \"lsn:<X/Y>\" (such as \"lsn:0/1A2B3C\") or a WAL position as an integer"
+            )
+        };
+        match text {
+            "tail" => Ok(StartFrom::Tail),
+            "head" => Ok(StartFrom::Head),
+            "full" => Ok(StartFrom::Full),
+            _ => {
+                let position = text.strip_prefix("lsn:").ok_or_else(invalid)?;
+                position.parse().map(StartFrom::Lsn).map_err(|_| invalid())
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for StartFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartFrom::Tail => f.write_str("tail"),
+            StartFrom::Head => f.write_str("head"),
+            StartFrom::Lsn(lsn) => write!(f, "lsn:{lsn}"),
+            StartFrom::Full => f.write_str("full"),
+        }
+    }
 }
 
 /// `source.unchanged_toast`: PostgreSQL does not resend a TOASTed value an update left
@@ -313,9 +491,6 @@ impl MetricsConfig {
     }
 }
 
-fn yes() -> bool {
-    true
-}
 fn default_status_interval() -> u64 {
     10
 }
@@ -385,6 +560,24 @@ impl PipelineConfig {
             ("source.publication", &s.publication),
         ] {
             check_identifier(name).map_err(|why| format!("{key} = {name:?}: {why}"))?;
+        }
+        for (old, new, both) in [
+            (
+                "create_slot",
+                "slot_behavior",
+                s.create_slot.is_some() && s.slot_behavior.is_some(),
+            ),
+            (
+                "create_publication",
+                "publication_behavior",
+                s.create_publication.is_some() && s.publication_behavior.is_some(),
+            ),
+        ] {
+            if both {
+                return Err(format!(
+                    "source.{old} is the deprecated spelling of source.{new}: keep only {new}"
+                ));
+            }
         }
         for table in &s.tables {
             if table.split('.').count() != 2 || table.split('.').any(str::is_empty) {
@@ -503,7 +696,10 @@ mod tests {
     fn minimal_file_gets_defaults() {
         let c = parse(MINIMAL).unwrap();
         assert_eq!(c.source.tables, ["public.orders", "public.customers"]);
-        assert!(c.source.create_slot && c.source.create_publication);
+        assert_eq!(c.source.slot_behavior(), Provisioning::Create);
+        assert_eq!(c.source.publication_behavior(), Provisioning::Create);
+        assert_eq!(c.source.start_from, StartFrom::Tail);
+        assert!(c.source.deprecations().is_empty());
         assert_eq!(c.source.unchanged_toast, UnchangedToastPolicy::Refuse);
         assert_eq!(c.transforms.len(), 1);
         assert_eq!(c.transforms[0].config["columns"], "email,phone");
@@ -647,6 +843,73 @@ mod tests {
         let file = MINIMAL.replace("[[transform]]", "unchanged_toast = 1\n\n[[transform]]");
         let err = parse(&file).unwrap_err().to_string();
         assert!(err.contains("unchanged_toast"), "{err}");
+    }
+
+    fn with_source(lines: &str) -> Result<PipelineConfig, ConfigError> {
+        parse(&MINIMAL.replace("[[transform]]", &format!("{lines}\n\n[[transform]]")))
+    }
+
+    #[test]
+    fn start_from_takes_a_word_a_position_or_an_integer() {
+        for (text, expected) in [
+            ("\"tail\"", StartFrom::Tail),
+            ("\"head\"", StartFrom::Head),
+            ("\"full\"", StartFrom::Full),
+            ("\"lsn:0/1A2B3C\"", StartFrom::Lsn(Lsn(0x1A2B3C))),
+            ("\"lsn:16/B374D848\"", StartFrom::Lsn(Lsn(0x16_B374_D848))),
+            ("1715004", StartFrom::Lsn(Lsn(1_715_004))),
+        ] {
+            let c = with_source(&format!("start_from = {text}")).unwrap();
+            assert_eq!(c.source.start_from, expected, "{text}");
+        }
+        assert_eq!(StartFrom::Lsn(Lsn(0x1A2B3C)).to_string(), "lsn:0/1A2B3C");
+        for bad in [
+            "\"Tail\"",
+            "\"lsn:\"",
+            "\"0/1A2B3C\"",
+            "\"lsn:0/xyz\"",
+            "-1",
+        ] {
+            let err = with_source(&format!("start_from = {bad}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("start_from"), "{bad}: {err}");
+        }
+        let err = with_source("start_from = \"snapshot\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"snapshot\" is not one of \"tail\", \"head\", \"full\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_old_create_flags_still_work_and_say_what_replaces_them() {
+        let c = with_source("create_slot = false\ncreate_publication = true").unwrap();
+        assert_eq!(c.source.slot_behavior(), Provisioning::Reuse);
+        assert_eq!(c.source.publication_behavior(), Provisioning::Create);
+        assert_eq!(
+            c.source.deprecations(),
+            [
+                "source.create_slot is deprecated and will be removed: write source.slot_behavior = \"reuse\" instead",
+                "source.create_publication is deprecated and will be removed: write source.publication_behavior = \"create\" instead",
+            ]
+        );
+        let c = with_source("slot_behavior = \"reuse\"\npublication_behavior = \"reuse\"").unwrap();
+        assert_eq!(c.source.slot_behavior(), Provisioning::Reuse);
+        assert_eq!(c.source.publication_behavior(), Provisioning::Reuse);
+        let err = with_source("create_slot = true\nslot_behavior = \"create\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("keep only slot_behavior"), "{err}");
+        let err = with_source("slot_behavior = \"make\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"make\" is not one of \"create\", \"reuse\""),
+            "{err}"
+        );
     }
 
     #[test]

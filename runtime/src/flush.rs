@@ -722,6 +722,7 @@ impl FlushMachine {
                     dead_letters: self.checkpoint.dead_letters() + flight.flush.dead_letters,
                     timeline: self.timeline,
                     accepted_timeline: None,
+                    started_from: None,
                 });
                 return Some(Action::Commit {
                     id: ActionId {

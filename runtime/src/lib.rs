@@ -19,14 +19,16 @@
 //!   slot may move;
 //! - [`flush`] decides, without IO, which step of which flush lands next.
 //!
-//! [`pipeline`] starts a pipeline and runs the stages side by side; [`config`] reads the
-//! pipeline file; [`verify`] proves the lake equals the source at a [`snapshot`] of it. The
+//! [`pipeline`] starts a pipeline and runs the stages side by side, after [`check`] found the
+//! source ready; [`config`] reads the pipeline file; [`teardown`] drops what a pipeline
+//! created; [`verify`] proves the lake equals the source at a [`snapshot`] of it. The
 //! `tributary` command is the `tributary-cli` crate.
 
 pub mod assemble;
 pub mod batch;
 pub mod catalog;
 pub mod change;
+pub mod check;
 pub mod commit;
 pub mod config;
 pub mod encode;
@@ -42,6 +44,7 @@ pub mod replication;
 pub mod sink;
 pub mod snapshot;
 pub mod status;
+pub mod teardown;
 pub mod toast;
 pub mod transform;
 pub mod verify;

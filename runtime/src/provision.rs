@@ -15,7 +15,7 @@ use std::str::FromStr;
 use tokio_postgres::{Client, NoTls};
 
 use crate::Lsn;
-use crate::config::{SourceConfig, UnchangedToastPolicy};
+use crate::config::{Provisioning, SourceConfig, UnchangedToastPolicy};
 use crate::pgoutput::ReplicaIdentity;
 use crate::pgtype::TypeRow;
 
@@ -37,9 +37,90 @@ pub enum ProvisionError {
     )]
     WalLevel(String),
     #[error(
-        "publication {publication:?} does not exist; create it (CREATE PUBLICATION {publication} FOR TABLE ...) or set source.create_publication = true"
+        "publication {publication:?} does not exist and source.publication_behavior = \"reuse\" does not create it; run: {sql}, or set source.publication_behavior = \"create\""
     )]
-    NoPublication { publication: String },
+    NoPublication { publication: String, sql: String },
+    #[error(
+        "publication {publication:?} does not exist, and role {role:?} cannot create it ({reason}); as a superuser or the tables' owner, run: {sql}"
+    )]
+    CannotCreatePublication {
+        publication: String,
+        role: String,
+        reason: String,
+        sql: String,
+    },
+    #[error(
+        "table {table} does not exist in the source (it is in source.tables); create it, or remove it from source.tables"
+    )]
+    NoTable { table: String },
+    #[error(
+        "role {role:?} has neither the REPLICATION attribute nor superuser, so it cannot read a replication slot; run: ALTER ROLE {} REPLICATION",
+        sql_ident(.role)
+    )]
+    NoReplication { role: String },
+    #[error(
+        "role {role:?} cannot SELECT from table {table}, {why}; run: GRANT SELECT ON {sql} TO {}",
+        sql_ident(.role)
+    )]
+    NoSelect {
+        role: String,
+        table: String,
+        sql: String,
+        why: &'static str,
+    },
+    #[error(
+        "all {max} replication slots of the server are in use (max_replication_slots = {max}), so slot {slot:?} cannot be created; drop one no one reads (SELECT pg_drop_replication_slot('<name>'), see pg_replication_slots), or run: ALTER SYSTEM SET max_replication_slots = {}, and restart the server",
+        max + 1
+    )]
+    NoFreeSlot { slot: String, max: i64 },
+    #[error(
+        "all {max} WAL senders of the server are in use (max_wal_senders = {max}), so the replication connection would be refused; stop a consumer no one needs (pg_stat_replication), or run: ALTER SYSTEM SET max_wal_senders = {}, and restart the server",
+        max + 1
+    )]
+    NoFreeWalSender { max: i64 },
+    #[error(
+        "the source server runs PostgreSQL {version}; logical replication with pgoutput needs PostgreSQL 10 or newer: upgrade the server"
+    )]
+    ServerTooOld { version: String },
+    #[error(
+        "source.binary = true needs PostgreSQL 14 or newer (pgoutput protocol 2), and the source runs {version}: set source.binary = false, or upgrade the server"
+    )]
+    BinaryNeedsNewerServer { version: String },
+    #[error(
+        "the source runs PostgreSQL {version}: before 14, pgoutput sends a large transaction only after it commits (the server spills it to disk meanwhile) and no logical decoding messages (the messages plugin and the nudge of tributary verify use them); PostgreSQL 14 or newer streams both"
+    )]
+    NoStreaming { version: String },
+    #[error(
+        "source.start_from = \"lsn:{lsn}\" is behind slot {slot:?}'s confirmed position {confirmed}: the slot no longer holds what came before, and the server would silently start at {confirmed} instead; choose a position at or after {confirmed} (start_from = \"head\" starts there)"
+    )]
+    StartBehindSlot {
+        lsn: Lsn,
+        slot: String,
+        confirmed: Lsn,
+    },
+    #[error(
+        "source.start_from = \"lsn:{lsn}\" is before the server's current WAL position {current}, and slot {slot:?} does not exist yet: a slot holds only the WAL written after it is created, so a new one starts at {current}; choose a position at or after it (or start_from = \"tail\"), or start from a slot that was created before {lsn}"
+    )]
+    StartBeforeNewSlot {
+        lsn: Lsn,
+        slot: String,
+        current: Lsn,
+    },
+    #[error(
+        "source.start_from = \"lsn:{lsn}\" is past the server's current WAL position {current}: nothing is written there yet; choose a position at or before {current}"
+    )]
+    StartAhead { lsn: Lsn, current: Lsn },
+    /// A binary pipeline's table with a column read only as text (the catalog's refusal).
+    #[error("{0}")]
+    Binary(String),
+    #[error(
+        "source.start_from = \"full\" (a full load of the tables from an exported snapshot) is not yet available in this version; use \"tail\", \"head\" or \"lsn:<X/Y>\""
+    )]
+    FullLoadUnavailable,
+    #[error(
+        "another instance started this pipeline while this one was starting (commit entry {sequence}, by {writer}), so the position this first run chose no longer applies; start again: the next start resumes from the commit log"
+    )]
+    StartRaced { sequence: u64, writer: String },
     #[error(
         "publication {publication:?} does not publish {tables}; run: ALTER PUBLICATION {publication} ADD TABLE {tables}"
     )]
@@ -78,7 +159,9 @@ pub enum ProvisionError {
         application_name: Option<String>,
         waited_secs: u64,
     },
-    #[error("slot {slot:?} does not exist; create it or set source.create_slot = true")]
+    #[error(
+        "slot {slot:?} does not exist and source.slot_behavior = \"reuse\" does not create it; run: SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput'), or set source.slot_behavior = \"create\""
+    )]
     NoSlot { slot: String },
     #[error(
         "table {table} has no usable replica identity ({reason}), so its updates and deletes would carry no old key; run: ALTER TABLE {sql} ADD PRIMARY KEY (...), or: ALTER TABLE {sql} REPLICA IDENTITY FULL"
@@ -158,15 +241,6 @@ pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// `schema.table` quoted part by part.
-fn quote_table(table: &str) -> String {
-    table
-        .split('.')
-        .map(quote_ident)
-        .collect::<Vec<_>>()
-        .join(".")
-}
-
 pub async fn check_wal_level(client: &Client) -> Result<(), ProvisionError> {
     let row = client
         .query_one("SELECT current_setting('wal_level')", &[])
@@ -179,11 +253,35 @@ pub async fn check_wal_level(client: &Client) -> Result<(), ProvisionError> {
     Ok(())
 }
 
+/// Whether provisioning found an object or made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ensured {
+    Existed,
+    Created,
+}
+
+/// The statement that creates the publication for the tracked tables (every table when
+/// `source.tables` is empty).
+pub fn create_publication_sql(source: &SourceConfig) -> String {
+    let target = if source.tables.is_empty() {
+        "ALL TABLES".to_owned()
+    } else {
+        let tables: Vec<_> = source.tables.iter().map(|t| sql_table_name(t)).collect();
+        format!("TABLE {}", tables.join(", "))
+    };
+    // Changes to a partition land under its partitioned table, one dataset per table as the
+    // user named it.
+    format!(
+        "CREATE PUBLICATION {} FOR {target} WITH (publish_via_partition_root = true)",
+        sql_ident(&source.publication)
+    )
+}
+
 /// Make sure the publication exists and publishes every configured table.
 pub async fn ensure_publication(
     client: &Client,
     source: &SourceConfig,
-) -> Result<(), ProvisionError> {
+) -> Result<Ensured, ProvisionError> {
     let publication = &source.publication;
     let exists = client
         .query_opt(
@@ -196,40 +294,21 @@ pub async fn ensure_publication(
         )))?
         .is_some();
     if !exists {
-        if !source.create_publication {
+        let sql = create_publication_sql(source);
+        if source.publication_behavior() == Provisioning::Reuse {
             return Err(ProvisionError::NoPublication {
                 publication: publication.clone(),
+                sql,
             });
         }
-        let target = if source.tables.is_empty() {
-            "ALL TABLES".to_owned()
-        } else {
-            let tables: Vec<_> = source.tables.iter().map(|t| quote_table(t)).collect();
-            format!("TABLE {}", tables.join(", "))
-        };
-        // Changes to a partition land under its partitioned table, one dataset per table as
-        // the user named it.
-        let sql = format!(
-            "CREATE PUBLICATION {} FOR {target} WITH (publish_via_partition_root = true)",
-            quote_ident(publication)
-        );
         client
             .batch_execute(&sql)
             .await
             .map_err(query_error(format!("creating publication {publication:?}")))?;
         tracing::info!(publication, "created publication");
-        return Ok(());
+        return Ok(Ensured::Created);
     }
-    let rows = client
-        .query(
-            "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1",
-            &[publication],
-        )
-        .await
-        .map_err(query_error(format!(
-            "listing tables of publication {publication:?}"
-        )))?;
-    let published: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    let published = published_tables(client, publication).await?;
     let missing: Vec<&str> = source
         .tables
         .iter()
@@ -242,7 +321,7 @@ pub async fn ensure_publication(
             tables: missing.join(", "),
         });
     }
-    Ok(())
+    Ok(Ensured::Existed)
 }
 
 /// What a tracked table's updates and deletes will carry, as the catalog says.
@@ -331,20 +410,15 @@ pub async fn check_replica_identity(
     Ok(())
 }
 
-/// `schema.table` of every tracked table: the configured list, or what the publication
-/// publishes.
-pub async fn tracked_tables(
+/// `schema.table` of every table the publication publishes.
+pub async fn published_tables(
     client: &Client,
-    source: &SourceConfig,
+    publication: &str,
 ) -> Result<Vec<String>, ProvisionError> {
-    if !source.tables.is_empty() {
-        return Ok(source.tables.clone());
-    }
-    let publication = &source.publication;
     Ok(client
         .query(
             "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1",
-            &[publication],
+            &[&publication],
         )
         .await
         .map_err(query_error(format!(
@@ -355,12 +429,31 @@ pub async fn tracked_tables(
         .collect())
 }
 
+/// `schema.table` of every tracked table: the configured list, or what the publication
+/// publishes.
+pub async fn tracked_tables(
+    client: &Client,
+    source: &SourceConfig,
+) -> Result<Vec<String>, ProvisionError> {
+    if !source.tables.is_empty() {
+        return Ok(source.tables.clone());
+    }
+    published_tables(client, &source.publication).await
+}
+
 /// Replica identity facts of the tracked tables, in name order.
 pub async fn table_identities(
     client: &Client,
     source: &SourceConfig,
 ) -> Result<Vec<TableIdentity>, ProvisionError> {
-    let tracked = tracked_tables(client, source).await?;
+    identities_of(client, &tracked_tables(client, source).await?).await
+}
+
+/// Replica identity facts of these `schema.table` names (those that exist), in name order.
+pub async fn identities_of(
+    client: &Client,
+    tracked: &[String],
+) -> Result<Vec<TableIdentity>, ProvisionError> {
     // Generated columns are not published, so they never arrive as unchanged TOAST.
     let rows = client
         .query(
@@ -493,25 +586,28 @@ pub async fn money_digits(client: &Client) -> Result<i32, ProvisionError> {
 }
 
 /// `schema.table` as SQL reads it: each part quoted only when it has to be.
-fn sql_table_name(table: &str) -> String {
+pub(crate) fn sql_table_name(table: &str) -> String {
     table
         .split('.')
-        .map(|part| {
-            let plain = part
-                .bytes()
-                .next()
-                .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-            if plain {
-                part.to_owned()
-            } else {
-                quote_ident(part)
-            }
-        })
+        .map(sql_ident)
         .collect::<Vec<_>>()
         .join(".")
+}
+
+/// An identifier as SQL reads it: quoted only when it has to be.
+pub(crate) fn sql_ident(part: &str) -> String {
+    let plain = part
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && part
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if plain {
+        part.to_owned()
+    } else {
+        quote_ident(part)
+    }
 }
 
 /// The slot's row in `pg_replication_slots`, `None` when there is no such slot.
@@ -628,7 +724,7 @@ mod tests {
 
     #[test]
     fn identifiers_are_quoted_part_by_part() {
-        assert_eq!(quote_table("public.orders"), "\"public\".\"orders\"");
+        assert_eq!(sql_table_name("public.Orders"), "public.\"Orders\"");
         assert_eq!(quote_ident("we\"ird"), "\"we\"\"ird\"");
     }
 

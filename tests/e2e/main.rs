@@ -19,6 +19,7 @@ mod plugins;
 mod postgres16;
 mod restart;
 mod schema;
+mod start;
 mod streaming;
 mod two_phase;
 mod types;

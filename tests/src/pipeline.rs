@@ -26,15 +26,8 @@ pub fn config(
 ) -> PipelineConfig {
     PipelineConfig {
         source: SourceConfig {
-            url: source_url.to_owned(),
-            slot: name.to_owned(),
-            publication: name.to_owned(),
-            tables: tables.iter().map(|t| (*t).to_owned()).collect(),
-            create_slot: true,
-            create_publication: true,
-            status_interval_secs: 10,
             unchanged_toast: UnchangedToastPolicy::Null,
-            binary: false,
+            ..SourceConfig::new(source_url, name, name, tables)
         },
         transforms: plugins
             .iter()

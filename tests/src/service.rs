@@ -43,6 +43,8 @@ pub struct ServiceConfig {
     pub transforms: Vec<PathBuf>,
     /// More `[flush]` settings, as TOML values (`("chunk_mib", "1")`).
     pub flush: Vec<(String, String)>,
+    /// More `[source]` settings, as TOML values (`("start_from", "\"head\"")`).
+    pub source: Vec<(String, String)>,
 }
 
 impl ServiceConfig {
@@ -57,6 +59,7 @@ impl ServiceConfig {
             max_rows: 2_000,
             transforms: Vec::new(),
             flush: Vec::new(),
+            source: Vec::new(),
         }
     }
 
@@ -72,6 +75,14 @@ impl ServiceConfig {
             tables.join(", "),
             quoted(&self.sink_url),
         );
+        if !self.source.is_empty() {
+            let extra: String = self
+                .source
+                .iter()
+                .map(|(key, value)| format!("{key} = {value}\n"))
+                .collect();
+            text = text.replacen("\n\n[sink]", &format!("\n{extra}\n[sink]"), 1);
+        }
         for plugin in &self.transforms {
             text.push_str(&format!(
                 "\n[[transform]]\nplugin = {}\n",

@@ -127,17 +127,12 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
         .context("creating the demo schema")?;
 
     let config = PipelineConfig {
-        source: SourceConfig {
-            url: url.clone(),
-            slot: "tributary_demo".into(),
-            publication: "tributary_demo".into(),
-            tables: vec!["public.customers".into(), "public.orders".into()],
-            create_slot: true,
-            create_publication: true,
-            status_interval_secs: 10,
-            unchanged_toast: Default::default(),
-            binary: false,
-        },
+        source: SourceConfig::new(
+            &url,
+            "tributary_demo",
+            "tributary_demo",
+            &["public.customers", "public.orders"],
+        ),
         transforms: plugin
             .iter()
             .map(|p| TransformConfig {

@@ -11,7 +11,9 @@ use clap::{Parser, Subcommand};
 use tokio::sync::watch;
 use tributary::config::PipelineConfig;
 use tributary::pipeline::{self, Progress, RunOptions};
+use tributary::provision;
 use tributary::status;
+use tributary::teardown::Teardown;
 use tributary::verify::{self, VerifyOptions};
 
 mod demo;
@@ -82,6 +84,26 @@ enum Command {
         #[arg(long)]
         identities_only: bool,
     },
+    /// Check that the source is ready for this pipeline, and print every problem at once with
+    /// the statement or setting that fixes it: wal_level, free replication slots and WAL
+    /// senders, the role's REPLICATION attribute and SELECT on the tracked tables, their
+    /// replica identity, the publication, the slot and the server version. A run makes the
+    /// same check first. Exits 0 when the source is ready, 1 when something must be fixed, 2
+    /// when it could not check (the source unreachable).
+    Check {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Drop the slot and the publication Tributary created for this pipeline, and nothing
+    /// else: it prints what it will drop and asks first. It refuses while a pipeline holds the
+    /// slot. The sink's files stay.
+    Teardown {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Drop without asking (needed when stdin is not a terminal).
+        #[arg(long)]
+        yes: bool,
+    },
     /// Tools for writing transform plugins.
     Plugin {
         #[command(subcommand)]
@@ -128,9 +150,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // Verify keeps 1 for "the lake differs": that it could not tell is another answer.
+    // Verify and check keep 1 for "the lake differs" or "the source is not ready": that they
+    // could not tell is another answer.
     let failure = match cli.command {
-        Command::Verify { .. } => ExitCode::from(2),
+        Command::Verify { .. } | Command::Check { .. } => ExitCode::from(2),
         _ => ExitCode::FAILURE,
     };
     match runtime.block_on(execute(cli.command)) {
@@ -233,6 +256,43 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 false => ExitCode::FAILURE,
             })
         }
+        Command::Check { config } => {
+            let config = PipelineConfig::load(&config)?;
+            for note in config.source.deprecations() {
+                tracing::warn!("{note}");
+            }
+            let source = &config.source;
+            let pg = provision::parse_url(&source.url)?;
+            let client = provision::connect(&pg).await?;
+            let report = tributary::check::run(&client, &pg, source).await?;
+            print!("{report}");
+            Ok(match report.is_ready() {
+                true => ExitCode::SUCCESS,
+                false => ExitCode::FAILURE,
+            })
+        }
+        Command::Teardown { config, yes } => {
+            let config = PipelineConfig::load(&config)?;
+            let teardown = Teardown::prepare(&config).await?;
+            print!("{teardown}");
+            if teardown.is_empty() {
+                return Ok(ExitCode::SUCCESS);
+            }
+            if !yes {
+                anyhow::ensure!(
+                    std::io::stdin().is_terminal(),
+                    "teardown asks before it drops anything, and stdin is not a terminal: pass --yes to drop without asking"
+                );
+                if !confirmed("drop them?")? {
+                    println!("nothing dropped");
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+            for line in teardown.execute().await? {
+                println!("{line}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         // Plugin calls block (the guest's WASI streams wait on the runtime): off the async
         // threads.
         Command::Plugin { command } => tokio::task::spawn_blocking(move || plugin::run(command))
@@ -240,6 +300,21 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             .context("the plugin command stopped")?
             .map(|()| ExitCode::SUCCESS),
     }
+}
+
+/// Ask a yes/no question on the terminal; only "y" or "yes" is yes.
+fn confirmed(question: &str) -> anyhow::Result<bool> {
+    use std::io::Write;
+    print!("{question} [y/N] ");
+    std::io::stdout().flush().context("asking")?;
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .context("reading the answer")?;
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
 }
 
 async fn wait_for_signal() {

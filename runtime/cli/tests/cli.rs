@@ -58,7 +58,7 @@ fn help_names_every_command() {
     let out = Command::new(BIN).arg("--help").output().unwrap();
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
-    for command in ["run", "demo", "status"] {
+    for command in ["run", "demo", "status", "check", "teardown"] {
         assert!(help.contains(command), "--help lists {command}: {help}");
     }
 }

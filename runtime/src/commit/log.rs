@@ -7,13 +7,19 @@ use object_store::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CommitEntry, CommitError, EntryKind, FORMAT, Intent, OLDEST_FORMAT, PipelineIdentity, Writer,
+    CommitEntry, CommitError, EntryKind, FORMAT, Intent, OLDEST_FORMAT, PipelineIdentity,
+    Provisioned, ProvisionedKind, Writer,
 };
 use crate::sink::{Created, Sink};
 
 const LOG_DIR: &str = "_tributary/log";
 const INTENT_DIR: &str = "_tributary/intent";
 const IDENTITY_PATH: &str = "_tributary/pipeline.json";
+const CREATED_DIR: &str = "_tributary/created";
+
+fn created_path(kind: ProvisionedKind) -> Path {
+    Path::from(format!("{CREATED_DIR}/{}.json", kind.as_str()))
+}
 
 fn log_path(sequence: u64) -> Path {
     Path::from(format!("{LOG_DIR}/{sequence:020}.json"))
@@ -257,6 +263,33 @@ impl CommitLog {
         Ok(recovery.orphaned.clone())
     }
 
+    /// Record that this pipeline created a slot or publication. A record already there is
+    /// kept: it names the same object, created by an earlier run.
+    pub async fn record_created(&self, created: &Provisioned) -> Result<(), CommitError> {
+        self.sink
+            .create(&created_path(created.kind), to_json(created))
+            .await?;
+        Ok(())
+    }
+
+    /// What this pipeline created, as recorded.
+    pub async fn created(&self) -> Result<Vec<Provisioned>, CommitError> {
+        let mut found = Vec::new();
+        for kind in [ProvisionedKind::Slot, ProvisionedKind::Publication] {
+            let path = created_path(kind);
+            if let Some(bytes) = self.sink.get(&path).await? {
+                found.push(parse(&path, &bytes)?);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Forget a record once its object is dropped.
+    pub async fn forget_created(&self, kind: ProvisionedKind) -> Result<(), CommitError> {
+        self.sink.delete(&created_path(kind)).await?;
+        Ok(())
+    }
+
     /// Create the intent of part `part` of flush `sequence`, naming its files.
     pub async fn write_intent(
         &self,
@@ -357,6 +390,38 @@ mod tests {
             bytes: 1,
             schema: "x".into(),
         }
+    }
+
+    #[tokio::test]
+    async fn what_was_created_is_recorded_once_and_forgotten_when_dropped() {
+        let log = CommitLog::new(memory(), Writer::named("aaaa"));
+        assert!(log.created().await.unwrap().is_empty());
+        let slot = Provisioned {
+            kind: ProvisionedKind::Slot,
+            name: "shop".into(),
+            database: "db".into(),
+            system_identifier: "7".into(),
+            created_by: Writer::named("aaaa"),
+            created_at: 1,
+        };
+        log.record_created(&slot).await.unwrap();
+        // A later run that created it again keeps the first record.
+        let again = Provisioned {
+            created_at: 2,
+            ..slot.clone()
+        };
+        log.record_created(&again).await.unwrap();
+        let publication = Provisioned {
+            kind: ProvisionedKind::Publication,
+            ..slot.clone()
+        };
+        log.record_created(&publication).await.unwrap();
+        assert_eq!(
+            log.created().await.unwrap(),
+            [slot.clone(), publication.clone()]
+        );
+        log.forget_created(ProvisionedKind::Slot).await.unwrap();
+        assert_eq!(log.created().await.unwrap(), [publication]);
     }
 
     #[tokio::test]

@@ -207,6 +207,29 @@ pub struct CommitEntry {
     /// On an open entry: the change of timeline an operator accepted (`--accept-gap`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted_timeline: Option<AcceptedTimeline>,
+    /// On the first open entry: where the pipeline's first run started (`source.start_from`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_from: Option<StartedFrom>,
+}
+
+impl CommitEntry {
+    /// The first open entry of a lake, starting at `started.lsn` when that is past the slot's
+    /// confirmed position (a first run from the tail, or from a position of its own).
+    pub fn starting(mut self, started: StartedFrom) -> CommitEntry {
+        debug_assert!(self.sequence == 1 && self.kind == EntryKind::Open);
+        self.last_end_lsn = self.last_end_lsn.max(started.lsn);
+        self.started_from = Some(started);
+        self
+    }
+}
+
+/// Where a pipeline's first run started reading, as its open entry records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartedFrom {
+    /// `source.start_from` as the first run read it: `tail`, `head`, `lsn:X/Y` or `full`.
+    pub start_from: String,
+    /// Where the lake starts: no transaction committed before it landed.
+    pub lsn: Lsn,
 }
 
 /// A change of the source's timeline that an operator accepted.
@@ -269,6 +292,37 @@ impl PipelineIdentity {
             "slot {:?} on database {:?} of the server with system identifier {}",
             self.slot, self.database, self.system_identifier
         )
+    }
+}
+
+/// A source-side object Tributary created for this pipeline, recorded in the sink
+/// (`_tributary/created/<kind>.json`) so that `tributary teardown` drops exactly what was
+/// created and nothing an operator made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provisioned {
+    pub kind: ProvisionedKind,
+    pub name: String,
+    pub database: String,
+    /// `IDENTIFY_SYSTEM`'s system identifier of the server it was created on.
+    pub system_identifier: String,
+    pub created_by: Writer,
+    /// Microseconds since the Unix epoch.
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProvisionedKind {
+    Slot,
+    Publication,
+}
+
+impl ProvisionedKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProvisionedKind::Slot => "slot",
+            ProvisionedKind::Publication => "publication",
+        }
     }
 }
 
@@ -424,6 +478,7 @@ impl Checkpoint {
                 .timeline
                 .filter(|&from| self.sequence > 0 && from != timeline)
                 .map(|from| AcceptedTimeline { from, to: timeline }),
+            started_from: None,
         }
     }
 
@@ -482,7 +537,43 @@ mod tests {
             dead_letters: 0,
             timeline: None,
             accepted_timeline: None,
+            started_from: None,
         }
+    }
+
+    #[test]
+    fn a_first_open_entry_records_where_it_started_and_starts_the_lake_there() {
+        let w = Writer::named("b");
+        let tail = StartedFrom {
+            start_from: "tail".into(),
+            lsn: Lsn(0x900),
+        };
+        let first = Checkpoint::default()
+            .open_entry(&w, "s", Lsn(0x500), false, 1)
+            .starting(tail.clone());
+        assert_eq!(
+            first.last_end_lsn,
+            Lsn(0x900),
+            "the held changes are skipped"
+        );
+        assert_eq!(first.started_from.as_ref(), Some(&tail));
+        let mut c = Checkpoint::default();
+        c.advance(&first).unwrap();
+        assert_eq!(c.confirmed(), Lsn(0x900));
+        assert!(!c.check_slot("s", Some(Lsn(0x900)), None).unwrap());
+        // From the head, the lake starts where the slot is.
+        let head = Checkpoint::default()
+            .open_entry(&w, "s", Lsn(0x500), false, 1)
+            .starting(StartedFrom {
+                start_from: "head".into(),
+                lsn: Lsn::ZERO,
+            });
+        assert_eq!(head.last_end_lsn, Lsn(0x500));
+        let json = serde_json::to_string(&first).unwrap();
+        assert!(
+            json.contains(r#""started_from":{"start_from":"tail","lsn":"0/900"}"#),
+            "{json}"
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@
 //! one removes its own files of the flushes it can no longer commit, and stops.
 
 mod land;
+mod position;
 mod reconnect;
 mod reload;
 mod retry;
@@ -73,6 +74,9 @@ fn proto_version(server_version_num: Option<u32>) -> u32 {
 pub enum PipelineError {
     #[error(transparent)]
     Provision(#[from] ProvisionError),
+    /// The prerequisite check found several problems: all of them, each with its fix.
+    #[error("{}", crate::check::describe_failures(.0))]
+    Prerequisites(crate::check::Report),
     #[error(transparent)]
     Replication(#[from] ReplicationError),
     #[error("malformed pgoutput message at {lsn}: {source}")]

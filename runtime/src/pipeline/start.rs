@@ -1,33 +1,40 @@
 //! Start-up, in the order that keeps a refused start from leaving anything behind and a
 //! second instance from writing over the first:
 //!
-//! 1. Everything that can refuse, before anything is created: the server's `wal_level`, the
-//!    spill directory (writable), the plugins (loaded and instantiated), the sink (reachable, and not another pipeline's),
+//! 1. Everything that can refuse, before anything is created: the prerequisite check (every
+//!    problem of the source in one report, see [`crate::check`]), the spill directory (writable), the plugins (loaded and instantiated), the sink (reachable, and not another pipeline's),
 //!    the slot (its plugin, database, two-phase setting, and whether the lake would have a
 //!    gap without it).
-//! 2. Provisioning: the publication, replica identity checks, the slot if missing.
+//!    On a first run (an empty commit log), where `source.start_from` starts
+//!    ([`position`](super::position)).
+//! 2. Provisioning: the publication, replica identity checks, the slot if missing; what is
+//!    created is recorded in the sink, for `tributary teardown`.
 //! 3. Holding the slot: `START_REPLICATION` succeeds for one consumer at a time. A slot held
 //!    by another consumer (a previous instance still stopping, during a rolling restart) is
 //!    waited for: briefly by default, for as long as it takes with `--wait`.
 //! 4. Taking over the sink, now that no other consumer can confirm: record which pipeline it
 //!    belongs to (once), read the log again, compare the slot with it (gaps are refused), and
-//!    append an open entry that fences every earlier writer (see [`crate::commit`]). Then
-//!    delete what no one can commit any more.
+//!    append an open entry that fences every earlier writer (see [`crate::commit`]); a first
+//!    run's entry records where it started. Then delete what no one can commit any more, and
+//!    say in one line how this run starts.
 
 use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
+use super::position::{self, FirstStart};
 use super::reconnect::Reconnect;
 use super::retry::with_retry;
 use super::{PipelineError, RunOptions, Shutdown, load_transforms, proto_version};
 use crate::Lsn;
 use crate::catalog::Catalog;
+use crate::check::{self, Refusal};
 use crate::commit::{
-    Checkpoint, CommitEntry, CommitError, CommitLog, FORMAT, PipelineIdentity, Writer, unix_micros,
+    Checkpoint, CommitEntry, CommitError, CommitLog, FORMAT, PipelineIdentity, Provisioned,
+    ProvisionedKind, Writer, unix_micros,
 };
-use crate::config::{PipelineConfig, SourceConfig};
-use crate::provision::{self, ProvisionError};
+use crate::config::{PipelineConfig, Provisioning, SourceConfig};
+use crate::provision::{self, Ensured, ProvisionError};
 use crate::replication::{ReplicationConnection, ReplicationStream};
 use crate::sink::Sink;
 use crate::transform::{PluginInfo, TransformChain};
@@ -64,6 +71,9 @@ pub(super) async fn start(
     shutdown: &Shutdown,
 ) -> Result<Option<Started>, PipelineError> {
     let source = &config.source;
+    for note in source.deprecations() {
+        tracing::warn!("{note}");
+    }
     let writer = Writer::new();
     let mut pg = provision::parse_url(&source.url)?;
     if pg.get_application_name().is_none() {
@@ -71,9 +81,17 @@ pub(super) async fn start(
         pg.application_name(format!("tributary {}", writer.id));
     }
     let client = provision::connect(&pg).await?;
-    provision::check_wal_level(&client).await?;
 
-    // 1. Everything that can refuse.
+    // 1. Everything that can refuse, the source's prerequisites first and all at once.
+    let report = check::run(&client, &pg, source).await?;
+    for warning in report.warnings() {
+        tracing::warn!("{warning}");
+    }
+    match report.into_refusal() {
+        Some(Refusal::One(problem)) => return Err(problem.into()),
+        Some(Refusal::Several(report)) => return Err(PipelineError::Prerequisites(report)),
+        None => {}
+    }
     if let Some(problem) = super::spill_dir_problem(&config.flush) {
         return Err(problem);
     }
@@ -96,7 +114,7 @@ pub(super) async fn start(
     let database = provision::current_database(&client).await?;
     let identity = PipelineIdentity {
         format: FORMAT,
-        system_identifier: system.system_id,
+        system_identifier: system.system_id.clone(),
         database: database.clone(),
         slot: source.slot.clone(),
         created_by: writer.clone(),
@@ -114,7 +132,7 @@ pub(super) async fn start(
         Some(state) => provision::check_slot(&source.slot, state, &database)?,
         None => {
             first_read.check_slot(&source.slot, None, options.accept_gap.as_deref())?;
-            if !source.create_slot {
+            if source.slot_behavior() == Provisioning::Reuse {
                 return Err(ProvisionError::NoSlot {
                     slot: source.slot.clone(),
                 }
@@ -122,9 +140,35 @@ pub(super) async fn start(
             }
         }
     }
+    let first_start = match first_read.sequence() {
+        0 => Some(position::first_start(
+            source.start_from,
+            &source.slot,
+            slot.as_ref(),
+            provision::current_wal_lsn(&client).await?,
+        )?),
+        _ => None,
+    };
 
     // 2. Provisioning.
-    provision::ensure_publication(&client, source).await?;
+    let created = |kind, name: &str| Provisioned {
+        kind,
+        name: name.to_owned(),
+        database: database.clone(),
+        system_identifier: system.system_id.clone(),
+        created_by: writer.clone(),
+        created_at: unix_micros(),
+    };
+    if provision::ensure_publication(&client, source).await? == Ensured::Created {
+        let record = created(ProvisionedKind::Publication, &source.publication);
+        with_retry!(
+            "recording the publication created",
+            Lsn::ZERO,
+            limit,
+            &mut stop,
+            log.record_created(&record)
+        )?;
+    }
     provision::check_replica_identity(&client, source).await?;
     let mut catalog = Catalog::new(pg.clone(), source.binary);
     if source.binary {
@@ -134,8 +178,16 @@ pub(super) async fn start(
     }
     if slot.is_none() {
         match replication.create_logical_slot(&source.slot).await {
-            Ok(created) => {
-                tracing::info!(slot = %source.slot, at = %created.consistent_point, "created slot")
+            Ok(made) => {
+                tracing::info!(slot = %source.slot, at = %made.consistent_point, "created slot");
+                let record = created(ProvisionedKind::Slot, &source.slot);
+                with_retry!(
+                    "recording the slot created",
+                    Lsn::ZERO,
+                    limit,
+                    &mut stop,
+                    log.record_created(&record)
+                )?;
             }
             // Another instance created it a moment ago: wait for it like for any holder.
             Err(e) if e.code() == Some(DUPLICATE_OBJECT) => {}
@@ -144,13 +196,14 @@ pub(super) async fn start(
     }
 
     // 3. Holding the slot.
+    let start_at = first_start.map_or(first_read.confirmed(), |f| f.at);
     let Some(stream) = hold_slot(
         &pg,
         &client,
         replication,
         source,
         proto_version,
-        first_read.confirmed(),
+        start_at,
         options,
         shutdown,
     )
@@ -167,7 +220,11 @@ pub(super) async fn start(
         &client,
         source,
         options,
-        system.timeline,
+        OpenAt {
+            timeline: system.timeline,
+            first_start: first_start.as_ref(),
+            start_at,
+        },
         limit,
         shutdown,
     )
@@ -191,11 +248,40 @@ pub(super) async fn start(
     // A previous run may have stopped between its last commit and confirming it; what the
     // sink holds is durable, so the slot may release it now.
     stream.confirm(checkpoint.confirmed());
+    let resumed = opened.started_from.is_none();
+    if resumed {
+        let first = log.read_entry(1).await?.and_then(|e| e.started_from);
+        if let Some(note) =
+            position::ignored(source.start_from, first.as_ref(), checkpoint.confirmed())
+        {
+            tracing::warn!("{note}");
+        }
+    }
+    let tables = match source.tables.is_empty() {
+        false => source.tables.join(", "),
+        true => format!(
+            "every table of the publication ({})",
+            provision::tracked_tables(&client, source).await?.join(", ")
+        ),
+    };
+    let plugin_names = match plugins.is_empty() {
+        true => "none".to_owned(),
+        false => plugins
+            .iter()
+            .map(|p| format!("{} {}", p.name, p.version))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    let first_start = first_start.filter(|_| !resumed);
     tracing::info!(
+        mode = %position::describe(first_start.as_ref(), checkpoint.confirmed()),
         slot = %source.slot,
+        publication = %source.publication,
+        tables = %tables,
+        position = %checkpoint.confirmed(),
+        plugins = %plugin_names,
         sink = %sink.url(),
         writer = %writer.id,
-        committed = %checkpoint.confirmed(),
         sequence = checkpoint.sequence(),
         "streaming"
     );
@@ -330,6 +416,15 @@ async fn hold_slot(
     }
 }
 
+/// Where the held stream starts, as the open entry needs it.
+struct OpenAt<'a> {
+    timeline: u32,
+    /// A first run's decision, made from the log as first read.
+    first_start: Option<&'a FirstStart>,
+    /// The position `START_REPLICATION` named.
+    start_at: Lsn,
+}
+
 /// Read the log as it is now that this instance holds the slot, refuse a gap, and append the
 /// open entry that fences every earlier writer.
 async fn open_log(
@@ -337,10 +432,11 @@ async fn open_log(
     client: &Client,
     source: &SourceConfig,
     options: &RunOptions,
-    timeline: u32,
+    at: OpenAt<'_>,
     limit: Option<Duration>,
     shutdown: &Shutdown,
 ) -> Result<(Checkpoint, CommitEntry), PipelineError> {
+    let timeline = at.timeline;
     let mut shutdown = shutdown.clone();
     let mut holder = None;
     for _ in 0..OPEN_ATTEMPTS {
@@ -357,13 +453,30 @@ async fn open_log(
                 "accepting the change of timeline named by --accept-gap; the commit log records it"
             );
         }
-        let entry = checkpoint.open_entry(
+        let mut entry = checkpoint.open_entry(
             log.writer(),
             &source.slot,
             slot_confirmed.unwrap_or_default(),
             gap,
             timeline,
         );
+        match (at.first_start, &latest) {
+            // Another instance opened the log after the first read: the stream must not start
+            // past where that log ends.
+            (Some(_), Some(latest)) if at.start_at > checkpoint.confirmed() => {
+                return Err(ProvisionError::StartRaced {
+                    sequence: latest.sequence,
+                    writer: latest.writer.to_string(),
+                }
+                .into());
+            }
+            (Some(first), None) => {
+                let confirmed = slot_confirmed.unwrap_or_default();
+                position::check_held(first, &source.slot, confirmed)?;
+                entry = entry.starting(first.started(confirmed));
+            }
+            _ => {}
+        }
         if let Some(accepted) = entry.accepted_gap {
             tracing::warn!(
                 from = %accepted.from,
