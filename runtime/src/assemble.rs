@@ -859,10 +859,10 @@ fn two_phase(message: &'static str, xid: u32, gid: String) -> AssembleError {
 /// What a change costs in memory before its values: the change itself and its rows'
 /// allocations. The decoded size of a batch, which budgets and batch limits count, should be
 /// close to what it really occupies, or every budget over-admits.
-const CHANGE_BYTES: usize = std::mem::size_of::<Change>() + 2 * 16;
+pub(crate) const CHANGE_BYTES: usize = std::mem::size_of::<Change>() + 2 * 16;
 /// What a value costs in memory beyond its text or binary form (the heap part of strings and
 /// arrays, about as long as that form).
-const VALUE_BYTES: usize = std::mem::size_of::<Value>();
+pub(crate) const VALUE_BYTES: usize = std::mem::size_of::<Value>();
 
 /// Approximate decoded size of a logical decoding message.
 fn message_bytes(message: &Message) -> usize {

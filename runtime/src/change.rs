@@ -18,6 +18,9 @@ pub enum Op {
     Update,
     Delete,
     Truncate,
+    /// The marker before a table's rows in a full load: readers empty their copy of the
+    /// table (see [`crate::load`]). Plugins see it as a truncate.
+    Load,
 }
 
 impl Op {
@@ -28,6 +31,7 @@ impl Op {
             Op::Update => "update",
             Op::Delete => "delete",
             Op::Truncate => "truncate",
+            Op::Load => "load",
         }
     }
 }

@@ -375,6 +375,37 @@ pub struct PipelineConfig {
     pub retry: RetryConfig,
     #[serde(default)]
     pub parquet: ParquetConfig,
+    #[serde(default)]
+    pub load: LoadConfig,
+}
+
+/// How a full load (`source.start_from = "full"`) reads the tables.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadConfig {
+    /// Connections reading at once, each inside the same snapshot.
+    #[serde(default = "default_load_parallelism")]
+    pub parallelism: usize,
+    /// Heap read per chunk (a range of the table's pages): one commit entry, and what a
+    /// resumed load reads again at most per connection.
+    #[serde(default = "default_load_chunk_mib")]
+    pub chunk_mib: usize,
+}
+
+impl Default for LoadConfig {
+    fn default() -> Self {
+        LoadConfig {
+            parallelism: default_load_parallelism(),
+            chunk_mib: default_load_chunk_mib(),
+        }
+    }
+}
+
+fn default_load_parallelism() -> usize {
+    2
+}
+fn default_load_chunk_mib() -> usize {
+    64
 }
 
 /// How the Parquet files are written.
@@ -594,6 +625,9 @@ impl PipelineConfig {
         }
         self.metrics.address()?;
         self.parquet.validate()?;
+        if !(1..=64).contains(&self.load.parallelism) || self.load.chunk_mib == 0 {
+            return Err("load.parallelism must be 1 to 64 and load.chunk_mib at least 1".into());
+        }
         if self.retry.limit_secs == Some(0) {
             return Err(
                 "retry.limit_secs must be at least 1 (leave it out to retry for as long as a fault lasts)"

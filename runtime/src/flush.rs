@@ -69,6 +69,8 @@ pub struct EncodedFlush {
     /// The plugins that made the files, when not the ones the machine started with (they were
     /// reloaded since).
     pub plugins: Option<std::sync::Arc<[PluginInfo]>>,
+    /// On a full load's chunk: the load's progress once it lands.
+    pub load: Option<crate::load::LoadState>,
 }
 
 /// Which step of which flush an action is; results are reported with it.
@@ -408,6 +410,9 @@ impl FlushMachine {
             if flush.plugins.is_some() {
                 flight.flush.plugins = flush.plugins;
             }
+            if flush.load.is_some() {
+                flight.flush.load = flush.load;
+            }
             flight.flush.last_commit_lsn = flush.last_commit_lsn;
             flight.flush.last_end_lsn = flush.last_end_lsn;
             flight.flush.part = flush.part;
@@ -695,10 +700,10 @@ impl FlushMachine {
             }
             if earlier_committed && flight.uploaded() && flight.commit.due(now) {
                 flight.commit.issue();
-                let kind = if flight.flush.advance {
-                    EntryKind::Advance
-                } else {
-                    EntryKind::Flush
+                let kind = match (flight.flush.advance, &flight.flush.load) {
+                    (true, _) => EntryKind::Advance,
+                    (false, Some(_)) => EntryKind::Load,
+                    (false, None) => EntryKind::Flush,
                 };
                 let entry = flight.entry.get_or_insert_with(|| CommitEntry {
                     format: FORMAT,
@@ -723,6 +728,7 @@ impl FlushMachine {
                     timeline: self.timeline,
                     accepted_timeline: None,
                     started_from: None,
+                    load: flight.flush.load.clone(),
                 });
                 return Some(Action::Commit {
                     id: ActionId {

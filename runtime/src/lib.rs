@@ -34,6 +34,7 @@ pub mod config;
 pub mod encode;
 pub mod failpoint;
 pub mod flush;
+pub mod load;
 mod lsn;
 pub mod metrics;
 pub mod pgoutput;

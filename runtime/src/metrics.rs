@@ -129,6 +129,7 @@ pub fn render(progress: &Progress, identity: &Identity) -> String {
                     EntryKind::Flush => "flush",
                     EntryKind::Open => "open",
                     EntryKind::Advance => "advance",
+                    EntryKind::Load => "load",
                 },
             )],
             entry.committed_at as f64 / 1e6,

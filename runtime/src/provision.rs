@@ -114,10 +114,6 @@ pub enum ProvisionError {
     #[error("{0}")]
     Binary(String),
     #[error(
-        "source.start_from = \"full\" (a full load of the tables from an exported snapshot) is not yet available in this version; use \"tail\", \"head\" or \"lsn:<X/Y>\""
-    )]
-    FullLoadUnavailable,
-    #[error(
         "another instance started this pipeline while this one was starting (commit entry {sequence}, by {writer}), so the position this first run chose no longer applies; start again: the next start resumes from the commit log"
     )]
     StartRaced { sequence: u64, writer: String },

@@ -297,6 +297,7 @@ async fn a_restart_confirms_what_the_sink_already_holds() {
         timeline: None,
         accepted_timeline: None,
         started_from: None,
+        load: None,
     };
     log.commit(&entry).await.unwrap();
     assert_eq!(confirmed_flush(&db.client, &name).await, Some(created));

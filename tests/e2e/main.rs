@@ -13,6 +13,7 @@ mod idle;
 mod landing;
 mod languages;
 mod large;
+mod load;
 mod messages;
 mod metrics;
 mod plugins;

@@ -54,6 +54,7 @@ pub fn config(
         metrics: Default::default(),
         retry: Default::default(),
         parquet: Default::default(),
+        load: Default::default(),
     }
 }
 

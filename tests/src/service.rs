@@ -45,6 +45,8 @@ pub struct ServiceConfig {
     pub flush: Vec<(String, String)>,
     /// More `[source]` settings, as TOML values (`("start_from", "\"head\"")`).
     pub source: Vec<(String, String)>,
+    /// `[load]` settings, as TOML values (`("parallelism", "2")`).
+    pub load: Vec<(String, String)>,
 }
 
 impl ServiceConfig {
@@ -60,6 +62,7 @@ impl ServiceConfig {
             transforms: Vec::new(),
             flush: Vec::new(),
             source: Vec::new(),
+            load: Vec::new(),
         }
     }
 
@@ -101,6 +104,12 @@ impl ServiceConfig {
         ));
         for (key, value) in &self.flush {
             text.push_str(&format!("{key} = {value}\n"));
+        }
+        if !self.load.is_empty() {
+            text.push_str("\n[load]\n");
+            for (key, value) in &self.load {
+                text.push_str(&format!("{key} = {value}\n"));
+            }
         }
         text
     }

@@ -155,6 +155,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
         metrics: Default::default(),
         retry: Default::default(),
         parquet: Default::default(),
+        load: Default::default(),
     };
 
     let (stop, shutdown) = watch::channel(false);

@@ -177,6 +177,7 @@ fn op_tag(op: Op) -> u8 {
         Op::Update => b'U',
         Op::Delete => b'D',
         Op::Truncate => b'T',
+        Op::Load => b'L',
     }
 }
 
@@ -186,6 +187,7 @@ fn tag_op(tag: u8) -> io::Result<Op> {
         b'U' => Op::Update,
         b'D' => Op::Delete,
         b'T' => Op::Truncate,
+        b'L' => Op::Load,
         _ => return Err(corrupt("an unknown operation")),
     })
 }

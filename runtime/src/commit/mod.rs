@@ -170,6 +170,9 @@ pub enum EntryKind {
     /// before, and `last_end_lsn` where the server had sent, so that the slot may release the
     /// WAL before it.
     Advance,
+    /// A chunk of a full load landed: files, the load's progress (`load`), and the positions
+    /// of the entry before (a load reads a snapshot, not the stream).
+    Load,
 }
 
 /// A committed entry of the log.
@@ -210,6 +213,10 @@ pub struct CommitEntry {
     /// On the first open entry: where the pipeline's first run started (`source.start_from`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_from: Option<StartedFrom>,
+    /// While a full load runs (from the open entry that starts it to the entry of its last
+    /// chunk): every tracked table's progress, as of this entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<crate::load::LoadState>,
 }
 
 impl CommitEntry {
@@ -479,6 +486,7 @@ impl Checkpoint {
                 .filter(|&from| self.sequence > 0 && from != timeline)
                 .map(|from| AcceptedTimeline { from, to: timeline }),
             started_from: None,
+            load: None,
         }
     }
 
@@ -487,7 +495,7 @@ impl Checkpoint {
         let backward = match entry.kind {
             EntryKind::Flush => self.sequence > 0 && entry.first_commit_lsn <= self.last_commit_lsn,
             EntryKind::Open => entry.last_commit_lsn < self.last_commit_lsn,
-            EntryKind::Advance => {
+            EntryKind::Advance | EntryKind::Load => {
                 entry.last_commit_lsn < self.last_commit_lsn
                     || entry.last_end_lsn < self.last_end_lsn
             }
@@ -538,6 +546,7 @@ mod tests {
             timeline: None,
             accepted_timeline: None,
             started_from: None,
+            load: None,
         }
     }
 

@@ -19,6 +19,7 @@
 //! one removes its own files of the flushes it can no longer commit, and stops.
 
 mod land;
+mod load;
 mod position;
 mod reconnect;
 mod reload;
@@ -89,6 +90,8 @@ pub enum PipelineError {
     Assemble(#[from] AssembleError),
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    #[error("full load: {0}")]
+    Load(#[from] crate::snapshot::SnapshotError),
     #[error(
         "source.binary = true needs pgoutput protocol 2 (PostgreSQL 14 or newer); this server speaks protocol {0}: set source.binary = false"
     )]
@@ -266,7 +269,24 @@ async fn run_stages(
     .with_retry_limit(config.retry.limit())
     .with_timeline(started.timeline);
     let confirmer = started.stream.confirmer();
-    let reader = Reader {
+    let load_settings = load::LoadSettings {
+        pg: started.reconnect.pg.clone(),
+        publication: config.source.publication.clone(),
+        binary: config.source.binary,
+        temporary_slot: crate::snapshot::temporary_slot_name("load"),
+        parallelism: config.load.parallelism,
+        chunk_pages: u32::try_from((config.load.chunk_mib << 20) / 8192).unwrap_or(u32::MAX),
+        part_bytes: match started.transforms.wants_whole_transactions().is_empty() {
+            true => flush.chunk_mib << 20,
+            false => usize::MAX,
+        },
+        positions: (
+            started.checkpoint.last_commit_lsn(),
+            started.checkpoint.confirmed(),
+        ),
+    };
+    let job = started.load;
+    let mut reader = Reader {
         batcher: Batcher::new(BatchLimits {
             max_rows: flush.max_rows,
             max_bytes: flush.max_mib << 20,
@@ -291,8 +311,31 @@ async fn run_stages(
         progress: progress.clone(),
     };
     let encoder = Encoder::new(&config.parquet.encode_options())?;
+    let read = async move {
+        if let Some(job) = job {
+            let loaded = load::run(
+                job,
+                load_settings,
+                reader.next_sequence,
+                reader.budget.clone(),
+                reader.output.clone(),
+                reader.shutdown.clone(),
+            )
+            .await?;
+            reader.next_sequence = loaded.next_sequence;
+            if let Some(at) = loaded.covers_all {
+                // Every table is in the lake as of the snapshot: what committed before it
+                // is in there already.
+                reader.handed = reader.handed.max(at);
+            }
+            if loaded.stopped {
+                return Ok(reader.stream);
+            }
+        }
+        reader.run().await
+    };
     let (stream, (), (), ()) = tokio::try_join!(
-        reader.run(),
+        read,
         transform_stage(
             started.transforms,
             reload::Reloader::new(config.transform_specs()),
@@ -433,7 +476,17 @@ struct Cut {
     last: bool,
     /// Set on an empty batch that only records how far the server's WAL moved on.
     advance: Option<Advance>,
+    /// Set on a part of a full load's chunk.
+    load: Option<LoadCut>,
     share: Share,
+}
+
+/// What a load chunk's part records: the load's progress after it (on a chunk's last part),
+/// and the stream positions, which a load does not move.
+struct LoadCut {
+    progress: Option<crate::load::LoadState>,
+    last_commit: Lsn,
+    end: Lsn,
 }
 
 /// The positions of an advance entry: the last commit landed, and the server's WAL position.
@@ -594,6 +647,7 @@ impl Reader {
                 part: 0,
                 last: true,
                 advance: Some(advance),
+                load: None,
                 share,
             })
             .await
@@ -691,6 +745,7 @@ impl Reader {
                 part,
                 last: next.last,
                 advance: None,
+                load: None,
                 share,
             };
             if self.output.send(cut).await.is_err() {
@@ -750,6 +805,7 @@ impl Reader {
                 part: 0,
                 last: true,
                 advance: None,
+                load: None,
                 share,
             })
             .await
@@ -807,6 +863,7 @@ async fn transform_stage(
             part,
             last,
             advance,
+            load,
             share,
         } = cut;
         if let Some(advance) = advance {
@@ -824,6 +881,7 @@ async fn transform_stage(
                 files: Vec::new(),
                 dead_letters: 0,
                 plugins: None,
+                load: None,
             };
             let transformed = Transformed {
                 flush,
@@ -843,7 +901,16 @@ async fn transform_stage(
             .last()
             .map(|t| t.end_lsn)
             .unwrap_or_default();
-        let transactions = batch.transactions.len() as u64;
+        // A load's chunk is no transaction, and moves no position.
+        let (first_lsn, last_lsn, last_end_lsn, transactions) = match &load {
+            Some(l) => (l.last_commit, l.last_commit, l.end, u64::from(!last)),
+            None => (
+                first_lsn,
+                last_lsn,
+                last_end_lsn,
+                batch.transactions.len() as u64,
+            ),
+        };
         let changes = batch.change_count() as u64;
         let whole = part == 0 && last;
         let (returned, outputs) = tokio::task::spawn_blocking(move || {
@@ -876,6 +943,7 @@ async fn transform_stage(
                 .map(|o| o.rows.len() as u64)
                 .sum(),
             plugins: Some(plugins.clone()),
+            load: load.and_then(|l| l.progress),
         };
         let transformed = Transformed {
             flush,

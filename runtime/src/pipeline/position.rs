@@ -48,8 +48,8 @@ pub(super) fn first_start(
 ) -> Result<FirstStart, ProvisionError> {
     let confirmed = slot.and_then(|s| s.confirmed_flush_lsn);
     let at = match from {
-        StartFrom::Full => return Err(ProvisionError::FullLoadUnavailable),
-        StartFrom::Head => Lsn::ZERO,
+        // The load's snapshot holds what came before; the stream goes on from the slot.
+        StartFrom::Full | StartFrom::Head => Lsn::ZERO,
         // A new slot starts at the current position by itself.
         StartFrom::Tail if slot.is_none() => Lsn::ZERO,
         StartFrom::Tail => current.max(confirmed.unwrap_or_default()),
@@ -132,6 +132,12 @@ pub(super) fn describe(first: Option<&FirstStart>, resume: Lsn) -> String {
             from: StartFrom::Tail,
             ..
         }) => format!("first run from the tail: changes committed from {resume} on"),
+        Some(FirstStart {
+            from: StartFrom::Full,
+            ..
+        }) => "first run with a full load: the tables as a snapshot holds them, then the changes \
+               committed after it"
+            .to_owned(),
         Some(FirstStart { from, .. }) => {
             format!("first run from {from}: transactions committed from {resume} on")
         }
@@ -230,9 +236,11 @@ mod tests {
     }
 
     #[test]
-    fn full_is_refused_until_the_full_load_exists() {
-        let err = first_start(StartFrom::Full, "s", None, NOW).unwrap_err();
-        assert!(err.to_string().contains("not yet available"), "{err}");
+    fn a_full_load_streams_from_the_slot_after_its_snapshot() {
+        let full = first_start(StartFrom::Full, "s", Some(&slot(0x1000)), NOW).unwrap();
+        assert_eq!(full.at, Lsn::ZERO, "the slot's position");
+        let new = first_start(StartFrom::Full, "s", None, NOW).unwrap();
+        assert_eq!(new.at, Lsn::ZERO);
     }
 
     #[test]

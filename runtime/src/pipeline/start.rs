@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
+use super::load::LoadJob;
 use super::position::{self, FirstStart};
 use super::reconnect::Reconnect;
 use super::retry::with_retry;
@@ -33,10 +34,12 @@ use crate::commit::{
     Checkpoint, CommitEntry, CommitError, CommitLog, FORMAT, PipelineIdentity, Provisioned,
     ProvisionedKind, Writer, unix_micros,
 };
-use crate::config::{PipelineConfig, Provisioning, SourceConfig};
+use crate::config::{PipelineConfig, Provisioning, SourceConfig, StartFrom};
+use crate::load::{LoadState, TableLoad};
 use crate::provision::{self, Ensured, ProvisionError};
 use crate::replication::{ReplicationConnection, ReplicationStream};
 use crate::sink::Sink;
+use crate::snapshot::{Snapshot, SnapshotError};
 use crate::transform::{PluginInfo, TransformChain};
 
 /// How often a waiting start looks at the slot again, and how often it says it still waits.
@@ -62,6 +65,8 @@ pub(super) struct Started {
     pub reconnect: Reconnect,
     /// The source server's timeline.
     pub timeline: u32,
+    /// A full load to land before streaming: a first run's, or one a stop interrupted.
+    pub load: Option<LoadJob>,
 }
 
 /// Start a pipeline; `None` when a stop was requested while it waited for the slot.
@@ -176,10 +181,29 @@ pub(super) async fn start(
             .check_tables(&provision::table_columns(&client, source).await?)
             .await?;
     }
+    let full = first_start.is_some_and(|f| f.from == StartFrom::Full);
+    let mut anchor = None;
     if slot.is_none() {
-        match replication.create_logical_slot(&source.slot).await {
-            Ok(made) => {
-                tracing::info!(slot = %source.slot, at = %made.consistent_point, "created slot");
+        // A first run with a full load creates the slot exporting its snapshot: the load reads
+        // exactly what the slot does not stream.
+        let made = match full {
+            true => match Snapshot::take_with(&pg, &source.slot, true).await {
+                Ok(snapshot) => {
+                    let at = snapshot.consistent_point();
+                    anchor = Some(snapshot);
+                    Ok(at)
+                }
+                Err(SnapshotError::Slot(e)) => Err(e),
+                Err(e) => return Err(e.into()),
+            },
+            false => replication
+                .create_logical_slot(&source.slot)
+                .await
+                .map(|made| made.consistent_point),
+        };
+        match made {
+            Ok(at) => {
+                tracing::info!(slot = %source.slot, %at, "created slot");
                 let record = created(ProvisionedKind::Slot, &source.slot);
                 with_retry!(
                     "recording the slot created",
@@ -224,11 +248,16 @@ pub(super) async fn start(
             timeline: system.timeline,
             first_start: first_start.as_ref(),
             start_at,
+            load: match full {
+                true => Some(provision::tracked_tables(&client, source).await?),
+                false => None,
+            },
         },
         limit,
         shutdown,
     )
     .await?;
+    let load = opened.load.clone().map(|state| LoadJob { anchor, state });
     let recovery = log
         .recover(opened.sequence, crate::flush::MAX_FLIGHTS as u64)
         .await?;
@@ -304,6 +333,7 @@ pub(super) async fn start(
         proto_version,
         catalog,
         timeline: system.timeline,
+        load,
     }))
 }
 
@@ -423,6 +453,8 @@ struct OpenAt<'a> {
     first_start: Option<&'a FirstStart>,
     /// The position `START_REPLICATION` named.
     start_at: Lsn,
+    /// A first run's full load: the tables it loads.
+    load: Option<Vec<String>>,
 }
 
 /// Read the log as it is now that this instance holds the slot, refuse a gap, and append the
@@ -477,6 +509,17 @@ async fn open_log(
             }
             _ => {}
         }
+        // A full load under way goes on in every entry until its last chunk lands; a first
+        // run's starts with its open entry.
+        let first_load = match (at.first_start, &latest) {
+            (Some(_), None) => at.load.as_ref().map(|tables| LoadState {
+                tables: tables.iter().map(TableLoad::pending).collect(),
+            }),
+            _ => None,
+        };
+        entry.load = first_load
+            .or_else(|| latest.as_ref().and_then(|l| l.load.clone()))
+            .filter(|state| !state.finished());
         if let Some(accepted) = entry.accepted_gap {
             tracing::warn!(
                 from = %accepted.from,

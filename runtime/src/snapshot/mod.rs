@@ -34,6 +34,7 @@ use crate::pgtype::{self, ColumnType, ValueError};
 use crate::provision::{self, ProvisionError};
 use crate::replication::{ReplicationConnection, ReplicationError};
 
+pub use crate::load::Pages;
 pub use copy::{CopyError, CopyReader, CopyRow};
 
 /// The settings pgoutput's text values are printed under (see the replication connection):
@@ -49,6 +50,10 @@ pub enum SnapshotError {
     Slot(ReplicationError),
     #[error(transparent)]
     Provision(#[from] ProvisionError),
+    #[error(
+        "table {table} has more than 4294967295 rows in one chunk of a full load; a load numbers a chunk's rows in 32 bits"
+    )]
+    TooLarge { table: String },
     #[error("table {table} does not exist in the source")]
     NoTable { table: String },
     #[error("reading table {table}: {source}")]
@@ -69,6 +74,14 @@ pub enum SnapshotError {
 fn query(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> ProvisionError {
     let what = what.into();
     move |error| ProvisionError::Query { what, error }
+}
+
+/// A name for a temporary slot of this process, for `purpose` (`verify`, `load`).
+pub fn temporary_slot_name(purpose: &str) -> String {
+    let mut bytes = [0u8; 4];
+    let _ = getrandom::fill(&mut bytes);
+    let random: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("tributary_{purpose}_{}_{random}", std::process::id())
 }
 
 /// A table of the source, as the snapshot sees it.
@@ -92,6 +105,16 @@ pub struct SourceTable {
 }
 
 impl SourceTable {
+    /// The table's OID.
+    pub fn oid(&self) -> u32 {
+        self.oid
+    }
+
+    /// A partitioned table: its rows live in its partitions.
+    pub fn partitioned(&self) -> bool {
+        self.partitioned
+    }
+
     /// The names of the key columns.
     pub fn key_names(&self) -> Vec<&str> {
         self.key
@@ -112,37 +135,94 @@ impl Snapshot {
     /// Take a snapshot of the source at `pg` through a temporary slot named `slot`. Creating a
     /// logical slot waits until the transactions running at that moment have ended.
     pub async fn take(pg: &tokio_postgres::Config, slot: &str) -> Result<Snapshot, SnapshotError> {
+        Self::take_with(pg, slot, false).await
+    }
+
+    /// [`take`](Self::take), the slot kept when `keep` (a pipeline's own slot, created for a
+    /// full load: it then streams from exactly where the snapshot stands).
+    pub async fn take_with(
+        pg: &tokio_postgres::Config,
+        slot: &str,
+        keep: bool,
+    ) -> Result<Snapshot, SnapshotError> {
         let mut replication = ReplicationConnection::connect(pg)
             .await
             .map_err(SnapshotError::Slot)?;
-        let created = replication
-            .create_temporary_slot_exporting_snapshot(slot)
-            .await
-            .map_err(SnapshotError::Slot)?;
+        let created = match keep {
+            true => {
+                replication
+                    .create_logical_slot_exporting_snapshot(slot)
+                    .await
+            }
+            false => {
+                replication
+                    .create_temporary_slot_exporting_snapshot(slot)
+                    .await
+            }
+        }
+        .map_err(SnapshotError::Slot)?;
         let Some(name) = created.snapshot_name else {
             return Err(SnapshotError::Slot(ReplicationError::Protocol(
                 "the server created the slot but exported no snapshot".into(),
             )));
         };
+        let snapshot = Self::import(pg, &name, created.consistent_point).await?;
+        // The transaction holds the snapshot now; a temporary slot has done its work.
+        if !keep {
+            replication
+                .drop_slot(slot)
+                .await
+                .map_err(SnapshotError::Slot)?;
+        }
+        drop(replication);
+        Ok(snapshot)
+    }
+
+    /// Join snapshot `name`, exported by another session that still holds it (a slot's
+    /// creation, or [`export`](Self::export)), which stands at `consistent_point`.
+    pub async fn import(
+        pg: &tokio_postgres::Config,
+        name: &str,
+        consistent_point: Lsn,
+    ) -> Result<Snapshot, SnapshotError> {
         let client = provision::connect(pg).await?;
         client
             .batch_execute(&format!(
                 "{SESSION_SETTINGS}; BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; \
                  SET TRANSACTION SNAPSHOT {}",
-                crate::replication::quote_literal(&name)
+                crate::replication::quote_literal(name)
             ))
             .await
             .map_err(query(format!("importing snapshot {name}")))?;
-        // The transaction holds the snapshot now; the slot has done its work.
-        replication
-            .drop_slot(slot)
-            .await
-            .map_err(SnapshotError::Slot)?;
-        drop(replication);
         Ok(Snapshot {
             client,
-            consistent_point: created.consistent_point,
+            consistent_point,
         })
+    }
+
+    /// Export this transaction's snapshot under a new name, for other connections to
+    /// [`import`](Self::import) for as long as this one stays open.
+    pub async fn export(&self) -> Result<String, SnapshotError> {
+        Ok(self
+            .client
+            .query_one("SELECT pg_export_snapshot()", &[])
+            .await
+            .map_err(query("exporting the snapshot to more connections"))?
+            .get(0))
+    }
+
+    /// How many heap pages `table` has now (a partitioned table has none of its own).
+    pub async fn pages(&self, table: &SourceTable) -> Result<u32, SnapshotError> {
+        let pages: i64 = self
+            .client
+            .query_one(
+                "SELECT pg_relation_size($1::oid) / current_setting('block_size')::bigint",
+                &[&table.oid],
+            )
+            .await
+            .map_err(query(format!("reading the size of table {}", table.name)))?
+            .get(0);
+        Ok(u32::try_from(pages).unwrap_or(u32::MAX))
     }
 
     /// The WAL position the snapshot stands at: transactions that committed before it are
@@ -301,7 +381,18 @@ impl Snapshot {
 
     /// Stream the rows of `table` as the snapshot sees them.
     pub async fn rows(&self, table: &SourceTable) -> Result<TableRows, SnapshotError> {
-        let select: Vec<String> = table
+        self.read(table, Pages::All).await
+    }
+
+    /// Stream the rows of `table` in `pages`; rows of a page range come with their place in
+    /// the heap ([`TableRows::next_rows`]).
+    pub async fn read(
+        &self,
+        table: &SourceTable,
+        pages: Pages,
+    ) -> Result<TableRows, SnapshotError> {
+        let placed = matches!(pages, Pages::Range { .. });
+        let mut select: Vec<String> = table
             .columns
             .iter()
             .map(|c| match c.ty.reads_binary() {
@@ -309,12 +400,23 @@ impl Snapshot {
                 false => format!("{}::text", provision::quote_ident(&c.name)),
             })
             .collect();
+        if placed {
+            select.insert(0, "ctid".to_owned());
+        }
         let only = if table.partitioned { "" } else { "ONLY " };
-        let filter = table
-            .row_filter
-            .as_deref()
-            .map(|f| format!(" WHERE {f}"))
-            .unwrap_or_default();
+        let mut conditions: Vec<String> =
+            table.row_filter.iter().map(|f| format!("({f})")).collect();
+        if let Pages::Range { from, to } = pages {
+            // TID range scans (PostgreSQL 14 and later) read just these pages.
+            conditions.push(format!("ctid >= '({from},0)'::tid"));
+            if let Some(to) = to {
+                conditions.push(format!("ctid < '({to},0)'::tid"));
+            }
+        }
+        let filter = match conditions.is_empty() {
+            true => String::new(),
+            false => format!(" WHERE {}", conditions.join(" AND ")),
+        };
         let relation: String = self
             .client
             .query_one("SELECT $1::oid::regclass::text", &[&table.oid])
@@ -336,9 +438,10 @@ impl Snapshot {
             .map_err(query(format!("reading table {}", table.name)))?;
         Ok(TableRows {
             table: table.clone(),
-            reader: CopyReader::new(table.columns.len().max(1)),
+            reader: CopyReader::new(select.len().max(1)),
             stream: Box::pin(stream),
             ended: false,
+            placed,
         })
     }
 
@@ -358,6 +461,18 @@ pub struct TableRows {
     reader: CopyReader,
     stream: Pin<Box<CopyOutStream>>,
     ended: bool,
+    /// Each row starts with its `ctid`.
+    placed: bool,
+}
+
+/// A row read with its place and size.
+#[derive(Debug)]
+pub struct ReadRow {
+    /// `(block, offset)` in the heap, for a read of a page range.
+    pub place: Option<(u32, u16)>,
+    pub values: Vec<Value>,
+    /// What the row occupies decoded, about: the measure budgets count.
+    pub bytes: usize,
 }
 
 impl TableRows {
@@ -372,22 +487,75 @@ impl TableRows {
                 rows.push(self.decode(row)?);
                 continue;
             }
-            if self.ended {
+            if !self.fill().await? {
                 break;
-            }
-            match self.stream.next().await {
-                Some(bytes) => {
-                    let bytes =
-                        bytes.map_err(query(format!("reading table {}", self.table.name)))?;
-                    self.reader.push(&bytes);
-                }
-                None => {
-                    self.ended = true;
-                    self.reader.finish().map_err(|e| self.copy_error(e))?;
-                }
             }
         }
         Ok((!rows.is_empty()).then_some(rows))
+    }
+
+    /// More rows, until they occupy about `max_bytes` decoded; `None` once all were read.
+    pub async fn next_rows(
+        &mut self,
+        max_bytes: usize,
+    ) -> Result<Option<Vec<ReadRow>>, SnapshotError> {
+        let (mut rows, mut bytes) = (Vec::new(), 0);
+        while bytes < max_bytes {
+            if let Some(mut row) = self.reader.next_row().map_err(|e| self.copy_error(e))? {
+                let place = match self.placed {
+                    true => Some(self.place(row.remove(0))?),
+                    false => None,
+                };
+                let size = crate::assemble::CHANGE_BYTES
+                    + row
+                        .iter()
+                        .map(|f| crate::assemble::VALUE_BYTES + f.as_ref().map_or(0, |b| b.len()))
+                        .sum::<usize>();
+                bytes += size;
+                rows.push(ReadRow {
+                    place,
+                    values: self.decode(row)?,
+                    bytes: size,
+                });
+                continue;
+            }
+            if !self.fill().await? {
+                break;
+            }
+        }
+        Ok((!rows.is_empty()).then_some(rows))
+    }
+
+    /// A `ctid` in its binary form: the block (4 bytes) and the offset (2).
+    fn place(&self, field: Option<bytes::Bytes>) -> Result<(u32, u16), SnapshotError> {
+        match field.as_deref() {
+            Some(&[a, b, c, d, e, f]) => {
+                Ok((u32::from_be_bytes([a, b, c, d]), u16::from_be_bytes([e, f])))
+            }
+            _ => Err(SnapshotError::Copy {
+                table: self.table.name.clone(),
+                source: CopyError::Length(field.map_or(-1, |b| b.len() as i32)),
+            }),
+        }
+    }
+
+    /// Read more of the COPY data into the reader; `false` once it has all been read.
+    async fn fill(&mut self) -> Result<bool, SnapshotError> {
+        if self.ended {
+            return Ok(false);
+        }
+        match self.stream.next().await {
+            Some(bytes) => {
+                let bytes = bytes.map_err(query(format!("reading table {}", self.table.name)))?;
+                self.reader.push(&bytes);
+            }
+            None => {
+                self.ended = true;
+                self.reader.finish().map_err(|e| self.copy_error(e))?;
+            }
+        }
+        // At the end, rows may still wait in the reader.
+        Ok(true)
     }
 
     fn copy_error(&self, source: CopyError) -> SnapshotError {

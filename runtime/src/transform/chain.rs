@@ -669,7 +669,7 @@ fn identity(batch: Batch, collector: &mut Collector) {
             let old = match change.op {
                 Op::Update => old,
                 Op::Delete => Some(values.clone()),
-                Op::Insert | Op::Truncate => None,
+                Op::Insert | Op::Truncate | Op::Load => None,
             };
             collector.batches[groups[handle]]
                 .rows
@@ -973,7 +973,11 @@ pub(super) fn route(
                     }
                 };
                 let lsn = batch.transactions[tx].commit_lsn;
-                let op = convert::op_from_wit(row.op);
+                let op = match (convert::op_from_wit(row.op), batch.transactions[tx].xid) {
+                    // A load chunk's truncate is its table's load marker.
+                    (Op::Truncate, crate::load::LOAD_XID) => Op::Load,
+                    (op, _) => op,
+                };
                 match &row.target {
                     wit::Target::Source(h) => {
                         let Some(shape) = shapes.get(*h as usize) else {
@@ -1027,7 +1031,7 @@ pub(super) fn route(
                             Op::Update => (Some(values), old),
                             Op::Delete => (None, Some(values)),
                             // A truncate carries no row; its output row is all nulls anyway.
-                            Op::Truncate => (None, None),
+                            Op::Truncate | Op::Load => (None, None),
                         };
                         next[tx].changes.push(Change {
                             op,

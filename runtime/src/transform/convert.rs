@@ -195,7 +195,7 @@ pub(super) fn op_to_wit(op: Op) -> wit::Op {
         Op::Insert => wit::Op::Insert,
         Op::Update => wit::Op::Update,
         Op::Delete => wit::Op::Delete,
-        Op::Truncate => wit::Op::Truncate,
+        Op::Truncate | Op::Load => wit::Op::Truncate,
     }
 }
 

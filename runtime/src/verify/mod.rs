@@ -176,7 +176,7 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
     let tables = tables(&client, config, options.table.as_deref()).await?;
 
     tracing::info!("taking a snapshot of the source (waits for transactions running now to end)");
-    let snapshot = Snapshot::take(&pg, &temporary_slot_name()).await?;
+    let snapshot = Snapshot::take(&pg, &crate::snapshot::temporary_slot_name("verify")).await?;
     let at = snapshot.consistent_point();
     tracing::info!(%at, "snapshot taken");
     let mut catalog = Catalog::new(pg.clone(), false);
@@ -255,14 +255,6 @@ async fn tables(
             tracked: tracked.join(", "),
         }),
     }
-}
-
-/// A name no other verify uses at the same time.
-fn temporary_slot_name() -> String {
-    let mut bytes = [0u8; 4];
-    let _ = getrandom::fill(&mut bytes);
-    let random: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("tributary_verify_{}_{random}", std::process::id())
 }
 
 /// How a source table is compared.

@@ -158,6 +158,7 @@ fn ops(batch: &RecordBatch) -> Result<Vec<Op>, ReadError> {
             "update" => Ok(Op::Update),
             "delete" => Ok(Op::Delete),
             "truncate" => Ok(Op::Truncate),
+            "load" => Ok(Op::Load),
             other => Err(ReadError::Op {
                 row: i,
                 op: other.to_owned(),
@@ -235,7 +236,7 @@ pub fn table_file(
             }
             let op = ops[i];
             let (key, old_key) = match (op, shape.key.is_some()) {
-                (Op::Truncate, _) => (0, None),
+                (Op::Truncate | Op::Load, _) => (0, None),
                 (Op::Insert, _) => (cells.key(i), None),
                 (Op::Update, _) => (cells.key(i), cells.old_key(i)),
                 (Op::Delete, true) => (cells.key(i), None),

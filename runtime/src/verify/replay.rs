@@ -175,7 +175,7 @@ pub fn replay(mut changes: Vec<Landed>, before: u64, keyed: bool) -> (State, Vec
 
 fn apply_keyed(map: &mut DigestMap<Version>, change: Landed) {
     match change.op {
-        Op::Truncate => map.clear(),
+        Op::Truncate | Op::Load => map.clear(),
         Op::Delete => {
             map.remove(&change.key);
         }
@@ -227,7 +227,7 @@ fn apply_rows(map: &mut DigestMap<(u32, RowAt)>, change: &Landed) {
         }
     };
     match change.op {
-        Op::Truncate => map.clear(),
+        Op::Truncate | Op::Load => map.clear(),
         Op::Delete => remove(change.key),
         Op::Insert | Op::Update => {
             if change.has_old {

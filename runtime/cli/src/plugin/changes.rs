@@ -173,7 +173,7 @@ impl Reader {
             Op::Insert => (true, false),
             Op::Update => (true, true),
             Op::Delete => (false, true),
-            Op::Truncate => (false, false),
+            Op::Truncate | Op::Load => (false, false),
         };
         if wants_new != has("new") {
             return Err(match wants_new {

@@ -1,0 +1,251 @@
+//! A full load: the rows the tracked tables held at one snapshot, landed ahead of the changes
+//! committed after it. No IO here: the plan, the identities of load rows, the batches they
+//! travel in, and the progress the commit log records. [`crate::snapshot`] reads the rows;
+//! the pipeline's load stage runs the plan.
+//!
+//! **Identity and order.** A load row is an insert whose `_commit_lsn` is the snapshot's
+//! position `P` (its consistent point): transactions that committed before `P` are in the
+//! snapshot, later ones are streamed, and no commit record lies at `P` itself (it is a
+//! running-transactions record). So sorting by `(_commit_lsn, _seq)` puts a table's load
+//! after every change it already holds and before every change that follows. `_seq` is the
+//! row's place in the heap, `block * 291 + offset` (291 tuples fit an 8 KiB page at most), so
+//! chunks read in parallel number their rows without talking to each other, and `_seq = 0`
+//! is left for the table's **load marker**: one row with `_op = "load"` and every column null,
+//! which tells a reader to empty its copy of the table before the rows that follow. `_xid`
+//! is 0, the id no PostgreSQL transaction has. A table too large for that numbering (more than
+//! 14.7M pages) or a partitioned one (whose partitions' heaps overlap) is read in one chunk
+//! and numbered in the order it is read.
+//!
+//! **Plugins** see a load chunk as a transaction with `xid` 0 and `commit-lsn` `P`, its
+//! marker as a `truncate` and its rows as inserts, in parts like any large transaction.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Lsn;
+use crate::change::{Change, Op, Transaction, Value};
+use crate::pgoutput::{Relation, RelationColumn, ReplicaIdentity};
+use crate::snapshot::SourceTable;
+
+/// Most tuples one heap page can hold (`MaxHeapTuplesPerPage` for 8 KiB pages).
+pub const TUPLES_PER_PAGE: u32 = 291;
+/// The id no PostgreSQL transaction has; load chunks carry it.
+pub const LOAD_XID: u32 = 0;
+
+/// The progress of a load, as every commit entry written while it runs records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadState {
+    pub tables: Vec<TableLoad>,
+}
+
+/// One table's part of a load.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableLoad {
+    /// `schema.table`.
+    pub table: String,
+    /// The snapshot it is read at: its load rows' `_commit_lsn`.
+    pub snapshot_lsn: Lsn,
+    /// Chunks in its plan (`None` until it is planned), and how many of them, from the
+    /// first, in order, have landed.
+    pub chunks: Option<u32>,
+    pub done: u32,
+    /// Rows landed so far.
+    pub rows: u64,
+}
+
+impl TableLoad {
+    pub fn finished(&self) -> bool {
+        self.chunks == Some(self.done)
+    }
+
+    /// A table not yet planned, to load.
+    pub fn pending(table: impl Into<String>) -> TableLoad {
+        TableLoad {
+            table: table.into(),
+            snapshot_lsn: Lsn::ZERO,
+            chunks: None,
+            done: 0,
+            rows: 0,
+        }
+    }
+}
+
+impl LoadState {
+    /// Whether every table has landed all of its chunks.
+    pub fn finished(&self) -> bool {
+        self.tables.iter().all(TableLoad::finished)
+    }
+
+    /// The tables still to load, by name.
+    pub fn unfinished(&self) -> Vec<String> {
+        self.tables
+            .iter()
+            .filter(|t| !t.finished())
+            .map(|t| t.table.clone())
+            .collect()
+    }
+}
+
+/// Which rows of a table one chunk reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pages {
+    /// The whole table, rows numbered in the order read.
+    All,
+    /// Heap pages `from..to` (`None`: to the end), rows numbered by their place.
+    Range { from: u32, to: Option<u32> },
+}
+
+/// The chunks of a table of `pages` heap pages, at most `chunk_pages` each. The last one is
+/// open-ended: pages added after the size was read hold no row the snapshot sees, but reading
+/// them costs nothing and a size read early can only be short.
+pub fn plan(pages: u32, chunk_pages: u32, numbered_by_place: bool) -> Vec<Pages> {
+    if !numbered_by_place || pages > u32::MAX / TUPLES_PER_PAGE - 1 {
+        return vec![Pages::All];
+    }
+    let chunk_pages = chunk_pages.max(1);
+    let mut chunks = Vec::new();
+    let mut from = 0u32;
+    loop {
+        let to = from.saturating_add(chunk_pages);
+        if to >= pages {
+            chunks.push(Pages::Range { from, to: None });
+            return chunks;
+        }
+        chunks.push(Pages::Range { from, to: Some(to) });
+        from = to;
+    }
+}
+
+/// The `_seq` of the row at heap position `(block, offset)`; offsets start at 1.
+pub fn seq_of_place(block: u32, offset: u16) -> u32 {
+    block * TUPLES_PER_PAGE + u32::from(offset)
+}
+
+/// The relation load rows of `table` belong to, shaped as pgoutput describes the table, so
+/// that load rows and streamed changes land in one dataset with one schema.
+pub fn relation(table: &SourceTable) -> Relation {
+    let (namespace, name) = table
+        .name
+        .split_once('.')
+        .expect("tracked tables are named schema.table");
+    let columns = table
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            // pgoutput flags the replica identity's columns, every column under FULL.
+            let key = match table.identity {
+                ReplicaIdentity::Full => true,
+                ReplicaIdentity::Nothing => false,
+                _ => table.key.contains(&i),
+            };
+            let mut column = RelationColumn::new(c.name.clone(), c.type_oid, c.type_modifier, key);
+            column.ty = c.ty.clone();
+            column
+        })
+        .collect();
+    Relation {
+        id: table.oid(),
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        replica_identity: table.identity,
+        columns,
+    }
+}
+
+/// The load marker of `relation`: `_seq` 0, every column null.
+pub fn marker(relation: &Arc<Relation>) -> Change {
+    Change {
+        op: Op::Load,
+        relation: relation.clone(),
+        seq: 0,
+        new: Some(vec![Value::Null; relation.columns.len()]),
+        old: None,
+    }
+}
+
+/// A load row.
+pub fn row(relation: &Arc<Relation>, seq: u32, values: Vec<Value>) -> Change {
+    Change {
+        op: Op::Insert,
+        relation: relation.clone(),
+        seq,
+        new: Some(values),
+        old: None,
+    }
+}
+
+/// The transaction a part of a load chunk travels in.
+pub fn transaction(snapshot_lsn: Lsn, snapshot_time: i64, changes: Vec<Change>) -> Transaction {
+    Transaction {
+        xid: LOAD_XID,
+        commit_lsn: snapshot_lsn,
+        end_lsn: snapshot_lsn,
+        commit_time: snapshot_time,
+        changes,
+        messages: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_table_is_cut_into_page_ranges_the_last_open_ended() {
+        assert_eq!(
+            plan(10, 4, true),
+            vec![
+                Pages::Range {
+                    from: 0,
+                    to: Some(4)
+                },
+                Pages::Range {
+                    from: 4,
+                    to: Some(8)
+                },
+                Pages::Range { from: 8, to: None },
+            ]
+        );
+        assert_eq!(plan(8, 4, true).len(), 2, "no empty chunk after a full one");
+        assert_eq!(plan(0, 4, true), vec![Pages::Range { from: 0, to: None }]);
+        assert_eq!(plan(10, 4, false), vec![Pages::All], "partitioned tables");
+        assert_eq!(
+            plan(15_000_000, 4096, true),
+            vec![Pages::All],
+            "past u32 places"
+        );
+    }
+
+    #[test]
+    fn places_number_rows_uniquely_past_the_marker() {
+        assert_eq!(seq_of_place(0, 1), 1, "0 is the marker's");
+        assert_eq!(seq_of_place(1, 1), TUPLES_PER_PAGE + 1);
+        assert!(seq_of_place(0, 291) < seq_of_place(1, 1));
+        let last_block = u32::MAX / TUPLES_PER_PAGE - 2;
+        assert!(seq_of_place(last_block, 291) > seq_of_place(last_block, 290));
+    }
+
+    #[test]
+    fn progress_counts_tables_whose_chunks_all_landed() {
+        let t = |table: &str, chunks, done| TableLoad {
+            table: table.into(),
+            snapshot_lsn: Lsn(0x10),
+            chunks: Some(chunks),
+            done,
+            rows: 0,
+        };
+        let state = LoadState {
+            tables: vec![
+                t("public.a", 3, 3),
+                t("public.b", 2, 1),
+                TableLoad::pending("public.c"),
+            ],
+        };
+        assert!(!state.finished());
+        assert_eq!(state.unfinished(), ["public.b", "public.c"]);
+        let json = serde_json::to_string(&state).unwrap();
+        assert_eq!(serde_json::from_str::<LoadState>(&json).unwrap(), state);
+    }
+}

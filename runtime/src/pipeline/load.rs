@@ -1,0 +1,339 @@
+//! The load stage: a full load's chunks read on several connections inside one snapshot, and
+//! handed on in plan order, each chunk one flush (in parts), before streaming begins.
+//!
+//! Workers take chunks from a shared queue and read them on connections that imported the
+//! snapshot; each chunk has a small queue of its own, so a worker ahead of the hand-over waits
+//! with at most two parts read. The hand-over takes the chunks in plan order, gives each part
+//! its share of the in-flight budget and sends it on as a [`Cut`]; a chunk's last part carries
+//! the load's progress after it, which its commit entry records. Load entries leave the
+//! stream positions where they were: the changes after the snapshot are streamed afterwards
+//! from the slot's position, and a table's load marker sorts after those it supersedes.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+
+use super::{Budget, Cut, PEAK_COPIES, PROGRESS_EVERY, PipelineError, Shutdown};
+use crate::Lsn;
+use crate::catalog::Catalog;
+use crate::change::{Batch, Change};
+use crate::commit::unix_micros;
+use crate::load::{self, LoadState, Pages, TableLoad};
+use crate::pgoutput::Relation;
+use crate::snapshot::{Snapshot, SnapshotError, SourceTable};
+
+/// Parts of a chunk read ahead of the hand-over, per chunk: with the part being read, each
+/// connection holds at most two parts outside the in-flight budget.
+const READ_AHEAD: usize = 1;
+
+/// A load to run before streaming.
+pub(crate) struct LoadJob {
+    /// The snapshot exported when the slot was created for this load; `None`: take one.
+    pub anchor: Option<Snapshot>,
+    /// Every tracked table, those loaded by an earlier run marked finished.
+    pub state: LoadState,
+}
+
+/// How a load reads.
+pub(super) struct LoadSettings {
+    pub pg: tokio_postgres::Config,
+    pub publication: String,
+    pub binary: bool,
+    /// A temporary slot's name, for a snapshot of its own.
+    pub temporary_slot: String,
+    pub parallelism: usize,
+    pub chunk_pages: u32,
+    /// Decoded bytes per part; `usize::MAX` hands each chunk on whole.
+    pub part_bytes: usize,
+    /// The positions the load's entries keep: the last commit landed and the confirmed one.
+    pub positions: (Lsn, Lsn),
+}
+
+/// What a finished load tells the read stage.
+pub(super) struct Loaded {
+    pub next_sequence: u64,
+    /// Every table was loaded at this one snapshot now: streamed transactions that committed
+    /// before it are in the lake already.
+    pub covers_all: Option<Lsn>,
+    /// A stop came during the load; it stopped at a chunk's end.
+    pub stopped: bool,
+}
+
+/// One chunk of the plan.
+struct Chunk {
+    table: usize,
+    index: u32,
+    pages: Pages,
+}
+
+/// A read part of a chunk, with what it occupies decoded.
+type Part = Result<(Vec<Change>, usize), SnapshotError>;
+
+struct Planned {
+    table: SourceTable,
+    relation: Arc<Relation>,
+    chunks: u32,
+}
+
+/// Run the load, sending its parts to `output` from sequence `next_sequence` on.
+pub(super) async fn run(
+    job: LoadJob,
+    settings: LoadSettings,
+    next_sequence: u64,
+    budget: Budget,
+    output: mpsc::Sender<Cut>,
+    shutdown: Shutdown,
+) -> Result<Loaded, PipelineError> {
+    let started = Instant::now();
+    let LoadJob { anchor, mut state } = job;
+    let anchor = match anchor {
+        Some(anchor) => anchor,
+        None => {
+            tracing::info!(
+                tables = ?state.unfinished(),
+                "taking a snapshot for the load (a temporary slot; this waits for the transactions running now to end)"
+            );
+            Snapshot::take(&settings.pg, &settings.temporary_slot).await?
+        }
+    };
+    let snapshot_lsn = anchor.consistent_point();
+    let snapshot_time = unix_micros();
+    let covers_all = state.tables.iter().all(|t| !t.finished());
+
+    // The plan, read inside the snapshot.
+    let mut catalog = Catalog::new(settings.pg.clone(), settings.binary);
+    let mut planned = Vec::new();
+    let mut chunks = Vec::new();
+    for entry in state.tables.iter_mut().filter(|t| !t.finished()) {
+        let table = anchor
+            .table(&mut catalog, &entry.table, Some(&settings.publication))
+            .await?;
+        let pages = anchor.pages(&table).await?;
+        let plan = load::plan(pages, settings.chunk_pages, !table.partitioned());
+        if entry.snapshot_lsn != Lsn::ZERO && entry.snapshot_lsn != snapshot_lsn {
+            tracing::warn!(
+                table = %entry.table,
+                interrupted = %entry.snapshot_lsn,
+                snapshot = %snapshot_lsn,
+                "loading the table again under a new snapshot: the interrupted load's snapshot ended with its process; the rows it landed stay in the lake before the new load marker, which tells readers to drop them"
+            );
+        }
+        *entry = TableLoad {
+            table: entry.table.clone(),
+            snapshot_lsn,
+            chunks: Some(plan.len() as u32),
+            done: 0,
+            rows: 0,
+        };
+        let index = planned.len();
+        chunks.extend(plan.into_iter().enumerate().map(|(i, pages)| Chunk {
+            table: index,
+            index: i as u32,
+            pages,
+        }));
+        planned.push(Planned {
+            relation: Arc::new(load::relation(&table)),
+            chunks: entry.chunks.unwrap_or(1),
+            table,
+        });
+    }
+    let tables: Vec<String> = planned.iter().map(|p| p.table.name.clone()).collect();
+    tracing::info!(
+        snapshot = %snapshot_lsn,
+        tables = %tables.join(", "),
+        chunks = chunks.len(),
+        connections = settings.parallelism.min(chunks.len()).max(1),
+        "full load: reading the tables as they were at the snapshot"
+    );
+
+    // Workers, each inside the snapshot; the anchor is the first.
+    let workers = settings.parallelism.min(chunks.len()).max(1);
+    let name = match workers > 1 {
+        true => Some(anchor.export().await?),
+        false => None,
+    };
+    let mut snapshots = vec![anchor];
+    for _ in 1..workers {
+        let name = name.as_deref().expect("exported for more than one worker");
+        snapshots.push(Snapshot::import(&settings.pg, name, snapshot_lsn).await?);
+    }
+    let planned = Arc::new(planned);
+    let mut receivers = VecDeque::new();
+    let queue = Arc::new(Mutex::new(VecDeque::new()));
+    for chunk in chunks {
+        let (tx, rx) = mpsc::channel::<Part>(READ_AHEAD);
+        receivers.push_back((chunk.table, chunk.index, rx));
+        queue.lock().expect("never poisoned").push_back((chunk, tx));
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for snapshot in snapshots {
+        let (queue, planned) = (queue.clone(), planned.clone());
+        let part_bytes = settings.part_bytes;
+        tasks.spawn(async move {
+            loop {
+                let next = queue.lock().expect("never poisoned").pop_front();
+                let Some((chunk, tx)) = next else { break };
+                read_chunk(&snapshot, &planned[chunk.table], &chunk, part_bytes, &tx).await;
+            }
+            // The transaction ends with the connection; nothing was written.
+            drop(snapshot);
+        });
+    }
+
+    // The hand-over, in plan order.
+    let mut sequence = next_sequence;
+    let mut rows_read = 0u64;
+    let mut said = Instant::now();
+    let mut stopped = false;
+    let (last_commit, end) = settings.positions;
+    while let Some((table, index, mut rx)) = receivers.pop_front() {
+        if *shutdown.borrow() {
+            stopped = true;
+            tracing::info!(
+                sequence,
+                "stopping during the full load, at a chunk's end; the next start loads the unfinished tables again"
+            );
+            break;
+        }
+        let p = &planned[table];
+        let (mut changes, mut bytes) = rx.recv().await.unwrap_or_else(|| Ok((Vec::new(), 0)))?;
+        if index == 0 {
+            changes.insert(0, load::marker(&p.relation));
+        }
+        let mut part = 0u32;
+        let mut chunk_rows = 0u64;
+        loop {
+            // Look one part ahead: the last part is the one the chunk's queue ends after.
+            let next = rx.recv().await.transpose()?;
+            let last = next.is_none();
+            let rows = changes.iter().filter(|c| c.seq != 0).count() as u64;
+            chunk_rows += rows;
+            rows_read += rows;
+            let progress = last.then(|| {
+                let entry = state
+                    .tables
+                    .iter_mut()
+                    .find(|t| t.table == p.table.name)
+                    .expect("planned tables are in the state");
+                entry.done += 1;
+                entry.rows += chunk_rows;
+                state.clone()
+            });
+            let share = budget.take(bytes.saturating_mul(PEAK_COPIES)).await;
+            let cut = Cut {
+                batch: Batch {
+                    transactions: vec![load::transaction(snapshot_lsn, snapshot_time, changes)],
+                    messages: Vec::new(),
+                },
+                sequence,
+                part,
+                last,
+                advance: None,
+                load: Some(super::LoadCut {
+                    progress,
+                    last_commit,
+                    end,
+                }),
+                share,
+            };
+            if output.send(cut).await.is_err() {
+                // A later stage stopped; its error is the pipeline's.
+                tasks.abort_all();
+                return Ok(Loaded {
+                    next_sequence: sequence + 1,
+                    covers_all: None,
+                    stopped: true,
+                });
+            }
+            match next {
+                Some((more, more_bytes)) => {
+                    (changes, bytes) = (more, more_bytes);
+                    part += 1;
+                }
+                None => break,
+            }
+        }
+        sequence += 1;
+        if index + 1 == p.chunks {
+            tracing::info!(table = %p.table.name, rows = chunk_rows_total(&state, &p.table.name), "table read; its last chunk is on its way to the lake");
+        }
+        if said.elapsed() >= PROGRESS_EVERY {
+            said = Instant::now();
+            let secs = started.elapsed().as_secs_f64().max(0.001);
+            tracing::info!(
+                table = %p.table.name,
+                chunk = index + 1,
+                of = p.chunks,
+                rows = rows_read,
+                rows_per_sec = (rows_read as f64 / secs) as u64,
+                "full load in progress"
+            );
+        }
+    }
+    tasks.abort_all();
+    if !stopped {
+        tracing::info!(
+            rows = rows_read,
+            tables = planned.len(),
+            secs = format!("{:.1}", started.elapsed().as_secs_f64()),
+            snapshot = %snapshot_lsn,
+            "full load handed on; streaming the changes after it"
+        );
+    }
+    Ok(Loaded {
+        next_sequence: sequence,
+        covers_all: (covers_all && !stopped).then_some(snapshot_lsn),
+        stopped,
+    })
+}
+
+fn chunk_rows_total(state: &LoadState, table: &str) -> u64 {
+    state
+        .tables
+        .iter()
+        .find(|t| t.table == table)
+        .map_or(0, |t| t.rows)
+}
+
+/// Read one chunk into parts of about `part_bytes`, sent to `tx`; an error ends the chunk.
+async fn read_chunk(
+    snapshot: &Snapshot,
+    planned: &Planned,
+    chunk: &Chunk,
+    part_bytes: usize,
+    tx: &mpsc::Sender<Part>,
+) {
+    let result = async {
+        let mut rows = snapshot.read(&planned.table, chunk.pages).await?;
+        let mut ordinal = 0u32;
+        while let Some(read) = rows.next_rows(part_bytes).await? {
+            let mut changes = Vec::with_capacity(read.len());
+            let bytes = read.iter().map(|r| r.bytes).sum();
+            for row in read {
+                let seq = match row.place {
+                    Some((block, offset)) => load::seq_of_place(block, offset),
+                    None => {
+                        ordinal =
+                            ordinal
+                                .checked_add(1)
+                                .ok_or_else(|| SnapshotError::TooLarge {
+                                    table: planned.table.name.clone(),
+                                })?;
+                        ordinal
+                    }
+                };
+                changes.push(load::row(&planned.relation, seq, row.values));
+            }
+            if tx.send(Ok((changes, bytes))).await.is_err() {
+                return Ok(());
+            }
+        }
+        Ok::<(), SnapshotError>(())
+    }
+    .await;
+    if let Err(error) = result {
+        let _ = tx.send(Err(error)).await;
+    }
+}

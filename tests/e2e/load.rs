@@ -1,0 +1,228 @@
+//! The full load (`source.start_from = "full"`, issue 11): the tables' rows from the snapshot
+//! the slot was created with, in chunks read on two connections, each table behind one load
+//! marker, then the changes committed after the snapshot; under concurrent writes, and with
+//! the process killed in the middle of the load and started again.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tributary::commit::CommitLog;
+use tributary::load::LOAD_XID;
+use tributary_tests::chaos::assert_lake_equals_source;
+use tributary_tests::lake::{committed_rows, entries};
+use tributary_tests::service::{Fixture, Service, verify};
+use tributary_tests::{TestDatabase, fresh_database};
+
+const TABLES: [(&str, &str); 3] = [
+    ("public.accounts", "id"),
+    ("public.orders", "id"),
+    ("public.notes", "id"),
+];
+/// Rows each table holds before the pipeline's first start: a few chunks of 1 MiB each.
+const ROWS: i64 = 20_000;
+
+async fn loaded_database(hint: &str) -> TestDatabase {
+    let db = fresh_database(hint).await;
+    db.client
+        .batch_execute(&format!(
+            "CREATE TABLE accounts (id int PRIMARY KEY, name text, balance numeric(12,2));
+             CREATE TABLE orders (id bigint PRIMARY KEY, account int, placed timestamptz, note text);
+             CREATE TABLE notes (id int PRIMARY KEY, body text, tag varchar(20));
+             INSERT INTO accounts SELECT i, 'account ' || i, i * 1.25 FROM generate_series(1, {ROWS}) i;
+             INSERT INTO orders SELECT i, i % 500, '2026-01-01'::timestamptz + i * interval '1 minute',
+                 repeat('o', i % 60) FROM generate_series(1, {ROWS}) i;
+             INSERT INTO notes SELECT i, md5(i::text) || repeat('n', i % 90), 't' || (i % 7)
+                 FROM generate_series(1, {ROWS}) i;
+             -- Holes in the heap: dead rows the snapshot does not see.
+             DELETE FROM notes WHERE id % 10 = 0;"
+        ))
+        .await
+        .unwrap();
+    db
+}
+
+/// A pipeline file loading the three tables in 1 MiB chunks on two connections.
+async fn full_load_fixture(db: &TestDatabase, hint: &str) -> Fixture {
+    let tables: Vec<&str> = TABLES.iter().map(|(t, _)| *t).collect();
+    let mut fx = Fixture::new(&db.url, hint, &tables).await;
+    fx.cfg.source = vec![("start_from".into(), "\"full\"".into())];
+    fx.cfg.load = vec![
+        ("parallelism".into(), "2".into()),
+        ("chunk_mib".into(), "1".into()),
+    ];
+    fx.cfg.flush = vec![("chunk_mib".into(), "1".into())];
+    fx.file = fx.cfg.write(&fx.dir);
+    fx
+}
+
+/// Writes inserts, updates and deletes on the three tables in small transactions until
+/// stopped; returns how many transactions it committed.
+fn concurrent_writes(url: String, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let client = tributary_tests::connect(&url).await;
+        let done = AtomicU64::new(0);
+        let mut i: i64 = 0;
+        while !stop.load(Ordering::Relaxed) {
+            i += 1;
+            let fresh = ROWS + i;
+            let old = (i * 7919) % ROWS + 1;
+            client
+                .batch_execute(&format!(
+                    "BEGIN;
+                     INSERT INTO accounts VALUES ({fresh}, 'new {fresh}', 1.00);
+                     UPDATE accounts SET balance = balance + 1 WHERE id = {old};
+                     UPDATE orders SET note = 'changed {i}' WHERE id = {old};
+                     DELETE FROM notes WHERE id = {old};
+                     INSERT INTO orders VALUES ({fresh}, 1, now(), 'fresh');
+                     COMMIT;"
+                ))
+                .await
+                .unwrap();
+            done.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        done.load(Ordering::Relaxed)
+    })
+}
+
+/// What every loaded lake must show: per table, the lake replayed equals the source, no
+/// identity twice (both checked by `assert_lake_equals_source`), and `tributary verify` agrees.
+async fn assert_loaded(db: &TestDatabase, fx: &Fixture) {
+    let said = verify(&fx.file, &[]).await;
+    assert_eq!(said.code, 0, "{said}");
+    assert!(
+        said.last_line().contains("the lake equals the source"),
+        "{said}"
+    );
+    assert_lake_equals_source(&db.client, &fx.sink, &TABLES).await;
+}
+
+/// The load markers of `table`, as `(commit_lsn, seq)`.
+async fn markers(fx: &Fixture, table: &str) -> Vec<(u64, u32)> {
+    committed_rows(&fx.sink, table)
+        .await
+        .iter()
+        .filter(|r| r.op == "load")
+        .map(|r| (r.commit_lsn, r.seq))
+        .collect()
+}
+
+async fn last_load_state(log: &CommitLog) -> Option<tributary::load::LoadState> {
+    entries(log).await.into_iter().rev().find_map(|e| e.load)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_load_under_concurrent_writes_lands_each_table_once_then_the_changes_after_it() {
+    let db = loaded_database("load_concurrent").await;
+    let fx = full_load_fixture(&db, "load_concurrent").await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = concurrent_writes(db.url.clone(), stop.clone());
+    // The writes run before, while and after the slot and its snapshot are made.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut run = Service::spawn(&fx.file, &[], &fx.dir.join("run.log"));
+    run.wait_for_log("full load handed on", Duration::from_secs(120))
+        .await;
+    run.wait_for_log("streaming", Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let transactions = writer.await.unwrap();
+    assert!(
+        transactions > 20,
+        "only {transactions} concurrent transactions"
+    );
+    assert_loaded(&db, &fx).await;
+    let log = run.stop().await;
+
+    let entries = entries(&fx.log).await;
+    let state = entries
+        .iter()
+        .rev()
+        .find_map(|e| e.load.clone())
+        .expect("load entries record progress");
+    assert!(state.finished(), "{state:?}");
+    assert!(
+        state.tables.iter().all(|t| t.chunks.unwrap() >= 2),
+        "each table read in several chunks: {state:?}"
+    );
+    let snapshot = state.tables[0].snapshot_lsn.0;
+    assert!(
+        state.tables.iter().all(|t| t.snapshot_lsn.0 == snapshot),
+        "one snapshot: {state:?}"
+    );
+    for (table, _) in TABLES {
+        // One marker per table, at the snapshot, first of its rows there.
+        assert_eq!(markers(&fx, table).await, [(snapshot, 0)], "{table}\n{log}");
+        let rows = committed_rows(&fx.sink, table).await;
+        let loaded = rows
+            .iter()
+            .filter(|r| r.xid == LOAD_XID && r.op == "insert");
+        assert!(
+            loaded
+                .clone()
+                .all(|r| r.commit_lsn == snapshot && r.seq > 0),
+            "{table}: load rows at the snapshot, after the marker"
+        );
+        assert!(
+            loaded.count() >= 17_000,
+            "{table}: the load landed its rows"
+        );
+        // Streamed changes all committed after the snapshot.
+        assert!(
+            rows.iter()
+                .filter(|r| r.xid != LOAD_XID)
+                .all(|r| r.commit_lsn > snapshot),
+            "{table}: a streamed change at or before the snapshot"
+        );
+    }
+    assert!(
+        entries.last().unwrap().load.is_none(),
+        "entries after the load carry no load state"
+    );
+    assert!(log.contains("mode=first run with a full load"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kills_in_the_middle_of_a_full_load_resume_and_land_the_same_result() {
+    let db = loaded_database("load_killed").await;
+    let fx = full_load_fixture(&db, "load_killed").await;
+    // Killed after the 3rd chunk's commit entry, then after the 2nd of the next run's load.
+    for (round, point) in [(1, "flush.after-commit@3"), (2, "flush.after-commit@2")] {
+        let log_file = fx.dir.join(format!("killed-{round}.log"));
+        let mut run = Service::spawn_with(
+            &fx.file,
+            &["--wait"],
+            &log_file,
+            &[("TRIBUTARY_FAILPOINTS", point)],
+        );
+        run.wait_for_log(
+            "failpoint flush.after-commit reached",
+            Duration::from_secs(120),
+        )
+        .await;
+        let said = run.log();
+        run.kill().await;
+        let state = last_load_state(&fx.log).await.expect("a load under way");
+        assert!(!state.finished(), "round {round}: {state:?}\n{said}");
+        db.client
+            .batch_execute(&format!(
+                "UPDATE accounts SET name = 'between {round}' WHERE id <= 10;
+                 INSERT INTO notes VALUES ({}, 'after kill {round}', 't')",
+                ROWS + round
+            ))
+            .await
+            .unwrap();
+    }
+    let mut run = Service::spawn(&fx.file, &["--wait"], &fx.dir.join("last.log"));
+    run.wait_for_log("full load handed on", Duration::from_secs(120))
+        .await;
+    let log = run.log();
+    assert!(
+        log.contains("loading the table again under a new snapshot"),
+        "the resumed run says it reloads:\n{log}"
+    );
+    assert_loaded(&db, &fx).await;
+    run.stop().await;
+    let state = last_load_state(&fx.log).await.unwrap();
+    assert!(state.finished(), "{state:?}");
+}
