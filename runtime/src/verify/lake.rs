@@ -36,8 +36,14 @@ pub struct Survey {
 }
 
 impl Survey {
-    /// Read the sink of `log`; only `output`'s files when it is given.
-    pub async fn read(log: &CommitLog, output: Option<&str>) -> Result<Survey, CommitError> {
+    /// Read the sink of `log`; only `output`'s files when it is given. Entries after `upto`
+    /// (committed while the sink is read, by a pipeline that goes on running) are left out,
+    /// their files counted as in flight: the listing, made first, may lack them.
+    pub async fn read(
+        log: &CommitLog,
+        output: Option<&str>,
+        upto: Option<u64>,
+    ) -> Result<Survey, CommitError> {
         let sink = log.sink();
         let mut present = BTreeMap::new();
         for folder in sink.list_dir(None).await?.folders {
@@ -51,18 +57,24 @@ impl Survey {
                 }
             }
         }
-        let intended = log
+        let mut intended: BTreeSet<String> = log
             .intents()
             .await?
             .into_iter()
             .flat_map(|i| i.files)
             .collect();
-        let entries: Vec<CommitEntry> = futures::stream::iter(log.sequences().await?)
+        let mut entries: Vec<CommitEntry> = futures::stream::iter(log.sequences().await?)
             .map(|sequence| log.read_entry(sequence))
             .buffered(FETCH_AHEAD)
             .try_filter_map(|entry| async move { Ok(entry) })
             .try_collect()
             .await?;
+        if let Some(upto) = upto {
+            let later = entries.iter().position(|e| e.sequence > upto);
+            for entry in entries.drain(later.unwrap_or(entries.len())..) {
+                intended.extend(entry.files.into_iter().map(|f| f.path));
+            }
+        }
         let committed = entries
             .iter()
             .flat_map(|e| {

@@ -152,7 +152,7 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
     let sink = Sink::open(&config.sink.url, &config.sink.options)?;
     let log = CommitLog::new(sink, Writer::named("verify"));
     if options.identities_only {
-        let survey = Survey::read(&log, options.table.as_deref()).await?;
+        let survey = Survey::read(&log, options.table.as_deref(), None).await?;
         let lake = lake::read_lake(&log, &survey, &HashMap::new()).await?;
         return Ok(finish(&survey, lake, Vec::new(), None, options.show));
     }
@@ -207,10 +207,10 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         Ok::<_, VerifyError>(digested)
     };
     let lake_side = async {
-        let committed = wait_for_lake(&log, &client, slot, at, options.timeout).await?;
+        let (committed, upto) = wait_for_lake(&log, &client, slot, at, options.timeout).await?;
         tracing::info!(%committed, %at, "the lake has reached the snapshot; reading it");
         let started = Instant::now();
-        let survey = Survey::read(&log, options.table.as_deref()).await?;
+        let survey = Survey::read(&log, options.table.as_deref(), Some(upto)).await?;
         let lake = lake::read_lake(&log, &survey, &shapes).await?;
         tracing::info!(files = survey.committed.len(), took = ?started.elapsed(), "read the lake");
         Ok::<_, VerifyError>((survey, lake))
@@ -378,14 +378,15 @@ async fn wait_for_lake(
     slot: &str,
     at: Lsn,
     timeout: Duration,
-) -> Result<Lsn, VerifyError> {
+) -> Result<(Lsn, u64), VerifyError> {
     let started = Instant::now();
     let mut told = Instant::now();
     let mut active_since = Instant::now();
     loop {
-        let committed = log.latest().await?.map_or(Lsn::ZERO, |e| e.last_end_lsn);
-        if committed >= at {
-            return Ok(committed);
+        let latest = log.latest().await?;
+        let committed = latest.as_ref().map_or(Lsn::ZERO, |e| e.last_end_lsn);
+        if let Some(latest) = latest.filter(|_| committed >= at) {
+            return Ok((committed, latest.sequence));
         }
         let state = provision::slot_state(client, slot).await?;
         if state.as_ref().is_some_and(|s| s.active_pid.is_some()) {
