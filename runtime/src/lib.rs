@@ -42,6 +42,7 @@ pub mod pgtype;
 pub mod pipeline;
 pub mod provision;
 pub mod replication;
+pub mod resync;
 pub mod sink;
 pub mod snapshot;
 pub mod status;

@@ -33,10 +33,48 @@ pub const TUPLES_PER_PAGE: u32 = 291;
 /// The id no PostgreSQL transaction has; load chunks carry it.
 pub const LOAD_XID: u32 = 0;
 
+/// The prefix of the logical decoding message `tributary resync` writes; its content is a
+/// [`ResyncRequest`] as JSON.
+pub const RESYNC_PREFIX: &str = "tributary.resync";
+
+/// What `tributary resync` asks a running pipeline for: a new full load of `tables` (every
+/// tracked table when empty), after the changes committed before the request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResyncRequest {
+    pub tables: Vec<String>,
+}
+
+impl ResyncRequest {
+    /// The request a message holds, if it is one.
+    pub fn from_message(prefix: &str, content: &[u8]) -> Option<Result<Self, String>> {
+        (prefix == RESYNC_PREFIX).then(|| {
+            serde_json::from_slice(content)
+                .map_err(|e| format!("a {RESYNC_PREFIX} message that is not a request: {e}"))
+        })
+    }
+
+    /// The tables of `tracked` it names, and those it names that are not tracked.
+    pub fn select(&self, tracked: &[String]) -> (Vec<String>, Vec<String>) {
+        if self.tables.is_empty() {
+            return (tracked.to_vec(), Vec::new());
+        }
+        let (known, unknown) = self
+            .tables
+            .iter()
+            .cloned()
+            .partition(|t| tracked.contains(t));
+        (known, unknown)
+    }
+}
+
 /// The progress of a load, as every commit entry written while it runs records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoadState {
     pub tables: Vec<TableLoad>,
+    /// A resync asked for while streaming (`tributary resync`), not a pipeline's first load:
+    /// the other tables' changes go on from the stream.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resync: bool,
 }
 
 /// One table's part of a load.
@@ -242,10 +280,31 @@ mod tests {
                 t("public.b", 2, 1),
                 TableLoad::pending("public.c"),
             ],
+            resync: false,
         };
         assert!(!state.finished());
         assert_eq!(state.unfinished(), ["public.b", "public.c"]);
         let json = serde_json::to_string(&state).unwrap();
         assert_eq!(serde_json::from_str::<LoadState>(&json).unwrap(), state);
+        assert!(!json.contains("resync"), "{json}");
+    }
+
+    #[test]
+    fn a_resync_request_names_tracked_tables_or_every_one() {
+        let tracked = ["public.a".to_owned(), "public.b".to_owned()];
+        let all = ResyncRequest::from_message(RESYNC_PREFIX, br#"{"tables": []}"#)
+            .unwrap()
+            .unwrap();
+        assert_eq!(all.select(&tracked), (tracked.to_vec(), vec![]));
+        let some = ResyncRequest {
+            tables: vec!["public.b".into(), "public.x".into()],
+        };
+        assert_eq!(
+            some.select(&tracked),
+            (vec!["public.b".to_owned()], vec!["public.x".to_owned()])
+        );
+        assert!(ResyncRequest::from_message("audit", b"{}").is_none());
+        let bad = ResyncRequest::from_message(RESYNC_PREFIX, b"nope").unwrap();
+        assert!(bad.unwrap_err().contains("not a request"));
     }
 }

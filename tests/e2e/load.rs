@@ -226,3 +226,69 @@ async fn kills_in_the_middle_of_a_full_load_resume_and_land_the_same_result() {
     let state = last_load_state(&fx.log).await.unwrap();
     assert!(state.finished(), "{state:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resync_loads_a_table_again_while_the_pipeline_streams() {
+    let db = loaded_database("load_resync").await;
+    let mut fx = full_load_fixture(&db, "load_resync").await;
+    // From the tail: the rows the tables held before the start never reach the lake...
+    fx.cfg.source = vec![];
+    fx.file = fx.cfg.write(&fx.dir);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = concurrent_writes(db.url.clone(), stop.clone());
+    let mut run = Service::spawn(&fx.file, &[], &fx.dir.join("run.log"));
+    run.wait_for_log("streaming", Duration::from_secs(60)).await;
+    let before = verify(&fx.file, &["--table", "public.accounts"]).await;
+    assert_eq!(before.code, 1, "{before}");
+
+    // ...until a resync of one of them, while changes keep streaming.
+    let resync = tokio::process::Command::new(tributary_tests::service::tributary_bin())
+        .args(["resync", "--config"])
+        .arg(&fx.file)
+        .args(["--table", "public.accounts"])
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&resync.stdout);
+    assert!(
+        resync.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&resync.stderr)
+    );
+    assert!(
+        said.contains("requested a new full load of public.accounts at "),
+        "{said}"
+    );
+    assert!(said.contains("the running pipeline loads them"), "{said}");
+    run.wait_for_log("full load handed on", Duration::from_secs(120))
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+
+    let accounts = verify(&fx.file, &["--table", "public.accounts"]).await;
+    assert_eq!(accounts.code, 0, "{accounts}\n{}", run.log());
+    let orders = verify(&fx.file, &["--table", "public.orders"]).await;
+    assert_eq!(orders.code, 1, "orders was not loaded again: {orders}");
+    assert_eq!(markers(&fx, "public.accounts").await.len(), 1);
+    assert!(markers(&fx, "public.orders").await.is_empty());
+    let log = run.stop().await;
+    assert!(log.contains("resync requested"), "{log}");
+    let state = last_load_state(&fx.log).await.unwrap();
+    assert!(state.resync && state.finished(), "{state:?}");
+
+    // A table the pipeline does not track is refused by name.
+    let refused = tokio::process::Command::new(tributary_tests::service::tributary_bin())
+        .args(["resync", "--config"])
+        .arg(&fx.file)
+        .args(["--table", "public.nothing"])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        err.contains("public.nothing is not a table this pipeline tracks"),
+        "{err}"
+    );
+}

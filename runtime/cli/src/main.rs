@@ -94,6 +94,18 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Load some tables (or every tracked one) again from a new snapshot while the pipeline
+    /// keeps running: a request written into the source's WAL, which the pipeline acts on after
+    /// the changes committed before it (or at its next start). New load markers tell readers
+    /// to replace their copy of each table.
+    Resync {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// A table to load again (`schema.table`); repeat for more; every tracked table when
+        /// none is named.
+        #[arg(long, value_name = "SCHEMA.TABLE")]
+        table: Vec<String>,
+    },
     /// Drop the slot and the publication Tributary created for this pipeline, and nothing
     /// else: it prints what it will drop and asks first. It refuses while a pipeline holds the
     /// slot. The sink's files stay.
@@ -270,6 +282,12 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 true => ExitCode::SUCCESS,
                 false => ExitCode::FAILURE,
             })
+        }
+        Command::Resync { config, table } => {
+            let config = PipelineConfig::load(&config)?;
+            let requested = tributary::resync::request(&config, &table).await?;
+            print!("{requested}");
+            Ok(ExitCode::SUCCESS)
         }
         Command::Teardown { config, yes } => {
             let config = PipelineConfig::load(&config)?;

@@ -37,6 +37,7 @@ pub(crate) struct LoadJob {
 }
 
 /// How a load reads.
+#[derive(Clone)]
 pub(super) struct LoadSettings {
     pub pg: tokio_postgres::Config,
     pub publication: String,
@@ -100,7 +101,8 @@ pub(super) async fn run(
     };
     let snapshot_lsn = anchor.consistent_point();
     let snapshot_time = unix_micros();
-    let covers_all = state.tables.iter().all(|t| !t.finished());
+    // A first load of every table (not a resync of some, nor one some tables finished).
+    let covers_all = !state.resync && state.tables.iter().all(|t| !t.finished());
 
     // The plan, read inside the snapshot.
     let mut catalog = Catalog::new(settings.pg.clone(), settings.binary);

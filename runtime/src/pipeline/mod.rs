@@ -44,6 +44,7 @@ use crate::config::PipelineConfig;
 use crate::encode::{EncodeError, Encoder};
 use crate::failpoint;
 use crate::flush::{EncodedFlush, FlushMachine};
+use crate::load::{LoadState, ResyncRequest, TableLoad};
 use crate::pgoutput::{DecodeError, Decoder, LogicalMessage};
 use crate::provision::ProvisionError;
 use crate::replication::{ReplicationError, ReplicationStream, XLogData};
@@ -287,6 +288,9 @@ async fn run_stages(
     };
     let job = started.load;
     let mut reader = Reader {
+        load_settings: load_settings.clone(),
+        tracked: started.tracked,
+        resync: None,
         batcher: Batcher::new(BatchLimits {
             max_rows: flush.max_rows,
             max_bytes: flush.max_mib << 20,
@@ -536,6 +540,12 @@ struct Reader {
     output: mpsc::Sender<Cut>,
     shutdown: Shutdown,
     progress: watch::Sender<Progress>,
+    /// How a resync's load reads (its positions are set when it starts).
+    load_settings: load::LoadSettings,
+    /// The tables the pipeline tracks.
+    tracked: Vec<String>,
+    /// Tables a `tributary resync` message handed on asks to load again.
+    resync: Option<Vec<String>>,
 }
 
 impl Reader {
@@ -581,6 +591,11 @@ impl Reader {
             }
             if self.batcher.is_due(Instant::now()) && !self.cut().await {
                 // A later stage stopped; its error is the pipeline's.
+                return Ok(self.stream);
+            }
+            if let Some(tables) = self.resync.take()
+                && !self.resync(tables).await?
+            {
                 return Ok(self.stream);
             }
         }
@@ -784,6 +799,7 @@ impl Reader {
             .batcher
             .take()
             .expect("a due batcher holds transactions");
+        self.note_resync(&batch);
         if let Some((_, last)) = batch.lsn_range() {
             self.handed = last;
         }
@@ -810,6 +826,69 @@ impl Reader {
             })
             .await
             .is_ok()
+    }
+}
+
+impl Reader {
+    /// Remember the tables a `tributary resync` message in `batch` asks for; they are loaded
+    /// once the batch is handed on, so that the load's entries follow the request's.
+    fn note_resync(&mut self, batch: &Batch) {
+        for message in batch.transactions.iter().flat_map(|t| &t.messages) {
+            let Some(request) = ResyncRequest::from_message(&message.prefix, &message.content)
+            else {
+                continue;
+            };
+            let request = match request {
+                Ok(request) => request,
+                Err(e) => {
+                    tracing::warn!(lsn = %message.lsn, "ignoring it: {e}");
+                    continue;
+                }
+            };
+            let (tables, unknown) = request.select(&self.tracked);
+            if !unknown.is_empty() {
+                tracing::warn!(lsn = %message.lsn, tables = ?unknown, "a resync names tables this pipeline does not track; ignoring them");
+            }
+            let pending = self.resync.get_or_insert_with(Vec::new);
+            for table in tables {
+                if !pending.contains(&table) {
+                    pending.push(table);
+                }
+            }
+        }
+    }
+
+    /// Load `tables` again under a new snapshot, between the flush that held the request and
+    /// the stream that goes on after it. `false` when a stop came or a later stage is gone.
+    async fn resync(&mut self, tables: Vec<String>) -> Result<bool, PipelineError> {
+        if tables.is_empty() {
+            return Ok(true);
+        }
+        tracing::info!(tables = %tables.join(", "), "resync requested: loading the tables again; streaming goes on after the load");
+        let mut settings = self.load_settings.clone();
+        settings.positions = (
+            self.handed.max(self.checkpoint.last_commit_lsn()),
+            self.handed_end.max(self.checkpoint.confirmed()),
+        );
+        let job = load::LoadJob {
+            anchor: None,
+            state: LoadState {
+                tables: tables.iter().map(TableLoad::pending).collect(),
+                resync: true,
+            },
+        };
+        let loaded = load::run(
+            job,
+            settings,
+            self.next_sequence,
+            self.budget.clone(),
+            self.output.clone(),
+            self.shutdown.clone(),
+        )
+        .await?;
+        self.next_sequence = loaded.next_sequence;
+        self.last_handed = Instant::now();
+        Ok(!loaded.stopped)
     }
 }
 

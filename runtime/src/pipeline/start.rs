@@ -67,6 +67,8 @@ pub(super) struct Started {
     pub timeline: u32,
     /// A full load to land before streaming: a first run's, or one a stop interrupted.
     pub load: Option<LoadJob>,
+    /// The tables the pipeline tracks (`schema.table`).
+    pub tracked: Vec<String>,
 }
 
 /// Start a pipeline; `None` when a stop was requested while it waited for the slot.
@@ -286,12 +288,10 @@ pub(super) async fn start(
             tracing::warn!("{note}");
         }
     }
+    let tracked = provision::tracked_tables(&client, source).await?;
     let tables = match source.tables.is_empty() {
         false => source.tables.join(", "),
-        true => format!(
-            "every table of the publication ({})",
-            provision::tracked_tables(&client, source).await?.join(", ")
-        ),
+        true => format!("every table of the publication ({})", tracked.join(", ")),
     };
     let plugin_names = match plugins.is_empty() {
         true => "none".to_owned(),
@@ -334,6 +334,7 @@ pub(super) async fn start(
         catalog,
         timeline: system.timeline,
         load,
+        tracked,
     }))
 }
 
@@ -514,6 +515,7 @@ async fn open_log(
         let first_load = match (at.first_start, &latest) {
             (Some(_), None) => at.load.as_ref().map(|tables| LoadState {
                 tables: tables.iter().map(TableLoad::pending).collect(),
+                resync: false,
             }),
             _ => None,
         };
