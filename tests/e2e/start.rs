@@ -366,6 +366,39 @@ async fn check_reports_every_problem_at_once_with_its_fix() {
     let _ = std::fs::remove_dir_all(&fx.dir);
 }
 
+/// `tributary teardown --config <file>` on a terminal (through `script`, which gives it a
+/// pseudo-terminal), answering `answer`.
+async fn teardown_on_a_terminal(file: &Path, answer: &str) -> (bool, String) {
+    use tokio::io::AsyncWriteExt;
+    let command = format!(
+        "'{}' teardown --config '{}'",
+        tributary_bin().display(),
+        file.display()
+    );
+    let mut child = tokio::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("script(1) runs");
+    let mut stdin = child.stdin.take().unwrap();
+    // The question comes after the plan is read; answering early only waits in the terminal.
+    stdin
+        .write_all(format!("{answer}\n").as_bytes())
+        .await
+        .unwrap();
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("teardown finished")
+        .unwrap();
+    drop(stdin);
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).replace('\r', ""),
+    )
+}
+
 async fn exists(db: &TestDatabase, catalog: &str, column: &str, name: &str) -> bool {
     db.client
         .query_opt(
@@ -414,6 +447,13 @@ async fn teardown_drops_only_what_tributary_created_and_asks_first() {
     );
     assert!(err.contains("pass --yes to drop without asking"), "{err}");
     assert!(exists(&db, "pg_replication_slots", "slot_name", &fx.name).await);
+    // On a terminal it asks; anything but yes drops nothing.
+    let (ok, out) = teardown_on_a_terminal(&fx.file, "n").await;
+    assert!(
+        !ok && out.contains("drop them? [y/N]") && out.contains("nothing dropped"),
+        "{out}"
+    );
+    assert!(exists(&db, "pg_replication_slots", "slot_name", &fx.name).await);
 
     let (code, out, err) = tributary("teardown", &fx.file, &["--yes"]).await;
     assert_eq!(code, 0, "{out}{err}");
@@ -439,8 +479,8 @@ async fn teardown_drops_a_publication_tributary_created() {
     let fx = Fixture::new(&db.url, "start_teardown_pub", &[TABLE]).await;
     let said = run_once(&fx, &db, "run.log", &[1], 1).await;
     assert!(said.contains("created publication"), "{said}");
-    let (code, out, err) = tributary("teardown", &fx.file, &["--yes"]).await;
-    assert_eq!(code, 0, "{out}{err}");
+    let (ok, out) = teardown_on_a_terminal(&fx.file, "y").await;
+    assert!(ok, "{out}");
     assert!(
         out.contains(&format!("dropped slot \"{}\"", fx.name))
             && out.contains(&format!("dropped publication \"{}\"", fx.name)),
