@@ -105,11 +105,11 @@ async fn head_on_a_reused_slot_lands_what_it_held_and_says_so_at_start() {
         .find(|l| l.contains("streaming") && l.contains("mode="))
         .unwrap_or_else(|| panic!("no start-up line:\n{said}"));
     for part in [
-        "mode=first run from the head: everything the slot holds, from ".to_owned(),
+        "mode=\"first run from the head: everything the slot holds, from ".to_owned(),
         format!("slot={}", fx.name),
         format!("publication={}", fx.name),
-        "tables=public.events".to_owned(),
-        "plugins=none".to_owned(),
+        "tables=\"public.events\"".to_owned(),
+        "plugins=\"none\"".to_owned(),
         "position=".to_owned(),
     ] {
         assert!(line.contains(&part), "{part:?} missing from {line}");
@@ -125,7 +125,7 @@ async fn head_on_a_reused_slot_lands_what_it_held_and_says_so_at_start() {
     reuse(&mut fx, "tail");
     let said = run_once(&fx, &db, "again.log", &[4], 4).await;
     assert!(
-        said.contains("mode=resuming from the commit log at"),
+        said.contains("mode=\"resuming from the commit log at"),
         "{said}"
     );
     assert!(
@@ -145,7 +145,7 @@ async fn tail_on_a_reused_slot_skips_what_it_held_even_after_a_restart() {
     slot_holding(&db, &fx.name, &[1, 2]).await;
     reuse(&mut fx, "tail");
     let said = run_once(&fx, &db, "tail.log", &[3], 1).await;
-    assert!(said.contains("mode=first run from the tail"), "{said}");
+    assert!(said.contains("mode=\"first run from the tail"), "{said}");
     assert_eq!(landed_ids(&fx).await, ["3"], "{said}");
     // The lake starts at the tail: a restart does not go back to what the slot held.
     let said = run_once(&fx, &db, "again.log", &[4], 2).await;

@@ -131,9 +131,9 @@ pub(super) fn describe(first: Option<&FirstStart>, resume: Lsn) -> String {
         Some(FirstStart {
             from: StartFrom::Tail,
             ..
-        }) => format!("first run from the tail: changes committed from {resume} on"),
+        }) => format!("first run from the tail: the changes committed from {resume}"),
         Some(FirstStart { from, .. }) => {
-            format!("first run from {from}: transactions committed from {resume} on")
+            format!("first run from {from}: the transactions committed from {resume}")
         }
         None => format!("resuming from the commit log at {resume}"),
     }

@@ -274,12 +274,12 @@ pub(super) async fn start(
     };
     let first_start = first_start.filter(|_| !resumed);
     tracing::info!(
-        mode = %position::describe(first_start.as_ref(), checkpoint.confirmed()),
+        mode = ?position::describe(first_start.as_ref(), checkpoint.confirmed()),
         slot = %source.slot,
         publication = %source.publication,
-        tables = %tables,
+        tables = ?tables,
         position = %checkpoint.confirmed(),
-        plugins = %plugin_names,
+        plugins = ?plugin_names,
         sink = %sink.url(),
         writer = %writer.id,
         sequence = checkpoint.sequence(),
