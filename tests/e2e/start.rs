@@ -121,8 +121,16 @@ async fn head_on_a_reused_slot_lands_what_it_held_and_says_so_at_start() {
         "the first open entry records the start"
     );
 
-    // A later run resumes, whatever start_from says now, and says that it ignores it.
+    // A later run resumes, whatever start_from says now, and says that it ignores it; so does
+    // the check.
     reuse(&mut fx, "tail");
+    let (code, out, err) = tributary("check", &fx.cfg.write(&fx.dir), &[]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("ok    start: resumes from the sink's commit log at ")
+            && out.contains("warn  source.start_from = \"tail\" is ignored"),
+        "{out}"
+    );
     let said = run_once(&fx, &db, "again.log", &[4], 4).await;
     assert!(
         said.contains("mode=\"resuming from the commit log at"),
@@ -190,14 +198,17 @@ async fn an_explicit_position_lands_from_there_and_one_behind_the_slot_is_refuse
         .unwrap()
         .to_owned();
     reuse(&mut fx, &format!("lsn:{behind}"));
-    let said = refused(&fx.cfg.write(&fx.dir), &fx.dir).await;
-    assert!(
-        said.contains(&format!(
-            "source.start_from = \"lsn:{behind}\" is behind slot \"{}\"'s confirmed position {confirmed}",
-            fx.name
-        )),
-        "{said}"
+    let file = fx.cfg.write(&fx.dir);
+    let refusal = format!(
+        "source.start_from = \"lsn:{behind}\" is behind slot \"{}\"'s confirmed position {confirmed}",
+        fx.name
     );
+    let said = refused(&file, &fx.dir).await;
+    assert!(said.contains(&refusal), "{said}");
+    // The check says it too, before any run.
+    let (code, out, _) = tributary("check", &file, &[]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("FAIL  {refusal}")), "{out}");
     assert!(
         fx.log.sequences().await.unwrap().is_empty(),
         "a refused start commits nothing"

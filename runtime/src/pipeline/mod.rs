@@ -19,7 +19,7 @@
 //! one removes its own files of the flushes it can no longer commit, and stops.
 
 mod land;
-mod position;
+pub(crate) mod position;
 mod reconnect;
 mod reload;
 mod retry;

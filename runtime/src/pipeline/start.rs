@@ -250,11 +250,18 @@ pub(super) async fn start(
     stream.confirm(checkpoint.confirmed());
     let resumed = opened.started_from.is_none();
     if resumed {
-        let first = log.read_entry(1).await?.and_then(|e| e.started_from);
-        if let Some(note) =
+        let first = with_retry!(
+            "reading the first commit entry",
+            checkpoint.confirmed(),
+            limit,
+            &mut stop,
+            log.read_entry(1)
+        )?
+        .and_then(|e| e.started_from);
+        if let Some(ignored) =
             position::ignored(source.start_from, first.as_ref(), checkpoint.confirmed())
         {
-            tracing::warn!("{note}");
+            tracing::warn!("{ignored}");
         }
     }
     let tables = match source.tables.is_empty() {

@@ -65,7 +65,7 @@ pub enum ProvisionError {
     )]
     NoFreeWalSender { max: i64 },
     #[error(
-        "the source server runs PostgreSQL {version}; logical replication with pgoutput needs PostgreSQL 10 or newer: upgrade the server"
+        "the source server runs PostgreSQL {version}; tributary needs PostgreSQL 13 or newer (slots' WAL status, publications that publish through the partition root): upgrade the server"
     )]
     ServerTooOld { version: String },
     #[error(
@@ -103,6 +103,15 @@ pub enum ProvisionError {
         "source.start_from = \"full\" (a full load of the tables from an exported snapshot) is not yet available in this version; use \"tail\", \"head\" or \"lsn:<X/Y>\""
     )]
     FullLoadUnavailable,
+    /// Not a refusal: a later run's `source.start_from` that differs from the first run's.
+    #[error(
+        "source.start_from = {configured:?} is ignored: it applies to a pipeline's first run only, and this pipeline resumes where its commit log ends, at {resume} ({recorded}); to start over from {configured:?}, run it with a new source.slot and an empty sink prefix"
+    )]
+    StartFromIgnored {
+        configured: String,
+        resume: Lsn,
+        recorded: String,
+    },
     #[error(
         "another instance started this pipeline while this one was starting (commit entry {sequence}, by {writer}), so the position this first run chose no longer applies; start again: the next start resumes from the commit log"
     )]
