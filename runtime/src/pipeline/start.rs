@@ -2,11 +2,11 @@
 //! second instance from writing over the first:
 //!
 //! 1. Everything that can refuse, before anything is created: the prerequisite check (every
-//!    problem of the source in one report, see [`crate::check`]), the spill directory (writable), the plugins (loaded and instantiated), the sink (reachable, and not another pipeline's),
-//!    the slot (its plugin, database, two-phase setting, and whether the lake would have a
-//!    gap without it).
-//!    On a first run (an empty commit log), where `source.start_from` starts
-//!    ([`position`](super::position)).
+//!    problem of the source in one report, see [`crate::check`]), the spill directory
+//!    (writable), the plugins (loaded and instantiated), the sink (reachable, and not another
+//!    pipeline's), the slot (its plugin, database, two-phase setting, and whether the lake
+//!    would have a gap without it), and on a first run (an empty commit log) where
+//!    `source.start_from` starts ([`position`](super::position)).
 //! 2. Provisioning: the publication, replica identity checks, the slot if missing; what is
 //!    created is recorded in the sink, for `tributary teardown`.
 //! 3. Holding the slot: `START_REPLICATION` succeeds for one consumer at a time. A slot held
