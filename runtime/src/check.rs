@@ -3,7 +3,8 @@
 //! fixes it (`tributary check`, and the first step of every start).
 //!
 //! [`gather`] reads the facts over one SQL connection; [`assess`] turns facts and the pipeline
-//! file into a [`Report`] without IO. A report holds failures (the pipeline cannot run),
+//! file into a [`Report`] without IO. `tributary check` adds what a start would make of
+//! `source.start_from` ([`check_start`], [`judge_start`]), which needs the sink's commit log. A report holds failures (the pipeline cannot run),
 //! warnings (it can, with a limit worth knowing) and what was found fine. Its failures are
 //! [`ProvisionError`]s, the same values the start refuses with, so a report of one failure
 //! reads exactly as that refusal.
@@ -12,8 +13,11 @@ use std::fmt;
 
 use tokio_postgres::Client;
 
+use crate::Lsn;
 use crate::catalog::Catalog;
+use crate::commit::{Checkpoint, CommitEntry, StartedFrom};
 use crate::config::{Provisioning, SourceConfig, StartFrom};
+use crate::pipeline::position;
 use crate::provision::{
     self, ProvisionError, Publishes, SlotState, TableIdentity, check_identity,
     create_publication_sql, sql_table_name,
@@ -186,8 +190,9 @@ pub struct SourceFacts {
     pub slot: Option<SlotState>,
 }
 
-/// The lowest server with pgoutput.
-const OLDEST_SERVER: u32 = 100_000;
+/// The oldest server the start can read: `pg_replication_slots.wal_status` and
+/// `publish_via_partition_root` are from PostgreSQL 13.
+const OLDEST_SERVER: u32 = 130_000;
 /// Protocol 2: streaming of large transactions, messages, binary values.
 const STREAMING_SERVER: u32 = 140_000;
 
@@ -197,20 +202,21 @@ pub fn assess(facts: &SourceFacts, source: &SourceConfig) -> Report {
     let server = &facts.server;
     let version = server.version.clone();
     if server.version_num < OLDEST_SERVER {
+        // Nothing else was read: the catalogs the other checks ask differ.
         report.fail(ProvisionError::ServerTooOld { version });
+        return report;
+    }
+    if source.binary && server.version_num < STREAMING_SERVER {
+        report.fail(ProvisionError::BinaryNeedsNewerServer {
+            version: version.clone(),
+        });
+    }
+    if server.version_num < STREAMING_SERVER {
+        report.warn(ProvisionError::NoStreaming { version });
     } else {
-        if source.binary && server.version_num < STREAMING_SERVER {
-            report.fail(ProvisionError::BinaryNeedsNewerServer {
-                version: version.clone(),
-            });
-        }
-        if server.version_num < STREAMING_SERVER {
-            report.warn(ProvisionError::NoStreaming { version });
-        } else {
-            report.ok(format!(
-                "server: PostgreSQL {version} (large transactions streamed, messages)"
-            ));
-        }
+        report.ok(format!(
+            "server: PostgreSQL {version} (large transactions streamed, messages)"
+        ));
     }
     if server.wal_level == "logical" {
         report.ok("wal_level = logical".into());
@@ -436,6 +442,17 @@ pub async fn gather(client: &Client, source: &SourceConfig) -> Result<SourceFact
         create_in_database: row.get(10),
     };
     let database: String = row.get(11);
+    if server.version_num < OLDEST_SERVER {
+        return Ok(SourceFacts {
+            server,
+            role,
+            database,
+            publication: None,
+            tables: Vec::new(),
+            identities: Vec::new(),
+            slot: None,
+        });
+    }
 
     let publication = match client
         .query_opt(
@@ -526,10 +543,57 @@ pub async fn run(
     Ok(report)
 }
 
+/// What a run would make of `source.start_from`: a first run (an empty commit log) has its
+/// position judged as the start judges it; a later run resumes from the log and ignores
+/// `start_from` (a warning when it differs from what the first run started from).
+pub fn judge_start(
+    report: &mut Report,
+    source: &SourceConfig,
+    latest: Option<&CommitEntry>,
+    first: Option<&StartedFrom>,
+    slot: Option<&SlotState>,
+    current: Lsn,
+) {
+    match latest {
+        None => match position::first_start(source.start_from, &source.slot, slot, current) {
+            Ok(_) => report.ok(format!(
+                "start: a first run (the sink's commit log is empty), from {}",
+                source.start_from
+            )),
+            Err(e) => report.fail(e),
+        },
+        Some(entry) => {
+            let resume = Checkpoint::from_entry(Some(entry)).confirmed();
+            report.ok(format!(
+                "start: resumes from the sink's commit log at {resume} (entry {})",
+                entry.sequence
+            ));
+            if let Some(ignored) = position::ignored(source.start_from, first, resume) {
+                report.warn(ignored);
+            }
+        }
+    }
+}
+
+/// [`judge_start`] with the slot as it is now; `latest` and `first` are the commit log's latest
+/// and first entries.
+pub async fn check_start(
+    report: &mut Report,
+    client: &Client,
+    source: &SourceConfig,
+    latest: Option<&CommitEntry>,
+    first: Option<&CommitEntry>,
+) -> Result<(), ProvisionError> {
+    let slot = provision::slot_state(client, &source.slot).await?;
+    let current = provision::current_wal_lsn(client).await?;
+    let first = first.and_then(|e| e.started_from.as_ref());
+    judge_start(report, source, latest, first, slot.as_ref(), current);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Lsn;
     use crate::config::UnchangedToastPolicy;
     use crate::pgoutput::ReplicaIdentity;
 
@@ -763,8 +827,67 @@ mod tests {
         assert!(
             failures(&assess(&facts, &cfg))[0].contains("source.binary = true needs PostgreSQL 14"),
         );
-        facts.server.version_num = 90_600;
-        assert!(failures(&assess(&facts, &source()))[0].contains("needs PostgreSQL 10"));
+        facts.server.version_num = 120_015;
+        facts.server.version = "12.15".into();
+        assert_eq!(
+            failures(&assess(&facts, &source())),
+            [
+                "the source server runs PostgreSQL 12.15; tributary needs PostgreSQL 13 or newer \
+              (slots' WAL status, publications that publish through the partition root): upgrade \
+              the server"
+            ],
+            "nothing else is judged on a server this old"
+        );
+    }
+
+    #[test]
+    fn a_first_runs_position_is_judged_and_a_later_run_resumes() {
+        let mut cfg = source();
+        cfg.start_from = StartFrom::Lsn(Lsn(0x10));
+        let held = SlotState {
+            plugin: "pgoutput".into(),
+            database: "shop".into(),
+            active_pid: None,
+            confirmed_flush_lsn: Some(Lsn(0x20)),
+            restart_lsn: None,
+            wal_status: None,
+            safe_wal_size: None,
+            two_phase: false,
+        };
+        let mut report = Report::default();
+        judge_start(&mut report, &cfg, None, None, Some(&held), Lsn(0x30));
+        assert!(
+            failures(&report)[0].contains("is behind slot \"shop\"'s confirmed position 0/20"),
+            "{report}"
+        );
+
+        let mut entry = crate::commit::Checkpoint::default().open_entry(
+            &crate::commit::Writer::named("w"),
+            "shop",
+            Lsn(0x20),
+            false,
+            1,
+        );
+        entry.started_from = Some(StartedFrom {
+            start_from: "tail".into(),
+            lsn: Lsn(0x20),
+        });
+        let mut report = Report::default();
+        judge_start(
+            &mut report,
+            &cfg,
+            Some(&entry),
+            entry.started_from.as_ref(),
+            Some(&held),
+            Lsn(0x30),
+        );
+        assert!(report.is_ready(), "{report}");
+        let text = report.to_string();
+        assert!(
+            text.contains("ok    start: resumes from the sink's commit log at 0/20 (entry 1)")
+                && text.contains("warn  source.start_from = \"lsn:0/10\" is ignored"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -947,6 +947,15 @@ mod tests {
     }
 
     #[test]
+    fn the_example_pipeline_file_reads() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/shop.toml");
+        let c = PipelineConfig::load(&file).unwrap();
+        assert_eq!(c.source.start_from, StartFrom::Tail);
+        assert_eq!(c.source.slot_behavior(), Provisioning::Create);
+        assert!(c.source.deprecations().is_empty());
+    }
+
+    #[test]
     fn plugin_paths_resolve_against_the_file() {
         let dir = std::env::temp_dir().join(format!("tributary-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -179,7 +179,7 @@ async fn a_full_load_under_concurrent_writes_lands_each_table_once_then_the_chan
         entries.last().unwrap().load.is_none(),
         "entries after the load carry no load state"
     );
-    assert!(log.contains("mode=first run with a full load"), "{log}");
+    assert!(log.contains("first run with a full load"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -105,11 +105,11 @@ async fn head_on_a_reused_slot_lands_what_it_held_and_says_so_at_start() {
         .find(|l| l.contains("streaming") && l.contains("mode="))
         .unwrap_or_else(|| panic!("no start-up line:\n{said}"));
     for part in [
-        "mode=first run from the head: everything the slot holds, from ".to_owned(),
+        "mode=\"first run from the head: everything the slot holds, from ".to_owned(),
         format!("slot={}", fx.name),
         format!("publication={}", fx.name),
-        "tables=public.events".to_owned(),
-        "plugins=none".to_owned(),
+        "tables=\"public.events\"".to_owned(),
+        "plugins=\"none\"".to_owned(),
         "position=".to_owned(),
     ] {
         assert!(line.contains(&part), "{part:?} missing from {line}");
@@ -121,11 +121,19 @@ async fn head_on_a_reused_slot_lands_what_it_held_and_says_so_at_start() {
         "the first open entry records the start"
     );
 
-    // A later run resumes, whatever start_from says now, and says that it ignores it.
+    // A later run resumes, whatever start_from says now, and says that it ignores it; so does
+    // the check.
     reuse(&mut fx, "tail");
+    let (code, out, err) = tributary("check", &fx.cfg.write(&fx.dir), &[]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("ok    start: resumes from the sink's commit log at ")
+            && out.contains("warn  source.start_from = \"tail\" is ignored"),
+        "{out}"
+    );
     let said = run_once(&fx, &db, "again.log", &[4], 4).await;
     assert!(
-        said.contains("mode=resuming from the commit log at"),
+        said.contains("mode=\"resuming from the commit log at"),
         "{said}"
     );
     assert!(
@@ -145,7 +153,7 @@ async fn tail_on_a_reused_slot_skips_what_it_held_even_after_a_restart() {
     slot_holding(&db, &fx.name, &[1, 2]).await;
     reuse(&mut fx, "tail");
     let said = run_once(&fx, &db, "tail.log", &[3], 1).await;
-    assert!(said.contains("mode=first run from the tail"), "{said}");
+    assert!(said.contains("mode=\"first run from the tail"), "{said}");
     assert_eq!(landed_ids(&fx).await, ["3"], "{said}");
     // The lake starts at the tail: a restart does not go back to what the slot held.
     let said = run_once(&fx, &db, "again.log", &[4], 2).await;
@@ -190,14 +198,17 @@ async fn an_explicit_position_lands_from_there_and_one_behind_the_slot_is_refuse
         .unwrap()
         .to_owned();
     reuse(&mut fx, &format!("lsn:{behind}"));
-    let said = refused(&fx.cfg.write(&fx.dir), &fx.dir).await;
-    assert!(
-        said.contains(&format!(
-            "source.start_from = \"lsn:{behind}\" is behind slot \"{}\"'s confirmed position {confirmed}",
-            fx.name
-        )),
-        "{said}"
+    let file = fx.cfg.write(&fx.dir);
+    let refusal = format!(
+        "source.start_from = \"lsn:{behind}\" is behind slot \"{}\"'s confirmed position {confirmed}",
+        fx.name
     );
+    let said = refused(&file, &fx.dir).await;
+    assert!(said.contains(&refusal), "{said}");
+    // The check says it too, before any run.
+    let (code, out, _) = tributary("check", &file, &[]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("FAIL  {refusal}")), "{out}");
     assert!(
         fx.log.sequences().await.unwrap().is_empty(),
         "a refused start commits nothing"
@@ -366,6 +377,39 @@ async fn check_reports_every_problem_at_once_with_its_fix() {
     let _ = std::fs::remove_dir_all(&fx.dir);
 }
 
+/// `tributary teardown --config <file>` on a terminal (through `script`, which gives it a
+/// pseudo-terminal), answering `answer`.
+async fn teardown_on_a_terminal(file: &Path, answer: &str) -> (bool, String) {
+    use tokio::io::AsyncWriteExt;
+    let command = format!(
+        "'{}' teardown --config '{}'",
+        tributary_bin().display(),
+        file.display()
+    );
+    let mut child = tokio::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("script(1) runs");
+    let mut stdin = child.stdin.take().unwrap();
+    // The question comes after the plan is read; answering early only waits in the terminal.
+    stdin
+        .write_all(format!("{answer}\n").as_bytes())
+        .await
+        .unwrap();
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("teardown finished")
+        .unwrap();
+    drop(stdin);
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).replace('\r', ""),
+    )
+}
+
 async fn exists(db: &TestDatabase, catalog: &str, column: &str, name: &str) -> bool {
     db.client
         .query_opt(
@@ -414,6 +458,13 @@ async fn teardown_drops_only_what_tributary_created_and_asks_first() {
     );
     assert!(err.contains("pass --yes to drop without asking"), "{err}");
     assert!(exists(&db, "pg_replication_slots", "slot_name", &fx.name).await);
+    // On a terminal it asks; anything but yes drops nothing.
+    let (ok, out) = teardown_on_a_terminal(&fx.file, "n").await;
+    assert!(
+        !ok && out.contains("drop them? [y/N]") && out.contains("nothing dropped"),
+        "{out}"
+    );
+    assert!(exists(&db, "pg_replication_slots", "slot_name", &fx.name).await);
 
     let (code, out, err) = tributary("teardown", &fx.file, &["--yes"]).await;
     assert_eq!(code, 0, "{out}{err}");
@@ -439,8 +490,8 @@ async fn teardown_drops_a_publication_tributary_created() {
     let fx = Fixture::new(&db.url, "start_teardown_pub", &[TABLE]).await;
     let said = run_once(&fx, &db, "run.log", &[1], 1).await;
     assert!(said.contains("created publication"), "{said}");
-    let (code, out, err) = tributary("teardown", &fx.file, &["--yes"]).await;
-    assert_eq!(code, 0, "{out}{err}");
+    let (ok, out) = teardown_on_a_terminal(&fx.file, "y").await;
+    assert!(ok, "{out}");
     assert!(
         out.contains(&format!("dropped slot \"{}\"", fx.name))
             && out.contains(&format!("dropped publication \"{}\"", fx.name)),

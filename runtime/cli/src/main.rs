@@ -9,9 +9,11 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tokio::sync::watch;
+use tributary::commit::{CommitEntry, CommitLog, Writer};
 use tributary::config::PipelineConfig;
 use tributary::pipeline::{self, Progress, RunOptions};
 use tributary::provision;
+use tributary::sink::Sink;
 use tributary::status;
 use tributary::teardown::Teardown;
 use tributary::verify::{self, VerifyOptions};
@@ -276,7 +278,24 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             let source = &config.source;
             let pg = provision::parse_url(&source.url)?;
             let client = provision::connect(&pg).await?;
-            let report = tributary::check::run(&client, &pg, source).await?;
+            let mut report = tributary::check::run(&client, &pg, source).await?;
+            // Where a start would begin is in the sink's commit log; what the source says is
+            // printed even when the sink cannot be read.
+            let (latest, first) = match first_and_latest(&config).await {
+                Ok(entries) => entries,
+                Err(e) => {
+                    print!("{report}");
+                    return Err(e.context("reading the sink's commit log"));
+                }
+            };
+            tributary::check::check_start(
+                &mut report,
+                &client,
+                source,
+                latest.as_ref(),
+                first.as_ref(),
+            )
+            .await?;
             print!("{report}");
             Ok(match report.is_ready() {
                 true => ExitCode::SUCCESS,
@@ -318,6 +337,20 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             .context("the plugin command stopped")?
             .map(|()| ExitCode::SUCCESS),
     }
+}
+
+/// The sink's latest commit entry and, when there is one, its first.
+async fn first_and_latest(
+    config: &PipelineConfig,
+) -> anyhow::Result<(Option<CommitEntry>, Option<CommitEntry>)> {
+    let sink = Sink::open(&config.sink.url, &config.sink.options)?;
+    let log = CommitLog::new(sink, Writer::named("check"));
+    let latest = log.latest().await?;
+    let first = match &latest {
+        Some(_) => log.read_entry(1).await?,
+        None => None,
+    };
+    Ok((latest, first))
 }
 
 /// Ask a yes/no question on the terminal; only "y" or "yes" is yes.

@@ -20,7 +20,7 @@
 
 mod land;
 mod load;
-mod position;
+pub(crate) mod position;
 mod reconnect;
 mod reload;
 mod retry;

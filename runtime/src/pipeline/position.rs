@@ -22,7 +22,7 @@ use crate::provision::{ProvisionError, SlotState};
 
 /// A first run's decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct FirstStart {
+pub(crate) struct FirstStart {
     pub from: StartFrom,
     /// The position `START_REPLICATION` names (`0/0`: the slot's confirmed position).
     pub at: Lsn,
@@ -40,7 +40,7 @@ impl FirstStart {
 
 /// Decide where a first run starts. `slot` is the slot as it is now (`None`: it is created
 /// by this start) and `current` the server's current WAL position.
-pub(super) fn first_start(
+pub(crate) fn first_start(
     from: StartFrom,
     slot_name: &str,
     slot: Option<&SlotState>,
@@ -99,26 +99,26 @@ pub(super) fn check_held(
 
 /// What to say when a later run's `source.start_from` differs from what the first run started
 /// from: it is ignored, not applied.
-pub(super) fn ignored(
+pub(crate) fn ignored(
     configured: StartFrom,
     first: Option<&StartedFrom>,
     resume: Lsn,
-) -> Option<String> {
-    let configured_text = configured.to_string();
+) -> Option<ProvisionError> {
+    let configured = configured.to_string();
     let recorded = match first {
-        Some(first) if first.start_from == configured_text => return None,
+        Some(first) if first.start_from == configured => return None,
         Some(first) => format!(
             "its first run started from {:?} at {}",
             first.start_from, first.lsn
         ),
-        None if configured == StartFrom::Tail => return None,
+        None if configured == StartFrom::Tail.to_string() => return None,
         None => "its first run's start is not recorded".into(),
     };
-    Some(format!(
-        "source.start_from = {configured_text:?} is ignored: it applies to a pipeline's first run \
-         only, and this pipeline resumes where its commit log ends, at {resume} ({recorded}); to \
-         start over from {configured_text:?}, run it with a new source.slot and an empty sink prefix"
-    ))
+    Some(ProvisionError::StartFromIgnored {
+        configured,
+        resume,
+        recorded,
+    })
 }
 
 /// How the start-up line names the mode.
@@ -131,7 +131,7 @@ pub(super) fn describe(first: Option<&FirstStart>, resume: Lsn) -> String {
         Some(FirstStart {
             from: StartFrom::Tail,
             ..
-        }) => format!("first run from the tail: changes committed from {resume} on"),
+        }) => format!("first run from the tail: the changes committed from {resume}"),
         Some(FirstStart {
             from: StartFrom::Full,
             ..
@@ -139,7 +139,7 @@ pub(super) fn describe(first: Option<&FirstStart>, resume: Lsn) -> String {
                committed after it"
             .to_owned(),
         Some(FirstStart { from, .. }) => {
-            format!("first run from {from}: transactions committed from {resume} on")
+            format!("first run from {from}: the transactions committed from {resume}")
         }
         None => format!("resuming from the commit log at {resume}"),
     }
@@ -249,19 +249,20 @@ mod tests {
             start_from: "tail".into(),
             lsn: Lsn(0x1000),
         };
-        assert_eq!(ignored(StartFrom::Tail, Some(&first), Lsn(0x5000)), None);
+        assert!(ignored(StartFrom::Tail, Some(&first), Lsn(0x5000)).is_none());
         let note = ignored(StartFrom::Head, Some(&first), Lsn(0x5000)).unwrap();
         assert_eq!(
-            note,
+            note.to_string(),
             "source.start_from = \"head\" is ignored: it applies to a pipeline's first run only, \
              and this pipeline resumes where its commit log ends, at 0/5000 (its first run started \
              from \"tail\" at 0/1000); to start over from \"head\", run it with a new source.slot \
              and an empty sink prefix"
         );
-        assert_eq!(ignored(StartFrom::Tail, None, Lsn(0x5000)), None);
+        assert!(ignored(StartFrom::Tail, None, Lsn(0x5000)).is_none());
         assert!(
             ignored(StartFrom::Full, None, Lsn(0x5000))
                 .unwrap()
+                .to_string()
                 .contains("not recorded")
         );
     }

@@ -2,11 +2,11 @@
 //! second instance from writing over the first:
 //!
 //! 1. Everything that can refuse, before anything is created: the prerequisite check (every
-//!    problem of the source in one report, see [`crate::check`]), the spill directory (writable), the plugins (loaded and instantiated), the sink (reachable, and not another pipeline's),
-//!    the slot (its plugin, database, two-phase setting, and whether the lake would have a
-//!    gap without it).
-//!    On a first run (an empty commit log), where `source.start_from` starts
-//!    ([`position`](super::position)).
+//!    problem of the source in one report, see [`crate::check`]), the spill directory
+//!    (writable), the plugins (loaded and instantiated), the sink (reachable, and not another
+//!    pipeline's), the slot (its plugin, database, two-phase setting, and whether the lake
+//!    would have a gap without it), and on a first run (an empty commit log) where
+//!    `source.start_from` starts ([`position`](super::position)).
 //! 2. Provisioning: the publication, replica identity checks, the slot if missing; what is
 //!    created is recorded in the sink, for `tributary teardown`.
 //! 3. Holding the slot: `START_REPLICATION` succeeds for one consumer at a time. A slot held
@@ -281,11 +281,18 @@ pub(super) async fn start(
     stream.confirm(checkpoint.confirmed());
     let resumed = opened.started_from.is_none();
     if resumed {
-        let first = log.read_entry(1).await?.and_then(|e| e.started_from);
-        if let Some(note) =
+        let first = with_retry!(
+            "reading the first commit entry",
+            checkpoint.confirmed(),
+            limit,
+            &mut stop,
+            log.read_entry(1)
+        )?
+        .and_then(|e| e.started_from);
+        if let Some(ignored) =
             position::ignored(source.start_from, first.as_ref(), checkpoint.confirmed())
         {
-            tracing::warn!("{note}");
+            tracing::warn!("{ignored}");
         }
     }
     let tracked = provision::tracked_tables(&client, source).await?;
@@ -303,12 +310,12 @@ pub(super) async fn start(
     };
     let first_start = first_start.filter(|_| !resumed);
     tracing::info!(
-        mode = %position::describe(first_start.as_ref(), checkpoint.confirmed()),
+        mode = ?position::describe(first_start.as_ref(), checkpoint.confirmed()),
         slot = %source.slot,
         publication = %source.publication,
-        tables = %tables,
+        tables = ?tables,
         position = %checkpoint.confirmed(),
-        plugins = %plugin_names,
+        plugins = ?plugin_names,
         sink = %sink.url(),
         writer = %writer.id,
         sequence = checkpoint.sequence(),

@@ -1,6 +1,7 @@
-//! Source-side checks and set-up over an ordinary SQL connection: server settings, the
-//! publication, the tracked tables' replica identity, and the slot's state as
-//! `pg_replication_slots` reports it.
+//! Source-side checks and set-up over an ordinary SQL connection: the publication, the tracked
+//! tables' replica identity, and the slot's state as `pg_replication_slots` reports it. The
+//! prerequisite report that gathers them with the server's settings is [`crate::check`]; what
+//! all of them refuse is [`ProvisionError`] (`error.rs`).
 //!
 //! The replica identity check runs before streaming, for every tracked table (the configured
 //! `source.tables`, or every table of the publication when that list is empty). A table must
@@ -19,164 +20,9 @@ use crate::config::{Provisioning, SourceConfig, UnchangedToastPolicy};
 use crate::pgoutput::ReplicaIdentity;
 use crate::pgtype::TypeRow;
 
-#[derive(Debug, thiserror::Error)]
-pub enum ProvisionError {
-    // The client error is rendered into the message, not chained as a source: its own text
-    // repeats its cause ("db error: ERROR: ..."), and a chained source would print it twice.
-    #[error("cannot connect to the source database: {}", server_text(.0))]
-    Connect(tokio_postgres::Error),
-    #[error("source url is not a valid connection string: {}", server_text(.0))]
-    Url(tokio_postgres::Error),
-    #[error("{what}: {}", server_text(error))]
-    Query {
-        what: String,
-        error: tokio_postgres::Error,
-    },
-    #[error(
-        "the source server runs with wal_level = {0}; logical replication needs wal_level = logical (set it in postgresql.conf and restart the server)"
-    )]
-    WalLevel(String),
-    #[error(
-        "publication {publication:?} does not exist and source.publication_behavior = \"reuse\" does not create it; run: {sql}, or set source.publication_behavior = \"create\""
-    )]
-    NoPublication { publication: String, sql: String },
-    #[error(
-        "publication {publication:?} does not exist, and role {role:?} cannot create it ({reason}); as a superuser or the tables' owner, run: {sql}"
-    )]
-    CannotCreatePublication {
-        publication: String,
-        role: String,
-        reason: String,
-        sql: String,
-    },
-    #[error(
-        "table {table} does not exist in the source (it is in source.tables); create it, or remove it from source.tables"
-    )]
-    NoTable { table: String },
-    #[error(
-        "role {role:?} has neither the REPLICATION attribute nor superuser, so it cannot read a replication slot; run: ALTER ROLE {} REPLICATION",
-        sql_ident(.role)
-    )]
-    NoReplication { role: String },
-    #[error(
-        "role {role:?} cannot SELECT from table {table}, {why}; run: GRANT SELECT ON {sql} TO {}",
-        sql_ident(.role)
-    )]
-    NoSelect {
-        role: String,
-        table: String,
-        sql: String,
-        why: &'static str,
-    },
-    #[error(
-        "all {max} replication slots of the server are in use (max_replication_slots = {max}), so slot {slot:?} cannot be created; drop one no one reads (SELECT pg_drop_replication_slot('<name>'), see pg_replication_slots), or run: ALTER SYSTEM SET max_replication_slots = {}, and restart the server",
-        max + 1
-    )]
-    NoFreeSlot { slot: String, max: i64 },
-    #[error(
-        "all {max} WAL senders of the server are in use (max_wal_senders = {max}), so the replication connection would be refused; stop a consumer no one needs (pg_stat_replication), or run: ALTER SYSTEM SET max_wal_senders = {}, and restart the server",
-        max + 1
-    )]
-    NoFreeWalSender { max: i64 },
-    #[error(
-        "the source server runs PostgreSQL {version}; logical replication with pgoutput needs PostgreSQL 10 or newer: upgrade the server"
-    )]
-    ServerTooOld { version: String },
-    #[error(
-        "source.binary = true needs PostgreSQL 14 or newer (pgoutput protocol 2), and the source runs {version}: set source.binary = false, or upgrade the server"
-    )]
-    BinaryNeedsNewerServer { version: String },
-    #[error(
-        "the source runs PostgreSQL {version}: before 14, pgoutput sends a large transaction only after it commits (the server spills it to disk meanwhile) and no logical decoding messages (the messages plugin and the nudge of tributary verify use them); PostgreSQL 14 or newer streams both"
-    )]
-    NoStreaming { version: String },
-    #[error(
-        "source.start_from = \"lsn:{lsn}\" is behind slot {slot:?}'s confirmed position {confirmed}: the slot no longer holds what came before, and the server would silently start at {confirmed} instead; choose a position at or after {confirmed} (start_from = \"head\" starts there)"
-    )]
-    StartBehindSlot {
-        lsn: Lsn,
-        slot: String,
-        confirmed: Lsn,
-    },
-    #[error(
-        "source.start_from = \"lsn:{lsn}\" is before the server's current WAL position {current}, and slot {slot:?} does not exist yet: a slot holds only the WAL written after it is created, so a new one starts at {current}; choose a position at or after it (or start_from = \"tail\"), or start from a slot that was created before {lsn}"
-    )]
-    StartBeforeNewSlot {
-        lsn: Lsn,
-        slot: String,
-        current: Lsn,
-    },
-    #[error(
-        "source.start_from = \"lsn:{lsn}\" is past the server's current WAL position {current}: nothing is written there yet; choose a position at or before {current}"
-    )]
-    StartAhead { lsn: Lsn, current: Lsn },
-    /// A binary pipeline's table with a column read only as text (the catalog's refusal).
-    #[error("{0}")]
-    Binary(String),
-    #[error(
-        "another instance started this pipeline while this one was starting (commit entry {sequence}, by {writer}), so the position this first run chose no longer applies; start again: the next start resumes from the commit log"
-    )]
-    StartRaced { sequence: u64, writer: String },
-    #[error(
-        "publication {publication:?} does not publish {tables}; run: ALTER PUBLICATION {publication} ADD TABLE {tables}"
-    )]
-    NotPublished { publication: String, tables: String },
-    #[error(
-        "slot {slot:?} uses output plugin {plugin:?}; tributary reads pgoutput slots (drop it or choose another source.slot)"
-    )]
-    SlotPlugin { slot: String, plugin: String },
-    #[error(
-        "slot {slot:?} decodes two-phase commit (it was created with two_phase), so it would send \
-         prepared transactions before they commit; tributary lands committed transactions only: \
-         drop the slot and let tributary create it, or choose another source.slot"
-    )]
-    SlotTwoPhase { slot: String },
-    #[error(
-        "slot {slot:?} is invalidated (wal_status = lost): the server removed WAL the slot still \
-         needed (max_slot_wal_keep_size), so the changes after {confirmed} can no longer be read \
-         and the lake would have a gap; drop the slot (SELECT pg_drop_replication_slot('{slot}')) \
-         and run again, which creates it anew and names the gap to accept with --accept-gap; \
-         consider raising max_slot_wal_keep_size"
-    )]
-    SlotLost { slot: String, confirmed: String },
-    #[error("slot {slot:?} belongs to database {database:?}, not {expected:?}")]
-    SlotDatabase {
-        slot: String,
-        database: String,
-        expected: String,
-    },
-    #[error(
-        "slot {slot:?} is held by pid {pid}{holder} and was not released within {waited_secs} s: another consumer is reading it; stop that consumer, or pass --wait to wait until it lets go",
-        holder = application_name.as_deref().map(|a| format!(" (application_name {a:?})")).unwrap_or_default()
-    )]
-    SlotActive {
-        slot: String,
-        pid: i32,
-        application_name: Option<String>,
-        waited_secs: u64,
-    },
-    #[error(
-        "slot {slot:?} does not exist and source.slot_behavior = \"reuse\" does not create it; run: SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput'), or set source.slot_behavior = \"create\""
-    )]
-    NoSlot { slot: String },
-    #[error(
-        "table {table} has no usable replica identity ({reason}), so its updates and deletes would carry no old key; run: ALTER TABLE {sql} ADD PRIMARY KEY (...), or: ALTER TABLE {sql} REPLICA IDENTITY FULL"
-    )]
-    NoReplicaIdentity {
-        table: String,
-        /// The table's name as SQL writes it.
-        sql: String,
-        reason: &'static str,
-    },
-    #[error(
-        "table {table} has columns PostgreSQL may store out of line as TOAST ({columns}), and an update that leaves such a value untouched does not send it; run: ALTER TABLE {sql} REPLICA IDENTITY FULL (the old row then carries it), or set source.unchanged_toast = \"null\" to land those values as null, flagged in _unchanged_toast"
-    )]
-    UnchangedToast {
-        table: String,
-        sql: String,
-        columns: String,
-    },
-}
+mod error;
+
+pub use error::{ProvisionError, server_text};
 
 /// A slot as `pg_replication_slots` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,22 +57,6 @@ pub async fn connect(config: &tokio_postgres::Config) -> Result<Client, Provisio
     Ok(client)
 }
 
-/// What the server said (message, SQLSTATE, detail, hint), or the client's own text for
-/// errors that never reached a server.
-pub fn server_text(error: &tokio_postgres::Error) -> String {
-    let Some(db) = error.as_db_error() else {
-        return crate::error_chain(error);
-    };
-    let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
-    if let Some(detail) = db.detail() {
-        text.push_str(&format!("; {detail}"));
-    }
-    if let Some(hint) = db.hint() {
-        text.push_str(&format!("; hint: {hint}"));
-    }
-    text
-}
-
 fn query_error(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> ProvisionError {
     let what = what.into();
     move |error| ProvisionError::Query { what, error }
@@ -235,18 +65,6 @@ fn query_error(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) ->
 /// Quote an identifier for SQL.
 pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-pub async fn check_wal_level(client: &Client) -> Result<(), ProvisionError> {
-    let row = client
-        .query_one("SELECT current_setting('wal_level')", &[])
-        .await
-        .map_err(query_error("reading wal_level"))?;
-    let level: String = row.get(0);
-    if level != "logical" {
-        return Err(ProvisionError::WalLevel(level));
-    }
-    Ok(())
 }
 
 /// Whether provisioning found an object or made it.
