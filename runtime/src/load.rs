@@ -125,6 +125,81 @@ impl LoadState {
     }
 }
 
+/// A running load as people see it: per table, what has been read and handed on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LoadProgress {
+    pub tables: Vec<TableProgress>,
+    /// Milliseconds since the load started.
+    pub elapsed_ms: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TableProgress {
+    pub table: String,
+    pub chunks: u32,
+    /// Chunks handed on whole.
+    pub chunks_read: u32,
+    pub rows: u64,
+    /// Decoded bytes read.
+    pub bytes: u64,
+}
+
+impl LoadProgress {
+    /// How far the load is, from 0 to 1, by chunks.
+    pub fn fraction(&self) -> f64 {
+        let (read, all) = self.tables.iter().fold((0u64, 0u64), |(r, a), t| {
+            (r + u64::from(t.chunks_read), a + u64::from(t.chunks))
+        });
+        if all == 0 {
+            1.0
+        } else {
+            read as f64 / all as f64
+        }
+    }
+
+    fn secs(&self) -> f64 {
+        self.elapsed_ms as f64 / 1000.0
+    }
+
+    /// Rows per second so far.
+    pub fn rate(&self) -> f64 {
+        self.tables.iter().map(|t| t.rows).sum::<u64>() as f64 / self.secs().max(0.001)
+    }
+
+    /// Seconds still to go, at the rate so far; `None` before the first chunk.
+    pub fn eta_secs(&self) -> Option<f64> {
+        let done = self.fraction();
+        (done > 0.0).then(|| self.secs() * (1.0 - done) / done)
+    }
+
+    /// One line: every table's rows and chunks, the rate, the time left.
+    pub fn line(&self) -> String {
+        let tables: Vec<String> = self
+            .tables
+            .iter()
+            .map(|t| {
+                format!(
+                    "{} {} rows {} ({}/{} chunks)",
+                    t.table,
+                    t.rows,
+                    crate::status::human_bytes(t.bytes),
+                    t.chunks_read,
+                    t.chunks
+                )
+            })
+            .collect();
+        let eta = self
+            .eta_secs()
+            .map_or_else(|| "?".to_owned(), |s| format!("{s:.0} s"));
+        format!(
+            "loading {:.0}%: {}; {:.0} rows/s, {eta} left",
+            self.fraction() * 100.0,
+            tables.join(", "),
+            self.rate()
+        )
+    }
+}
+
 /// Which rows of a table one chunk reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pages {
@@ -253,6 +328,31 @@ mod tests {
             plan(15_000_000, 4096, true),
             vec![Pages::All],
             "past u32 places"
+        );
+    }
+
+    #[test]
+    fn progress_says_how_far_how_fast_and_how_long() {
+        let mut p = LoadProgress {
+            tables: vec![TableProgress {
+                table: "public.a".into(),
+                chunks: 4,
+                chunks_read: 0,
+                rows: 0,
+                bytes: 0,
+            }],
+            elapsed_ms: 2000,
+        };
+        assert_eq!(p.eta_secs(), None);
+        p.tables[0].chunks_read = 1;
+        p.tables[0].rows = 1000;
+        p.tables[0].bytes = 2048;
+        assert_eq!(p.fraction(), 0.25);
+        assert_eq!(p.rate(), 500.0);
+        assert_eq!(p.eta_secs(), Some(6.0));
+        assert_eq!(
+            p.line(),
+            "loading 25%: public.a 1000 rows 2.0 KiB (1/4 chunks); 500 rows/s, 6 s left"
         );
     }
 

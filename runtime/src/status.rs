@@ -49,6 +49,8 @@ pub struct SinkStatus {
     pub writer: Option<Writer>,
     /// Changes plugins rejected that landed in the dead-letter output, in all.
     pub dead_letters: u64,
+    /// A full load (or resync) under way, as of the latest entry.
+    pub load: Option<crate::load::LoadState>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -86,6 +88,7 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
         last_committed_at: latest.as_ref().map(|e| e.committed_at),
         writer: latest.as_ref().map(|e| e.writer.clone()),
         dead_letters: latest.as_ref().map_or(0, |e| e.dead_letters),
+        load: latest.as_ref().and_then(|e| e.load.clone()),
     };
     Ok(Status {
         current_wal_lsn: current,
@@ -156,6 +159,22 @@ impl std::fmt::Display for Status {
                 )?;
                 if let Some(w) = &self.sink.writer {
                     writeln!(f, "  written by        {w}")?;
+                }
+                if let Some(load) = &self.sink.load {
+                    let what = if load.resync { "resync" } else { "full load" };
+                    writeln!(f, "  {what:<17} under way")?;
+                    for t in &load.tables {
+                        let state = match t.chunks {
+                            None => "to load".to_owned(),
+                            Some(n) if n == t.done => format!("loaded, {} rows", t.rows),
+                            Some(n) => format!("{}/{n} chunks landed, {} rows", t.done, t.rows),
+                        };
+                        writeln!(
+                            f,
+                            "    {:<15} {state} (snapshot {})",
+                            t.table, t.snapshot_lsn
+                        )?;
+                    }
                 }
                 match self.sink.dead_letters {
                     0 => Ok(()),

@@ -204,6 +204,22 @@ async fn kills_in_the_middle_of_a_full_load_resume_and_land_the_same_result() {
         run.kill().await;
         let state = last_load_state(&fx.log).await.expect("a load under way");
         assert!(!state.finished(), "round {round}: {state:?}\n{said}");
+        if round == 1 {
+            // `status` shows the load's progress from the commit log.
+            let status = tokio::process::Command::new(tributary_tests::service::tributary_bin())
+                .args(["status", "--config"])
+                .arg(&fx.file)
+                .output()
+                .await
+                .unwrap();
+            let shown = String::from_utf8_lossy(&status.stdout);
+            assert!(shown.contains("full load         under way"), "{shown}");
+            assert!(
+                shown.contains("chunks landed") || shown.contains("loaded, "),
+                "{shown}"
+            );
+            assert!(shown.contains("public.notes"), "{shown}");
+        }
         db.client
             .batch_execute(&format!(
                 "UPDATE accounts SET name = 'between {round}' WHERE id <= 10;

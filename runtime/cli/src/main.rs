@@ -179,6 +179,31 @@ fn main() -> ExitCode {
     }
 }
 
+/// A full load's progress on the terminal, one line redrawn twice a second (a log file gets
+/// the same figures as a line every ten seconds).
+async fn load_bar(mut progress: watch::Receiver<Progress>) {
+    let mut shown = false;
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tick.tick().await;
+        if progress.has_changed().is_err() {
+            break;
+        }
+        let load = progress.borrow_and_update().load.clone();
+        match load {
+            Some(load) => {
+                eprint!("\r\x1b[2K{}", load.line());
+                shown = true;
+            }
+            None if shown => {
+                eprintln!();
+                shown = false;
+            }
+            None => {}
+        }
+    }
+}
+
 async fn execute(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Run {
@@ -194,6 +219,9 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 let _ = stop.send(true);
             });
             let (progress, _) = watch::channel(Progress::default());
+            if std::io::stderr().is_terminal() {
+                tokio::spawn(load_bar(progress.subscribe()));
+            }
             // The endpoint is bound before anything else happens, so a port in use is refused
             // before the slot or the publication is touched.
             if let Some(address) = config.metrics.address().map_err(anyhow::Error::msg)? {

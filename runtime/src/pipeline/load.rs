@@ -13,14 +13,14 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
-use super::{Budget, Cut, PEAK_COPIES, PROGRESS_EVERY, PipelineError, Shutdown};
+use super::{Budget, Cut, PEAK_COPIES, PROGRESS_EVERY, PipelineError, Progress, Shutdown};
 use crate::Lsn;
 use crate::catalog::Catalog;
 use crate::change::{Batch, Change};
 use crate::commit::unix_micros;
-use crate::load::{self, LoadState, Pages, TableLoad};
+use crate::load::{self, LoadProgress, LoadState, Pages, TableLoad, TableProgress};
 use crate::pgoutput::Relation;
 use crate::snapshot::{Snapshot, SnapshotError, SourceTable};
 
@@ -86,6 +86,7 @@ pub(super) async fn run(
     budget: Budget,
     output: mpsc::Sender<Cut>,
     shutdown: Shutdown,
+    progress: watch::Sender<Progress>,
 ) -> Result<Loaded, PipelineError> {
     let started = Instant::now();
     let LoadJob { anchor, mut state } = job;
@@ -142,6 +143,18 @@ pub(super) async fn run(
         });
     }
     let tables: Vec<String> = planned.iter().map(|p| p.table.name.clone()).collect();
+    let mut shown = LoadProgress {
+        tables: planned
+            .iter()
+            .map(|p| TableProgress {
+                table: p.table.name.clone(),
+                chunks: p.chunks,
+                ..TableProgress::default()
+            })
+            .collect(),
+        elapsed_ms: 0,
+    };
+    progress.send_modify(|p| p.load = Some(shown.clone()));
     tracing::info!(
         snapshot = %snapshot_lsn,
         tables = %tables.join(", "),
@@ -213,6 +226,12 @@ pub(super) async fn run(
             let rows = changes.iter().filter(|c| c.seq != 0).count() as u64;
             chunk_rows += rows;
             rows_read += rows;
+            let t = &mut shown.tables[table];
+            t.rows += rows;
+            t.bytes += bytes as u64;
+            t.chunks_read += u32::from(last);
+            shown.elapsed_ms = started.elapsed().as_millis() as u64;
+            progress.send_modify(|p| p.load = Some(shown.clone()));
             let progress = last.then(|| {
                 let entry = state
                     .tables
@@ -263,18 +282,11 @@ pub(super) async fn run(
         }
         if said.elapsed() >= PROGRESS_EVERY {
             said = Instant::now();
-            let secs = started.elapsed().as_secs_f64().max(0.001);
-            tracing::info!(
-                table = %p.table.name,
-                chunk = index + 1,
-                of = p.chunks,
-                rows = rows_read,
-                rows_per_sec = (rows_read as f64 / secs) as u64,
-                "full load in progress"
-            );
+            tracing::info!("{}", shown.line());
         }
     }
     tasks.abort_all();
+    progress.send_modify(|p| p.load = None);
     if !stopped {
         tracing::info!(
             rows = rows_read,

@@ -191,6 +191,8 @@ pub struct Progress {
     pub sink_retries: u64,
     /// A sink step is failing and being retried right now.
     pub sink_failing: bool,
+    /// A full load under way: what it has read so far.
+    pub load: Option<crate::load::LoadProgress>,
 }
 
 /// Wall time spent in each stage, summed over a run: where a pipeline's time goes. The rest of
@@ -324,6 +326,7 @@ async fn run_stages(
                 reader.budget.clone(),
                 reader.output.clone(),
                 reader.shutdown.clone(),
+                reader.progress.clone(),
             )
             .await?;
             reader.next_sequence = loaded.next_sequence;
@@ -884,6 +887,7 @@ impl Reader {
             self.budget.clone(),
             self.output.clone(),
             self.shutdown.clone(),
+            self.progress.clone(),
         )
         .await?;
         self.next_sequence = loaded.next_sequence;
