@@ -248,13 +248,14 @@ impl WalsenderSampler {
             loop {
                 let stopping = flag.load(Ordering::SeqCst);
                 if pid.is_none() {
+                    // A consumer that creates its slot (a full load) has none at first.
                     let row = client
-                        .query_one(
+                        .query_opt(
                             "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
                             &[&slot],
                         )
                         .await?;
-                    pid = row.get(0);
+                    pid = row.and_then(|r| r.get(0));
                 }
                 if let Some(pid) = pid
                     && let Some(cpu) = process_cpu(pid)

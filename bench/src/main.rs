@@ -11,6 +11,7 @@
 //! (`languages.rs`). `BENCHMARKS.md` describes the method and holds the latest figures.
 
 mod consume;
+mod full_load;
 mod languages;
 mod latency;
 mod report;
@@ -178,6 +179,8 @@ struct Results {
     latency: Option<latency::LatencyResult>,
     #[serde(skip_serializing_if = "Option::is_none")]
     languages: Option<languages::LanguagesResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    full_load: Option<full_load::FullLoadResult>,
 }
 
 struct Bench {
@@ -242,6 +245,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     if scenarios.is_empty() {
         scenarios = Scenario::THROUGHPUT.to_vec();
         scenarios.push(Scenario::Latency);
+        scenarios.push(Scenario::FullLoad);
     }
     scenarios.sort();
     scenarios.dedup();
@@ -261,12 +265,17 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         scenarios: Vec::new(),
         latency: None,
         languages: None,
+        full_load: None,
     };
     for scenario in scenarios {
         if scenario == Scenario::Latency {
             let result = bench.latency().await?;
             print!("{}", result.print());
             results.latency = Some(result);
+        } else if scenario == Scenario::FullLoad {
+            let result = bench.full_load().await?;
+            print!("{}", result.print());
+            results.full_load = Some(result);
         } else if scenario == Scenario::Languages {
             let result = bench.languages().await?;
             print!("{}", result.print());
@@ -294,7 +303,8 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             .flat_map(|l| &l.runs)
             .filter(|r| r.is_err())
             .count()
-        + results.languages.as_ref().map_or(0, |l| l.failures());
+        + results.languages.as_ref().map_or(0, |l| l.failures())
+        + results.full_load.as_ref().map_or(0, |l| l.failures());
     let strict = bench.args.strict;
     let Bench {
         cluster,

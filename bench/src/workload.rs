@@ -35,6 +35,9 @@ pub enum Scenario {
     Updates,
     /// Commit-to-visible latency at a steady 10k rows/s.
     Latency,
+    /// A full load (`start_from = "full"`) of the inserts table (10M rows; --quick 200k) and
+    /// the 50-column table (200k; --quick 20k), beside `psql` copying the same page ranges.
+    FullLoad,
     /// Passthrough and mask plugins in Rust, Python, JavaScript and C on the inserts table
     /// (1M rows, 100k for Python and JavaScript; --quick a tenth). Not run unless named.
     Languages,
@@ -49,6 +52,7 @@ impl Scenario {
             Scenario::Wide => "wide",
             Scenario::Updates => "updates",
             Scenario::Latency => "latency",
+            Scenario::FullLoad => "full-load",
             Scenario::Languages => "languages",
         }
     }
@@ -129,6 +133,7 @@ impl Workload {
                 )
             }
             Scenario::Latency => unreachable!("latency has no fixed workload"),
+            Scenario::FullLoad => unreachable!("the full load sizes its own tables"),
             Scenario::Languages => unreachable!("languages sizes a workload per language"),
         };
         Workload {
@@ -223,7 +228,7 @@ fn wide_value(column: u32, ty: &str) -> String {
 }
 
 /// An INSERT of `bench_rows` ids `first..=last`; ~200 bytes per row.
-fn insert_rows(first: u64, last: u64) -> String {
+pub fn insert_rows(first: u64, last: u64) -> String {
     format!(
         "INSERT INTO bench_rows SELECT g, g % 1000, (g % 100000) / 100.0, \
          timestamptz '2026-01-01' + g * interval '1 second', 'user' || g || '@example.com', \
@@ -231,7 +236,7 @@ fn insert_rows(first: u64, last: u64) -> String {
     )
 }
 
-fn insert_wide(first: u64, last: u64) -> String {
+pub fn insert_wide(first: u64, last: u64) -> String {
     let mut sql = String::from("INSERT INTO bench_wide SELECT g");
     for (range, ty) in wide_columns() {
         for c in range {
@@ -337,6 +342,7 @@ pub async fn generate(client: &Client, workload: &Workload) -> anyhow::Result<Ge
             }
         }
         Scenario::Latency => unreachable!("latency generates its own load"),
+        Scenario::FullLoad => unreachable!("the full load fills its own tables"),
     }
     let seconds = started.elapsed().as_secs_f64();
     let marker = write_marker(client).await?;

@@ -416,6 +416,8 @@ const ADVANCE_IDLE: Duration = Duration::from_secs(10);
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// Queued items between two stages; the in-flight budget, not this, bounds memory.
 const STAGE_QUEUE: usize = 1;
+/// Flushes encoded at once.
+const ENCODERS: usize = 2;
 /// The most forms a batch takes at once, each about its decoded size: the changes and what the
 /// transforms make of them while they run; their output and its Arrow columns and Parquet
 /// while it is encoded.
@@ -1050,71 +1052,91 @@ async fn encode_stage(
     mut input: mpsc::Receiver<Transformed>,
     output: mpsc::Sender<land::Encoded>,
 ) -> Result<(), PipelineError> {
+    use futures::StreamExt;
     let encoder = Arc::new(encoder);
-    // The file ordinals of the flush being encoded, per output: the parts of one flush number
+    // Flushes encode side by side, each on a blocking thread, and are named and handed on in
+    // the order they came: the encoder is the busiest stage of a wide or loading pipeline.
+    let mut encoding = futures::stream::FuturesOrdered::new();
+    // The file ordinals of the flush being named, per output: the parts of one flush number
     // their files on from the part before.
     let mut numbering: (u64, BTreeMap<String, usize>) = (u64::MAX, BTreeMap::new());
-    while let Some(transformed) = input.recv().await {
-        let started = Instant::now();
-        let Transformed {
-            mut flush,
-            outputs,
-            mut share,
-            transform,
-            tallies,
-        } = transformed;
-        let (encoder_, writer_, sequence) = (encoder.clone(), writer.clone(), flush.sequence);
-        if numbering.0 != sequence {
-            numbering = (sequence, BTreeMap::new());
-        }
-        let mut ordinals = std::mem::take(&mut numbering.1);
-        let (files, ordinals) = tokio::task::spawn_blocking(move || {
-            let files = encode_outputs(&encoder_, &outputs, sequence, &writer_, &mut ordinals);
-            (files, ordinals)
-        })
-        .await
-        .map_err(|e| PipelineError::Task(e.to_string()))?;
-        numbering.1 = ordinals;
-        flush.files = files.map_err(|source| PipelineError::Encode {
-            sequence,
-            first: flush.first_commit_lsn,
-            last: flush.last_commit_lsn,
-            source,
-        })?;
-        // Only the files are left until they are uploaded.
-        share.shrink_to(flush.files.iter().map(|(_, b)| b.len()).sum());
-        let encoded = land::Encoded {
-            flush,
-            _budget: share,
-            transform,
-            encode: started.elapsed(),
-            tallies,
-        };
-        if output.send(encoded).await.is_err() {
-            return Ok(());
+    let mut open = true;
+    loop {
+        tokio::select! {
+            transformed = input.recv(), if open && encoding.len() < ENCODERS => {
+                let Some(transformed) = transformed else {
+                    open = false;
+                    continue;
+                };
+                let started = Instant::now();
+                let mut transformed: Transformed = transformed;
+                let outputs = std::mem::take(&mut transformed.outputs);
+                let encoder = encoder.clone();
+                let files = tokio::task::spawn_blocking(move || {
+                    outputs
+                        .iter()
+                        .map(|o| encoder.encode(o).map(|files| (o.output.clone(), files)))
+                        .collect::<Result<Vec<_>, EncodeError>>()
+                });
+                encoding.push_back(async move { (transformed, started, files.await) });
+            }
+            Some((transformed, started, files)) = encoding.next(), if !encoding.is_empty() => {
+                let Transformed {
+                    mut flush,
+                    mut share,
+                    transform,
+                    tallies,
+                    ..
+                } = transformed;
+                let sequence = flush.sequence;
+                let files = files
+                    .map_err(|e| PipelineError::Task(e.to_string()))?
+                    .map_err(|source| PipelineError::Encode {
+                        sequence,
+                        first: flush.first_commit_lsn,
+                        last: flush.last_commit_lsn,
+                        source,
+                    })?;
+                if numbering.0 != sequence {
+                    numbering = (sequence, BTreeMap::new());
+                }
+                flush.files = name_files(files, sequence, &writer, &mut numbering.1);
+                // Only the files are left until they are uploaded.
+                share.shrink_to(flush.files.iter().map(|(_, b)| b.len()).sum());
+                let encoded = land::Encoded {
+                    flush,
+                    _budget: share,
+                    transform,
+                    encode: started.elapsed(),
+                    tallies,
+                };
+                if output.send(encoded).await.is_err() {
+                    return Ok(());
+                }
+            }
+            else => break,
         }
     }
     Ok(())
 }
 
-/// Encode every output of a flush (or part of one) and name its files; `ordinals` holds the
-/// next file ordinal of each output in this flush.
-fn encode_outputs(
-    encoder: &Encoder,
-    outputs: &[OutputBatch],
+/// Name the encoded files of a flush (or part of one); `ordinals` holds the next file ordinal
+/// of each output in this flush.
+fn name_files(
+    outputs: Vec<(String, Vec<crate::encode::EncodedFile>)>,
     sequence: u64,
     writer: &Writer,
     ordinals: &mut BTreeMap<String, usize>,
-) -> Result<Vec<(FileEntry, Bytes)>, EncodeError> {
+) -> Vec<(FileEntry, Bytes)> {
     let mut files = Vec::new();
-    for output in outputs {
-        for encoded in encoder.encode(output)? {
-            let part = ordinals.entry(output.output.clone()).or_default();
-            let path = data_file_path(&output.output, sequence, writer, *part);
+    for (output, encoded) in outputs {
+        for encoded in encoded {
+            let part = ordinals.entry(output.clone()).or_default();
+            let path = data_file_path(&output, sequence, writer, *part);
             *part += 1;
             let file = FileEntry {
                 path,
-                output: output.output.clone(),
+                output: output.clone(),
                 rows: encoded.rows,
                 bytes: encoded.bytes.len() as u64,
                 schema: encoded.schema,
@@ -1122,7 +1144,7 @@ fn encode_outputs(
             files.push((file, encoded.bytes));
         }
     }
-    Ok(files)
+    files
 }
 
 /// `SIGHUP`, where there is one.
