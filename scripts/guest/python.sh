@@ -3,8 +3,10 @@
 # Sourced by scripts/lib.sh, not run: it uses ROOT, TOOLS, say and die from there.
 
 COMPONENTIZE_PY_VERSION="0.25.1"
-# The example plugins: each is a directory of examples/plugins/python with its code in app.py.
-PYTHON_EXAMPLES=(passthrough mask sandbox)
+# The example plugins: each is a directory of examples/plugins/python with its code in app.py,
+# built for the world `transform`. NAME-columnar is the module columnar.py of directory NAME,
+# built for the world `columnar-transform` (it also takes batches by column).
+PYTHON_EXAMPLES=(passthrough mask sandbox passthrough-columnar mask-columnar)
 
 # Makes componentize-py $COMPONENTIZE_PY_VERSION available in a virtual environment in the
 # tools cache. Exports TRIBUTARY_COMPONENTIZE_PY, the executable.
@@ -58,19 +60,21 @@ build_python_examples() {
     local tool="$TRIBUTARY_COMPONENTIZE_PY"
     local venv; venv="$(cd "$(dirname "$tool")/.." && pwd)"
     local wit="$ROOT/guest-sdk/wit/transform.wit" src="$ROOT/examples/plugins/python"
-    local world="transform"
     [ -f "$wit" ] || die "the WIT contract $wit is missing"
     local version; version="$("$tool" --version)" || die "$tool --version failed"
     mkdir -p "$outdir/python"
     outdir="$(cd "$outdir" && pwd)"
 
-    local name dir out stamp options staging file started ms size
+    local name dir out stamp options staging file started ms size world module
     for name in "${PYTHON_EXAMPLES[@]}"; do
-        dir="$src/$name"
+        case "$name" in
+            *-columnar) dir="$src/${name%-columnar}" world="columnar-transform" module="columnar" ;;
+            *) dir="$src/$name" world="transform" module="app" ;;
+        esac
         out="$outdir/python/$name.wasm"
         stamp="$out.stamp"
-        [ -f "$dir/app.py" ] || die "python plugin $name: $dir/app.py is missing"
-        options="-w $world componentize app"
+        [ -f "$dir/$module.py" ] || die "python plugin $name: $dir/$module.py is missing"
+        options="-w $world componentize $module"
         local hash; hash="$(python_example_stamp "$dir" "$wit" "$version" "$options")"
         if [ -s "$out" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$hash" ]; then
             say "python plugin $name: up to date, not rebuilt ($out)"
@@ -90,7 +94,7 @@ build_python_examples() {
         # VIRTUAL_ENV names the venv whose site-packages componentize-py adds to the python
         # path (by default it would take the site-packages of whatever python3 is on PATH).
         if ! (cd "$staging" && VIRTUAL_ENV="$venv" "$tool" --quiet -d "$wit" -w "$world" \
-                componentize -p "$staging/app" app -o "$staging/out.wasm"); then
+                componentize -p "$staging/app" "$module" -o "$staging/out.wasm"); then
             rm -rf "$staging"
             die "python plugin $name: componentize-py failed (sources in $dir)"
         fi

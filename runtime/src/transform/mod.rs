@@ -35,6 +35,7 @@
 //! is called again after a pause, for about ten minutes.
 
 mod chain;
+mod columnar;
 mod convert;
 mod host;
 
@@ -275,6 +276,19 @@ pub enum TransformError {
         output: String,
         column: Option<String>,
         lsn: Lsn,
+        message: String,
+    },
+
+    /// What a plugin returned through the `columnar` interface does not fit the batch.
+    #[error(
+        "plugin {plugin:?} returned columns{}{} that do not fit: {message}",
+        table.as_ref().map(|t| format!(" for table {t}")).unwrap_or_default(),
+        column.as_ref().map(|c| format!(" (column {c:?})")).unwrap_or_default()
+    )]
+    Columnar {
+        plugin: String,
+        table: Option<String>,
+        column: Option<String>,
         message: String,
     },
 
