@@ -76,7 +76,7 @@ _js_build_stamp() {
     local modules="$TOOLS/jco/node_modules/@bytecodealliance"
     {
         sha256sum "$JS_EXAMPLES"/src/*.js "$JS_EXAMPLES/componentize.mjs" \
-            "$ROOT/guest-sdk/wit/transform.wit" \
+            "$ROOT"/guest-sdk/wit/*.wit \
             "$JS_EXAMPLES/package-lock.json" "${BASH_SOURCE[0]}" | sed "s| $ROOT/| |"
         echo "jco $(_js_installed_version "$modules" jco)"
         echo "componentize-js $(_js_installed_version "$modules" componentize-js)"
@@ -111,7 +111,8 @@ build_js_examples() {
         case "$plugin" in
             *-columnar)
                 say "js plugins: building $plugin with ComponentizeJS (componentize.mjs)"
-                said="$(node "$TOOLS/jco/componentize.mjs" "$source" "$wit" columnar-transform \
+                # The whole package: columnar.wit beside the frozen transform.wit.
+                said="$(node "$TOOLS/jco/componentize.mjs" "$source" "$ROOT/guest-sdk/wit" columnar-transform \
                     "$out/$plugin.wasm.partial" "${JS_DISABLED_FEATURES[@]}" 2>&1)" || {
                     printf '%s\n' "$said" >&2
                     die "componentize.mjs failed for $source"

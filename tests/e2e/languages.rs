@@ -137,6 +137,66 @@ async fn javascript_plugins_mask_and_pass_through() {
     mask_then_passthrough("js", mask, passthrough).await;
 }
 
+/// The columnar variants (`tributary:transform/columnar@1.0.0`, tables as Arrow IPC streams)
+/// land exactly what the typed plugins land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_columnar_plugins_mask_and_pass_through() {
+    let (mask, passthrough) = (
+        guest_plugin("python", "mask-columnar"),
+        guest_plugin("python", "passthrough-columnar"),
+    );
+    mask_then_passthrough("pycol", mask, passthrough).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_columnar_plugins_mask_and_pass_through() {
+    let (mask, passthrough) = (
+        guest_plugin("js", "mask-columnar"),
+        guest_plugin("js", "passthrough-columnar"),
+    );
+    mask_then_passthrough("jscol", mask, passthrough).await;
+}
+
+/// A columnar plugin whose columns do not fit its table's output (a column of another type, a
+/// null in a column its reshape adds as not nullable) stops the pipeline with a message that
+/// names the plugin, the table, the column and what to do; nothing is confirmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn columnar_output_that_does_not_fit_is_refused_naming_plugin_table_and_column() {
+    for (wrong, column, says) in [
+        (
+            "type",
+            "email",
+            "it is Int32, but a text column is Utf8; return the column typed as it lands",
+        ),
+        (
+            "null",
+            "region",
+            "row 0 is null, but the column is declared not nullable; give every row a value",
+        ),
+    ] {
+        let stopped = python_sandbox_stopped(
+            &format!("columnar_{wrong}"),
+            "sandbox-columnar",
+            ("wrong", wrong),
+            |t| t.timeout_ms = 60_000,
+        )
+        .await;
+        let error = &stopped.error;
+        assert!(
+            error.contains(&format!(
+                "plugin \"sandbox-columnar-py\" returned columns for table public.users \
+                 (column \"{column}\") that do not fit"
+            )),
+            "{error}"
+        );
+        assert!(error.contains(says), "{error}");
+        assert_eq!(
+            stopped.confirmed_after, stopped.confirmed_before,
+            "nothing was confirmed: {error}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_plugins_mask_and_pass_through() {
     let (mask, passthrough) = (guest_plugin("c", "mask"), guest_plugin("c", "passthrough"));
@@ -252,8 +312,8 @@ async fn a_python_plugin_reaches_no_file_environment_or_network() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// How the Python sandbox plugin, with `setting = "true"` and its limits set by `limits`,
-/// stopped a real pipeline at the batch of one insert.
+/// How a Python sandbox plugin (`sandbox`, or `sandbox-columnar`), with its `setting` set to
+/// `value` and its limits set by `limits`, stopped a real pipeline at the batch of one insert.
 struct Stopped {
     error: String,
     /// The server's WAL position right after the insert committed.
@@ -264,7 +324,8 @@ struct Stopped {
 
 async fn python_sandbox_stopped(
     hint: &str,
-    setting: &str,
+    sandbox: &str,
+    (setting, value): (&str, &str),
     limits: impl FnOnce(&mut tributary::config::TransformConfig),
 ) -> Stopped {
     let db = fresh_database(hint).await;
@@ -281,9 +342,9 @@ async fn python_sandbox_stopped(
         &["public.users"],
         &sink_url,
         vec![],
-        &[guest_plugin("python", "sandbox")],
+        &[guest_plugin("python", sandbox)],
     );
-    cfg.transforms[0].config = [(setting.to_owned(), "true".to_owned())].into();
+    cfg.transforms[0].config = [(setting.to_owned(), value.to_owned())].into();
     limits(&mut cfg.transforms[0]);
     let running = RunningPipeline::start(cfg).await;
     let confirmed_before = tributary_tests::pipeline::confirmed_flush(&db.client, &name).await;
@@ -312,7 +373,10 @@ async fn python_sandbox_stopped(
 /// and the limit, and nothing past the batch is confirmed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_looping_python_plugin_is_stopped_at_its_time_limit() {
-    let stopped = python_sandbox_stopped("spin_py", "spin", |t| t.timeout_ms = 1_500).await;
+    let stopped = python_sandbox_stopped("spin_py", "sandbox", ("spin", "true"), |t| {
+        t.timeout_ms = 1_500
+    })
+    .await;
     let error = &stopped.error;
     assert!(error.contains("sandbox-py"), "{error}");
     assert!(error.contains("time limit of 1500 ms"), "{error}");
@@ -326,7 +390,7 @@ async fn a_looping_python_plugin_is_stopped_at_its_time_limit() {
 /// naming the plugin, the limit and the batch; nothing is confirmed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_plugin_that_allocates_without_bound_is_stopped_at_its_memory_cap() {
-    let stopped = python_sandbox_stopped("hog_py", "hog", |t| {
+    let stopped = python_sandbox_stopped("hog_py", "sandbox", ("hog", "true"), |t| {
         t.memory_limit_mib = 96;
         t.timeout_ms = 60_000;
     })

@@ -185,6 +185,9 @@ impl Stage {
             .map(|c| (c.ty.clone(), c.name.clone()))
             .chain(reshape.add.iter().map(|c| (c.ty.clone(), c.name.clone())))
             .unzip();
+        let nullable = std::iter::repeat_n(true, relation.columns.len())
+            .chain(reshape.add.iter().map(|c| c.nullable))
+            .collect();
         Shape {
             relation: Arc::new(Relation {
                 columns,
@@ -194,6 +197,7 @@ impl Stage {
             width,
             types,
             names,
+            nullable,
         }
     }
 }
@@ -211,6 +215,8 @@ pub(super) struct Shape {
     /// The type and name of each wide position.
     types: Vec<ColumnType>,
     names: Vec<String>,
+    /// Whether each wide position may hold null: a column a reshape adds may not.
+    nullable: Vec<bool>,
 }
 
 impl Shape {
@@ -226,12 +232,18 @@ impl Shape {
             width: relation.columns.len(),
             types,
             names,
+            nullable: vec![true; relation.columns.len()],
         }
     }
 
     /// The wide position of the `i`-th column of the output relation.
     pub fn wide_position(&self, i: usize) -> usize {
         self.picks.as_ref().map_or(i, |picks| picks[i])
+    }
+
+    /// Whether a wide position may hold null.
+    pub fn nullable(&self, position: usize) -> bool {
+        self.nullable.get(position).copied().unwrap_or(true)
     }
 
     /// The output row of a wide row.

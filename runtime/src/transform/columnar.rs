@@ -79,11 +79,13 @@ pub(super) fn batch_to_columns(
         true => messages.iter().map(convert::message_to_wit).collect(),
         false => Vec::new(),
     };
+    // Each relation's changes, by their index in the batch.
+    let mut rows_of: Vec<Vec<usize>> = vec![Vec::new(); relations.relations.len()];
+    for (i, place) in places.iter().enumerate() {
+        rows_of[place.handle as usize].push(i);
+    }
     let mut tables = Vec::with_capacity(relations.relations.len());
-    for (handle, relation) in relations.relations.iter().enumerate() {
-        let rows: Vec<usize> = (0..places.len())
-            .filter(|&i| places[i].handle == handle as u32)
-            .collect();
+    for ((handle, relation), rows) in relations.relations.iter().enumerate().zip(rows_of) {
         let columns = &relations.outputs[handle].1;
         let read: Vec<usize> = (0..columns.len())
             .filter(|&c| view.read[handle].as_ref().is_none_or(|read| read[c]))
@@ -451,7 +453,9 @@ fn replaced(
                 format!("its {what} hold the column twice; return it once"),
             ));
         }
-        let values = encode::column_values(&outputs[i], array.as_ref())
+        let mut column = outputs[i].clone();
+        column.nullable = shape.nullable(position as usize);
+        let values = encode::column_values(&column, array.as_ref())
             .map_err(|m| refused(Some(name), format!("in its {what}: {m}")))?;
         replaced.push((position, values));
     }

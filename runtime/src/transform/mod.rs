@@ -23,6 +23,10 @@
 //!   point at a transaction the batch does not hold.
 //! - Logical decoding messages reach every plugin that asks for them, unchanged; nothing lands
 //!   for them unless a plugin emits rows for them.
+//! - A plugin that also exports `tributary:transform/columnar@1.0.0` gets every batch by column
+//!   instead: one Arrow IPC stream per relation, built by the encoder, and answers per relation
+//!   (rows that land, replaced columns, rejections). `columnar.rs` turns the answer into the
+//!   typed emits, so everything after it is shared.
 //!
 //! Loading compiles each plugin once (one shared engine, with the compile cache; a slow
 //! compile is logged), refuses components built against another contract with a message saying

@@ -5,7 +5,7 @@ SHA-256(salt + b"\\x00" + text), in hex), built for the world `columnar-transfor
 that serves the `columnar` interface calls `process_columns` instead of `process`: each table
 of the batch arrives as an Arrow IPC stream holding the masked columns only (the plugin's
 interest), and the plugin returns the masked columns as a stream of the same rows. Reading and
-writing the streams is arrow_ipc.py, a small reader and writer of the format in pure Python.
+writing the streams is ../lib/arrow_ipc.py, a small reader and writer of the format in pure Python.
 
 Which columns are masked: a column of a masked name whose values are text (`Utf8` in the
 stream), except `json`, `jsonb` and `numeric` columns, whose text must stay a valid value of

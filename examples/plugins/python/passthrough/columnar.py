@@ -34,7 +34,7 @@ class Columnar(exports.Columnar):
     def process_columns(self, batch: c.ColumnBatch) -> c.ColumnOutput:
         # One answer per table, in the order of `batch.tables`. Edit here: `Selection_Only`
         # with row indices lands only those rows; `columns` (an Arrow IPC stream, see
-        # ../mask/arrow_ipc.py) replaces values.
+        # ../lib/arrow_ipc.py) replaces values.
         tables: List[c.TableOutput] = [
             c.TableOutput(land=c.Selection_All(), columns=None, old=None, rejections=[])
             for _ in batch.tables

@@ -1,4 +1,4 @@
-"""mask/arrow_ipc.py, the Arrow IPC reader and writer of the columnar examples, against pyarrow
+"""lib/arrow_ipc.py, the Arrow IPC reader and writer of the columnar examples, against pyarrow
 (Apache Arrow's C++ library): what it writes pyarrow reads and validates, what pyarrow writes
 it reads, and what it cannot read it refuses, saying why. Runs in plain CPython:
 
@@ -13,7 +13,7 @@ import unittest
 
 import pyarrow as pa
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mask"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import arrow_ipc  # noqa: E402
 
 

@@ -10,7 +10,7 @@ The host here is wasmtime-py: it loads a component, links WASI 0.2 with an empty
 DIR holds passthrough.wasm, mask.wasm and their columnar variants passthrough-columnar.wasm
 and mask-columnar.wasm (what `build_python_examples OUTDIR` writes to OUTDIR/python);
 TRIBUTARY_PYTHON_PLUGINS may name it instead. The columnar variants get their tables as Arrow
-IPC streams, written and read here with mask/arrow_ipc.py (itself checked against pyarrow by
+IPC streams, written and read here with lib/arrow_ipc.py (itself checked against pyarrow by
 test_arrow_ipc.py).
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import wasmtime
 from wasmtime import component as wc
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mask"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import arrow_ipc  # noqa: E402
 
 PLUGIN_INTERFACE = "tributary:transform/plugin@1.0.0"
