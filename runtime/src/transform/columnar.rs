@@ -739,6 +739,26 @@ mod tests {
         assert_eq!((edits[1].1[0].0, text(&edits[1].1[0].1)), (1, "o1"));
     }
 
+    /// The plugin saw an unchanged TOAST value as null; its null leaves the value unchanged,
+    /// and a row whose replacements all do so is a `keep`.
+    #[test]
+    fn a_null_over_an_unchanged_toast_value_leaves_it_unchanged() {
+        let mut batch = users_batch();
+        batch.transactions[0].changes[1].new = Some(vec![Value::Int8(1), Value::UnchangedToast]);
+        let mut out = table(cw::Selection::All);
+        out.columns = Some(emails(&[Some("m0"), None, Some("m2"), Some("m3")]));
+        let output = cw::ColumnOutput {
+            tables: vec![out],
+            rows: Vec::new(),
+        };
+        let (emits, _) = decide(&batch, output).unwrap();
+        assert!(matches!(emits[0], Emit::Edit(_)));
+        assert!(
+            matches!(&emits[1], Emit::Keep(at) if at.change == 1),
+            "the update keeps its unchanged value"
+        );
+    }
+
     fn refusal(batch: &Batch, out: cw::TableOutput, tables: usize) -> String {
         let output = cw::ColumnOutput {
             tables: (0..tables)
