@@ -197,6 +197,50 @@ async fn columnar_output_that_does_not_fit_is_refused_naming_plugin_table_and_co
     }
 }
 
+/// Under `on_error = "dead-letter"` the rows a columnar plugin rejects land in
+/// `_dead_letters` with its class and message, and not in their table; the other rows land, and
+/// the commit log counts the letters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_a_columnar_plugin_rejects_land_as_dead_letters() {
+    use tributary::transform::{DEAD_LETTERS, FailurePolicy};
+
+    let (db, dir, mut cfg, _) = users_through_python("columnar_letters", "sandbox-columnar").await;
+    cfg.transforms[0].config = [("reject".to_owned(), "true".to_owned())].into();
+    cfg.transforms[0].on_error = FailurePolicy::DeadLetter;
+    cfg.transforms[0].timeout_ms = 60_000;
+    let mut running = RunningPipeline::start(cfg).await;
+    db.client
+        .batch_execute("INSERT INTO users SELECT g, 'a@x', 'n' FROM generate_series(1, 6) g")
+        .await
+        .unwrap();
+    running.wait_for_changes(6, Duration::from_secs(120)).await;
+    let progress = running.stop().await;
+
+    let store = object_store::local::LocalFileSystem::new_with_prefix(&dir).unwrap();
+    let letters = read_output(&store, DEAD_LETTERS).await;
+    let rejected: Vec<(u32, String, String)> = letters
+        .iter()
+        .map(|r| {
+            let value = |c: &str| r.values[c].clone().unwrap_or_default();
+            assert_eq!(value("plugin"), "sandbox-columnar-py");
+            assert_eq!(value("table"), "public.users");
+            (r.seq, value("class"), value("message"))
+        })
+        .collect();
+    let why = |seq| (seq, "sandbox".to_owned(), "rejected by column".to_owned());
+    assert_eq!(rejected, [why(1), why(3), why(5)]);
+    let users = read_output(&store, "public.users").await;
+    let landed: Vec<(u32, Option<String>)> = users
+        .iter()
+        .map(|r| (r.seq, r.values["region"].clone()))
+        .collect();
+    let eu = |seq| (seq, Some("eu".to_owned()));
+    assert_eq!(landed, [eu(0), eu(2), eu(4)], "rejected rows do not land");
+    let entry = progress.last_entry.expect("an entry was committed");
+    assert_eq!(entry.dead_letters, 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_plugins_mask_and_pass_through() {
     let (mask, passthrough) = (guest_plugin("c", "mask"), guest_plugin("c", "passthrough"));
@@ -267,22 +311,7 @@ async fn a_plugin_compiles_once_and_later_starts_load_it_from_the_cache() {
 /// what happened and goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_plugin_reaches_no_file_environment_or_network() {
-    let db = fresh_database("sandbox_py").await;
-    db.client
-        .batch_execute("CREATE TABLE users (id int PRIMARY KEY, email text, note text)")
-        .await
-        .unwrap();
-    let dir = std::env::temp_dir().join(unique_name("sandbox-py-lake"));
-    let sink_url = format!("file://{}", dir.display());
-    let name = unique_name("sandbox_py");
-    let mut cfg = config(
-        &db.url,
-        &name,
-        &["public.users"],
-        &sink_url,
-        vec![],
-        &[guest_plugin("python", "sandbox")],
-    );
+    let (db, dir, mut cfg, _) = users_through_python("sandbox_py", "sandbox").await;
     cfg.transforms[0].timeout_ms = 60_000;
     let mut running = RunningPipeline::start(cfg).await;
     db.client
@@ -312,6 +341,37 @@ async fn a_python_plugin_reaches_no_file_environment_or_network() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A fresh database with the table `users (id, email, note)`, and a pipeline for it through
+/// the Python example plugin `plugin`, landing in a lake directory of its own: the database,
+/// that directory, the pipeline's configuration and its name (also its slot's).
+async fn users_through_python(
+    hint: &str,
+    plugin: &str,
+) -> (
+    tributary_tests::TestDatabase,
+    PathBuf,
+    tributary::config::PipelineConfig,
+    String,
+) {
+    let db = fresh_database(hint).await;
+    db.client
+        .batch_execute("CREATE TABLE users (id int PRIMARY KEY, email text, note text)")
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(unique_name(&format!("{hint}-lake")));
+    let sink_url = format!("file://{}", dir.display());
+    let name = unique_name(hint);
+    let cfg = config(
+        &db.url,
+        &name,
+        &["public.users"],
+        &sink_url,
+        vec![],
+        &[guest_plugin("python", plugin)],
+    );
+    (db, dir, cfg, name)
+}
+
 /// How a Python sandbox plugin (`sandbox`, or `sandbox-columnar`), with its `setting` set to
 /// `value` and its limits set by `limits`, stopped a real pipeline at the batch of one insert.
 struct Stopped {
@@ -328,22 +388,7 @@ async fn python_sandbox_stopped(
     (setting, value): (&str, &str),
     limits: impl FnOnce(&mut tributary::config::TransformConfig),
 ) -> Stopped {
-    let db = fresh_database(hint).await;
-    db.client
-        .batch_execute("CREATE TABLE users (id int PRIMARY KEY, email text, note text)")
-        .await
-        .unwrap();
-    let dir = std::env::temp_dir().join(unique_name(&format!("{hint}-lake")));
-    let sink_url = format!("file://{}", dir.display());
-    let name = unique_name(hint);
-    let mut cfg = config(
-        &db.url,
-        &name,
-        &["public.users"],
-        &sink_url,
-        vec![],
-        &[guest_plugin("python", sandbox)],
-    );
+    let (db, dir, mut cfg, name) = users_through_python(hint, sandbox).await;
     cfg.transforms[0].config = [(setting.to_owned(), value.to_owned())].into();
     limits(&mut cfg.transforms[0]);
     let running = RunningPipeline::start(cfg).await;

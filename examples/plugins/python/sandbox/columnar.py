@@ -9,7 +9,9 @@ Setting `wrong` picks what is wrong with the columns it returns for every table:
 - `type`: `email` as Int32 where the column lands as Utf8;
 - `null`: a null in `region`, the column its reshape adds as not nullable.
 
-Without it every table lands as it came, with `region` set to "eu". `process` (for hosts
+Without it every table lands as it came, with `region` set to "eu". Setting `reject = "true"`
+rejects every change of an odd `seq` (class `sandbox`), which then does not land: the tests of
+the dead-letter policy by column. `process` (for hosts
 without the columnar interface) lands every change as it came. Streams are written with
 ../lib/arrow_ipc.py.
 """
@@ -28,6 +30,8 @@ KINDS = ("ipc", "rows", "column", "type", "null")
 
 # What is wrong with the output (the `wrong` setting), or "" for nothing.
 WRONG = ""
+# Reject the changes of an odd `seq` (the `reject` setting).
+REJECT = False
 
 
 class Plugin(exports.Plugin):
@@ -35,13 +39,15 @@ class Plugin(exports.Plugin):
         return t.PluginInfo(name=NAME, version=VERSION)
 
     def init(self, config: List[Tuple[str, str]]) -> t.Setup:
-        global WRONG
+        global WRONG, REJECT
         for key, value in config:
             if key == "wrong" and value in KINDS:
                 WRONG = value
+            elif key == "reject" and value in ("true", "false"):
+                REJECT = value == "true"
             else:
                 raise Err(f"{NAME}: unknown setting `{key}` = {value!r}; it takes wrong = one "
-                          f"of {', '.join(KINDS)}")
+                          f"of {', '.join(KINDS)}, and reject = \"true\"")
         region = t.OutputColumn(name="region", type=t.ScalarType.TEXT, array=False, numeric=None,
                                 nullable=False, key=False)
         return t.Setup(
@@ -77,7 +83,12 @@ class Columnar(exports.Columnar):
     def process_columns(self, batch: c.ColumnBatch) -> c.ColumnOutput:
         tables = []
         for table in batch.tables:
-            rows = arrow_ipc.read_stream(table.rows).length
-            tables.append(c.TableOutput(land=c.Selection_All(), columns=columns(rows), old=None,
-                                        rejections=[]))
+            rows = arrow_ipc.read_stream(table.rows)
+            rejections = []
+            if REJECT:
+                seqs = rows.column("_seq").values()
+                rejections = [c.RowRejection(row=i, class_="sandbox", message="rejected by column")
+                              for i, seq in enumerate(seqs) if seq % 2 == 1]
+            tables.append(c.TableOutput(land=c.Selection_All(), columns=columns(rows.length),
+                                        old=None, rejections=rejections))
         return c.ColumnOutput(tables=tables, rows=[])
