@@ -1,5 +1,7 @@
 //! The `languages` scenario: the same two plugins, `passthrough` and `mask`, written in Rust,
-//! Python, JavaScript and C, against no transform, on the inserts table.
+//! Python, JavaScript and C, against no transform, on the inserts table; for Python and
+//! JavaScript also their columnar variants (`passthrough-columnar`, `mask-columnar`), which take
+//! each table as an Arrow IPC stream through `tributary:transform/columnar@1.0.0`.
 //!
 //! The consumers run in two groups, each draining its own workload: no transform, Rust and C
 //! on the full size, Python and JavaScript (interpreters compiled to Wasm) on a tenth of it,
@@ -31,7 +33,16 @@ const MASKED_COLUMNS: &str = "email,note";
 /// machine, and a timeout would stop the run rather than measure it.
 const CALL_TIMEOUT_MS: u64 = 600_000;
 
+/// The plugins of every language.
 const PLUGINS: [&str; 2] = ["passthrough", "mask"];
+
+/// The plugins of the languages that also have columnar variants.
+const WITH_COLUMNAR: [&str; 4] = [
+    "passthrough",
+    "mask",
+    "passthrough-columnar",
+    "mask-columnar",
+];
 
 /// A language the plugins are written in; Rust's are the bundled plugins in `plugins/`, the
 /// others the examples in `examples/plugins/<dir>/`.
@@ -74,6 +85,15 @@ impl Language {
     fn interpreted(self) -> bool {
         matches!(self, Language::Python | Language::JavaScript)
     }
+
+    /// Its plugins: the interpreted languages pay per value crossing the typed boundary, so
+    /// their columnar variants are measured beside them.
+    fn plugins(self) -> &'static [&'static str] {
+        match self.interpreted() {
+            true => &WITH_COLUMNAR,
+            false => &PLUGINS,
+        }
+    }
 }
 
 /// One consumer of the scenario: the pipeline with no transform, or with one plugin.
@@ -100,7 +120,9 @@ impl LanguageConsumer {
         let path = self.path.clone()?;
         Some(PluginSpec {
             path,
-            settings: (self.plugin == Some("mask"))
+            settings: self
+                .plugin
+                .is_some_and(|p| p.starts_with("mask"))
                 .then(|| format!("columns = {MASKED_COLUMNS:?}, salt = \"bench\"")),
             timeout_ms: Some(CALL_TIMEOUT_MS),
         })
@@ -148,7 +170,7 @@ pub fn consumers(rust: &BTreeMap<&'static str, PathBuf>) -> Vec<LanguageConsumer
         runs: Vec::new(),
     }];
     for language in Language::ALL {
-        for plugin in PLUGINS {
+        for &plugin in language.plugins() {
             let located = match language.guest_dir() {
                 None => Ok(rust[plugin].clone()),
                 Some(dir) => locate_guest(dir, plugin),
@@ -432,7 +454,7 @@ impl LanguagesResult {
         );
         let _ = writeln!(
             out,
-            "{:<40} {:>8} {:>18} {:>18} {:>18} {:>18} {:>14} {:>10} {:>18} {:>18}",
+            "{:<50} {:>8} {:>18} {:>18} {:>18} {:>18} {:>14} {:>10} {:>18} {:>18}",
             "consumer",
             "rows",
             "rows/s",
@@ -451,7 +473,7 @@ impl LanguagesResult {
         for consumer in &self.consumers {
             let name = &consumer.name;
             if let Some(why) = &consumer.skipped {
-                let _ = writeln!(out, "{name:<40} skipped: not built (below)");
+                let _ = writeln!(out, "{name:<50} skipped: not built (below)");
                 skipped.push((name, why));
                 continue;
             }
@@ -469,7 +491,7 @@ impl LanguagesResult {
             if ok.is_empty() {
                 let _ = writeln!(
                     out,
-                    "{name:<40} failed: {}",
+                    "{name:<50} failed: {}",
                     failures.first().map_or("", |s| s.as_str())
                 );
                 continue;
@@ -492,7 +514,7 @@ impl LanguagesResult {
                 .collect();
             let _ = writeln!(
                 out,
-                "{:<40} {:>8} {:>18} {:>18} {:>18} {:>18} {:>14} {:>10} {:>18} {:>18}{}",
+                "{:<50} {:>8} {:>18} {:>18} {:>18} {:>18} {:>14} {:>10} {:>18} {:>18}{}",
                 name,
                 self.rows(consumer),
                 col(&|r| rows_per_second(consumer, &r.measured), rate),
@@ -558,10 +580,12 @@ mod tests {
             .collect();
         let consumers = consumers(&rust);
         let names: Vec<&str> = consumers.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names.len(), 1 + Language::ALL.len() * PLUGINS.len());
+        assert_eq!(names.len(), 1 + 2 * PLUGINS.len() + 2 * WITH_COLUMNAR.len());
         assert_eq!(names[0], NONE_FILE);
         assert_eq!(names[1], "tributary Rust passthrough → file");
-        assert_eq!(names[8], "tributary C mask → file");
+        assert_eq!(names[5], "tributary Python passthrough-columnar → file");
+        assert_eq!(names[10], "tributary JavaScript mask-columnar → file");
+        assert_eq!(names[12], "tributary C mask → file");
         // Every consumer is located or says why not.
         assert!(
             consumers
@@ -569,14 +593,15 @@ mod tests {
                 .skip(1)
                 .all(|c| c.path.is_some() != c.skipped.is_some())
         );
-        let python_mask = &consumers[4];
-        assert!(python_mask.interpreted);
-        if python_mask.skipped.is_none() {
-            let spec = python_mask.spec().unwrap();
-            assert_eq!(
-                spec.settings.as_deref(),
-                Some("columns = \"email,note\", salt = \"bench\"")
-            );
+        for python_mask in [&consumers[4], &consumers[6]] {
+            assert!(python_mask.interpreted);
+            if python_mask.skipped.is_none() {
+                let spec = python_mask.spec().unwrap();
+                assert_eq!(
+                    spec.settings.as_deref(),
+                    Some("columns = \"email,note\", salt = \"bench\"")
+                );
+            }
         }
     }
 }

@@ -8,6 +8,10 @@
 //! moves (walk the changes of a batch, keep one, edit a column found by name, spell out a
 //! row), and [`testing`], which runs a plugin natively on sample changes.
 //!
+//! The crate builds the world `transform` only: it does not offer the `columnar` interface
+//! (`wit/columnar.wit`), which pays off for interpreted guests; a compiled Rust plugin costs
+//! little at the typed boundary (see `BENCHMARKS.md`).
+//!
 //! A whole plugin:
 //!
 //! ```ignore

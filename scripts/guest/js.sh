@@ -5,10 +5,15 @@
 #   ensure_js_guest            jco and componentize-js, at the versions pinned in the
 #                              examples' package.json, in $TOOLS/jco; exports TRIBUTARY_JCO
 #                              and, when jco ships one, TRIBUTARY_PREVIEW1_ADAPTER
-#   build_js_examples OUTDIR   OUTDIR/js/passthrough.wasm and OUTDIR/js/mask.wasm
+#   build_js_examples OUTDIR   OUTDIR/js/passthrough.wasm, mask.wasm and their columnar
+#                              variants passthrough-columnar.wasm, mask-columnar.wasm
 
 JS_EXAMPLES="$ROOT/examples/plugins/js"
 JS_NODE_MAJOR_MIN=20
+# The plugins: NAME is src/NAME.js, built for the world `transform` by `jco componentize`;
+# NAME-columnar imports NAME.js (and arrow-ipc.js), so it is built for the world
+# `columnar-transform` by componentize.mjs, which lets ComponentizeJS resolve the imports.
+JS_PLUGINS=(passthrough mask passthrough-columnar mask-columnar)
 # The WASI features of the JS engine that the plugins leave out. stdio stays: what a plugin
 # prints (and the message of an exception that escapes it) lands in the host log.
 JS_DISABLED_FEATURES=(http fetch-event clocks random)
@@ -70,7 +75,8 @@ ensure_js_guest() {
 _js_build_stamp() {
     local modules="$TOOLS/jco/node_modules/@bytecodealliance"
     {
-        sha256sum "$JS_EXAMPLES"/src/*.js "$ROOT/guest-sdk/wit/transform.wit" \
+        sha256sum "$JS_EXAMPLES"/src/*.js "$JS_EXAMPLES/componentize.mjs" \
+            "$ROOT"/guest-sdk/wit/*.wit \
             "$JS_EXAMPLES/package-lock.json" "${BASH_SOURCE[0]}" | sed "s| $ROOT/| |"
         echo "jco $(_js_installed_version "$modules" jco)"
         echo "componentize-js $(_js_installed_version "$modules" componentize-js)"
@@ -85,26 +91,43 @@ build_js_examples() {
     if [ "${TRIBUTARY_JCO:-}" != "$TOOLS/jco/node_modules/.bin/jco" ] || [ ! -x "$TRIBUTARY_JCO" ]; then
         ensure_js_guest
     fi
-    local out="$outdir/js" stamp want plugin said
+    local out="$outdir/js" stamp want plugin said built=1
     stamp="$outdir/js/.stamp"
     want="$(_js_build_stamp)"
-    if [ -f "$out/passthrough.wasm" ] && [ -f "$out/mask.wasm" ] \
-        && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
-        say "js plugins: passthrough.wasm and mask.wasm in $out are up to date (sources, WIT and tools unchanged)"
+    for plugin in "${JS_PLUGINS[@]}"; do
+        [ -f "$out/$plugin.wasm" ] || built=0
+    done
+    if [ "$built" = 1 ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+        say "js plugins: ${JS_PLUGINS[*]} in $out are up to date (sources, WIT and tools unchanged)"
         return 0
     fi
     mkdir -p "$out"
     rm -f "$stamp"
-    for plugin in passthrough mask; do
-        local started=$SECONDS
-        say "js plugins: building $plugin with jco componentize"
-        if ! said="$("$TRIBUTARY_JCO" componentize "$JS_EXAMPLES/src/$plugin.js" \
-            --wit "$ROOT/guest-sdk/wit/transform.wit" --world-name transform \
-            --disable "${JS_DISABLED_FEATURES[@]}" \
-            --out "$out/$plugin.wasm.partial" 2>&1)"; then
-            printf '%s\n' "$said" >&2
-            die "jco componentize failed for $JS_EXAMPLES/src/$plugin.js"
-        fi
+    # componentize.mjs imports ComponentizeJS from the node_modules beside it.
+    cp "$JS_EXAMPLES/componentize.mjs" "$TOOLS/jco/componentize.mjs"
+    local wit="$ROOT/guest-sdk/wit/transform.wit"
+    for plugin in "${JS_PLUGINS[@]}"; do
+        local started=$SECONDS source="$JS_EXAMPLES/src/$plugin.js"
+        case "$plugin" in
+            *-columnar)
+                say "js plugins: building $plugin with ComponentizeJS (componentize.mjs)"
+                # The whole package: columnar.wit beside the frozen transform.wit.
+                said="$(node "$TOOLS/jco/componentize.mjs" "$source" "$ROOT/guest-sdk/wit" columnar-transform \
+                    "$out/$plugin.wasm.partial" "${JS_DISABLED_FEATURES[@]}" 2>&1)" || {
+                    printf '%s\n' "$said" >&2
+                    die "componentize.mjs failed for $source"
+                }
+                ;;
+            *)
+                say "js plugins: building $plugin with jco componentize"
+                said="$("$TRIBUTARY_JCO" componentize "$source" --wit "$wit" --world-name transform \
+                    --disable "${JS_DISABLED_FEATURES[@]}" \
+                    --out "$out/$plugin.wasm.partial" 2>&1)" || {
+                    printf '%s\n' "$said" >&2
+                    die "jco componentize failed for $source"
+                }
+                ;;
+        esac
         mv "$out/$plugin.wasm.partial" "$out/$plugin.wasm"
         say "js plugins: built $out/$plugin.wasm ($(( $(wc -c <"$out/$plugin.wasm") / 1024 )) KiB) in $(( SECONDS - started )) s"
     done

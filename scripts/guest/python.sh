@@ -3,8 +3,12 @@
 # Sourced by scripts/lib.sh, not run: it uses ROOT, TOOLS, say and die from there.
 
 COMPONENTIZE_PY_VERSION="0.25.1"
-# The example plugins: each is a directory of examples/plugins/python with its code in app.py.
-PYTHON_EXAMPLES=(passthrough mask sandbox)
+# The example plugins: each is a directory of examples/plugins/python with its code in app.py,
+# built for the world `transform`. NAME-columnar is the module columnar.py of directory NAME,
+# built for the world `columnar-transform` (it also takes batches by column). Every build gets
+# the modules of examples/plugins/python/lib beside its own (the columnar ones import
+# arrow_ipc from there).
+PYTHON_EXAMPLES=(passthrough mask sandbox passthrough-columnar mask-columnar sandbox-columnar)
 
 # Makes componentize-py $COMPONENTIZE_PY_VERSION available in a virtual environment in the
 # tools cache. Exports TRIBUTARY_COMPONENTIZE_PY, the executable.
@@ -36,16 +40,25 @@ python_example_files() {
     (cd "$1" && find . -type f -name '*.py' -not -path '*/__pycache__/*' | LC_ALL=C sort)
 }
 
+# The directory of the modules every Python example may import.
+python_example_lib() {
+    printf '%s\n' "$ROOT/examples/plugins/python/lib"
+}
+
 # Prints the stamp of a build of the plugin in directory $1: a hash of its sources, the WIT,
 # componentize-py's version and the build's options.
 python_example_stamp() {
     local dir="$1" wit="$2" tool="$3" options="$4" file
     {
         printf 'tool %s\noptions %s\n' "$tool" "$options"
-        printf 'wit %s\n' "$(sha256sum < "$wit" | cut -d' ' -f1)"
+        printf 'wit %s %s\n' "$wit" "$(cat "$wit" "$wit"/*.wit 2>/dev/null | sha256sum | cut -d' ' -f1)"
         while IFS= read -r file; do
             printf 'source %s %s\n' "$file" "$(sha256sum < "$dir/$file" | cut -d' ' -f1)"
         done < <(python_example_files "$dir")
+        local lib; lib="$(python_example_lib)"
+        while IFS= read -r file; do
+            printf 'lib %s %s\n' "$file" "$(sha256sum < "$lib/$file" | cut -d' ' -f1)"
+        done < <(python_example_files "$lib")
     } | sha256sum | cut -d' ' -f1
 }
 
@@ -57,20 +70,25 @@ build_python_examples() {
     [ -n "${TRIBUTARY_COMPONENTIZE_PY:-}" ] || ensure_python_guest
     local tool="$TRIBUTARY_COMPONENTIZE_PY"
     local venv; venv="$(cd "$(dirname "$tool")/.." && pwd)"
-    local wit="$ROOT/guest-sdk/wit/transform.wit" src="$ROOT/examples/plugins/python"
-    local world="transform"
-    [ -f "$wit" ] || die "the WIT contract $wit is missing"
+    # The contract as frozen (one world) for the plain plugins; the whole package, which adds
+    # columnar.wit, for the columnar ones.
+    local src="$ROOT/examples/plugins/python" wit
+    [ -f "$ROOT/guest-sdk/wit/transform.wit" ] || die "the WIT contract $ROOT/guest-sdk/wit/transform.wit is missing"
     local version; version="$("$tool" --version)" || die "$tool --version failed"
     mkdir -p "$outdir/python"
     outdir="$(cd "$outdir" && pwd)"
 
-    local name dir out stamp options staging file started ms size
+    local name dir out stamp options staging file started ms size world module
     for name in "${PYTHON_EXAMPLES[@]}"; do
-        dir="$src/$name"
+        case "$name" in
+            *-columnar) dir="$src/${name%-columnar}" world="columnar-transform" module="columnar"
+                wit="$ROOT/guest-sdk/wit" ;;
+            *) dir="$src/$name" world="transform" module="app" wit="$ROOT/guest-sdk/wit/transform.wit" ;;
+        esac
         out="$outdir/python/$name.wasm"
         stamp="$out.stamp"
-        [ -f "$dir/app.py" ] || die "python plugin $name: $dir/app.py is missing"
-        options="-w $world componentize app"
+        [ -f "$dir/$module.py" ] || die "python plugin $name: $dir/$module.py is missing"
+        options="-w $world componentize $module"
         local hash; hash="$(python_example_stamp "$dir" "$wit" "$version" "$options")"
         if [ -s "$out" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$hash" ]; then
             say "python plugin $name: up to date, not rebuilt ($out)"
@@ -82,6 +100,11 @@ build_python_examples() {
         # and leaves __pycache__ there.
         staging="$(mktemp -d "${TMPDIR:-/tmp}/tributary-python-$name.XXXXXX")"
         mkdir -p "$staging/app"
+        local lib; lib="$(python_example_lib)"
+        while IFS= read -r file; do
+            mkdir -p "$staging/app/$(dirname "$file")"
+            cp "$lib/$file" "$staging/app/$file"
+        done < <(python_example_files "$lib")
         while IFS= read -r file; do
             mkdir -p "$staging/app/$(dirname "$file")"
             cp "$dir/$file" "$staging/app/$file"
@@ -90,7 +113,7 @@ build_python_examples() {
         # VIRTUAL_ENV names the venv whose site-packages componentize-py adds to the python
         # path (by default it would take the site-packages of whatever python3 is on PATH).
         if ! (cd "$staging" && VIRTUAL_ENV="$venv" "$tool" --quiet -d "$wit" -w "$world" \
-                componentize -p "$staging/app" app -o "$staging/out.wasm"); then
+                componentize -p "$staging/app" "$module" -o "$staging/out.wasm"); then
             rm -rf "$staging"
             die "python plugin $name: componentize-py failed (sources in $dir)"
         fi

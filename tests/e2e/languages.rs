@@ -137,6 +137,110 @@ async fn javascript_plugins_mask_and_pass_through() {
     mask_then_passthrough("js", mask, passthrough).await;
 }
 
+/// The columnar variants (`tributary:transform/columnar@1.0.0`, tables as Arrow IPC streams)
+/// land exactly what the typed plugins land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_columnar_plugins_mask_and_pass_through() {
+    let (mask, passthrough) = (
+        guest_plugin("python", "mask-columnar"),
+        guest_plugin("python", "passthrough-columnar"),
+    );
+    mask_then_passthrough("pycol", mask, passthrough).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_columnar_plugins_mask_and_pass_through() {
+    let (mask, passthrough) = (
+        guest_plugin("js", "mask-columnar"),
+        guest_plugin("js", "passthrough-columnar"),
+    );
+    mask_then_passthrough("jscol", mask, passthrough).await;
+}
+
+/// A columnar plugin whose columns do not fit its table's output (a column of another type, a
+/// null in a column its reshape adds as not nullable) stops the pipeline with a message that
+/// names the plugin, the table, the column and what to do; nothing is confirmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn columnar_output_that_does_not_fit_is_refused_naming_plugin_table_and_column() {
+    for (wrong, column, says) in [
+        (
+            "type",
+            "email",
+            "it is Int32, but a text column is Utf8; return the column typed as it lands",
+        ),
+        (
+            "null",
+            "region",
+            "row 0 is null, but the column is declared not nullable; give every row a value",
+        ),
+    ] {
+        let stopped = python_sandbox_stopped(
+            &format!("columnar_{wrong}"),
+            "sandbox-columnar",
+            ("wrong", wrong),
+            |t| t.timeout_ms = 60_000,
+        )
+        .await;
+        let error = &stopped.error;
+        assert!(
+            error.contains(&format!(
+                "plugin \"sandbox-columnar-py\" returned columns for table public.users \
+                 (column \"{column}\") that do not fit"
+            )),
+            "{error}"
+        );
+        assert!(error.contains(says), "{error}");
+        assert_eq!(
+            stopped.confirmed_after, stopped.confirmed_before,
+            "nothing was confirmed: {error}"
+        );
+    }
+}
+
+/// Under `on_error = "dead-letter"` the rows a columnar plugin rejects land in
+/// `_dead_letters` with its class and message, and not in their table; the other rows land, and
+/// the commit log counts the letters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_a_columnar_plugin_rejects_land_as_dead_letters() {
+    use tributary::transform::{DEAD_LETTERS, FailurePolicy};
+
+    let (db, dir, mut cfg, _) = users_through_python("columnar_letters", "sandbox-columnar").await;
+    cfg.transforms[0].config = [("reject".to_owned(), "true".to_owned())].into();
+    cfg.transforms[0].on_error = FailurePolicy::DeadLetter;
+    cfg.transforms[0].timeout_ms = 60_000;
+    let mut running = RunningPipeline::start(cfg).await;
+    db.client
+        .batch_execute("INSERT INTO users SELECT g, 'a@x', 'n' FROM generate_series(1, 6) g")
+        .await
+        .unwrap();
+    running.wait_for_changes(6, Duration::from_secs(120)).await;
+    let progress = running.stop().await;
+
+    let store = object_store::local::LocalFileSystem::new_with_prefix(&dir).unwrap();
+    let letters = read_output(&store, DEAD_LETTERS).await;
+    let rejected: Vec<(u32, String, String)> = letters
+        .iter()
+        .map(|r| {
+            let value = |c: &str| r.values[c].clone().unwrap_or_default();
+            assert_eq!(value("plugin"), "sandbox-columnar-py");
+            assert_eq!(value("table"), "public.users");
+            (r.seq, value("class"), value("message"))
+        })
+        .collect();
+    let why = |seq| (seq, "sandbox".to_owned(), "rejected by column".to_owned());
+    assert_eq!(rejected, [why(1), why(3), why(5)]);
+    let users = read_output(&store, "public.users").await;
+    let landed: Vec<(u32, Option<String>)> = users
+        .iter()
+        .map(|r| (r.seq, r.values["region"].clone()))
+        .collect();
+    let eu = |seq| (seq, Some("eu".to_owned()));
+    assert_eq!(landed, [eu(0), eu(2), eu(4)], "rejected rows do not land");
+    let entry = progress.last_entry.expect("an entry was committed");
+    assert_eq!(entry.dead_letters, 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_plugins_mask_and_pass_through() {
     let (mask, passthrough) = (guest_plugin("c", "mask"), guest_plugin("c", "passthrough"));
@@ -207,22 +311,7 @@ async fn a_plugin_compiles_once_and_later_starts_load_it_from_the_cache() {
 /// what happened and goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_plugin_reaches_no_file_environment_or_network() {
-    let db = fresh_database("sandbox_py").await;
-    db.client
-        .batch_execute("CREATE TABLE users (id int PRIMARY KEY, email text, note text)")
-        .await
-        .unwrap();
-    let dir = std::env::temp_dir().join(unique_name("sandbox-py-lake"));
-    let sink_url = format!("file://{}", dir.display());
-    let name = unique_name("sandbox_py");
-    let mut cfg = config(
-        &db.url,
-        &name,
-        &["public.users"],
-        &sink_url,
-        vec![],
-        &[guest_plugin("python", "sandbox")],
-    );
+    let (db, dir, mut cfg, _) = users_through_python("sandbox_py", "sandbox").await;
     cfg.transforms[0].timeout_ms = 60_000;
     let mut running = RunningPipeline::start(cfg).await;
     db.client
@@ -252,8 +341,39 @@ async fn a_python_plugin_reaches_no_file_environment_or_network() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// How the Python sandbox plugin, with `setting = "true"` and its limits set by `limits`,
-/// stopped a real pipeline at the batch of one insert.
+/// A fresh database with the table `users (id, email, note)`, and a pipeline for it through
+/// the Python example plugin `plugin`, landing in a lake directory of its own: the database,
+/// that directory, the pipeline's configuration and its name (also its slot's).
+async fn users_through_python(
+    hint: &str,
+    plugin: &str,
+) -> (
+    tributary_tests::TestDatabase,
+    PathBuf,
+    tributary::config::PipelineConfig,
+    String,
+) {
+    let db = fresh_database(hint).await;
+    db.client
+        .batch_execute("CREATE TABLE users (id int PRIMARY KEY, email text, note text)")
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(unique_name(&format!("{hint}-lake")));
+    let sink_url = format!("file://{}", dir.display());
+    let name = unique_name(hint);
+    let cfg = config(
+        &db.url,
+        &name,
+        &["public.users"],
+        &sink_url,
+        vec![],
+        &[guest_plugin("python", plugin)],
+    );
+    (db, dir, cfg, name)
+}
+
+/// How a Python sandbox plugin (`sandbox`, or `sandbox-columnar`), with its `setting` set to
+/// `value` and its limits set by `limits`, stopped a real pipeline at the batch of one insert.
 struct Stopped {
     error: String,
     /// The server's WAL position right after the insert committed.
@@ -264,26 +384,12 @@ struct Stopped {
 
 async fn python_sandbox_stopped(
     hint: &str,
-    setting: &str,
+    sandbox: &str,
+    (setting, value): (&str, &str),
     limits: impl FnOnce(&mut tributary::config::TransformConfig),
 ) -> Stopped {
-    let db = fresh_database(hint).await;
-    db.client
-        .batch_execute("CREATE TABLE users (id int PRIMARY KEY, email text, note text)")
-        .await
-        .unwrap();
-    let dir = std::env::temp_dir().join(unique_name(&format!("{hint}-lake")));
-    let sink_url = format!("file://{}", dir.display());
-    let name = unique_name(hint);
-    let mut cfg = config(
-        &db.url,
-        &name,
-        &["public.users"],
-        &sink_url,
-        vec![],
-        &[guest_plugin("python", "sandbox")],
-    );
-    cfg.transforms[0].config = [(setting.to_owned(), "true".to_owned())].into();
+    let (db, dir, mut cfg, name) = users_through_python(hint, sandbox).await;
+    cfg.transforms[0].config = [(setting.to_owned(), value.to_owned())].into();
     limits(&mut cfg.transforms[0]);
     let running = RunningPipeline::start(cfg).await;
     let confirmed_before = tributary_tests::pipeline::confirmed_flush(&db.client, &name).await;
@@ -312,7 +418,10 @@ async fn python_sandbox_stopped(
 /// and the limit, and nothing past the batch is confirmed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_looping_python_plugin_is_stopped_at_its_time_limit() {
-    let stopped = python_sandbox_stopped("spin_py", "spin", |t| t.timeout_ms = 1_500).await;
+    let stopped = python_sandbox_stopped("spin_py", "sandbox", ("spin", "true"), |t| {
+        t.timeout_ms = 1_500
+    })
+    .await;
     let error = &stopped.error;
     assert!(error.contains("sandbox-py"), "{error}");
     assert!(error.contains("time limit of 1500 ms"), "{error}");
@@ -326,7 +435,7 @@ async fn a_looping_python_plugin_is_stopped_at_its_time_limit() {
 /// naming the plugin, the limit and the batch; nothing is confirmed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_plugin_that_allocates_without_bound_is_stopped_at_its_memory_cap() {
-    let stopped = python_sandbox_stopped("hog_py", "hog", |t| {
+    let stopped = python_sandbox_stopped("hog_py", "sandbox", ("hog", "true"), |t| {
         t.memory_limit_mib = 96;
         t.timeout_ms = 60_000;
     })

@@ -27,8 +27,8 @@ use crate::change::{OutputColumn, OutputRow, Value};
 /// DuckDB (and Arrow's own convention for it) read as `-infinity`, where the minimum itself is
 /// out of DuckDB's range and fails the whole column. `infinity` is the maximum, which they
 /// already read as `infinity`.
-const NEG_INFINITY_DATE: i32 = i32::MIN + 1;
-const NEG_INFINITY_TIMESTAMP: i64 = i64::MIN + 1;
+pub(super) const NEG_INFINITY_DATE: i32 = i32::MIN + 1;
+pub(super) const NEG_INFINITY_TIMESTAMP: i64 = i64::MIN + 1;
 
 fn timestamp(micros: i64) -> i64 {
     if micros == i64::MIN {
@@ -240,7 +240,7 @@ pub(super) fn build_column(
     build_values(&values, kind, dims, data_type)
 }
 
-fn build_values(
+pub(super) fn build_values(
     values: &[&Value],
     kind: Kind,
     dims: u8,

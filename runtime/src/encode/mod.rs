@@ -70,6 +70,7 @@
 mod columns;
 mod decimal;
 mod schema;
+mod values;
 
 use std::sync::Arc;
 
@@ -84,7 +85,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 use crate::Lsn;
-use crate::change::{OutputBatch, OutputRow};
+use crate::change::{OutputBatch, OutputColumn, OutputRow, Value};
 
 pub use schema::{
     LIST_ITEM, METADATA_COLUMNS, OLD_COLUMN, PG_DIMS_KEY, PG_OID_KEY, PG_TYPE_KEY, PG_TYPMOD_KEY,
@@ -92,6 +93,25 @@ pub use schema::{
 };
 
 use schema::Kind;
+
+pub(crate) use values::column_values;
+
+/// The Arrow field of an output column, as its files hold it (name, type, nullability, the
+/// `pg.*` metadata): for the columnar plugin interface, which hands plugins columns typed as
+/// they land.
+pub(crate) fn column_field(column: &OutputColumn) -> arrow_schema::Field {
+    schema::column_field(column)
+}
+
+/// The values of an output column as the Arrow array its files hold, or the index of the
+/// first value that does not fit it and why.
+pub(crate) fn column_array(
+    column: &OutputColumn,
+    values: &[&Value],
+) -> Result<ArrayRef, (usize, String)> {
+    let field = schema::column_field(column);
+    columns::build_values(values, Kind::of(column), column.ty.dims, field.data_type())
+}
 
 /// Most rows built into Arrow arrays at once: keeps the arrays cache-sized and bounds how far
 /// a file overshoots its target.

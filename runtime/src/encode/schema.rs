@@ -228,7 +228,7 @@ pub(super) fn type_label(column: &OutputColumn) -> String {
     }
 }
 
-fn column_field(column: &OutputColumn) -> Field {
+pub(super) fn column_field(column: &OutputColumn) -> Field {
     let kind = Kind::of(column);
     let mut metadata = HashMap::with_capacity(4);
     if !column.ty.name.is_empty() {

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::columnar;
 use super::convert::{self, Relations, View};
 use super::host::{Plugin, wit};
 use super::{Call, DEAD_LETTERS, FailurePolicy, Rejected, TransformError};
@@ -123,7 +124,10 @@ impl Stage {
                 path: plugin.path.display().to_string(),
                 digest: plugin.digest.clone(),
             },
-            contract: super::host::CONTRACT.to_owned(),
+            contract: match plugin.is_columnar() {
+                true => format!("{}, {}", super::host::CONTRACT, super::host::COLUMNAR),
+                false => super::host::CONTRACT.to_owned(),
+            },
             outputs,
             reshapes,
             reads_columns: interest.columns.clone(),
@@ -181,6 +185,9 @@ impl Stage {
             .map(|c| (c.ty.clone(), c.name.clone()))
             .chain(reshape.add.iter().map(|c| (c.ty.clone(), c.name.clone())))
             .unzip();
+        let nullable = std::iter::repeat_n(true, relation.columns.len())
+            .chain(reshape.add.iter().map(|c| c.nullable))
+            .collect();
         Shape {
             relation: Arc::new(Relation {
                 columns,
@@ -190,6 +197,7 @@ impl Stage {
             width,
             types,
             names,
+            nullable,
         }
     }
 }
@@ -197,9 +205,9 @@ impl Stage {
 /// How one plugin's rows for one input relation look. Positions in an emit count the input
 /// relation's columns, then the columns the reshape adds ("wide" positions); the output row
 /// picks from them.
-struct Shape {
+pub(super) struct Shape {
     /// The relation of the rows this plugin emits for the table (what the next plugin sees).
-    relation: Arc<Relation>,
+    pub relation: Arc<Relation>,
     /// For each column of `relation`, the wide position it takes; `None` when unchanged.
     picks: Option<Vec<usize>>,
     /// How many wide positions there are.
@@ -207,10 +215,12 @@ struct Shape {
     /// The type and name of each wide position.
     types: Vec<ColumnType>,
     names: Vec<String>,
+    /// Whether each wide position may hold null: a column a reshape adds may not.
+    nullable: Vec<bool>,
 }
 
 impl Shape {
-    fn unchanged(relation: &Arc<Relation>) -> Shape {
+    pub fn unchanged(relation: &Arc<Relation>) -> Shape {
         let (types, names) = relation
             .columns
             .iter()
@@ -222,7 +232,18 @@ impl Shape {
             width: relation.columns.len(),
             types,
             names,
+            nullable: vec![true; relation.columns.len()],
         }
+    }
+
+    /// The wide position of the `i`-th column of the output relation.
+    pub fn wide_position(&self, i: usize) -> usize {
+        self.picks.as_ref().map_or(i, |picks| picks[i])
+    }
+
+    /// Whether a wide position may hold null.
+    pub fn nullable(&self, position: usize) -> bool {
+        self.nullable.get(position).copied().unwrap_or(true)
     }
 
     /// The output row of a wide row.
@@ -306,26 +327,33 @@ fn run_stage(
     let call = Call::Batch(current.lsn_range());
     let (relations, handles) = Relations::of(&current);
     let view = View::new(&stage.plugin.setup.interest, &relations, parts.part);
-    let input = convert::batch_to_wit(&current, &relations, &handles, &view);
-    let processed = match call_with_retries(stage, &input, call) {
-        Ok(processed) => processed,
+    let called = match stage.plugin.is_columnar() {
+        true => call_columnar(stage, &current, &relations, &handles, &view, call),
+        false => {
+            let input = convert::batch_to_wit(&current, &relations, &handles, &view);
+            call_with_retries(stage, call, |plugin| plugin.process(&input, call)).map(|processed| {
+                let emits = processed.emits.into_iter().map(Emit::from).collect();
+                (emits, processed.rejections)
+            })
+        }
+    };
+    let (emits, rejections) = match called {
+        Ok(called) => called,
         Err(error) if stage.policy == FailurePolicy::DeadLetter && traps(&error) && isolate => {
-            drop(input);
             return one_by_one(stage, current, parts, collector, &error);
         }
         Err(error) => return Err(error),
     };
-    drop(input);
     match stage.policy {
         FailurePolicy::Stop => {
-            if let Some(rejection) = processed.rejections.first() {
+            if let Some(rejection) = rejections.first() {
                 return Err(rejected(
                     stage, &current, &relations, &handles, rejection, call,
                 ));
             }
         }
         FailurePolicy::DeadLetter => {
-            let letters = dead_letters(stage, &current, &handles, &processed);
+            let letters = dead_letters(stage, &current, &handles, &rejections);
             stage.tally.dead_letters += letters.len() as u64;
             if !letters.is_empty() {
                 let group = collector.group(DEAD_LETTERS, &dead_letter_columns(), false);
@@ -339,7 +367,24 @@ fn run_stage(
         handles: &handles,
         parts,
     };
-    route(&context, processed.emits, current, collector)
+    route(&context, emits, current, collector)
+}
+
+/// `process-columns` on the batch by column, and what it returned as emits and rejections.
+fn call_columnar(
+    stage: &mut Stage,
+    batch: &Batch,
+    relations: &Relations,
+    handles: &[u32],
+    view: &View,
+    call: Call,
+) -> Result<(Vec<Emit>, Vec<wit::Rejection>), TransformError> {
+    let name = stage.plugin.name.clone();
+    let input = columnar::batch_to_columns(&name, batch, relations, handles, view)?;
+    let output = call_with_retries(stage, call, |plugin| plugin.process_columns(&input, call))?;
+    drop(input);
+    let shapes: Vec<Shape> = relations.relations.iter().map(|r| stage.shape(r)).collect();
+    columnar::output_to_emits(&name, batch, relations, &shapes, handles, output)
 }
 
 /// Whether an error is the plugin failing on its input (a trap, the time limit, the memory
@@ -437,23 +482,24 @@ const RETRY_PAUSES: &[u64] = &[
     1, 2, 4, 8, 15, 30, 30, 30, 30, 30, 60, 60, 60, 60, 60, 60, 60,
 ];
 
-/// `process`, called again after a pause for as long as the plugin asks to retry.
-fn call_with_retries(
+/// `process` (or `process-columns`), called again after a pause for as long as the plugin
+/// asks to retry.
+fn call_with_retries<T>(
     stage: &mut Stage,
-    input: &wit::Batch,
     call: Call,
-) -> Result<wit::Processed, TransformError> {
+    mut process: impl FnMut(&mut Plugin) -> Result<Result<T, wit::Error>, TransformError>,
+) -> Result<T, TransformError> {
     let started = std::time::Instant::now();
     let mut pauses = RETRY_PAUSES.iter();
     loop {
-        let result = stage.plugin.process(input, call);
+        let result = process(&mut stage.plugin);
         stage.tally.calls += 1;
         for (name, delta) in stage.plugin.take_counters() {
             *stage.tally.counters.entry(name).or_default() += delta;
         }
         let result = result?;
         match result {
-            Ok(processed) => return Ok(processed),
+            Ok(output) => return Ok(output),
             Err(wit::Error::Fatal(message)) => {
                 return Err(TransformError::Fatal {
                     plugin: stage.plugin.name.clone(),
@@ -549,14 +595,14 @@ fn dead_letters(
     stage: &Stage,
     batch: &Batch,
     handles: &[u32],
-    processed: &wit::Processed,
+    rejections: &[wit::Rejection],
 ) -> Vec<OutputRow> {
     let resolver = Resolver::new(batch, handles);
     let now = unix_micros();
     let plugin = &stage.plugin;
     let mut seen = std::collections::HashSet::new();
     let mut rows = Vec::new();
-    for rejection in &processed.rejections {
+    for rejection in rejections {
         let Some((tx, change, flat)) = resolver.locate(&rejection.change) else {
             tracing::warn!(
                 plugin = %plugin.name,
@@ -581,7 +627,7 @@ fn dead_letters(
             now,
         ));
     }
-    if let Some(first) = processed.rejections.first() {
+    if let Some(first) = rejections.first() {
         tracing::warn!(
             plugin = %plugin.name,
             dead_letters = rows.len(),
@@ -715,12 +761,68 @@ impl Resolver {
     }
 }
 
+/// One row a plugin emitted: a typed `emit`, or what a columnar plugin's output makes.
+pub(super) enum Emit {
+    Keep(wit::ChangeRef),
+    Edit(Edit),
+    Row(Box<wit::Row>),
+}
+
+/// A change with some values replaced: `types.edit`, with its values typed or already read.
+pub(super) struct Edit {
+    pub change: wit::ChangeRef,
+    pub values: Replacements,
+    pub old: Replacements,
+}
+
+/// `(wide position, value)` pairs: as the plugin sent them, or read from its columns.
+pub(super) enum Replacements {
+    Wit(Vec<(u32, wit::Value)>),
+    Native(Vec<(u32, Value)>),
+}
+
+impl Replacements {
+    fn is_empty(&self) -> bool {
+        match self {
+            Replacements::Wit(pairs) => pairs.is_empty(),
+            Replacements::Native(pairs) => pairs.is_empty(),
+        }
+    }
+
+    /// Each pair's value, `None` for `absent`, or why a typed value is not one.
+    fn into_values(self) -> Vec<(u32, Result<Option<Value>, String>)> {
+        match self {
+            Replacements::Wit(pairs) => pairs
+                .into_iter()
+                .map(|(p, v)| (p, convert::value_from_wit(v)))
+                .collect(),
+            Replacements::Native(pairs) => {
+                pairs.into_iter().map(|(p, v)| (p, Ok(Some(v)))).collect()
+            }
+        }
+    }
+}
+
+impl From<wit::Emit> for Emit {
+    fn from(emit: wit::Emit) -> Emit {
+        match emit {
+            wit::Emit::Keep(at) => Emit::Keep(at),
+            wit::Emit::Edit(edit) => Emit::Edit(Edit {
+                change: edit.change,
+                values: Replacements::Wit(edit.values),
+                old: Replacements::Wit(edit.old),
+            }),
+            wit::Emit::Row(row) => Emit::Row(Box::new(row)),
+        }
+    }
+}
+
 /// The change an emit comes from, if any.
-fn origin_change(emit: &wit::Emit) -> Option<&wit::ChangeRef> {
+fn origin_change(emit: &Emit) -> Option<&wit::ChangeRef> {
     match emit {
-        wit::Emit::Keep(at) => Some(at),
-        wit::Emit::Edit(edit) => Some(&edit.change),
-        wit::Emit::Row(row) => match &row.origin {
+        Emit::Keep(at) => Some(at),
+        Emit::Edit(edit) => Some(&edit.change),
+        Emit::Row(row) => match &row.origin {
             wit::Origin::Change(at) => Some(at),
             _ => None,
         },
@@ -745,7 +847,7 @@ fn take(
 /// rows come back as the batch the next plugin (or the identity) receives.
 pub(super) fn route(
     context: &Context<'_>,
-    emits: Vec<wit::Emit>,
+    emits: Vec<Emit>,
     mut batch: Batch,
     collector: &mut Collector,
 ) -> Result<Batch, TransformError> {
@@ -816,7 +918,7 @@ pub(super) fn route(
     let mut declared_groups: HashMap<&str, usize> = HashMap::new();
     for emit in emits {
         match emit {
-            wit::Emit::Keep(at) => {
+            Emit::Keep(at) => {
                 let place = resolve(&at, &|| "(unknown: a keep names no change)".to_owned())?;
                 let (tx, change, flat) = place;
                 let shape = &shapes[handles[flat] as usize];
@@ -834,7 +936,7 @@ pub(super) fn route(
                     old: reshape(old),
                 });
             }
-            wit::Emit::Edit(edit) => {
+            Emit::Edit(edit) => {
                 let place = resolve(&edit.change, &|| {
                     "(unknown: an edit names no change)".to_owned()
                 })?;
@@ -848,7 +950,7 @@ pub(super) fn route(
                     (c.op, c.seq)
                 };
                 let (new, old) = take(&mut uses, &mut batch, place);
-                let edited = |row: Option<Vec<Value>>, edits: Vec<(u32, wit::Value)>, what| {
+                let edited = |row: Option<Vec<Value>>, edits: Replacements, what| {
                     let Some(row) = row else {
                         return match edits.is_empty() {
                             true => Ok(None),
@@ -861,7 +963,7 @@ pub(super) fn route(
                         };
                     };
                     let mut wide = shape.widen(row);
-                    for (position, value) in edits {
+                    for (position, value) in edits.into_values() {
                         let p = position as usize;
                         if p >= shape.width {
                             return Err(emit_error(
@@ -875,8 +977,8 @@ pub(super) fn route(
                             ));
                         }
                         let column = || Some(shape.names[p].clone());
-                        let Some(value) = convert::value_from_wit(value)
-                            .map_err(|m| emit_error(output(), column(), lsn, m))?
+                        let Some(value) =
+                            value.map_err(|m| emit_error(output(), column(), lsn, m))?
                         else {
                             continue;
                         };
@@ -907,7 +1009,8 @@ pub(super) fn route(
                     old,
                 });
             }
-            wit::Emit::Row(row) => {
+            Emit::Row(row) => {
+                let row = *row;
                 let output = || match &row.target {
                     wit::Target::Source(h) => shape_name(*h),
                     wit::Target::Declared(name) => name.clone(),

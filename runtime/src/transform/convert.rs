@@ -162,7 +162,7 @@ pub(super) fn batch_to_wit(
     }
 }
 
-fn message_to_wit(message: &Message) -> wit::Message {
+pub(super) fn message_to_wit(message: &Message) -> wit::Message {
     wit::Message {
         prefix: message.prefix.clone(),
         content: message.content.clone(),
@@ -171,7 +171,7 @@ fn message_to_wit(message: &Message) -> wit::Message {
     }
 }
 
-fn relation_to_wit(relation: &Relation) -> wit::Relation {
+pub(super) fn relation_to_wit(relation: &Relation) -> wit::Relation {
     wit::Relation {
         id: relation.id,
         schema: relation.namespace.clone(),

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::component::{Component, HasSelf, InstancePre, Linker, ResourceTable};
 use wasmtime::{Config, Engine, ResourceLimiter, Store, StoreLimits, Trap};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
@@ -25,9 +25,11 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::{Call, HostLimits, TransformError};
 
 mod bindings {
+    // The world that exports both interfaces: its bindings serve the plain `transform` world
+    // too, since each exported interface is looked up on its own.
     wasmtime::component::bindgen!({
         path: "../guest-sdk/wit",
-        world: "transform",
+        world: "columnar-transform",
     });
 }
 
@@ -35,12 +37,20 @@ mod bindings {
 pub(super) mod wit {
     pub use super::bindings::tributary::transform::host::Level;
     pub use super::bindings::tributary::transform::types::*;
+    /// The `columnar` interface's types.
+    pub mod columnar {
+        pub use super::super::bindings::exports::tributary::transform::columnar::*;
+    }
 }
 
-use bindings::{Transform, TransformPre};
+use bindings::ColumnarTransform;
+use bindings::exports::tributary::transform::{columnar, plugin};
 
 /// The contract this host serves, as plugins export it.
 pub(super) const CONTRACT: &str = "tributary:transform/plugin@1.0.0";
+
+/// The optional interface of batches by column, as plugins export it.
+pub(super) const COLUMNAR: &str = "tributary:transform/columnar@1.0.0";
 
 /// How often the epoch advances.
 pub(super) const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -91,14 +101,28 @@ pub(super) struct Plugin {
     pub setup: wit::Setup,
     config: Vec<(String, String)>,
     limits: HostLimits,
-    pre: TransformPre<HostState>,
+    pre: InstancePre<HostState>,
+    exports: Exports,
     /// The live instance, if any: `None` after a trap until the next call.
     live: Option<Live>,
 }
 
+/// Where the interfaces the plugin exports are.
+struct Exports {
+    plugin: plugin::GuestIndices,
+    /// Set when the plugin exports [`COLUMNAR`].
+    columnar: Option<columnar::GuestIndices>,
+}
+
+/// A live instance and its exports.
+struct Bindings {
+    plugin: plugin::Guest,
+    columnar: Option<columnar::Guest>,
+}
+
 struct Live {
     store: Store<HostState>,
-    bindings: Transform,
+    bindings: Bindings,
 }
 
 impl Plugin {
@@ -134,23 +158,30 @@ impl Plugin {
         }
         let component =
             compile(engine, path, &bytes, &digest).map_err(|e| invalid(format!("{e:#}")))?;
-        check_contract(engine, &component).map_err(invalid)?;
+        let columnar = check_contract(engine, &component).map_err(invalid)?;
         let mut linker = Linker::<HostState>::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| invalid(format!("{e:#}")))?;
-        Transform::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
+        ColumnarTransform::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
             .map_err(|e| invalid(format!("{e:#}")))?;
-        let instance_pre = linker.instantiate_pre(&component).map_err(|e| {
+        let pre = linker.instantiate_pre(&component).map_err(|e| {
             invalid(format!(
                 "{e:#}; a plugin may only import the tributary host interface and WASI"
             ))
         })?;
-        let pre = TransformPre::new(instance_pre).map_err(|e| {
+        let mismatch = |contract: &str, e: wasmtime::Error| {
             invalid(format!(
-                "{e:#}; its {CONTRACT} export does not match the contract \
+                "{e:#}; its {contract} export does not match the contract \
                  (guest-sdk/wit/transform.wit)"
             ))
-        })?;
+        };
+        let exports = Exports {
+            plugin: plugin::GuestIndices::new(&pre).map_err(|e| mismatch(CONTRACT, e))?,
+            columnar: match columnar {
+                true => Some(columnar::GuestIndices::new(&pre).map_err(|e| mismatch(COLUMNAR, e))?),
+                false => None,
+            },
+        };
         let file_name = path.file_name().map_or_else(
             || path.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
@@ -173,6 +204,7 @@ impl Plugin {
             config,
             limits: limits.clone(),
             pre,
+            exports,
             live: None,
         };
         let (info, setup) = plugin.start(Call::Load)?;
@@ -192,9 +224,31 @@ impl Plugin {
             self.start(call)?;
         }
         self.call(call, |bindings, store| {
-            bindings
-                .tributary_transform_plugin()
-                .call_process(store, batch)
+            bindings.plugin.call_process(store, batch)
+        })
+    }
+
+    /// Whether the plugin exports [`COLUMNAR`], and so takes its batches by column.
+    pub fn is_columnar(&self) -> bool {
+        self.exports.columnar.is_some()
+    }
+
+    /// Run `process-columns` on the live instance, starting one if there is none. Only for a
+    /// plugin that [`is_columnar`](Plugin::is_columnar).
+    pub fn process_columns(
+        &mut self,
+        batch: &wit::columnar::ColumnBatch,
+        call: Call,
+    ) -> Result<Result<wit::columnar::ColumnOutput, wit::Error>, TransformError> {
+        if self.live.is_none() {
+            self.start(call)?;
+        }
+        let plugin = self.name.clone();
+        self.call(call, |bindings, store| match &bindings.columnar {
+            Some(columnar) => columnar.call_process_columns(store, batch),
+            None => Err(wasmtime::format_err!(
+                "plugin {plugin:?} does not export {COLUMNAR}"
+            )),
         })
     }
 
@@ -216,19 +270,24 @@ impl Plugin {
         // that much, not only the runtime's default of 128 MiB.
         store.set_hostcall_fuel(self.limits.memory_bytes.max(128 << 20));
         store.set_epoch_deadline(deadline_ticks(self.limits.call_timeout));
-        let bindings = match self.pre.instantiate(&mut store) {
+        let loaded = self.pre.instantiate(&mut store).and_then(|instance| {
+            Ok(Bindings {
+                plugin: self.exports.plugin.load(&mut store, &instance)?,
+                columnar: match &self.exports.columnar {
+                    Some(indices) => Some(indices.load(&mut store, &instance)?),
+                    None => None,
+                },
+            })
+        });
+        let bindings = match loaded {
             Ok(bindings) => bindings,
             Err(error) => return Err(self.failure(call, &mut store, error)),
         };
         self.live = Some(Live { store, bindings });
-        let info = self.call(call, |bindings, store| {
-            bindings.tributary_transform_plugin().call_describe(store)
-        })?;
+        let info = self.call(call, |bindings, store| bindings.plugin.call_describe(store))?;
         let config = self.config.clone();
         let init = self.call(call, |bindings, store| {
-            bindings
-                .tributary_transform_plugin()
-                .call_init(store, &config)
+            bindings.plugin.call_init(store, &config)
         })?;
         match init {
             Ok(setup) => Ok((info, setup)),
@@ -247,7 +306,7 @@ impl Plugin {
     fn call<R>(
         &mut self,
         call: Call,
-        f: impl FnOnce(&Transform, &mut Store<HostState>) -> wasmtime::Result<R>,
+        f: impl FnOnce(&Bindings, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, TransformError> {
         let Some(mut live) = self.live.take() else {
             return Err(TransformError::Plugin {
@@ -421,15 +480,15 @@ fn store_compiled(component: &Component, file: &Path) -> std::io::Result<()> {
 }
 
 /// Whether the component exports the contract this host serves, with a message saying how to
-/// rebuild it when it exports another.
-fn check_contract(engine: &Engine, component: &Component) -> Result<(), String> {
+/// rebuild it when it exports another; and whether it also exports [`COLUMNAR`].
+fn check_contract(engine: &Engine, component: &Component) -> Result<bool, String> {
     let exports: Vec<String> = component
         .component_type()
         .exports(engine)
         .map(|(name, _)| name.to_owned())
         .collect();
     if exports.iter().any(|e| e == CONTRACT) {
-        return Ok(());
+        return Ok(exports.iter().any(|e| e == COLUMNAR));
     }
     if exports.iter().any(|e| e == "process") && exports.iter().any(|e| e == "describe") {
         return Err(format!(

@@ -23,6 +23,10 @@
 //!   point at a transaction the batch does not hold.
 //! - Logical decoding messages reach every plugin that asks for them, unchanged; nothing lands
 //!   for them unless a plugin emits rows for them.
+//! - A plugin that also exports `tributary:transform/columnar@1.0.0` gets every batch by column
+//!   instead: one Arrow IPC stream per relation, built by the encoder, and answers per relation
+//!   (rows that land, replaced columns, rejections). `columnar.rs` turns the answer into the
+//!   typed emits, so everything after it is shared.
 //!
 //! Loading compiles each plugin once (one shared engine, with the compile cache; a slow
 //! compile is logged), refuses components built against another contract with a message saying
@@ -35,6 +39,7 @@
 //! is called again after a pause, for about ten minutes.
 
 mod chain;
+mod columnar;
 mod convert;
 mod host;
 
@@ -275,6 +280,19 @@ pub enum TransformError {
         output: String,
         column: Option<String>,
         lsn: Lsn,
+        message: String,
+    },
+
+    /// What a plugin returned through the `columnar` interface does not fit the batch.
+    #[error(
+        "plugin {plugin:?} returned columns{}{} that do not fit: {message}",
+        table.as_ref().map(|t| format!(" for table {t}")).unwrap_or_default(),
+        column.as_ref().map(|c| format!(" (column {c:?})")).unwrap_or_default()
+    )]
+    Columnar {
+        plugin: String,
+        table: Option<String>,
+        column: Option<String>,
         message: String,
     },
 

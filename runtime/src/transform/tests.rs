@@ -84,7 +84,12 @@ fn load(names_and_config: &[(&str, &[(&str, &str)])], limits: &HostLimits) -> Tr
     TransformChain::load(&specs).unwrap_or_else(|e| panic!("load {names_and_config:?}: {e}"))
 }
 
-fn relation(id: u32, schema: &str, table: &str, columns: &[(&str, u32, bool)]) -> Arc<Relation> {
+pub(super) fn relation(
+    id: u32,
+    schema: &str,
+    table: &str,
+    columns: &[(&str, u32, bool)],
+) -> Arc<Relation> {
     Arc::new(Relation {
         id,
         namespace: schema.into(),
@@ -97,7 +102,7 @@ fn relation(id: u32, schema: &str, table: &str, columns: &[(&str, u32, bool)]) -
     })
 }
 
-fn change(
+pub(super) fn change(
     op: Op,
     relation: &Arc<Relation>,
     seq: u32,
@@ -113,7 +118,7 @@ fn change(
     }
 }
 
-fn tx(xid: u32, commit_lsn: u64, changes: Vec<Change>) -> Transaction {
+pub(super) fn tx(xid: u32, commit_lsn: u64, changes: Vec<Change>) -> Transaction {
     Transaction {
         xid,
         commit_lsn: Lsn(commit_lsn),
@@ -126,7 +131,7 @@ fn tx(xid: u32, commit_lsn: u64, changes: Vec<Change>) -> Transaction {
 
 /// A table with a column of every value kind, altered mid-batch, next to a second table;
 /// inserts, updates (with an unchanged TOAST value), deletes (key-only old row) and a truncate.
-fn every_kind_batch() -> Batch {
+pub(super) fn every_kind_batch() -> Batch {
     let kinds: &[(&str, u32, bool)] = &[
         ("id", 23, true),
         ("flag", 16, false),
@@ -1131,8 +1136,8 @@ fn rows_that_do_not_fit_their_output_are_refused() {
             handles: &handles,
             parts: Default::default(),
         };
-        let err =
-            super::chain::route(&context, vec![bad], batch.clone(), &mut collector).unwrap_err();
+        let err = super::chain::route(&context, vec![bad.into()], batch.clone(), &mut collector)
+            .unwrap_err();
         let message = err.to_string();
         assert!(matches!(err, TransformError::Emit { .. }), "{message}");
         assert!(message.contains("plugin \"passthrough\""), "{message}");

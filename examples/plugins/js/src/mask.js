@@ -154,24 +154,41 @@ function warnUnmasked(relation, column, tag) {
   ]);
 }
 
-// "sha256:" and the first 8 bytes of SHA-256(salt, 0x00, text), in lowercase hex.
-function digest(text) {
-  const bytes = utf8.encode(text);
-  const input = new Uint8Array(saltBytes.length + 1 + bytes.length);
-  input.set(saltBytes, 0);
-  input[saltBytes.length] = 0;
-  input.set(bytes, saltBytes.length + 1);
-  return 'sha256:' + toHex(sha256(input).subarray(0, 8));
+// The settings `init` accepted, for mask-columnar.js: the masked column names (a Set).
+export function maskedColumns() {
+  return maskedNames;
 }
 
-const HEX = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, '0'));
+// How many bytes digestInto writes: "sha256:" and 16 hex digits.
+export const DIGEST_LENGTH = 23;
 
-function toHex(bytes) {
-  let hex = '';
-  for (let i = 0; i < bytes.length; i++) {
-    hex += HEX[bytes[i]];
+const PREFIX = utf8.encode('sha256:');
+const HEX_DIGITS = utf8.encode('0123456789abcdef');
+let scratch = new Uint8Array(256); // salt, 0x00, value; reused while values fit
+
+// Writes "sha256:" and the first 8 bytes of SHA-256(salt, 0x00, bytes) in lowercase hex, as
+// DIGEST_LENGTH ASCII bytes, into `out` at `at`. `bytes` is the UTF-8 of the text.
+export function digestInto(bytes, out, at) {
+  const length = saltBytes.length + 1 + bytes.length;
+  if (length > scratch.length) {
+    scratch = new Uint8Array(Math.max(length, 2 * scratch.length));
   }
-  return hex;
+  scratch.set(saltBytes, 0);
+  scratch[saltBytes.length] = 0;
+  scratch.set(bytes, saltBytes.length + 1);
+  const hash = sha256(scratch.subarray(0, length));
+  out.set(PREFIX, at);
+  for (let i = 0; i < 8; i++) {
+    out[at + 7 + 2 * i] = HEX_DIGITS[hash[i] >> 4];
+    out[at + 8 + 2 * i] = HEX_DIGITS[hash[i] & 15];
+  }
+}
+
+// The masked form of a text value.
+function digest(text) {
+  const out = new Uint8Array(DIGEST_LENGTH);
+  digestInto(utf8.encode(text), out, 0);
+  return String.fromCharCode(...out);
 }
 
 // SHA-256 (FIPS 180-4) of a Uint8Array, as a Uint8Array of 32 bytes. Synchronous and plain:

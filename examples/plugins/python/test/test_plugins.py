@@ -7,8 +7,11 @@ The host here is wasmtime-py: it loads a component, links WASI 0.2 with an empty
     pip install wasmtime==50.0.1
     python examples/plugins/python/test/test_plugins.py DIR
 
-DIR holds passthrough.wasm and mask.wasm (what `build_python_examples OUTDIR` writes to
-OUTDIR/python); TRIBUTARY_PYTHON_PLUGINS may name it instead.
+DIR holds passthrough.wasm, mask.wasm and their columnar variants passthrough-columnar.wasm
+and mask-columnar.wasm (what `build_python_examples OUTDIR` writes to OUTDIR/python);
+TRIBUTARY_PYTHON_PLUGINS may name it instead. The columnar variants get their tables as Arrow
+IPC streams, written and read here with lib/arrow_ipc.py (itself checked against pyarrow by
+test_arrow_ipc.py).
 """
 
 import hashlib
@@ -20,7 +23,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import wasmtime
 from wasmtime import component as wc
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import arrow_ipc  # noqa: E402
+
 PLUGIN_INTERFACE = "tributary:transform/plugin@1.0.0"
+COLUMNAR_INTERFACE = "tributary:transform/columnar@1.0.0"
 HOST_INTERFACE = "tributary:transform/host@1.0.0"
 PLUGIN_DIR = ""
 
@@ -105,6 +112,11 @@ class Plugin:
             index = self.instance.get_export_index(self.store, name, interface)
             assert index is not None, f"{PLUGIN_INTERFACE} has no {name}"
             self.funcs[name] = self.instance.get_func(self.store, index)
+        columnar = self.instance.get_export_index(self.store, COLUMNAR_INTERFACE)
+        if columnar is not None:
+            index = self.instance.get_export_index(self.store, "process-columns", columnar)
+            assert index is not None, f"{COLUMNAR_INTERFACE} has no process-columns"
+            self.funcs["process-columns"] = self.instance.get_func(self.store, index)
 
     def call(self, name: str, *args: Any) -> Any:
         func = self.funcs[name]
@@ -266,6 +278,86 @@ class MaskTest(unittest.TestCase):
         b = batch([USERS], [transaction([change("insert", 0, 0, new=[ABSENT, text("a@x"), ABSENT, ABSENT, ABSENT])])])
         self.assertEqual(emitted(self.plugin.call("process", b)),
                          [("edit", 0, 0, [(1, "text", "sha256:4c9bd72d1e1dd3f8")], [])])
+
+
+def table_rows(ops: List[str], columns: List[Tuple[str, list]]) -> bytes:
+    """A table's rows as the host sends them: the metadata columns, then the columns read."""
+    n = len(ops)
+    return arrow_ipc.write_stream(
+        [("_txn", arrow_ipc.UINT32, [0] * n), ("_change", arrow_ipc.UINT32, list(range(n))),
+         ("_seq", arrow_ipc.UINT32, list(range(n))), ("_op", arrow_ipc.UTF8, ops)]
+        + [(name, arrow_ipc.UTF8, values) for name, values in columns])
+
+
+def column_batch(relations: List[Rec], tables: List[Rec]) -> Rec:
+    header = Rec(xid=7, commit_lsn=1007, end_lsn=1107, commit_time=1_700_000_000_000_000,
+                 messages=[], part=0, last_part=True)
+    return Rec(relations=relations, transactions=[header], tables=tables, messages=[])
+
+
+def landed_all(output: Any) -> List[bool]:
+    """Per table whether it lands every row (`selection.all`, which wasmtime-py hands over as
+    None: the one case without a payload)."""
+    def is_all(land: Any) -> bool:
+        return land is None or (isinstance(land, wc.Variant) and land.tag == "all")
+    return [is_all(field(t, "land")) for t in output.tables]
+
+
+class PassthroughColumnarTest(unittest.TestCase):
+    plugin: Plugin
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.plugin = Plugin(os.path.join(PLUGIN_DIR, "passthrough-columnar.wasm"))
+
+    def test_exports_both_interfaces_and_lands_every_table_as_it_came(self) -> None:
+        self.plugin.fresh()
+        self.assertEqual(self.plugin.call("describe").name, "passthrough-columnar-py")
+        self.assertEqual(field(self.plugin.call("init", []).interest, "columns"), [])
+        b = column_batch([USERS, ORDERS], [Rec(rows=table_rows(["insert", "delete"], []), old=None),
+                                           Rec(rows=table_rows(["truncate"], []), old=None)])
+        out = self.plugin.call("process-columns", b)
+        self.assertEqual(landed_all(out), [True, True])
+        self.assertEqual([(t.columns, t.old, t.rejections) for t in out.tables], [(None, None, [])] * 2)
+        self.assertEqual(out.rows, [])
+        # `process` is passthrough-py's, for hosts without the columnar interface.
+        typed = self.plugin.call("process", batch([USERS], [transaction([change("insert", 0, 0)])]))
+        self.assertEqual(emitted(typed), [("keep", 0, 0)])
+
+
+class MaskColumnarTest(unittest.TestCase):
+    plugin: Plugin
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.plugin = Plugin(os.path.join(PLUGIN_DIR, "mask-columnar.wasm"))
+
+    def test_masks_the_named_text_columns_of_rows_and_old_images(self) -> None:
+        self.plugin.fresh()
+        self.assertEqual(self.plugin.call("describe").name, "mask-columnar-py")
+        setup = self.plugin.call("init", [("columns", "email,phone,uid"), ("salt", "pepper")])
+        self.assertEqual(field(setup.interest, "columns"), ["email", "phone", "uid"])
+        ops = ["insert", "insert", "update", "delete"]
+        emails = ["ann@example.com", None, "cé@exämple.org", "bob@example.com"]
+        phones = ["+1 555 0100", None, None, None]
+        rows = table_rows(ops, [("email", emails), ("phone", phones)])
+        old = arrow_ipc.write_stream([("email", arrow_ipc.UTF8, [None, None, "ann@example.com", None]),
+                                      ("phone", arrow_ipc.UTF8, [None] * 4)])
+        b = column_batch([USERS, PLAIN], [Rec(rows=rows, old=old),
+                                          Rec(rows=table_rows(["insert"], []), old=None)])
+        out = self.plugin.call("process-columns", b)
+        self.assertEqual(landed_all(out), [True, True])
+        users, plain = out.tables
+        got = arrow_ipc.read_stream(users.columns)
+        self.assertEqual([c.name for c in got.columns], ["email", "phone"])
+        self.assertEqual(got.column("email").values(),
+                         [None if e is None else masked("pepper", e) for e in emails])
+        self.assertEqual(got.column("phone").values(), [masked("pepper", "+1 555 0100"), None, None, None])
+        old_masked = arrow_ipc.read_stream(users.old)
+        self.assertEqual(old_masked.column("email").values(),
+                         [None, None, masked("pepper", "ann@example.com"), None])
+        self.assertEqual((plain.columns, plain.old), (None, None))
+        self.assertEqual(self.plugin.counts, {"values_masked": 5})
 
 
 if __name__ == "__main__":
