@@ -124,9 +124,13 @@ pub(super) fn batch_to_columns(
             Arc::new(UInt32Array::from_iter_values(
                 rows.iter().map(|&i| changes[i].seq),
             )),
-            Arc::new(StringArray::from_iter_values(
-                rows.iter().map(|&i| changes[i].op.as_str()),
-            )),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|&i| {
+                // A load marker is a truncate to plugins, as on the typed path.
+                match changes[i].op {
+                    Op::Load => Op::Truncate.as_str(),
+                    op => op.as_str(),
+                }
+            }))),
         ];
         let mut old_fields = Vec::new();
         let mut old_arrays = Vec::new();
