@@ -69,8 +69,24 @@ struct Chunk {
     pages: Pages,
 }
 
-/// A read part of a chunk, with what it occupies decoded.
-type Part = Result<(Vec<Change>, usize), SnapshotError>;
+/// A read part of a chunk, with what it occupies decoded; `None` says the chunk is read.
+type Part = Result<Option<(Vec<Change>, usize)>, SnapshotError>;
+
+/// The next part of a chunk, `None` once it is read; a connection that went away without
+/// saying so is an error, never an empty chunk.
+async fn next_part(
+    rx: &mut mpsc::Receiver<Part>,
+    table: &str,
+    index: u32,
+) -> Result<Option<(Vec<Change>, usize)>, PipelineError> {
+    match rx.recv().await {
+        Some(part) => Ok(part?),
+        None => Err(PipelineError::Task(format!(
+            "a full load's connection ended before it finished chunk {} of table {table}",
+            index + 1
+        ))),
+    }
+}
 
 struct Planned {
     table: SourceTable,
@@ -213,7 +229,10 @@ pub(super) async fn run(
             break;
         }
         let p = &planned[table];
-        let (mut changes, mut bytes) = rx.recv().await.unwrap_or_else(|| Ok((Vec::new(), 0)))?;
+        let first = next_part(&mut rx, &p.table.name, index).await?;
+        // An empty chunk (its pages hold no row the snapshot sees) still lands its progress.
+        let mut ended = first.is_none();
+        let (mut changes, mut bytes) = first.unwrap_or_default();
         if index == 0 {
             changes.insert(0, load::marker(&p.relation));
         }
@@ -221,7 +240,11 @@ pub(super) async fn run(
         let mut chunk_rows = 0u64;
         loop {
             // Look one part ahead: the last part is the one the chunk's queue ends after.
-            let next = rx.recv().await.transpose()?;
+            let next = match ended {
+                true => None,
+                false => next_part(&mut rx, &p.table.name, index).await?,
+            };
+            ended |= next.is_none();
             let last = next.is_none();
             let rows = changes.iter().filter(|c| c.seq != 0).count() as u64;
             chunk_rows += rows;
@@ -340,10 +363,11 @@ async fn read_chunk(
                 };
                 changes.push(load::row(&planned.relation, seq, row.values));
             }
-            if tx.send(Ok((changes, bytes))).await.is_err() {
+            if tx.send(Ok(Some((changes, bytes)))).await.is_err() {
                 return Ok(());
             }
         }
+        let _ = tx.send(Ok(None)).await;
         Ok::<(), SnapshotError>(())
     }
     .await;
