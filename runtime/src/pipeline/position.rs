@@ -256,7 +256,8 @@ mod tests {
             "source.start_from = \"head\" is ignored: it applies to a pipeline's first run only, \
              and this pipeline resumes where its commit log ends, at 0/5000 (its first run started \
              from \"tail\" at 0/1000); to start over from \"head\", run it with a new source.slot \
-             and an empty sink prefix"
+             and an empty sink prefix; to land the tables' current rows in this lake instead, run \
+             tributary resync (a new full load while it streams)"
         );
         assert!(ignored(StartFrom::Tail, None, Lsn(0x5000)).is_none());
         assert!(

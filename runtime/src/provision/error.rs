@@ -101,7 +101,7 @@ pub enum ProvisionError {
     Binary(String),
     /// Not a refusal: a later run's `source.start_from` that differs from the first run's.
     #[error(
-        "source.start_from = {configured:?} is ignored: it applies to a pipeline's first run only, and this pipeline resumes where its commit log ends, at {resume} ({recorded}); to start over from {configured:?}, run it with a new source.slot and an empty sink prefix"
+        "source.start_from = {configured:?} is ignored: it applies to a pipeline's first run only, and this pipeline resumes where its commit log ends, at {resume} ({recorded}); to start over from {configured:?}, run it with a new source.slot and an empty sink prefix; to land the tables' current rows in this lake instead, run tributary resync (a new full load while it streams)"
     )]
     StartFromIgnored {
         configured: String,
