@@ -61,10 +61,7 @@ pub async fn request(config: &PipelineConfig, tables: &[String]) -> Result<Reque
     let source = &config.source;
     let pg = provision::parse_url(&source.url)?;
     let client = provision::connect(&pg).await?;
-    let query = |what: &str| {
-        let what = what.to_owned();
-        move |error| ProvisionError::Query { what, error }
-    };
+    let query = provision::query_error;
     let version: (i32, String) = client
         .query_one(
             "SELECT current_setting('server_version_num')::int, current_setting('server_version')",

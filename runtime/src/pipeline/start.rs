@@ -241,6 +241,7 @@ pub(super) async fn start(
     // 4. Taking over the log. The owner record comes first: of two pipelines that found an
     // empty sink at the same moment, the one that loses it writes nothing at all.
     log.claim_identity(&identity).await?;
+    let tracked = provision::tracked_tables(&client, source).await?;
     let (checkpoint, opened) = open_log(
         &log,
         &client,
@@ -250,10 +251,7 @@ pub(super) async fn start(
             timeline: system.timeline,
             first_start: first_start.as_ref(),
             start_at,
-            load: match full {
-                true => Some(provision::tracked_tables(&client, source).await?),
-                false => None,
-            },
+            load: full.then(|| tracked.clone()),
         },
         limit,
         shutdown,
@@ -295,7 +293,6 @@ pub(super) async fn start(
             tracing::warn!("{ignored}");
         }
     }
-    let tracked = provision::tracked_tables(&client, source).await?;
     let tables = match source.tables.is_empty() {
         false => source.tables.join(", "),
         true => format!("every table of the publication ({})", tracked.join(", ")),

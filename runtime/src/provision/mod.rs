@@ -57,7 +57,9 @@ pub async fn connect(config: &tokio_postgres::Config) -> Result<Client, Provisio
     Ok(client)
 }
 
-fn query_error(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> ProvisionError {
+pub(crate) fn query_error(
+    what: impl Into<String>,
+) -> impl FnOnce(tokio_postgres::Error) -> ProvisionError {
     let what = what.into();
     move |error| ProvisionError::Query { what, error }
 }

@@ -31,6 +31,7 @@ use crate::catalog::Catalog;
 use crate::change::{OutputColumn, Value};
 use crate::pgoutput::ReplicaIdentity;
 use crate::pgtype::{self, ColumnType, ValueError};
+use crate::provision::query_error as query;
 use crate::provision::{self, ProvisionError};
 use crate::replication::{ReplicationConnection, ReplicationError};
 
@@ -69,11 +70,6 @@ pub enum SnapshotError {
         #[source]
         source: ValueError,
     },
-}
-
-fn query(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> ProvisionError {
-    let what = what.into();
-    move |error| ProvisionError::Query { what, error }
 }
 
 /// A name for a temporary slot of this process, for `purpose` (`verify`, `load`).
