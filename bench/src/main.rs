@@ -120,6 +120,17 @@ const CONSUMERS: [(&str, Consumer); 6] = [
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
+    // The pipeline child caps glibc's allocator at two arenas, as the `tributary` binary does
+    // (`runtime/cli/src/main.rs`, where the reason is): without it the child's peak RSS is the
+    // default allocator's, not the one a user's `tributary run` has (wide table 270-350 MiB
+    // against 165). `MALLOC_ARENA_MAX` in the environment still wins.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if args.get(1).map(String::as_str) == Some("__pipeline")
+        && std::env::var_os("MALLOC_ARENA_MAX").is_none()
+    {
+        // SAFETY: mallopt only sets an allocator parameter; no other thread exists yet.
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
+    }
     // The raw reader runs on one thread, like pg_recvlogical: on a small machine the threads of
     // a multi-threaded runtime handing frames to each other compete with the walsender for
     // cores. The pipeline runs as `tributary run` does.
