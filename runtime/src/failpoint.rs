@@ -18,6 +18,7 @@
 //! | `flush.before-commit` | every data file is uploaded, the commit entry is not written |
 //! | `flush.after-commit` | the commit entry exists, the slot is not confirmed |
 //! | `flush.after-confirm` | the slot is confirmed, the intent is not removed |
+//! | `load.before-chunk` | a load's connection is about to read a chunk (`@k`: the k-th of the run); the stream and the other connections go on |
 
 /// Every point there is, so that a misspelt `TRIBUTARY_FAILPOINTS` is refused, not ignored.
 pub const POINTS: &[&str] = &[
@@ -27,6 +28,7 @@ pub const POINTS: &[&str] = &[
     "flush.before-commit",
     "flush.after-commit",
     "flush.after-confirm",
+    "load.before-chunk",
 ];
 
 /// The environment variable that arms points.

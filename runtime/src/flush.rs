@@ -69,7 +69,9 @@ pub struct EncodedFlush {
     /// The plugins that made the files, when not the ones the machine started with (they were
     /// reloaded since).
     pub plugins: Option<std::sync::Arc<[PluginInfo]>>,
-    /// On a full load's chunk: the load's progress once it lands.
+    /// A full load's chunk (an [`EntryKind::Load`] entry), not transactions.
+    pub chunk: bool,
+    /// While a load runs: its progress as of this flush, which the entry records.
     pub load: Option<crate::load::LoadState>,
 }
 
@@ -700,10 +702,10 @@ impl FlushMachine {
             }
             if earlier_committed && flight.uploaded() && flight.commit.due(now) {
                 flight.commit.issue();
-                let kind = match (flight.flush.advance, &flight.flush.load) {
+                let kind = match (flight.flush.advance, flight.flush.chunk) {
                     (true, _) => EntryKind::Advance,
-                    (false, Some(_)) => EntryKind::Load,
-                    (false, None) => EntryKind::Flush,
+                    (false, true) => EntryKind::Load,
+                    (false, false) => EntryKind::Flush,
                 };
                 let entry = flight.entry.get_or_insert_with(|| CommitEntry {
                     format: FORMAT,

@@ -75,6 +75,10 @@ pub struct LoadState {
     /// the other tables' changes go on from the stream.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub resync: bool,
+    /// Tables a resync asked for while they were being loaded at a snapshot taken before the
+    /// request: loaded again once this load ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queued: Vec<String>,
 }
 
 /// One table's part of a load.
@@ -110,9 +114,28 @@ impl TableLoad {
 }
 
 impl LoadState {
-    /// Whether every table has landed all of its chunks.
+    /// Every table `tables` names, to load.
+    pub fn pending(tables: &[String], resync: bool) -> LoadState {
+        LoadState {
+            tables: tables.iter().map(TableLoad::pending).collect(),
+            resync,
+            queued: Vec::new(),
+        }
+    }
+
+    /// Whether every table has landed all of its chunks and none waits to be loaded again.
     pub fn finished(&self) -> bool {
-        self.tables.iter().all(TableLoad::finished)
+        self.queued.is_empty() && self.tables.iter().all(TableLoad::finished)
+    }
+
+    /// Make the tables queued to be loaded again pending, so that the next load reads them.
+    pub fn requeue(&mut self) {
+        for table in std::mem::take(&mut self.queued) {
+            match self.tables.iter_mut().find(|t| t.table == table) {
+                Some(t) => *t = TableLoad::pending(table),
+                None => self.tables.push(TableLoad::pending(table)),
+            }
+        }
     }
 
     /// The tables still to load, by name.
@@ -381,12 +404,35 @@ mod tests {
                 TableLoad::pending("public.c"),
             ],
             resync: false,
+            queued: Vec::new(),
         };
         assert!(!state.finished());
         assert_eq!(state.unfinished(), ["public.b", "public.c"]);
         let json = serde_json::to_string(&state).unwrap();
         assert_eq!(serde_json::from_str::<LoadState>(&json).unwrap(), state);
         assert!(!json.contains("resync"), "{json}");
+        assert!(!json.contains("queued"), "{json}");
+    }
+
+    #[test]
+    fn a_table_queued_again_keeps_the_load_unfinished_until_it_is_read_anew() {
+        let mut state = LoadState::pending(&["public.a".to_owned()], true);
+        state.tables[0] = TableLoad {
+            table: "public.a".into(),
+            snapshot_lsn: Lsn(0x10),
+            chunks: Some(2),
+            done: 2,
+            rows: 7,
+        };
+        assert!(state.finished());
+        state.queued = vec!["public.a".into(), "public.b".into()];
+        assert!(!state.finished(), "a queued table is still to load");
+        let json = serde_json::to_string(&state).unwrap();
+        assert_eq!(serde_json::from_str::<LoadState>(&json).unwrap(), state);
+        state.requeue();
+        assert!(state.queued.is_empty());
+        assert_eq!(state.unfinished(), ["public.a", "public.b"]);
+        assert_eq!(state.tables[0], TableLoad::pending("public.a"));
     }
 
     #[test]

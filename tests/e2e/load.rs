@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tributary::commit::CommitLog;
+use tributary::commit::{CommitLog, EntryKind};
 use tributary::load::LOAD_XID;
 use tributary_tests::chaos::assert_lake_equals_source;
 use tributary_tests::lake::{committed_rows, entries};
@@ -307,4 +307,95 @@ async fn a_resync_loads_a_table_again_while_the_pipeline_streams() {
         err.contains("public.nothing is not a table this pipeline tracks"),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resync_lands_its_chunks_between_the_streams_batches_and_resumes_after_a_kill() {
+    let db = loaded_database("load_resync_killed").await;
+    let mut fx = full_load_fixture(&db, "load_resync_killed").await;
+    fx.cfg.source = vec![];
+    fx.file = fx.cfg.write(&fx.dir);
+    // The load's second chunk is never read: its connection stops at the failpoint, while
+    // the first chunk lands and the stream goes on.
+    let mut run = Service::spawn_with(
+        &fx.file,
+        &[],
+        &fx.dir.join("stuck.log"),
+        &[("TRIBUTARY_FAILPOINTS", "load.before-chunk@2")],
+    );
+    run.wait_for_log("streaming", Duration::from_secs(60)).await;
+    let resync = tokio::process::Command::new(tributary_tests::service::tributary_bin())
+        .args(["resync", "--config"])
+        .arg(&fx.file)
+        .args(["--table", "public.notes"])
+        .output()
+        .await
+        .unwrap();
+    assert!(resync.status.success(), "{resync:?}");
+    run.wait_for_log(
+        "failpoint load.before-chunk reached",
+        Duration::from_secs(60),
+    )
+    .await;
+
+    // Streamed changes land while the load waits for its chunk, in entries that say the load
+    // is unfinished.
+    db.client
+        .batch_execute(&format!(
+            "INSERT INTO orders VALUES ({0}, 1, now(), 'during the resync');
+             UPDATE notes SET body = 'during the resync' WHERE id = 1;",
+            ROWS + 1
+        ))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let streamed = loop {
+        let all = entries(&fx.log).await;
+        let first_chunk = all.iter().position(|e| e.kind == EntryKind::Load);
+        let after = first_chunk.and_then(|i| {
+            all[i..]
+                .iter()
+                .find(|e| e.kind == EntryKind::Flush && e.changes > 0)
+                .cloned()
+        });
+        if let Some(entry) = after {
+            break entry;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no streamed entry after the load's first chunk:\n{all:#?}\n{}",
+            run.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let state = streamed
+        .load
+        .expect("a streamed entry during a load records it");
+    assert!(state.resync && !state.finished(), "{state:?}");
+    assert_eq!(state.unfinished(), ["public.notes"], "{state:?}");
+    run.kill().await;
+
+    // The next run loads the table again under a new snapshot, beside the stream.
+    let mut run = Service::spawn(&fx.file, &[], &fx.dir.join("resumed.log"));
+    run.wait_for_log("full load handed on", Duration::from_secs(120))
+        .await;
+    let log = run.log();
+    assert!(
+        log.contains("loading the table again under a new snapshot"),
+        "{log}"
+    );
+    db.client
+        .batch_execute("UPDATE notes SET tag = 'after' WHERE id = 2")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let notes = verify(&fx.file, &["--table", "public.notes"]).await;
+    assert_eq!(notes.code, 0, "{notes}\n{}", run.log());
+    // The interrupted load's marker and the new one, each at its own snapshot.
+    let marks = markers(&fx, "public.notes").await;
+    assert_eq!(marks.len(), 2, "{marks:?}");
+    assert_ne!(marks[0].0, marks[1].0, "{marks:?}");
+    run.stop().await;
+    let state = last_load_state(&fx.log).await.unwrap();
+    assert!(state.finished(), "{state:?}");
 }

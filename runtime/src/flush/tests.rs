@@ -34,6 +34,7 @@ fn flush(sequence: u64, files: usize) -> EncodedFlush {
             .collect(),
         dead_letters: 0,
         plugins: None,
+        chunk: false,
         load: None,
     }
 }

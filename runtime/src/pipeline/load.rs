@@ -94,7 +94,8 @@ struct Planned {
     chunks: u32,
 }
 
-/// Run the load, sending its parts to `output` from sequence `next_sequence` on.
+/// Run the load before streaming, sending its parts to `output` from sequence
+/// `next_sequence` on.
 pub(super) async fn run(
     job: LoadJob,
     settings: LoadSettings,
@@ -104,138 +105,238 @@ pub(super) async fn run(
     shutdown: Shutdown,
     progress: watch::Sender<Progress>,
 ) -> Result<Loaded, PipelineError> {
-    let started = Instant::now();
-    let LoadJob { anchor, mut state } = job;
-    let anchor = match anchor {
-        Some(anchor) => anchor,
-        None => {
-            tracing::info!(
-                tables = ?state.unfinished(),
-                "taking a snapshot for the load (a temporary slot; this waits for the transactions running now to end)"
-            );
-            Snapshot::take(&settings.pg, &settings.temporary_slot).await?
-        }
-    };
-    let snapshot_lsn = anchor.consistent_point();
-    let snapshot_time = unix_micros();
-    // A first load of every table (not a resync of some, nor one some tables finished).
-    let covers_all = !state.resync && state.tables.iter().all(|t| !t.finished());
-
-    // The plan, read inside the snapshot.
-    let mut catalog = Catalog::new(settings.pg.clone(), settings.binary);
-    let mut planned = Vec::new();
-    let mut chunks = Vec::new();
-    for entry in state.tables.iter_mut().filter(|t| !t.finished()) {
-        let table = anchor
-            .table(&mut catalog, &entry.table, Some(&settings.publication))
-            .await?;
-        let pages = anchor.pages(&table).await?;
-        let plan = load::plan(pages, settings.chunk_pages, !table.partitioned());
-        if entry.snapshot_lsn != Lsn::ZERO && entry.snapshot_lsn != snapshot_lsn {
-            tracing::warn!(
-                table = %entry.table,
-                interrupted = %entry.snapshot_lsn,
-                snapshot = %snapshot_lsn,
-                "loading the table again under a new snapshot: the interrupted load's snapshot ended with its process; the rows it landed stay in the lake before the new load marker, which tells readers to drop them"
-            );
-        }
-        *entry = TableLoad {
-            table: entry.table.clone(),
-            snapshot_lsn,
-            chunks: Some(plan.len() as u32),
-            done: 0,
-            rows: 0,
-        };
-        let index = planned.len();
-        chunks.extend(plan.into_iter().enumerate().map(|(i, pages)| Chunk {
-            table: index,
-            index: i as u32,
-            pages,
-        }));
-        planned.push(Planned {
-            relation: Arc::new(load::relation(&table)),
-            chunks: entry.chunks.unwrap_or(1),
-            table,
-        });
-    }
-    let tables: Vec<String> = planned.iter().map(|p| p.table.name.clone()).collect();
-    let mut shown = LoadProgress {
-        tables: planned
-            .iter()
-            .map(|p| TableProgress {
-                table: p.table.name.clone(),
-                chunks: p.chunks,
-                ..TableProgress::default()
-            })
-            .collect(),
-        elapsed_ms: 0,
-    };
-    progress.send_modify(|p| p.load = Some(shown.clone()));
-    tracing::info!(
-        snapshot = %snapshot_lsn,
-        tables = %tables.join(", "),
-        chunks = chunks.len(),
-        connections = settings.parallelism.min(chunks.len()).max(1),
-        "full load: reading the tables as they were at the snapshot"
-    );
-
-    // Workers, each inside the snapshot; the anchor is the first.
-    let workers = settings.parallelism.min(chunks.len()).max(1);
-    let name = match workers > 1 {
-        true => Some(anchor.export().await?),
-        false => None,
-    };
-    let mut snapshots = vec![anchor];
-    for _ in 1..workers {
-        let name = name.as_deref().expect("exported for more than one worker");
-        snapshots.push(Snapshot::import(&settings.pg, name, snapshot_lsn).await?);
-    }
-    let planned = Arc::new(planned);
-    let mut receivers = VecDeque::new();
-    let queue = Arc::new(Mutex::new(VecDeque::new()));
-    for chunk in chunks {
-        let (tx, rx) = mpsc::channel::<Part>(READ_AHEAD);
-        receivers.push_back((chunk.table, chunk.index, rx));
-        queue.lock().expect("never poisoned").push_back((chunk, tx));
-    }
-    let mut tasks = tokio::task::JoinSet::new();
-    for snapshot in snapshots {
-        let (queue, planned) = (queue.clone(), planned.clone());
-        let part_bytes = settings.part_bytes;
-        tasks.spawn(async move {
-            loop {
-                let next = queue.lock().expect("never poisoned").pop_front();
-                let Some((chunk, tx)) = next else { break };
-                read_chunk(&snapshot, &planned[chunk.table], &chunk, part_bytes, &tx).await;
-            }
-            // The transaction ends with the connection; nothing was written.
-            drop(snapshot);
-        });
-    }
-
-    // The hand-over, in plan order.
+    let mut loading = Loading::start(job, &settings, progress).await?;
     let mut sequence = next_sequence;
-    let mut rows_read = 0u64;
-    let mut said = Instant::now();
-    let mut stopped = false;
-    let (last_commit, end) = settings.positions;
-    while let Some((table, index, mut rx)) = receivers.pop_front() {
+    while loading.ready().await? {
         if *shutdown.borrow() {
-            stopped = true;
             tracing::info!(
                 sequence,
                 "stopping during the full load, at a chunk's end; the next start loads the unfinished tables again"
             );
-            break;
+            return Ok(Loaded {
+                next_sequence: sequence,
+                covers_all: None,
+                stopped: true,
+            });
         }
+        let handed = loading
+            .hand_over(sequence, settings.positions, &budget, &output)
+            .await?;
+        sequence += 1;
+        if !handed {
+            // A later stage stopped; its error is the pipeline's.
+            return Ok(Loaded {
+                next_sequence: sequence,
+                covers_all: None,
+                stopped: true,
+            });
+        }
+    }
+    Ok(Loaded {
+        next_sequence: sequence,
+        covers_all: loading.finish(),
+        stopped: false,
+    })
+}
+
+/// A load under way: its connections read chunks inside one snapshot, and the read stage hands
+/// them on one by one as they are ready, in plan order, between its own batches (a resync) or
+/// before streaming (a first full load, [`run`]).
+pub(super) struct Loading {
+    /// What every entry records while the load runs: each table's progress, and tables asked
+    /// for since it started, loaded after it.
+    state: LoadState,
+    planned: Arc<Vec<Planned>>,
+    /// Each chunk's queue of read parts, in plan order.
+    receivers: VecDeque<(usize, u32, mpsc::Receiver<Part>)>,
+    /// The first part of the front chunk, once read.
+    first: Option<Option<(Vec<Change>, usize)>>,
+    tasks: tokio::task::JoinSet<()>,
+    snapshot_lsn: Lsn,
+    snapshot_time: i64,
+    /// A first load of every table (not a resync of some, nor one some tables finished).
+    covers_all: bool,
+    shown: LoadProgress,
+    progress: watch::Sender<Progress>,
+    started: Instant,
+    said: Instant,
+    rows_read: u64,
+}
+
+impl Loading {
+    /// Take the snapshot (or use the job's), plan the unfinished tables of `job` in chunks and
+    /// start the connections reading them.
+    pub async fn start(
+        job: LoadJob,
+        settings: &LoadSettings,
+        progress: watch::Sender<Progress>,
+    ) -> Result<Loading, PipelineError> {
+        let started = Instant::now();
+        let LoadJob { anchor, mut state } = job;
+        state.requeue();
+        let anchor = match anchor {
+            Some(anchor) => anchor,
+            None => {
+                tracing::info!(
+                    tables = ?state.unfinished(),
+                    "taking a snapshot for the load (a temporary slot; this waits for the transactions running now to end)"
+                );
+                Snapshot::take(&settings.pg, &settings.temporary_slot).await?
+            }
+        };
+        let snapshot_lsn = anchor.consistent_point();
+        let snapshot_time = unix_micros();
+        let covers_all = !state.resync && state.tables.iter().all(|t| !t.finished());
+
+        // The plan, read inside the snapshot.
+        let mut catalog = Catalog::new(settings.pg.clone(), settings.binary);
+        let mut planned = Vec::new();
+        let mut chunks = Vec::new();
+        for entry in state.tables.iter_mut().filter(|t| !t.finished()) {
+            let table = anchor
+                .table(&mut catalog, &entry.table, Some(&settings.publication))
+                .await?;
+            let pages = anchor.pages(&table).await?;
+            let plan = load::plan(pages, settings.chunk_pages, !table.partitioned());
+            if entry.snapshot_lsn != Lsn::ZERO && entry.snapshot_lsn != snapshot_lsn {
+                tracing::warn!(
+                    table = %entry.table,
+                    interrupted = %entry.snapshot_lsn,
+                    snapshot = %snapshot_lsn,
+                    "loading the table again under a new snapshot: the interrupted load's snapshot ended with its process; the rows it landed stay in the lake before the new load marker, which tells readers to drop them"
+                );
+            }
+            *entry = TableLoad {
+                table: entry.table.clone(),
+                snapshot_lsn,
+                chunks: Some(plan.len() as u32),
+                done: 0,
+                rows: 0,
+            };
+            let index = planned.len();
+            chunks.extend(plan.into_iter().enumerate().map(|(i, pages)| Chunk {
+                table: index,
+                index: i as u32,
+                pages,
+            }));
+            planned.push(Planned {
+                relation: Arc::new(load::relation(&table)),
+                chunks: entry.chunks.unwrap_or(1),
+                table,
+            });
+        }
+        let tables: Vec<String> = planned.iter().map(|p| p.table.name.clone()).collect();
+        let shown = LoadProgress {
+            tables: planned
+                .iter()
+                .map(|p| TableProgress {
+                    table: p.table.name.clone(),
+                    chunks: p.chunks,
+                    ..TableProgress::default()
+                })
+                .collect(),
+            elapsed_ms: 0,
+        };
+        progress.send_modify(|p| p.load = Some(shown.clone()));
+        tracing::info!(
+            snapshot = %snapshot_lsn,
+            tables = %tables.join(", "),
+            chunks = chunks.len(),
+            connections = settings.parallelism.min(chunks.len()).max(1),
+            "full load: reading the tables as they were at the snapshot"
+        );
+
+        // Workers, each inside the snapshot; the anchor is the first.
+        let workers = settings.parallelism.min(chunks.len()).max(1);
+        let name = match workers > 1 {
+            true => Some(anchor.export().await?),
+            false => None,
+        };
+        let mut snapshots = vec![anchor];
+        for _ in 1..workers {
+            let name = name.as_deref().expect("exported for more than one worker");
+            snapshots.push(Snapshot::import(&settings.pg, name, snapshot_lsn).await?);
+        }
+        let planned = Arc::new(planned);
+        let mut receivers = VecDeque::new();
+        let queue = Arc::new(Mutex::new(VecDeque::new()));
+        for chunk in chunks {
+            let (tx, rx) = mpsc::channel::<Part>(READ_AHEAD);
+            receivers.push_back((chunk.table, chunk.index, rx));
+            queue.lock().expect("never poisoned").push_back((chunk, tx));
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        for snapshot in snapshots {
+            let (queue, planned) = (queue.clone(), planned.clone());
+            let part_bytes = settings.part_bytes;
+            tasks.spawn(async move {
+                loop {
+                    let next = queue.lock().expect("never poisoned").pop_front();
+                    let Some((chunk, tx)) = next else { break };
+                    read_chunk(&snapshot, &planned[chunk.table], &chunk, part_bytes, &tx).await;
+                }
+                // The transaction ends with the connection; nothing was written.
+                drop(snapshot);
+            });
+        }
+        Ok(Loading {
+            state,
+            planned,
+            receivers,
+            first: None,
+            tasks,
+            snapshot_lsn,
+            snapshot_time,
+            covers_all,
+            shown,
+            progress,
+            started,
+            said: Instant::now(),
+            rows_read: 0,
+        })
+    }
+
+    /// What an entry written now records of the load.
+    pub fn state(&self) -> &LoadState {
+        &self.state
+    }
+
+    /// Wait until the next chunk's first part is read: `false` when every chunk was handed
+    /// on. Cancel-safe: what arrived is kept for [`hand_over`](Self::hand_over).
+    pub async fn ready(&mut self) -> Result<bool, PipelineError> {
+        if self.first.is_some() {
+            return Ok(true);
+        }
+        let Some((table, index, rx)) = self.receivers.front_mut() else {
+            return Ok(false);
+        };
+        let name = &self.planned[*table].table.name;
+        let first = next_part(rx, name, *index).await?;
+        self.first = Some(first);
+        Ok(true)
+    }
+
+    /// Hand the next chunk on as flush `sequence`, in parts, each with its share of `budget`;
+    /// its entry keeps the stream `positions` (last commit landed, confirmed). Call after
+    /// [`ready`](Self::ready) said `true`. `Ok(false)` when the next stage is gone.
+    pub async fn hand_over(
+        &mut self,
+        sequence: u64,
+        positions: (Lsn, Lsn),
+        budget: &Budget,
+        output: &mpsc::Sender<Cut>,
+    ) -> Result<bool, PipelineError> {
+        let first = self.first.take().expect("ready before hand_over");
+        let (table, index, mut rx) = self.receivers.pop_front().expect("ready: a chunk is next");
+        let planned = self.planned.clone();
         let p = &planned[table];
-        let first = next_part(&mut rx, &p.table.name, index).await?;
         // An empty chunk (its pages hold no row the snapshot sees) still lands its progress.
         let mut ended = first.is_none();
         let (mut changes, mut bytes) = first.unwrap_or_default();
         if index == 0 {
             changes.insert(0, load::marker(&p.relation));
         }
+        let (last_commit, end) = positions;
         let mut part = 0u32;
         let mut chunk_rows = 0u64;
         loop {
@@ -248,48 +349,45 @@ pub(super) async fn run(
             let last = next.is_none();
             let rows = changes.iter().filter(|c| c.seq != 0).count() as u64;
             chunk_rows += rows;
-            rows_read += rows;
-            let t = &mut shown.tables[table];
+            self.rows_read += rows;
+            let t = &mut self.shown.tables[table];
             t.rows += rows;
             t.bytes += bytes as u64;
             t.chunks_read += u32::from(last);
-            shown.elapsed_ms = started.elapsed().as_millis() as u64;
-            progress.send_modify(|p| p.load = Some(shown.clone()));
-            let progress = last.then(|| {
-                let entry = state
+            self.shown.elapsed_ms = self.started.elapsed().as_millis() as u64;
+            let shown = self.shown.clone();
+            self.progress.send_modify(|p| p.load = Some(shown));
+            if last {
+                let entry = self
+                    .state
                     .tables
                     .iter_mut()
                     .find(|t| t.table == p.table.name)
                     .expect("planned tables are in the state");
                 entry.done += 1;
                 entry.rows += chunk_rows;
-                state.clone()
-            });
+            }
             let share = budget.take(bytes.saturating_mul(PEAK_COPIES)).await;
             let cut = Cut {
                 batch: Batch {
-                    transactions: vec![load::transaction(snapshot_lsn, snapshot_time, changes)],
+                    transactions: vec![load::transaction(
+                        self.snapshot_lsn,
+                        self.snapshot_time,
+                        changes,
+                    )],
                     messages: Vec::new(),
                 },
                 sequence,
                 part,
                 last,
                 advance: None,
-                load: Some(super::LoadCut {
-                    progress,
-                    last_commit,
-                    end,
-                }),
+                load: Some(super::LoadCut { last_commit, end }),
+                state: last.then(|| self.state.clone()),
                 share,
             };
             if output.send(cut).await.is_err() {
-                // A later stage stopped; its error is the pipeline's.
-                tasks.abort_all();
-                return Ok(Loaded {
-                    next_sequence: sequence + 1,
-                    covers_all: None,
-                    stopped: true,
-                });
+                self.tasks.abort_all();
+                return Ok(false);
             }
             match next {
                 Some((more, more_bytes)) => {
@@ -299,31 +397,61 @@ pub(super) async fn run(
                 None => break,
             }
         }
-        sequence += 1;
         if index + 1 == p.chunks {
-            tracing::info!(table = %p.table.name, rows = chunk_rows_total(&state, &p.table.name), "table read; its last chunk is on its way to the lake");
+            tracing::info!(table = %p.table.name, rows = chunk_rows_total(&self.state, &p.table.name), "table read; its last chunk is on its way to the lake");
         }
-        if said.elapsed() >= PROGRESS_EVERY {
-            said = Instant::now();
-            tracing::info!("{}", shown.line());
+        if self.said.elapsed() >= PROGRESS_EVERY {
+            self.said = Instant::now();
+            tracing::info!("{}", self.shown.line());
+        }
+        Ok(true)
+    }
+
+    /// Note tables `tributary resync` asked for at `lsn` while this load runs: a table it
+    /// does not load waits in the state for the next load; one it loads under a snapshot taken
+    /// before the request is loaded again after it.
+    pub fn request(&mut self, tables: Vec<String>, lsn: Lsn) {
+        for table in tables {
+            match self.state.tables.iter().find(|t| t.table == table) {
+                None => self.state.tables.push(TableLoad::pending(&table)),
+                Some(t) if t.snapshot_lsn == Lsn::ZERO || t.snapshot_lsn > lsn => {
+                    tracing::info!(%table, "resync: the table is being loaded already, at a snapshot after the request");
+                }
+                Some(_) => {
+                    tracing::info!(%table, "resync: the table is being loaded at a snapshot before the request; it is loaded again after this load");
+                    if !self.state.queued.contains(&table) {
+                        self.state.queued.push(table);
+                    }
+                }
+            }
         }
     }
-    tasks.abort_all();
-    progress.send_modify(|p| p.load = None);
-    if !stopped {
+
+    /// The load after this one, once every chunk was handed on: the tables asked for since,
+    /// if any, with the finished ones kept in the state.
+    pub fn next_job(&self) -> Option<LoadJob> {
+        let mut state = self.state.clone();
+        state.requeue();
+        (!state.finished()).then_some(LoadJob {
+            anchor: None,
+            state,
+        })
+    }
+
+    /// Every chunk was handed on: say so. Returns the snapshot's position when it loaded every
+    /// table (streamed transactions that committed before it are in the lake already).
+    pub fn finish(mut self) -> Option<Lsn> {
+        self.tasks.abort_all();
+        self.progress.send_modify(|p| p.load = None);
         tracing::info!(
-            rows = rows_read,
-            tables = planned.len(),
-            secs = format!("{:.1}", started.elapsed().as_secs_f64()),
-            snapshot = %snapshot_lsn,
-            "full load handed on; streaming the changes after it"
+            rows = self.rows_read,
+            tables = self.planned.len(),
+            secs = format!("{:.1}", self.started.elapsed().as_secs_f64()),
+            snapshot = %self.snapshot_lsn,
+            "full load handed on"
         );
+        self.covers_all.then_some(self.snapshot_lsn)
     }
-    Ok(Loaded {
-        next_sequence: sequence,
-        covers_all: (covers_all && !stopped).then_some(snapshot_lsn),
-        stopped,
-    })
 }
 
 fn chunk_rows_total(state: &LoadState, table: &str) -> u64 {
@@ -342,6 +470,7 @@ async fn read_chunk(
     part_bytes: usize,
     tx: &mpsc::Sender<Part>,
 ) {
+    crate::failpoint::reached("load.before-chunk").await;
     let result = async {
         let mut rows = snapshot.read(&planned.table, chunk.pages).await?;
         let mut ordinal = 0u32;

@@ -288,11 +288,15 @@ async fn run_stages(
             started.checkpoint.confirmed(),
         ),
     };
-    let job = started.load;
+    let mut job = started.load;
+    // A resync a stop interrupted goes on beside the stream, as it ran; a first full load
+    // runs before it.
+    let resumed = job.take_if(|j| j.state.resync);
     let mut reader = Reader {
         load_settings: load_settings.clone(),
         tracked: started.tracked,
-        resync: None,
+        loading: None,
+        to_load: resumed,
         batcher: Batcher::new(BatchLimits {
             max_rows: flush.max_rows,
             max_bytes: flush.max_mib << 20,
@@ -487,13 +491,14 @@ struct Cut {
     advance: Option<Advance>,
     /// Set on a part of a full load's chunk.
     load: Option<LoadCut>,
+    /// While a load runs, on the last part: the load's progress as of this flush, which its
+    /// entry records (so that a crash at any entry knows what is left to load).
+    state: Option<LoadState>,
     share: Share,
 }
 
-/// What a load chunk's part records: the load's progress after it (on a chunk's last part),
-/// and the stream positions, which a load does not move.
+/// The stream positions a load chunk's entry keeps: a load does not move them.
 struct LoadCut {
-    progress: Option<crate::load::LoadState>,
     last_commit: Lsn,
     end: Lsn,
 }
@@ -545,12 +550,15 @@ struct Reader {
     output: mpsc::Sender<Cut>,
     shutdown: Shutdown,
     progress: watch::Sender<Progress>,
-    /// How a resync's load reads (its positions are set when it starts).
+    /// How a resync's load reads.
     load_settings: load::LoadSettings,
     /// The tables the pipeline tracks.
     tracked: Vec<String>,
-    /// Tables a `tributary resync` message handed on asks to load again.
-    resync: Option<Vec<String>>,
+    /// A resync's load under way, its chunks handed on between the stream's batches.
+    loading: Option<load::Loading>,
+    /// A load to start once the batch asking for it is handed on (whose entry records it, so
+    /// that a crash before the load's first entry still knows it is due).
+    to_load: Option<load::LoadJob>,
 }
 
 impl Reader {
@@ -560,10 +568,11 @@ impl Reader {
         let mut shutdown = self.shutdown.clone();
         let mut idle_check = tokio::time::interval(IDLE_CHECK);
         idle_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        self.start_load().await?;
         loop {
             let deadline = self.batcher.deadline().map(tokio::time::Instant::from_std);
+            // Not biased: while a resync loads, its chunks and the stream take turns.
             tokio::select! {
-                biased;
                 changed = shutdown.changed() => {
                     // A dropped controller can never ask again: treat it as a stop request.
                     if changed.is_err() || *shutdown.borrow() { break }
@@ -593,16 +602,17 @@ impl Reader {
                         return Ok(self.stream);
                     }
                 }
+                ready = chunk_ready(&mut self.loading) => {
+                    if !self.hand_over_chunk(ready?).await? {
+                        return Ok(self.stream);
+                    }
+                }
             }
             if self.batcher.is_due(Instant::now()) && !self.cut().await {
                 // A later stage stopped; its error is the pipeline's.
                 return Ok(self.stream);
             }
-            if let Some(tables) = self.resync.take()
-                && !self.resync(tables).await?
-            {
-                return Ok(self.stream);
-            }
+            self.start_load().await?;
         }
         // Land what is committed and pending; an open transaction is replayed next time.
         if !self.batcher.is_empty() {
@@ -668,6 +678,7 @@ impl Reader {
                 last: true,
                 advance: Some(advance),
                 load: None,
+                state: self.load_state(),
                 share,
             })
             .await
@@ -766,6 +777,7 @@ impl Reader {
                 last: next.last,
                 advance: None,
                 load: None,
+                state: self.load_state(),
                 share,
             };
             if self.output.send(cut).await.is_err() {
@@ -819,6 +831,7 @@ impl Reader {
         }
         let sequence = self.next_sequence;
         self.next_sequence += 1;
+        let state = self.load_state();
         self.output
             .send(Cut {
                 batch,
@@ -827,6 +840,7 @@ impl Reader {
                 last: true,
                 advance: None,
                 load: None,
+                state,
                 share,
             })
             .await
@@ -835,8 +849,9 @@ impl Reader {
 }
 
 impl Reader {
-    /// Remember the tables a `tributary resync` message in `batch` asks for; they are loaded
-    /// once the batch is handed on, so that the load's entries follow the request's.
+    /// Note the tables a `tributary resync` message in `batch` asks for, before the batch is
+    /// handed on, so that its entry records them: in the state of the load under way, or as
+    /// the load to start once the batch is handed on.
     fn note_resync(&mut self, batch: &Batch) {
         for message in batch.transactions.iter().flat_map(|t| &t.messages) {
             let Some(request) = ResyncRequest::from_message(&message.prefix, &message.content)
@@ -854,47 +869,87 @@ impl Reader {
             if !unknown.is_empty() {
                 tracing::warn!(lsn = %message.lsn, tables = ?unknown, "a resync names tables this pipeline does not track; ignoring them");
             }
-            let pending = self.resync.get_or_insert_with(Vec::new);
+            if tables.is_empty() {
+                continue;
+            }
+            tracing::info!(tables = %tables.join(", "), lsn = %message.lsn, "resync requested: loading the tables again while streaming goes on");
+            if let Some(loading) = &mut self.loading {
+                loading.request(tables, message.lsn);
+                continue;
+            }
+            let job = self.to_load.get_or_insert_with(|| load::LoadJob {
+                anchor: None,
+                state: LoadState::pending(&[], true),
+            });
             for table in tables {
-                if !pending.contains(&table) {
-                    pending.push(table);
+                if !job.state.tables.iter().any(|t| t.table == table) {
+                    job.state.tables.push(TableLoad::pending(table));
                 }
             }
         }
     }
 
-    /// Load `tables` again under a new snapshot, between the flush that held the request and
-    /// the stream that goes on after it. `false` when a stop came or a later stage is gone.
-    async fn resync(&mut self, tables: Vec<String>) -> Result<bool, PipelineError> {
-        if tables.is_empty() {
+    /// What an entry written now records of a load: the one under way, or the one about to
+    /// start.
+    fn load_state(&self) -> Option<LoadState> {
+        match (&self.loading, &self.to_load) {
+            (Some(loading), _) => Some(loading.state().clone()),
+            (None, Some(job)) => Some(job.state.clone()),
+            (None, None) => None,
+        }
+    }
+
+    /// Start the load due, if one is and none runs: take its snapshot and start its
+    /// connections reading.
+    async fn start_load(&mut self) -> Result<(), PipelineError> {
+        if self.loading.is_some() {
+            return Ok(());
+        }
+        let Some(job) = self.to_load.take() else {
+            return Ok(());
+        };
+        self.loading =
+            Some(load::Loading::start(job, &self.load_settings, self.progress.clone()).await?);
+        Ok(())
+    }
+
+    /// Hand on the load's next chunk between the stream's batches (`ready`), or end the load
+    /// once every chunk was handed on, starting the next one if tables were asked for
+    /// meanwhile. `false` when a later stage is gone.
+    async fn hand_over_chunk(&mut self, ready: bool) -> Result<bool, PipelineError> {
+        let loading = self
+            .loading
+            .as_mut()
+            .expect("a chunk comes only from a load");
+        if !ready {
+            let next = loading.next_job();
+            if let Some(finished) = self.loading.take() {
+                finished.finish();
+            }
+            self.to_load = next;
+            self.start_load().await?;
             return Ok(true);
         }
-        tracing::info!(tables = %tables.join(", "), "resync requested: loading the tables again; streaming goes on after the load");
-        let mut settings = self.load_settings.clone();
-        settings.positions = (
+        // The chunk's entry keeps the positions of the entry before it.
+        let positions = (
             self.handed.max(self.checkpoint.last_commit_lsn()),
             self.handed_end.max(self.checkpoint.confirmed()),
         );
-        let job = load::LoadJob {
-            anchor: None,
-            state: LoadState {
-                tables: tables.iter().map(TableLoad::pending).collect(),
-                resync: true,
-            },
-        };
-        let loaded = load::run(
-            job,
-            settings,
-            self.next_sequence,
-            self.budget.clone(),
-            self.output.clone(),
-            self.shutdown.clone(),
-            self.progress.clone(),
-        )
-        .await?;
-        self.next_sequence = loaded.next_sequence;
+        let sequence = self.next_sequence;
+        self.next_sequence += 1;
         self.last_handed = Instant::now();
-        Ok(!loaded.stopped)
+        loading
+            .hand_over(sequence, positions, &self.budget, &self.output)
+            .await
+    }
+}
+
+/// Whether the load under way has its next chunk ready (`true`) or handed every chunk on
+/// (`false`); never resolves without a load. Cancel-safe.
+async fn chunk_ready(loading: &mut Option<load::Loading>) -> Result<bool, PipelineError> {
+    match loading {
+        Some(loading) => loading.ready().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -949,6 +1004,7 @@ async fn transform_stage(
             last,
             advance,
             load,
+            state,
             share,
         } = cut;
         if let Some(advance) = advance {
@@ -966,7 +1022,8 @@ async fn transform_stage(
                 files: Vec::new(),
                 dead_letters: 0,
                 plugins: None,
-                load: None,
+                chunk: false,
+                load: state,
             };
             let transformed = Transformed {
                 flush,
@@ -1028,7 +1085,8 @@ async fn transform_stage(
                 .map(|o| o.rows.len() as u64)
                 .sum(),
             plugins: Some(plugins.clone()),
-            load: load.and_then(|l| l.progress),
+            chunk: load.is_some(),
+            load: state,
         };
         let transformed = Transformed {
             flush,

@@ -35,7 +35,7 @@ use crate::commit::{
     ProvisionedKind, Writer, unix_micros,
 };
 use crate::config::{PipelineConfig, Provisioning, SourceConfig, StartFrom};
-use crate::load::{LoadState, TableLoad};
+use crate::load::LoadState;
 use crate::provision::{self, Ensured, ProvisionError};
 use crate::replication::{ReplicationConnection, ReplicationStream};
 use crate::sink::Sink;
@@ -517,10 +517,10 @@ async fn open_log(
         // A full load under way goes on in every entry until its last chunk lands; a first
         // run's starts with its open entry.
         let first_load = match (at.first_start, &latest) {
-            (Some(_), None) => at.load.as_ref().map(|tables| LoadState {
-                tables: tables.iter().map(TableLoad::pending).collect(),
-                resync: false,
-            }),
+            (Some(_), None) => at
+                .load
+                .as_ref()
+                .map(|tables| LoadState::pending(tables, false)),
             _ => None,
         };
         entry.load = first_load
