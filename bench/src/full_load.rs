@@ -7,6 +7,11 @@
 //! (`tributary::load::plan`), on `CONNECTIONS` connections. The pipeline is timed from the moment
 //! it holds its slot (the snapshot taken) until the commit log holds every row, as the other
 //! pipeline consumers are; `psql` from its start to its end.
+//!
+//! While the pipeline starts and loads, a writer commits [`WRITES`] transactions of
+//! [`WRITE_ROWS`] rows into the marker table, some before the snapshot and some after it; the
+//! run then checks that the lake holds each of those rows exactly once, so the hand-over from
+//! the load to the stream left no gap and doubled nothing.
 
 use std::time::Instant;
 
@@ -20,12 +25,24 @@ use crate::workload;
 pub const CONNECTIONS: usize = 2;
 /// Heap read per chunk, as `load.chunk_mib`.
 pub const CHUNK_MIB: usize = 64;
+/// Transactions the concurrent writer commits while the pipeline starts and loads...
+const WRITES: u64 = 100;
+/// ...each of this many rows...
+const WRITE_ROWS: u64 = 100;
+/// ...one every this often: about a second across the snapshot.
+const WRITE_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+/// The table it writes to (tracked, and empty when the load starts).
+const WRITTEN: &str = "public.bench_marker";
 
 /// What one run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct FullLoadRun {
     pub ceiling_seconds: f64,
     pub pipeline: Measured,
+    /// Rows the concurrent writer committed (each landed exactly once, or the run fails)...
+    pub written: u64,
+    /// ...and how many of them came with the load, the others from the stream.
+    pub written_loaded: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -92,6 +109,15 @@ impl FullLoadResult {
         out.push_str(&format!(
             "ratio of rows/s: tributary/ceiling {}\n",
             figure(&ratios, 1.0, "")
+        ));
+        let split: Vec<String> = ok
+            .iter()
+            .map(|r| format!("{}+{}", r.written_loaded, r.written - r.written_loaded))
+            .collect();
+        out.push_str(&format!(
+            "no gap: every run's {} rows written to {WRITTEN} while the pipeline started landed once each (loaded+streamed per run: {})\n",
+            ok[0].written,
+            split.join(", ")
         ));
         let stages = &ok[ok.len() / 2].pipeline.consumer.stages;
         out.push_str(&format!(
@@ -231,22 +257,42 @@ impl crate::Bench {
             .replace("start_from = \"head\"", "start_from = \"full\"")
             + &format!("\n[load]\nparallelism = {CONNECTIONS}\nchunk_mib = {CHUNK_MIB}\n");
         std::fs::write(&config, text)?;
-        // Every row and one marker per table (the marker table is empty: no rows, one marker).
-        let expected = rows + workload::TABLES.len() as u64;
+        // Every row, the writer's rows (loaded or streamed), and one marker per table.
+        let written = WRITES * WRITE_ROWS;
+        let expected = rows + written + workload::TABLES.len() as u64;
         let args = [
             "__pipeline".to_owned(),
             config.display().to_string(),
             tributary::Lsn(u64::MAX).to_string(),
             expected.to_string(),
         ];
-        let measured = consume::measure_child(
-            self.client.clone(),
-            &slot,
-            &args,
-            self.args.perf.as_deref(),
-            &[],
-        )
-        .await;
+        let writer = async {
+            let mut every = tokio::time::interval(WRITE_EVERY);
+            for _ in 0..WRITES {
+                every.tick().await;
+                self.client
+                    .batch_execute(&format!(
+                        "INSERT INTO bench_marker (at) SELECT now() FROM generate_series(1, {WRITE_ROWS})"
+                    ))
+                    .await?;
+            }
+            anyhow::Ok(())
+        };
+        let (measured, wrote) = tokio::join!(
+            consume::measure_child(
+                self.client.clone(),
+                &slot,
+                &args,
+                self.args.perf.as_deref(),
+                &[],
+            ),
+            writer
+        );
+        let landed = match (&measured, wrote) {
+            (Ok(_), Ok(())) => self.landed_once(&cleanup.join("sink")).await,
+            (_, Err(e)) => Err(e.context("the concurrent writer failed")),
+            (Err(_), _) => Ok((0, 0)),
+        };
         let _ = std::fs::remove_dir_all(&cleanup);
         self.drop_slot(&slot).await?;
         let pipeline = measured?;
@@ -256,12 +302,56 @@ impl crate::Bench {
                 pipeline.consumer.changes
             );
         }
+        let (landed, written_loaded) = landed?;
+        if landed != written {
+            bail!(
+                "of the {written} rows written during the load, {landed} landed (each once): the hand-over to streaming lost some"
+            );
+        }
         Ok((
             FullLoadRun {
                 ceiling_seconds,
                 pipeline,
+                written,
+                written_loaded,
             },
             heap,
         ))
+    }
+}
+
+impl crate::Bench {
+    /// Rows of the writer's table the lake at `sink` holds, and how many of them the load
+    /// landed, after checking that each landed once and that the table has exactly one load
+    /// marker.
+    async fn landed_once(&self, sink: &std::path::Path) -> anyhow::Result<(u64, u64)> {
+        let sink = tributary::sink::Sink::open(
+            &format!("file://{}", sink.display()),
+            &Default::default(),
+        )?;
+        let rows = tributary_tests::lake::committed_rows(&sink, WRITTEN).await;
+        let markers = rows.iter().filter(|r| r.op == "load").count();
+        if markers != 1 {
+            bail!("{WRITTEN} has {markers} load markers in the lake, expected one");
+        }
+        let mut ids: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.op != "load")
+            .filter_map(|r| r.values.get("id").and_then(|v| v.as_deref()))
+            .collect();
+        let all = ids.len();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() != all {
+            bail!(
+                "{} of the rows written during the load landed twice",
+                all - ids.len()
+            );
+        }
+        let loaded = rows
+            .iter()
+            .filter(|r| r.op != "load" && r.xid == tributary::load::LOAD_XID)
+            .count();
+        Ok((all as u64, loaded as u64))
     }
 }
