@@ -3,7 +3,7 @@
 //! the exact positions the refusal printed, and then recorded in the log), a slot the server
 //! invalidated (it removed WAL the slot still needed, past `max_slot_wal_keep_size`),
 //! another server answering at the source's address with the same database and slot names, and
-//! the source moved to another timeline.
+//! the source moved to another timeline, at start or under a running pipeline.
 
 use std::time::Duration;
 
@@ -235,6 +235,43 @@ async fn another_server_at_the_sources_address_is_refused_before_anything_is_cre
     second.stop().unwrap();
 }
 
+/// Stop the cluster and start it in archive recovery that finds no archive: it replays its
+/// pg_wal and ends on timeline 2, as a point-in-time recovery does. Returns a client once it
+/// accepts writes there.
+async fn recover_onto_a_new_timeline(cluster: &TempCluster, url: &str) -> tokio_postgres::Client {
+    cluster
+        .stop_server(tributary_cluster::StopMode::Fast)
+        .unwrap();
+    std::fs::write(cluster.data_dir().join("recovery.signal"), "").unwrap();
+    let conf = cluster.data_dir().join("postgresql.auto.conf");
+    let mut text = std::fs::read_to_string(&conf).unwrap_or_default();
+    text.push_str("restore_command = 'false'\n");
+    std::fs::write(&conf, text).unwrap();
+    cluster.start_again().unwrap();
+    let client = tributary_tests::connect(url).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let recovering: bool = client
+            .query_one("SELECT pg_is_in_recovery()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let timeline: i32 = client
+            .query_one("SELECT timeline_id FROM pg_control_checkpoint()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if !recovering && timeline == 2 {
+            return client;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still recovering ({recovering}) or on timeline {timeline}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// The source server moved to another timeline (here a point-in-time style recovery of its
 /// own WAL, which ends on a new timeline): start is refused with both timelines and the way
 /// out before anything is written; `--accept-gap "timeline 1..2"` starts, the open entry
@@ -263,38 +300,7 @@ async fn another_timeline_is_refused_until_that_move_is_accepted() {
     let latest = log.latest().await.unwrap().unwrap();
     assert_eq!(latest.timeline, Some(1), "{latest:?}");
 
-    // Archive recovery that finds no archive replays pg_wal and ends on a new timeline.
-    cluster
-        .stop_server(tributary_cluster::StopMode::Fast)
-        .unwrap();
-    std::fs::write(cluster.data_dir().join("recovery.signal"), "").unwrap();
-    let conf = cluster.data_dir().join("postgresql.auto.conf");
-    let mut text = std::fs::read_to_string(&conf).unwrap_or_default();
-    text.push_str("restore_command = 'false'\n");
-    std::fs::write(&conf, text).unwrap();
-    cluster.start_again().unwrap();
-    let client = tributary_tests::connect(&url).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let recovering: bool = client
-            .query_one("SELECT pg_is_in_recovery()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        let timeline: i32 = client
-            .query_one("SELECT timeline_id FROM pg_control_checkpoint()", &[])
-            .await
-            .unwrap()
-            .get(0);
-        if !recovering && timeline == 2 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "still recovering ({recovering}) or on timeline {timeline}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let client = recover_onto_a_new_timeline(&cluster, &url).await;
     client
         .batch_execute("INSERT INTO events VALUES (2, 'timeline 2')")
         .await
@@ -347,4 +353,62 @@ async fn another_timeline_is_refused_until_that_move_is_accepted() {
         .map(|r| r.values["body"].clone().unwrap())
         .collect();
     assert_eq!(bodies, ["timeline 1", "timeline 2"], "each change once");
+}
+
+/// The same move while the pipeline runs: its replication connection drops when the server
+/// stops, and when it comes back the server is on timeline 2. The pipeline stops there, naming
+/// both, before it reads or confirms anything on the new timeline; the next start is the
+/// check above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_comes_back_on_another_timeline_stops_the_pipeline() {
+    let cluster = TempCluster::start(ClusterOptions::fast()).expect("a PostgreSQL cluster");
+    let url = cluster.url("postgres");
+    let client = events_on(&cluster).await;
+    let Fixture { log, dir, file, .. } = Fixture::new(&url, "moved", &[TABLE]).await;
+    let mut a = Service::spawn(&file, &[], &dir.join("a.log"));
+    a.wait_for_log("streaming", Duration::from_secs(60)).await;
+    client
+        .batch_execute("INSERT INTO events VALUES (1, 'timeline 1')")
+        .await
+        .unwrap();
+    a.wait_for_landed(&log, 1, Duration::from_secs(60)).await;
+    drop(client);
+
+    let client = recover_onto_a_new_timeline(&cluster, &url).await;
+    let status = a.wait_exit(Duration::from_secs(120)).await;
+    assert!(!status.success());
+    let said = a.log();
+    assert!(
+        said.contains("lost the replication connection; reconnecting"),
+        "{said}"
+    );
+    assert!(
+        said.contains("the replication connection came back to server ")
+            && said.contains(" on timeline 2, but the pipeline started on server ")
+            && said.contains(" on timeline 1 (a failover"),
+        "{said}"
+    );
+    let mut timelines = Vec::new();
+    for sequence in log.sequences().await.unwrap() {
+        timelines.push(log.read_entry(sequence).await.unwrap().unwrap().timeline);
+    }
+    assert!(
+        timelines.iter().all(|t| *t == Some(1)),
+        "nothing written from timeline 2: {timelines:?}"
+    );
+
+    // The next start refuses the move until it is accepted, as above.
+    client
+        .batch_execute("INSERT INTO events VALUES (2, 'timeline 2')")
+        .await
+        .unwrap();
+    let mut b = Service::spawn(&file, &[], &dir.join("b.log"));
+    assert!(!b.wait_exit(Duration::from_secs(60)).await.success());
+    assert!(
+        b.log().contains("--accept-gap \"timeline 1..2\""),
+        "{}",
+        b.log()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    cluster.stop().unwrap();
 }

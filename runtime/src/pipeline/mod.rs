@@ -122,6 +122,20 @@ pub enum PipelineError {
         "stopped while {what} kept failing: nothing past {confirmed} was confirmed, and the unfinished flush is cleaned up and replayed at the next start"
     )]
     Interrupted { what: &'static str, confirmed: Lsn },
+    /// The replication connection came back from another server, or from the same one on
+    /// another timeline (a failover or a recovery), which start-up would have refused.
+    #[error(
+        "the replication connection came back to {now}, but the pipeline started on {was} (a \
+         failover, a recovery or another server behind the same address): stopped before \
+         reading from it, nothing past {confirmed} was confirmed. Start `tributary run` again: \
+         it checks the commit log against this server and says how to accept the move if the \
+         lake may differ from it"
+    )]
+    ServerMoved {
+        was: String,
+        now: String,
+        confirmed: Lsn,
+    },
     #[error(
         "{what} kept failing for {failing_for_secs} s ({attempts} attempts), longer than \
          retry.limit_secs = {limit_secs} allows: {error}; stopped, nothing past {confirmed} was \

@@ -24,6 +24,17 @@ pub(super) struct Reconnect {
     pub confirmer: Confirmer,
     /// `retry.limit_secs`: how long reopening may keep failing.
     pub retry_limit: Option<Duration>,
+    /// The server the pipeline started on (`IDENTIFY_SYSTEM`): a connection that comes back
+    /// elsewhere is refused.
+    pub system_id: String,
+    pub timeline: u32,
+}
+
+/// Why opening the stream again did not give one.
+enum OpenError {
+    Replication(ReplicationError),
+    /// The connection reached another server or timeline.
+    Moved(PipelineError),
 }
 
 impl Reconnect {
@@ -60,7 +71,10 @@ impl Reconnect {
                     );
                     return Ok(Some(stream));
                 }
-                Err(error) if error.is_transient() || error.code() == Some(SLOT_IN_USE) => {
+                Err(OpenError::Moved(error)) => return Err(error),
+                Err(OpenError::Replication(error))
+                    if error.is_transient() || error.code() == Some(SLOT_IN_USE) =>
+                {
                     if let Some(gave_up) = gave_up(
                         "reopening the replication connection",
                         since,
@@ -82,7 +96,7 @@ impl Reconnect {
                         );
                     }
                 }
-                Err(error) => return Err(error.into()),
+                Err(OpenError::Replication(error)) => return Err(error.into()),
             }
             tokio::select! {
                 _ = tokio::time::sleep(jittered(delay)) => {}
@@ -92,14 +106,23 @@ impl Reconnect {
         }
     }
 
-    async fn open(&self) -> Result<ReplicationStream, ReplicationError> {
+    async fn open(&self) -> Result<ReplicationStream, OpenError> {
         let options: Vec<(&str, &str)> =
             self.options.iter().map(|(k, v)| (*k, v.as_str())).collect();
         // The server resumes at the slot's confirmed position whatever is asked; asking for
         // ours names the intent.
         let start: Lsn = self.confirmer.confirmed();
-        ReplicationConnection::connect(&self.pg)
-            .await?
+        let mut connection = ReplicationConnection::connect(&self.pg)
+            .await
+            .map_err(OpenError::Replication)?;
+        let system = connection
+            .identify_system()
+            .await
+            .map_err(OpenError::Replication)?;
+        if let Some(moved) = self.moved(&system.system_id, system.timeline) {
+            return Err(OpenError::Moved(moved));
+        }
+        connection
             .resume_logical(
                 &self.slot,
                 start,
@@ -108,5 +131,19 @@ impl Reconnect {
                 self.confirmer.clone(),
             )
             .await
+            .map_err(OpenError::Replication)
+    }
+
+    /// The refusal when the server is not the one (or not on the timeline) the pipeline
+    /// started on.
+    fn moved(&self, system_id: &str, timeline: u32) -> Option<PipelineError> {
+        let describe = |id: &str, timeline: u32| format!("server {id} on timeline {timeline}");
+        (system_id != self.system_id || timeline != self.timeline).then(|| {
+            PipelineError::ServerMoved {
+                was: describe(&self.system_id, self.timeline),
+                now: describe(system_id, timeline),
+                confirmed: self.confirmer.confirmed(),
+            }
+        })
     }
 }

@@ -325,6 +325,8 @@ pub(super) async fn start(
         options: stream_options(source, proto_version),
         status_interval: Duration::from_secs(source.status_interval_secs),
         confirmer: stream.confirmer(),
+        system_id: system.system_id.clone(),
+        timeline: system.timeline,
     };
     Ok(Some(Started {
         log,
