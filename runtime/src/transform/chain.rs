@@ -268,6 +268,25 @@ impl Shape {
         row.resize(self.width, Value::Null);
         row
     }
+
+    /// The name of the first column a reshape adds as not nullable that `wide` leaves null.
+    fn null_where_not_nullable(&self, wide: &[Value]) -> Option<&str> {
+        self.nullable
+            .iter()
+            .zip(wide)
+            .position(|(&nullable, v)| {
+                !nullable && matches!(v, Value::Null | Value::UnchangedToast)
+            })
+            .map(|p| self.names[p].as_str())
+    }
+}
+
+/// What is wrong with a row that leaves `column`, which its reshape adds as not nullable, null.
+fn null_in_added(column: &str) -> String {
+    format!(
+        "the row leaves column {column} null, which the plugin's reshape adds as not nullable: \
+         give it a value in every row (an edit or a row, not a keep), or declare it nullable"
+    )
 }
 
 /// Output rows grouped per (output, columns), groups and rows in the order they first appear.
@@ -927,13 +946,26 @@ pub(super) fn route(
                     (c.op, c.seq)
                 };
                 let (new, old) = take(&mut uses, &mut batch, place);
-                let reshape = |row: Option<Vec<Value>>| row.map(|r| shape.project(shape.widen(r)));
+                let (new, old) = (new.map(|r| shape.widen(r)), old.map(|r| shape.widen(r)));
+                let row = match op {
+                    Op::Delete => old.as_ref(),
+                    _ => new.as_ref(),
+                };
+                if let Some(column) = row.and_then(|r| shape.null_where_not_nullable(r)) {
+                    let handle = handles[flat];
+                    return Err(emit_error(
+                        shape_name(handle),
+                        Some(column.to_owned()),
+                        batch.transactions[tx].commit_lsn,
+                        null_in_added(column),
+                    ));
+                }
                 next[tx].changes.push(Change {
                     op,
                     relation: shape.relation.clone(),
                     seq,
-                    new: reshape(new),
-                    old: reshape(old),
+                    new: new.map(|r| shape.project(r)),
+                    old: old.map(|r| shape.project(r)),
                 });
             }
             Emit::Edit(edit) => {
@@ -991,6 +1023,15 @@ pub(super) fn route(
                             ));
                         }
                         wide[p] = value;
+                    }
+                    let row = what == "the row";
+                    if let Some(column) = shape.null_where_not_nullable(&wide).filter(|_| row) {
+                        return Err(emit_error(
+                            output(),
+                            Some(column.to_owned()),
+                            lsn,
+                            null_in_added(column),
+                        ));
                     }
                     Ok(Some(shape.project(wide)))
                 };
@@ -1120,11 +1161,11 @@ pub(super) fn route(
                         let (own_new, own_old) = take(&mut uses, &mut batch, place);
                         let same = *h == handles[place.2];
                         let own_row = own_new.or_else(|| own_old.clone());
-                        let values = wide_row(shape, row.values, own_row.filter(|_| same))
+                        let values = wide_row(shape, row.values, own_row.filter(|_| same), true)
                             .map_err(|(c, m)| emit_error(output(), c, lsn, m))?;
                         let old = match (op, row.old) {
                             (Op::Update, Some(old)) => Some(
-                                wide_row(shape, old, own_old.filter(|_| same))
+                                wide_row(shape, old, own_old.filter(|_| same), false)
                                     .map_err(|(c, m)| emit_error(output(), c, lsn, m))?,
                             ),
                             _ => None,
@@ -1182,11 +1223,13 @@ pub(super) fn route(
 }
 
 /// A `row` bound for a table's output, as the output row: one value per wide position,
-/// `absent` taking the change's own value, checked against the position's type.
+/// `absent` taking the change's own value, checked against the position's type and, for the
+/// row itself (`is_row`, not an old image), against the nullability of added columns.
 fn wide_row(
     shape: &Shape,
     values: Vec<wit::Value>,
     own: Option<Vec<Value>>,
+    is_row: bool,
 ) -> Result<Vec<Value>, (Option<String>, String)> {
     if values.len() != shape.width {
         let added = shape.width - shape.names.len().min(shape.width);
@@ -1227,6 +1270,9 @@ fn wide_row(
                 }
             },
         }
+    }
+    if is_row && let Some(column) = shape.null_where_not_nullable(&wide) {
+        return Err((Some(column.to_owned()), null_in_added(column)));
     }
     Ok(shape.project(wide))
 }

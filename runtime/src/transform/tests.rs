@@ -1234,3 +1234,63 @@ fn a_plugin_returns_more_than_the_default_call_budget_when_its_memory_allows() {
     let outputs = chain.process(batch_with_text(0x100, &big)).unwrap();
     assert_eq!(outputs[0].rows[0].values[1], Value::Text(big));
 }
+
+/// Columns a reshape adds with a constant land it in every row, deletes included; one added as
+/// not nullable that a row leaves null is refused, named with its plugin, output and column.
+#[test]
+fn added_columns_take_constants_and_a_null_where_one_is_not_nullable_is_refused() {
+    let users = relation(
+        7,
+        "public",
+        "users",
+        &[("id", 23, true), ("email", 25, false)],
+    );
+    let row = |id| vec![Value::Int4(id), Value::Text(format!("{id}@x"))];
+    let batch = Batch {
+        transactions: vec![tx(
+            1,
+            0x100,
+            vec![
+                change(Op::Insert, &users, 0, Some(row(1)), None),
+                change(Op::Update, &users, 1, Some(row(2)), Some(row(1))),
+                change(Op::Delete, &users, 2, None, Some(row(2))),
+                change(Op::Truncate, &users, 3, None, None),
+            ],
+        )],
+        messages: Vec::new(),
+    };
+    let config: &[(&str, &str)] = &[("add", "region:text!=eu-west, tier:int4=2")];
+    let out = load(&[("select", config)], &HostLimits::default())
+        .process(batch.clone())
+        .unwrap();
+    let rows = rows(&out, "public.users");
+    let tagged = |id| {
+        let mut r = row(id);
+        r.extend([Value::Text("eu-west".into()), Value::Int4(2)]);
+        r
+    };
+    assert_eq!(rows[0].values, tagged(1));
+    assert_eq!(rows[1].values, tagged(2));
+    assert_eq!(
+        rows[1].old,
+        Some([row(1), vec![Value::Null, Value::Null]].concat()),
+        "an old image keeps what the change had"
+    );
+    assert_eq!((rows[2].op, &rows[2].values), (Op::Delete, &tagged(2)));
+    assert_eq!(rows[3].op, Op::Truncate);
+
+    let config: &[(&str, &str)] = &[("add", "region:text!")];
+    let err = load(&[("select", config)], &HostLimits::default())
+        .process(batch)
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, TransformError::Emit { .. }), "{message}");
+    assert!(message.contains("select"), "{message}");
+    assert!(message.contains("region"), "{message}");
+    assert!(
+        message.contains(
+            "the row leaves column region null, which the plugin's reshape adds as not nullable"
+        ),
+        "{message}"
+    );
+}
