@@ -60,6 +60,10 @@ struct Args {
     /// not given); it bounds how long a committed transaction waits to be landed.
     #[arg(long)]
     max_delay_ms: Option<u64>,
+    /// flush.parallel_transforms of every pipeline (the pipeline's default when not given):
+    /// batches the plugins transform at once.
+    #[arg(long)]
+    parallel_transforms: Option<usize>,
     /// Leave out the S3 consumer (no S3 server needed).
     #[arg(long)]
     skip_s3: bool,
@@ -574,8 +578,15 @@ impl Bench {
                 base.join("sink").display()
             ));
         }
+        let mut flush = String::new();
         if let Some(delay) = max_delay {
-            text.push_str(&format!("\n[flush]\nmax_delay_ms = {delay}\n"));
+            flush.push_str(&format!("max_delay_ms = {delay}\n"));
+        }
+        if let Some(parallel) = self.args.parallel_transforms {
+            flush.push_str(&format!("parallel_transforms = {parallel}\n"));
+        }
+        if !flush.is_empty() {
+            text.push_str(&format!("\n[flush]\n{flush}"));
         }
         let path = base.join("pipeline.toml");
         std::fs::write(&path, text)?;

@@ -345,6 +345,11 @@ pub struct FlushConfig {
     /// when unset. The files are unnamed: they vanish when the process ends, however it ends.
     #[serde(default)]
     pub spill_dir: Option<std::path::PathBuf>,
+    /// Batches the plugins transform at once, each on its own instance of the plugin chain
+    /// (another instance starts only when a batch would otherwise wait for a busy one); 1
+    /// transforms one batch at a time.
+    #[serde(default = "default_parallel_transforms")]
+    pub parallel_transforms: usize,
 }
 
 impl Default for FlushConfig {
@@ -356,6 +361,7 @@ impl Default for FlushConfig {
             in_flight_mib: default_in_flight_mib(),
             chunk_mib: default_chunk_mib(),
             spill_dir: None,
+            parallel_transforms: default_parallel_transforms(),
         }
     }
 }
@@ -544,6 +550,9 @@ fn default_max_mib() -> usize {
 fn default_in_flight_mib() -> usize {
     96
 }
+fn default_parallel_transforms() -> usize {
+    2
+}
 fn default_chunk_mib() -> usize {
     8
 }
@@ -633,6 +642,13 @@ impl PipelineConfig {
                 "retry.limit_secs must be at least 1 (leave it out to retry for as long as a fault lasts)"
                     .into(),
             );
+        }
+        if !(1..=16).contains(&self.flush.parallel_transforms) {
+            return Err(format!(
+                "flush.parallel_transforms = {} must be 1 to 16 (2 by default; 1 transforms \
+                 one batch at a time)",
+                self.flush.parallel_transforms
+            ));
         }
         if self.flush.in_flight_mib == 0 {
             return Err("flush.in_flight_mib must be at least 1".into());

@@ -88,7 +88,9 @@ impl RunningPipeline {
         let (stop, shutdown) = watch::channel(false);
         let (progress_tx, mut progress) = watch::channel(Progress::default());
         let mut task = tokio::spawn(pipeline::run(config, options, shutdown, progress_tx));
-        let streaming = tokio::time::timeout(Duration::from_secs(60), async {
+        // Start-up compiles every plugin not in the compile cache yet: on a machine with a cold
+        // cache and two busy cores, a 12-18 MiB Python or JavaScript plugin takes 30-40 s.
+        let streaming = tokio::time::timeout(START_TIMEOUT, async {
             while !progress.borrow_and_update().streaming {
                 if progress.changed().await.is_err() {
                     let result = (&mut task).await.expect("pipeline task panicked");
@@ -98,7 +100,7 @@ impl RunningPipeline {
         });
         streaming
             .await
-            .expect("the pipeline did not start streaming within a minute");
+            .expect("the pipeline did not start streaming within five minutes");
         RunningPipeline {
             progress,
             stop,
@@ -203,6 +205,9 @@ pub async fn events_on(cluster: &crate::TempCluster) -> tokio_postgres::Client {
     client.batch_execute(EVENTS_TABLE).await.unwrap();
     client
 }
+
+/// The longest a pipeline of the tests may take to start streaming.
+const START_TIMEOUT: Duration = Duration::from_secs(300);
 
 const EVENTS_TABLE: &str = "CREATE TABLE events (id int PRIMARY KEY, body text)";
 

@@ -1,7 +1,8 @@
 //! Test plugin: passes changes through, each row spelled out whole, unless a text value of the batch is a command:
 //! `panic` panics, `unreachable` executes the `unreachable` instruction, `fatal` returns a
 //! fatal error, `alloc` allocates until memory runs out, `recurse` recurses a million calls deep,
-//! `reject` rejects the change (class `test`).
+//! `reject` rejects the change (class `test`), `slow` computes for half a second before it
+//! answers.
 
 use std::hint::black_box;
 
@@ -37,6 +38,13 @@ impl Transform for Trap {
                 "fatal" => return Err(Error::Fatal("asked to fail".to_owned())),
                 "recurse" => {
                     black_box(depth(black_box(1_000_000)));
+                }
+                "slow" => {
+                    let until = std::time::Instant::now() + std::time::Duration::from_millis(500);
+                    let mut n = 0u64;
+                    while std::time::Instant::now() < until {
+                        n = black_box(n.wrapping_add(1));
+                    }
                 }
                 "alloc" => {
                     let mut hoard: Vec<Vec<u8>> = Vec::new();

@@ -25,6 +25,7 @@ mod reconnect;
 mod reload;
 mod retry;
 mod start;
+mod transform;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -359,13 +360,14 @@ async fn run_stages(
         }
         reader.run().await
     };
-    let (stream, (), (), ()) = tokio::try_join!(
+    let (stream, _instances, (), ()) = tokio::try_join!(
         read,
-        transform_stage(
+        transform::stage(
             started.transforms,
             reload::Reloader::new(config.transform_specs()),
             cut_rx,
-            transformed_tx
+            transformed_tx,
+            flush.parallel_transforms,
         ),
         encode_stage(encoder, writer, transformed_rx, encoded_tx),
         land::land(
@@ -965,155 +967,6 @@ async fn chunk_ready(loading: &mut Option<load::Loading>) -> Result<bool, Pipeli
         Some(loading) => loading.ready().await,
         None => std::future::pending().await,
     }
-}
-
-/// The transform stage: the plugin chain, one batch at a time, on a blocking thread. Between
-/// batches (never between the parts of one transaction) it swaps in plugins reloaded because
-/// a file changed or the process got `SIGHUP`.
-async fn transform_stage(
-    mut chain: TransformChain,
-    mut reloader: reload::Reloader,
-    mut input: mpsc::Receiver<Cut>,
-    output: mpsc::Sender<Transformed>,
-) -> Result<(), PipelineError> {
-    let mut plugins: Arc<[PluginInfo]> = chain.plugins().into();
-    let mut watch = tokio::time::interval(reload::WATCH_EVERY);
-    watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut hangup = hangup_signal();
-    let mut mid_transaction = false;
-    loop {
-        let cut = tokio::select! {
-            cut = input.recv() => match cut {
-                Some(cut) => cut,
-                None => break,
-            },
-            _ = watch.tick(), if !reloader.is_empty() => {
-                reloader.poll_files();
-                continue;
-            }
-            _ = next_hangup(&mut hangup), if !reloader.is_empty() => {
-                reloader.request("SIGHUP".to_owned());
-                continue;
-            }
-        };
-        if !mid_transaction && let Some(reloaded) = reloader.ready() {
-            let versions: Vec<String> = reloaded
-                .plugins()
-                .iter()
-                .map(|p| format!("{} {} ({})", p.name, p.version, &p.digest[..12]))
-                .collect();
-            tracing::info!(
-                "plugins reloaded; from this batch on: {}",
-                versions.join(", ")
-            );
-            chain = reloaded;
-            plugins = chain.plugins().into();
-        }
-        mid_transaction = !cut.last;
-        let started = Instant::now();
-        let Cut {
-            batch,
-            sequence,
-            part,
-            last,
-            advance,
-            load,
-            state,
-            share,
-        } = cut;
-        if let Some(advance) = advance {
-            // No transactions: nothing for the plugins, nothing to encode.
-            let flush = EncodedFlush {
-                sequence,
-                part,
-                last,
-                advance: true,
-                first_commit_lsn: advance.last_commit,
-                last_commit_lsn: advance.last_commit,
-                last_end_lsn: advance.end,
-                transactions: 0,
-                changes: 0,
-                files: Vec::new(),
-                dead_letters: 0,
-                plugins: None,
-                chunk: false,
-                load: state,
-            };
-            let transformed = Transformed {
-                flush,
-                outputs: Vec::new(),
-                share,
-                transform: Duration::ZERO,
-                tallies: Tallies::new(),
-            };
-            if output.send(transformed).await.is_err() {
-                return Ok(());
-            }
-            continue;
-        }
-        let (first_lsn, last_lsn) = batch.lsn_range().expect("batches are never empty");
-        let last_end_lsn = batch
-            .transactions
-            .last()
-            .map(|t| t.end_lsn)
-            .unwrap_or_default();
-        // A load's chunk is no transaction, and moves no position.
-        let (first_lsn, last_lsn, last_end_lsn, transactions) = match &load {
-            Some(l) => (l.last_commit, l.last_commit, l.end, u64::from(!last)),
-            None => (
-                first_lsn,
-                last_lsn,
-                last_end_lsn,
-                batch.transactions.len() as u64,
-            ),
-        };
-        let changes = batch.change_count() as u64;
-        let whole = part == 0 && last;
-        let (returned, outputs) = tokio::task::spawn_blocking(move || {
-            let outputs = match whole {
-                true => chain.process(batch),
-                false => chain.process_part(batch, part, last),
-            };
-            (chain, outputs)
-        })
-        .await
-        .map_err(|e| PipelineError::Task(e.to_string()))?;
-        chain = returned;
-        let outputs = outputs?;
-        let tallies = chain.take_tallies();
-        let flush = EncodedFlush {
-            sequence,
-            part,
-            last,
-            advance: false,
-            first_commit_lsn: first_lsn,
-            last_commit_lsn: last_lsn,
-            last_end_lsn,
-            // A part that does not end its last transaction does not complete it.
-            transactions: transactions - u64::from(!last),
-            changes,
-            files: Vec::new(),
-            dead_letters: outputs
-                .iter()
-                .filter(|o| o.output == crate::transform::DEAD_LETTERS)
-                .map(|o| o.rows.len() as u64)
-                .sum(),
-            plugins: Some(plugins.clone()),
-            chunk: load.is_some(),
-            load: state,
-        };
-        let transformed = Transformed {
-            flush,
-            outputs,
-            share,
-            transform: started.elapsed(),
-            tallies,
-        };
-        if output.send(transformed).await.is_err() {
-            return Ok(());
-        }
-    }
-    Ok(())
 }
 
 /// The encode stage: Parquet files of every output, named for this writer, on a blocking

@@ -25,6 +25,7 @@ pub(super) struct Stage {
 }
 
 /// One `reshape` of the plugin's setup, its added columns typed.
+#[derive(Clone)]
 struct Reshape {
     tables: Vec<String>,
     drop: Vec<String>,
@@ -85,6 +86,17 @@ impl Stage {
             policy,
             tally: Default::default(),
         })
+    }
+
+    /// The same stage on another instance of its plugin, with nothing counted yet.
+    pub fn fork(&self) -> Stage {
+        Stage {
+            plugin: self.plugin.fork(),
+            declared: self.declared.clone(),
+            reshapes: self.reshapes.clone(),
+            policy: self.policy,
+            tally: Default::default(),
+        }
     }
 
     pub fn summary(&self) -> super::PluginSummary {

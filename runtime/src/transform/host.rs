@@ -214,6 +214,27 @@ impl Plugin {
         Ok(plugin)
     }
 
+    /// Another instance of the same plugin, with its settings and limits, for batches run
+    /// beside this one's: it is instantiated and initialized at its first call, as after a
+    /// trap, so making it costs no plugin call.
+    pub fn fork(&self) -> Plugin {
+        Plugin {
+            name: self.name.clone(),
+            version: self.version.clone(),
+            path: self.path.clone(),
+            digest: self.digest.clone(),
+            setup: self.setup.clone(),
+            config: self.config.clone(),
+            limits: self.limits.clone(),
+            pre: self.pre.clone(),
+            exports: Exports {
+                plugin: self.exports.plugin.clone(),
+                columnar: self.exports.columnar.clone(),
+            },
+            live: None,
+        }
+    }
+
     /// Run `process` on the live instance, starting one if there is none.
     pub fn process(
         &mut self,

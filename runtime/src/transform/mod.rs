@@ -44,7 +44,7 @@ mod convert;
 mod host;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -382,6 +382,17 @@ impl TransformChain {
             stages,
             parts_seen: None,
         })
+    }
+
+    /// The same chain on new instances of its plugins, to process other batches beside this
+    /// one. Each instance starts (instantiate, `describe`, `init`) at its first batch; what it
+    /// returns for a batch is what this chain would, since a plugin's output may depend only
+    /// on the change, its transaction and the settings.
+    pub fn fork(&self) -> TransformChain {
+        TransformChain {
+            stages: self.stages.iter().map(chain::Stage::fork).collect(),
+            parts_seen: None,
+        }
     }
 
     /// The loaded plugins, in pipeline order.

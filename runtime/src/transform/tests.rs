@@ -18,7 +18,7 @@ use super::*;
 use crate::change::{Change, Message, Op, OutputRow, Transaction, Value};
 use crate::pgoutput::{Relation, RelationColumn, ReplicaIdentity};
 
-fn plugin(name: &str) -> PathBuf {
+pub(crate) fn plugin(name: &str) -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     let dir = DIR.get_or_init(|| {
         if let Some(dir) = std::env::var_os("TRIBUTARY_PLUGIN_DIR") {
@@ -84,7 +84,7 @@ fn load(names_and_config: &[(&str, &[(&str, &str)])], limits: &HostLimits) -> Tr
     TransformChain::load(&specs).unwrap_or_else(|e| panic!("load {names_and_config:?}: {e}"))
 }
 
-pub(super) fn relation(
+pub(crate) fn relation(
     id: u32,
     schema: &str,
     table: &str,
@@ -102,7 +102,7 @@ pub(super) fn relation(
     })
 }
 
-pub(super) fn change(
+pub(crate) fn change(
     op: Op,
     relation: &Arc<Relation>,
     seq: u32,
@@ -118,7 +118,7 @@ pub(super) fn change(
     }
 }
 
-pub(super) fn tx(xid: u32, commit_lsn: u64, changes: Vec<Change>) -> Transaction {
+pub(crate) fn tx(xid: u32, commit_lsn: u64, changes: Vec<Change>) -> Transaction {
     Transaction {
         xid,
         commit_lsn: Lsn(commit_lsn),
@@ -1154,16 +1154,18 @@ fn rows_that_do_not_fit_their_output_are_refused() {
 #[test]
 #[ignore]
 fn measure_passthrough_throughput() {
+    // The rows of the benchmark's `inserts` table: an email and a 128-character note to mask.
     let orders = relation(
         1,
         "public",
-        "orders",
+        "bench_rows",
         &[
             ("id", 20, true),
-            ("customer", 23, false),
-            ("status", 25, false),
+            ("account", 23, false),
             ("amount", 1700, false),
-            ("at", 1184, false),
+            ("created_at", 1184, false),
+            ("email", 25, false),
+            ("note", 25, false),
         ],
     );
     let rows = 100_000u32;
@@ -1171,12 +1173,16 @@ fn measure_passthrough_throughput() {
         .map(|t| {
             let changes = (0..rows / 100)
                 .map(|i| {
+                    let g = t * 1000 + i;
                     let row = vec![
-                        Value::Int8(i64::from(t * 1000 + i)),
-                        Value::Int4(i as i32 % 977),
-                        Value::Text("shipped".into()),
+                        Value::Int8(i64::from(g)),
+                        Value::Int4(g as i32 % 1000),
                         Value::Numeric("19.99".into()),
                         Value::TimestampTz(1_700_000_000_000_000),
+                        Value::Text(format!("user{g}@example.com")),
+                        Value::Text(
+                            format!("{:032x}", u128::from(g) * 0x9e37_79b9_7f4a_7c15).repeat(4),
+                        ),
                     ];
                     change(Op::Insert, &orders, i, Some(row), None)
                 })
@@ -1192,7 +1198,7 @@ fn measure_passthrough_throughput() {
     let mut chain = load(&[("passthrough", &[])], &HostLimits::default());
     chain.process(batch.clone()).unwrap();
     let mut mask = load(
-        &[("mask", &[("columns", "status"), ("salt", "s")])],
+        &[("mask", &[("columns", "email,note"), ("salt", "bench")])],
         &HostLimits::default(),
     );
     mask.process(batch.clone()).unwrap();

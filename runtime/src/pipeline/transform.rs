@@ -1,0 +1,347 @@
+//! The transform stage: the plugin chain on blocking threads, several batches side by side,
+//! handed on in the order they came.
+//!
+//! A batch whose plugins are the busiest stage (a masker hashing two values per row, say)
+//! would otherwise leave the other core idle while the reader and the encoders wait. So a
+//! batch that arrives while every instance of the chain is busy gets another instance, up to
+//! `flush.parallel_transforms`, made from the same compiled plugins (it starts with
+//! `describe` and `init` at its first batch). The contract makes that safe: what a plugin
+//! returns for a change depends only on the change, its transaction and its settings, never
+//! on which instance ran it or what the instance saw before.
+//!
+//! The parts of one large transaction are the exception: they go, one at a time and in order,
+//! to the instance that took its first part, which may keep what it needs between them. Hot
+//! reload swaps every instance at a batch boundary (never between the parts of one
+//! transaction); batches already running finish on the version they started with.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesOrdered;
+use tokio::sync::mpsc;
+
+use super::{Cut, PipelineError, Transformed, hangup_signal, next_hangup, reload};
+use crate::flush::EncodedFlush;
+use crate::transform::{PluginInfo, Tallies, TransformChain, TransformError};
+
+/// One instance of the chain, and the version of the plugins it runs.
+struct Worker {
+    chain: TransformChain,
+    generation: u64,
+}
+
+/// A batch being transformed: its worker comes back with what it made (none for a batch the
+/// plugins never see), and whether the worker holds a transaction whose parts go on.
+type Running = BoxFuture<
+    'static,
+    Result<(Option<Worker>, bool, Result<Transformed, Box<TransformError>>), PipelineError>,
+>;
+
+/// Run the stage until the reader's queue closes and every batch taken is handed on; returns
+/// the most instances of one version of the chain that ran.
+pub(super) async fn stage(
+    chain: TransformChain,
+    mut reloader: reload::Reloader,
+    mut input: mpsc::Receiver<Cut>,
+    output: mpsc::Sender<Transformed>,
+    parallel: usize,
+) -> Result<usize, PipelineError> {
+    let parallel = parallel.max(1);
+    let mut plugins: Arc<[PluginInfo]> = chain.plugins().into();
+    let has_plugins = !plugins.is_empty();
+    // New instances are forked from this one, which never runs (so never holds an instance).
+    let mut template = chain.fork();
+    let mut generation = 0u64;
+    let mut made = 1usize;
+    let mut most = 1usize;
+    let mut told = false;
+    let mut idle = vec![Worker { chain, generation }];
+    // The worker whose transaction's next part is still to come.
+    let mut held: Option<Worker> = None;
+    let mut mid_transaction = false;
+    let mut running: FuturesOrdered<Running> = FuturesOrdered::new();
+    let mut watch = tokio::time::interval(reload::WATCH_EVERY);
+    watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut hangup = hangup_signal();
+    let mut open = true;
+    while open || !running.is_empty() {
+        // The next part of a transaction waits for its worker; anything else for a free slot.
+        let take = open
+            && match mid_transaction {
+                true => held.is_some(),
+                false => running.len() < parallel,
+            };
+        tokio::select! {
+            cut = input.recv(), if take => {
+                let Some(cut) = cut else {
+                    open = false;
+                    continue;
+                };
+                if !mid_transaction && let Some(reloaded) = reloader.ready() {
+                    let versions: Vec<String> = reloaded
+                        .plugins()
+                        .iter()
+                        .map(|p| format!("{} {} ({})", p.name, p.version, &p.digest[..12]))
+                        .collect();
+                    tracing::info!(
+                        "plugins reloaded; from this batch on: {}",
+                        versions.join(", ")
+                    );
+                    plugins = reloaded.plugins().into();
+                    template = reloaded.fork();
+                    generation += 1;
+                    most = most.max(made);
+                    made = 1;
+                    idle.clear();
+                    idle.push(Worker { chain: reloaded, generation });
+                }
+                mid_transaction = !cut.last;
+                if cut.advance.is_some() {
+                    let transformed = transform(None, cut, plugins.clone());
+                    running.push_back(Box::pin(async move { Ok((None, false, transformed)) }));
+                    continue;
+                }
+                let worker = match held.take() {
+                    Some(worker) => worker,
+                    None => match idle.pop() {
+                        Some(worker) => worker,
+                        None => {
+                            made += 1;
+                            if has_plugins && !told {
+                                told = true;
+                                tracing::info!(
+                                    "the plugins are the busiest stage: a second instance of \
+                                     them starts, to transform batches side by side \
+                                     (flush.parallel_transforms = {parallel})"
+                                );
+                            }
+                            Worker { chain: template.fork(), generation }
+                        }
+                    },
+                };
+                let holds = !cut.last;
+                let plugins = plugins.clone();
+                let work = tokio::task::spawn_blocking(move || {
+                    let mut worker = worker;
+                    let transformed = transform(Some(&mut worker.chain), cut, plugins);
+                    (Some(worker), holds, transformed)
+                });
+                running.push_back(Box::pin(async move {
+                    work.await.map_err(|e| PipelineError::Task(e.to_string()))
+                }));
+            }
+            Some(done) = running.next(), if !running.is_empty() => {
+                let (worker, holds, transformed) = done?;
+                if let Some(worker) = worker {
+                    match holds {
+                        true => held = Some(worker),
+                        // An instance of plugins since reloaded is let go.
+                        false if worker.generation == generation => idle.push(worker),
+                        false => {}
+                    }
+                }
+                if output.send(transformed.map_err(|e| *e)?).await.is_err() {
+                    return Ok(most.max(made));
+                }
+            }
+            _ = watch.tick(), if !reloader.is_empty() => reloader.poll_files(),
+            _ = next_hangup(&mut hangup), if !reloader.is_empty() => {
+                reloader.request("SIGHUP".to_owned());
+            }
+            else => {
+                return Err(PipelineError::Task(format!(
+                    "the transform stage has nothing to wait for ({} running, {made} instances)",
+                    running.len()
+                )));
+            }
+        }
+    }
+    Ok(most.max(made))
+}
+
+/// What `chain` makes of one cut (blocking: call it off the async runtime); an advance, which
+/// holds no transactions, needs no chain.
+fn transform(
+    chain: Option<&mut TransformChain>,
+    cut: Cut,
+    plugins: Arc<[PluginInfo]>,
+) -> Result<Transformed, Box<TransformError>> {
+    let started = Instant::now();
+    let Cut {
+        batch,
+        sequence,
+        part,
+        last,
+        advance,
+        load,
+        state,
+        share,
+    } = cut;
+    let (Some(chain), None) = (chain, advance) else {
+        let advance = advance.expect("only an advance comes without a chain");
+        // No transactions: nothing for the plugins, nothing to encode.
+        let flush = EncodedFlush {
+            sequence,
+            part,
+            last,
+            advance: true,
+            first_commit_lsn: advance.last_commit,
+            last_commit_lsn: advance.last_commit,
+            last_end_lsn: advance.end,
+            transactions: 0,
+            changes: 0,
+            files: Vec::new(),
+            dead_letters: 0,
+            plugins: None,
+            chunk: false,
+            load: state,
+        };
+        return Ok(Transformed {
+            flush,
+            outputs: Vec::new(),
+            share,
+            transform: Duration::ZERO,
+            tallies: Tallies::new(),
+        });
+    };
+    let (first_lsn, last_lsn) = batch.lsn_range().expect("batches are never empty");
+    let last_end_lsn = batch
+        .transactions
+        .last()
+        .map(|t| t.end_lsn)
+        .unwrap_or_default();
+    // A load's chunk is no transaction, and moves no position.
+    let (first_lsn, last_lsn, last_end_lsn, transactions) = match &load {
+        Some(l) => (l.last_commit, l.last_commit, l.end, u64::from(!last)),
+        None => (
+            first_lsn,
+            last_lsn,
+            last_end_lsn,
+            batch.transactions.len() as u64,
+        ),
+    };
+    let changes = batch.change_count() as u64;
+    let outputs = match part == 0 && last {
+        true => chain.process(batch),
+        false => chain.process_part(batch, part, last),
+    }
+    .map_err(Box::new)?;
+    let tallies = chain.take_tallies();
+    let flush = EncodedFlush {
+        sequence,
+        part,
+        last,
+        advance: false,
+        first_commit_lsn: first_lsn,
+        last_commit_lsn: last_lsn,
+        last_end_lsn,
+        // A part that does not end its last transaction does not complete it.
+        transactions: transactions - u64::from(!last),
+        changes,
+        files: Vec::new(),
+        dead_letters: outputs
+            .iter()
+            .filter(|o| o.output == crate::transform::DEAD_LETTERS)
+            .map(|o| o.rows.len() as u64)
+            .sum(),
+        plugins: Some(plugins),
+        chunk: load.is_some(),
+        load: state,
+    };
+    Ok(Transformed {
+        flush,
+        outputs,
+        share,
+        transform: started.elapsed(),
+        tallies,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::change::{Batch, Op, Value};
+    use crate::transform::tests::{change, plugin, relation, tx};
+    use crate::transform::{HostLimits, TransformChain, TransformSpec};
+
+    use super::super::{Budget, Cut, reload};
+    use tokio::sync::mpsc;
+
+    /// Run one-row batches with these texts through the `trap` plugin (`slow` takes half a
+    /// second) at `parallel`; what came out, in order, and how many instances ran.
+    async fn through_trap(parallel: usize, texts: &[&str]) -> (Vec<(u64, String)>, usize) {
+        let spec = TransformSpec {
+            plugin: plugin("trap"),
+            ..Default::default()
+        };
+        let chain = TransformChain::load(&[(spec, HostLimits::default())]).unwrap();
+        let notes = relation(
+            1,
+            "public",
+            "notes",
+            &[("id", 23, true), ("body", 25, false)],
+        );
+        let budget = Budget::new(64);
+        let (cuts, input) = mpsc::channel(1);
+        let (output, mut transformed) = mpsc::channel(texts.len());
+        let stage = tokio::spawn(super::stage(
+            chain,
+            reload::Reloader::new(Vec::new()),
+            input,
+            output,
+            parallel,
+        ));
+        for (i, text) in texts.iter().enumerate() {
+            let row = vec![Value::Int4(i as i32), Value::Text((*text).to_owned())];
+            let batch = Batch {
+                transactions: vec![tx(
+                    i as u32,
+                    0x1000 + 0x100 * i as u64,
+                    vec![change(Op::Insert, &notes, 0, Some(row), None)],
+                )],
+                messages: Vec::new(),
+            };
+            let cut = Cut {
+                batch,
+                sequence: i as u64,
+                part: 0,
+                last: true,
+                advance: None,
+                load: None,
+                state: None,
+                share: budget.take(1 << 10).await,
+            };
+            cuts.send(cut).await.unwrap();
+        }
+        drop(cuts);
+        let mut out = Vec::new();
+        while let Some(t) = transformed.recv().await {
+            let rows = &t.outputs[0].rows;
+            assert_eq!(rows.len(), 1);
+            let text = match &rows[0].values[1] {
+                Value::Text(text) => text.clone(),
+                other => panic!("not text: {other:?}"),
+            };
+            out.push((t.flush.sequence, text));
+        }
+        let instances = stage.await.unwrap().unwrap();
+        (out, instances)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn batches_behind_a_slow_one_run_on_another_instance_and_come_out_in_order() {
+        let texts = ["slow", "a", "b", "slow", "c"];
+        let expected: Vec<(u64, String)> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (i as u64, (*t).to_owned()))
+            .collect();
+        let (out, instances) = through_trap(2, &texts).await;
+        assert_eq!(out, expected);
+        assert_eq!(instances, 2, "the batch behind the slow one waited for it");
+        let (out, instances) = through_trap(1, &texts).await;
+        assert_eq!(out, expected);
+        assert_eq!(instances, 1);
+    }
+}
