@@ -36,7 +36,14 @@ struct Worker {
 /// plugins never see), and whether the worker holds a transaction whose parts go on.
 type Running = BoxFuture<
     'static,
-    Result<(Option<Worker>, bool, Result<Transformed, Box<TransformError>>), PipelineError>,
+    Result<
+        (
+            Option<Worker>,
+            bool,
+            Result<Transformed, Box<TransformError>>,
+        ),
+        PipelineError,
+    >,
 >;
 
 /// Run the stage until the reader's queue closes and every batch taken is handed on; returns
