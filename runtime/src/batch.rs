@@ -78,12 +78,6 @@ impl Batcher {
                 || self.deadline().is_some_and(|d| now >= d))
     }
 
-    /// Forget what is pending: the connection it came over was lost, and the server sends it
-    /// again.
-    pub fn discard(&mut self) {
-        drop(self.take());
-    }
-
     /// Everything pending, as one batch; `None` when nothing is pending.
     pub fn take(&mut self) -> Option<Batch> {
         if self.pending.is_empty() {

@@ -610,7 +610,8 @@ impl Reader {
                     if let Some(lost) = lost {
                         frames.clear();
                         if !self.resume(&lost).await? {
-                            // Stopped while reconnecting: nothing is pending to land.
+                            // Stopped while reconnecting, or a later stage stopped (its error
+                            // is the pipeline's): nothing is pending to land.
                             return Ok(self.stream);
                         }
                     } else if !self.decode(&mut frames).await? {
@@ -637,11 +638,18 @@ impl Reader {
         Ok(self.stream)
     }
 
-    /// The connection was lost: forget what was received but not handed on (the server sends
-    /// it again) and open a new stream. `false` when a stop came first.
+    /// The connection was lost: hand on the whole transactions already received (the new
+    /// stream's replays of them are dropped), forget the one in progress (the server sends it
+    /// again) and open a new stream. `false` when a stop came first, or a later stage stopped.
+    ///
+    /// Handing on first also means a writer that lost its slot to another instance learns it
+    /// at that flush's commit and stops, instead of retrying the slot for as long as the other
+    /// holds it.
     async fn resume(&mut self, lost: &ReplicationError) -> Result<bool, PipelineError> {
         self.assembler.reset();
-        self.batcher.discard();
+        if !self.batcher.is_empty() && !self.cut().await {
+            return Ok(false);
+        }
         // The new session sends its relations again before their rows.
         self.decoder = Decoder::new(self.proto_version);
         match self.reconnect.reopen(lost, &self.shutdown).await? {
