@@ -37,13 +37,7 @@ async fn an_invalidated_slot_is_refused_with_the_way_out() {
         ..
     } = Fixture::new(&url, "invalidated", &[TABLE]).await;
 
-    let mut a = Service::spawn(&file, &[], &dir.join("a.log"));
-    a.wait_for_log("streaming", Duration::from_secs(60)).await;
-    client
-        .batch_execute("INSERT INTO events VALUES (1, 'landed')")
-        .await
-        .unwrap();
-    a.wait_for_landed(&log, 1, Duration::from_secs(60)).await;
+    let a = land_first_row(&client, &file, &dir, &log, "landed").await;
     a.stop().await;
     let entries = log.sequences().await.unwrap();
 
@@ -288,13 +282,7 @@ async fn another_timeline_is_refused_until_that_move_is_accepted() {
         file,
         ..
     } = Fixture::new(&url, "timeline", &[TABLE]).await;
-    let mut a = Service::spawn(&file, &[], &dir.join("a.log"));
-    a.wait_for_log("streaming", Duration::from_secs(60)).await;
-    client
-        .batch_execute("INSERT INTO events VALUES (1, 'timeline 1')")
-        .await
-        .unwrap();
-    a.wait_for_landed(&log, 1, Duration::from_secs(60)).await;
+    let a = land_first_row(&client, &file, &dir, &log, "timeline 1").await;
     a.stop().await;
     drop(client);
     let latest = log.latest().await.unwrap().unwrap();
@@ -365,13 +353,7 @@ async fn a_connection_that_comes_back_on_another_timeline_stops_the_pipeline() {
     let url = cluster.url("postgres");
     let client = events_on(&cluster).await;
     let Fixture { log, dir, file, .. } = Fixture::new(&url, "moved", &[TABLE]).await;
-    let mut a = Service::spawn(&file, &[], &dir.join("a.log"));
-    a.wait_for_log("streaming", Duration::from_secs(60)).await;
-    client
-        .batch_execute("INSERT INTO events VALUES (1, 'timeline 1')")
-        .await
-        .unwrap();
-    a.wait_for_landed(&log, 1, Duration::from_secs(60)).await;
+    let mut a = land_first_row(&client, &file, &dir, &log, "timeline 1").await;
     drop(client);
 
     let client = recover_onto_a_new_timeline(&cluster, &url).await;
@@ -411,4 +393,22 @@ async fn a_connection_that_comes_back_on_another_timeline_stops_the_pipeline() {
     );
     let _ = std::fs::remove_dir_all(&dir);
     cluster.stop().unwrap();
+}
+
+/// Start a pipeline on `file`, commit row 1 with `body` and wait until it landed.
+async fn land_first_row(
+    client: &tokio_postgres::Client,
+    file: &std::path::Path,
+    dir: &std::path::Path,
+    log: &CommitLog,
+    body: &str,
+) -> Service {
+    let mut a = Service::spawn(file, &[], &dir.join("a.log"));
+    a.wait_for_log("streaming", Duration::from_secs(60)).await;
+    client
+        .batch_execute(&format!("INSERT INTO events VALUES (1, '{body}')"))
+        .await
+        .unwrap();
+    a.wait_for_landed(log, 1, Duration::from_secs(60)).await;
+    a
 }

@@ -258,13 +258,7 @@ async fn a_resync_loads_a_table_again_while_the_pipeline_streams() {
     assert_eq!(before.code, 1, "{before}");
 
     // ...until a resync of one of them, while changes keep streaming.
-    let resync = tokio::process::Command::new(tributary_tests::service::tributary_bin())
-        .args(["resync", "--config"])
-        .arg(&fx.file)
-        .args(["--table", "public.accounts"])
-        .output()
-        .await
-        .unwrap();
+    let resync = run_resync(&fx.file, "public.accounts").await;
     let said = String::from_utf8_lossy(&resync.stdout);
     assert!(
         resync.status.success(),
@@ -294,13 +288,7 @@ async fn a_resync_loads_a_table_again_while_the_pipeline_streams() {
     assert!(state.resync && state.finished(), "{state:?}");
 
     // A table the pipeline does not track is refused by name.
-    let refused = tokio::process::Command::new(tributary_tests::service::tributary_bin())
-        .args(["resync", "--config"])
-        .arg(&fx.file)
-        .args(["--table", "public.nothing"])
-        .output()
-        .await
-        .unwrap();
+    let refused = run_resync(&fx.file, "public.nothing").await;
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success());
     assert!(
@@ -324,13 +312,7 @@ async fn a_resync_lands_its_chunks_between_the_streams_batches_and_resumes_after
         &[("TRIBUTARY_FAILPOINTS", "load.before-chunk@2")],
     );
     run.wait_for_log("streaming", Duration::from_secs(60)).await;
-    let resync = tokio::process::Command::new(tributary_tests::service::tributary_bin())
-        .args(["resync", "--config"])
-        .arg(&fx.file)
-        .args(["--table", "public.notes"])
-        .output()
-        .await
-        .unwrap();
+    let resync = run_resync(&fx.file, "public.notes").await;
     assert!(resync.status.success(), "{resync:?}");
     run.wait_for_log(
         "failpoint load.before-chunk reached",
@@ -398,4 +380,15 @@ async fn a_resync_lands_its_chunks_between_the_streams_batches_and_resumes_after
     run.stop().await;
     let state = last_load_state(&fx.log).await.unwrap();
     assert!(state.finished(), "{state:?}");
+}
+
+/// Run `tributary resync --config <file> --table <table>`.
+async fn run_resync(file: &std::path::Path, table: &str) -> std::process::Output {
+    tokio::process::Command::new(tributary_tests::service::tributary_bin())
+        .args(["resync", "--config"])
+        .arg(file)
+        .args(["--table", table])
+        .output()
+        .await
+        .unwrap()
 }
