@@ -9,8 +9,9 @@ use futures::stream::FuturesUnordered;
 use object_store::path::Path;
 use tokio::sync::{mpsc, watch};
 
+use super::budget::Share;
 use super::retry::TELL_EVERY;
-use super::{PipelineError, Progress, Share, Shutdown};
+use super::{PipelineError, Progress, Shutdown};
 use crate::commit::{CommitError, CommitLog, EntryKind, unix_micros};
 use crate::failpoint;
 use crate::flush::{Action, ActionId, EncodedFlush, FlushMachine, Step, Stopped};

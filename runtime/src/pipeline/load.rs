@@ -15,7 +15,8 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, watch};
 
-use super::{Budget, Cut, PEAK_COPIES, PROGRESS_EVERY, PipelineError, Progress, Shutdown};
+use super::budget::{Budget, PEAK_COPIES};
+use super::{Cut, PROGRESS_EVERY, PipelineError, Progress, Shutdown};
 use crate::Lsn;
 use crate::catalog::Catalog;
 use crate::change::{Batch, Change};

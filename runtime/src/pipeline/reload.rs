@@ -120,3 +120,29 @@ impl Reloader {
         result
     }
 }
+
+/// `SIGHUP`, where there is one.
+#[cfg(unix)]
+pub(super) fn hangup_signal() -> Option<tokio::signal::unix::Signal> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok()
+}
+
+#[cfg(not(unix))]
+pub(super) fn hangup_signal() -> Option<()> {
+    None
+}
+
+#[cfg(unix)]
+pub(super) async fn next_hangup(signal: &mut Option<tokio::signal::unix::Signal>) {
+    match signal {
+        Some(signal) => {
+            signal.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(not(unix))]
+pub(super) async fn next_hangup(_: &mut Option<()>) {
+    std::future::pending().await
+}

@@ -22,7 +22,8 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use tokio::sync::mpsc;
 
-use super::{Cut, PipelineError, Transformed, hangup_signal, next_hangup, reload};
+use super::reload::{self, hangup_signal, next_hangup};
+use super::{Cut, PipelineError, Transformed};
 use crate::flush::EncodedFlush;
 use crate::transform::{PluginInfo, Tallies, TransformChain, TransformError};
 
@@ -272,7 +273,8 @@ mod tests {
     use crate::transform::tests::{change, plugin, relation, tx};
     use crate::transform::{HostLimits, TransformChain, TransformSpec};
 
-    use super::super::{Budget, Cut, reload};
+    use super::super::budget::Budget;
+    use super::super::{Cut, reload};
     use tokio::sync::mpsc;
 
     /// Run one-row batches with these texts through the `trap` plugin (`slow` takes half a
