@@ -312,8 +312,8 @@ async fn run_stages(
     // A resync a stop interrupted goes on beside the stream, as it ran; a first full load
     // runs before it.
     let resumed = job.take_if(|j| j.state.resync);
-    let mut reader = Reader {
-        load_settings: load_settings.clone(),
+    let reader = Reader {
+        load_settings,
         tracked: started.tracked,
         loading: None,
         to_load: resumed,
@@ -341,30 +341,7 @@ async fn run_stages(
         progress: progress.clone(),
     };
     let encoder = Encoder::new(&config.parquet.encode_options())?;
-    let read = async move {
-        if let Some(job) = job {
-            let loaded = load::run(
-                job,
-                load_settings,
-                reader.next_sequence,
-                reader.budget.clone(),
-                reader.output.clone(),
-                reader.shutdown.clone(),
-                reader.progress.clone(),
-            )
-            .await?;
-            reader.next_sequence = loaded.next_sequence;
-            if let Some(at) = loaded.covers_all {
-                // Every table is in the lake as of the snapshot: what committed before it
-                // is in there already.
-                reader.handed = reader.handed.max(at);
-            }
-            if loaded.stopped {
-                return Ok(reader.stream);
-            }
-        }
-        reader.run().await
-    };
+    let read = reader.stage(job);
     let (stream, _instances, (), ()) = tokio::try_join!(
         read,
         transform::stage(

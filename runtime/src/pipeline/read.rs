@@ -76,8 +76,38 @@ pub(super) struct Reader {
 }
 
 impl Reader {
+    /// The read stage: a first full load, when one is due, then the stream until a stop is
+    /// requested; returns the stream.
+    pub(super) async fn stage(
+        mut self,
+        first_load: Option<load::LoadJob>,
+    ) -> Result<ReplicationStream, PipelineError> {
+        if let Some(job) = first_load {
+            let loaded = load::run(
+                job,
+                self.load_settings.clone(),
+                self.next_sequence,
+                self.budget.clone(),
+                self.output.clone(),
+                self.shutdown.clone(),
+                self.progress.clone(),
+            )
+            .await?;
+            self.next_sequence = loaded.next_sequence;
+            if let Some(at) = loaded.covers_all {
+                // Every table is in the lake as of the snapshot: what committed before it
+                // is in there already.
+                self.handed = self.handed.max(at);
+            }
+            if loaded.stopped {
+                return Ok(self.stream);
+            }
+        }
+        self.run().await
+    }
+
     /// Read until a stop is requested, then cut what is pending; returns the stream.
-    pub(super) async fn run(mut self) -> Result<ReplicationStream, PipelineError> {
+    async fn run(mut self) -> Result<ReplicationStream, PipelineError> {
         let mut frames: Vec<XLogData> = Vec::with_capacity(RECV_BATCH);
         let mut shutdown = self.shutdown.clone();
         let mut idle_check = tokio::time::interval(IDLE_CHECK);
