@@ -49,6 +49,7 @@ pub mod status;
 pub mod teardown;
 pub mod toast;
 pub mod transform;
+pub mod units;
 pub mod verify;
 
 pub use lsn::{Lsn, ParseLsnError};

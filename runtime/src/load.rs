@@ -25,8 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Lsn;
 use crate::change::{Change, Op, Transaction, Value};
-use crate::pgoutput::{Relation, RelationColumn, ReplicaIdentity};
-use crate::snapshot::SourceTable;
+use crate::pgoutput::Relation;
 
 /// Most tuples one heap page can hold (`MaxHeapTuplesPerPage` for 8 KiB pages).
 pub const TUPLES_PER_PAGE: u32 = 291;
@@ -205,7 +204,7 @@ impl LoadProgress {
                     "{} {} rows {} ({}/{} chunks)",
                     t.table,
                     t.rows,
-                    crate::status::human_bytes(t.bytes),
+                    crate::units::human_bytes(t.bytes),
                     t.chunks_read,
                     t.chunks
                 )
@@ -256,38 +255,6 @@ pub fn plan(pages: u32, chunk_pages: u32, numbered_by_place: bool) -> Vec<Pages>
 /// The `_seq` of the row at heap position `(block, offset)`; offsets start at 1.
 pub fn seq_of_place(block: u32, offset: u16) -> u32 {
     block * TUPLES_PER_PAGE + u32::from(offset)
-}
-
-/// The relation load rows of `table` belong to, shaped as pgoutput describes the table, so
-/// that load rows and streamed changes land in one dataset with one schema.
-pub fn relation(table: &SourceTable) -> Relation {
-    let (namespace, name) = table
-        .name
-        .split_once('.')
-        .expect("tracked tables are named schema.table");
-    let columns = table
-        .columns
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            // pgoutput flags the replica identity's columns, every column under FULL.
-            let key = match table.identity {
-                ReplicaIdentity::Full => true,
-                ReplicaIdentity::Nothing => false,
-                _ => table.key.contains(&i),
-            };
-            let mut column = RelationColumn::new(c.name.clone(), c.type_oid, c.type_modifier, key);
-            column.ty = c.ty.clone();
-            column
-        })
-        .collect();
-    Relation {
-        id: table.oid(),
-        namespace: namespace.to_owned(),
-        name: name.to_owned(),
-        replica_identity: table.identity,
-        columns,
-    }
 }
 
 /// The load marker of `relation`: `_seq` 0, every column null.

@@ -14,7 +14,8 @@ use tokio::sync::watch;
 use tributary::config::{FlushConfig, PipelineConfig, SinkConfig, SourceConfig, TransformConfig};
 use tributary::pipeline::{self, Progress, RunOptions};
 use tributary::provision;
-use tributary::status::{self, human_bytes};
+use tributary::status;
+use tributary::units::human_bytes;
 use tributary_cluster::{ClusterOptions, TempCluster};
 
 const PLUGIN_DIR_ENV: &str = "TRIBUTARY_PLUGIN_DIR";

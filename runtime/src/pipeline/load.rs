@@ -221,7 +221,7 @@ impl Loading {
                 pages,
             }));
             planned.push(Planned {
-                relation: Arc::new(load::relation(&table)),
+                relation: Arc::new(table.relation()),
                 chunks: entry.chunks.unwrap_or(1),
                 table,
             });

@@ -29,7 +29,7 @@ use tokio_postgres::{Client, CopyOutStream};
 use crate::Lsn;
 use crate::catalog::Catalog;
 use crate::change::{OutputColumn, Value};
-use crate::pgoutput::ReplicaIdentity;
+use crate::pgoutput::{Relation, RelationColumn, ReplicaIdentity};
 use crate::pgtype::{self, ColumnType, ValueError};
 use crate::provision::query_error as query;
 use crate::provision::{self, ProvisionError};
@@ -101,6 +101,39 @@ pub struct SourceTable {
 }
 
 impl SourceTable {
+    /// The relation load rows of the table belong to, shaped as pgoutput describes the table, so
+    /// that load rows and streamed changes land in one dataset with one schema.
+    pub fn relation(&self) -> Relation {
+        let (namespace, name) = self
+            .name
+            .split_once('.')
+            .expect("tracked tables are named schema.table");
+        let columns = self
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                // pgoutput flags the replica identity's columns, every column under FULL.
+                let key = match self.identity {
+                    ReplicaIdentity::Full => true,
+                    ReplicaIdentity::Nothing => false,
+                    _ => self.key.contains(&i),
+                };
+                let mut column =
+                    RelationColumn::new(c.name.clone(), c.type_oid, c.type_modifier, key);
+                column.ty = c.ty.clone();
+                column
+            })
+            .collect();
+        Relation {
+            id: self.oid(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            replica_identity: self.identity,
+            columns,
+        }
+    }
+
     /// The table's OID.
     pub fn oid(&self) -> u32 {
         self.oid
