@@ -15,10 +15,10 @@ use arrow_array::{ArrayRef, RecordBatch, StringArray, UInt32Array};
 use arrow_schema::{DataType, Field, Schema};
 
 use super::TransformError;
-use super::chain::{Edit, Emit, Replacements, Shape};
 use super::convert::{self, Relations, View};
 use super::host::wit;
 use super::host::wit::columnar as cw;
+use super::shape::{Edit, Emit, Replacements, Shape};
 use crate::change::{Batch, Change, Op, OutputColumn, Value};
 use crate::encode;
 

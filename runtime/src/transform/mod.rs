@@ -42,6 +42,7 @@ mod chain;
 mod columnar;
 mod convert;
 mod host;
+mod shape;
 
 #[cfg(test)]
 pub(crate) mod tests;
