@@ -23,7 +23,7 @@ use futures::stream::FuturesOrdered;
 use tokio::sync::mpsc;
 
 use super::reload::{self, hangup_signal, next_hangup};
-use super::{Cut, PipelineError, Transformed};
+use super::{Advance, Cut, PipelineError, Transformed};
 use crate::flush::EncodedFlush;
 use crate::transform::{PluginInfo, Tallies, TransformChain, TransformError};
 
@@ -106,8 +106,8 @@ pub(super) async fn stage(
                     idle.push(Worker { chain: reloaded, generation });
                 }
                 mid_transaction = !cut.last;
-                if cut.advance.is_some() {
-                    let transformed = transform(None, cut, plugins.clone());
+                if let Some(advance) = cut.advance {
+                    let transformed = Ok(advanced(cut, advance));
                     running.push_back(Box::pin(async move { Ok((None, false, transformed)) }));
                     continue;
                 }
@@ -133,7 +133,7 @@ pub(super) async fn stage(
                 let plugins = plugins.clone();
                 let work = tokio::task::spawn_blocking(move || {
                     let mut worker = worker;
-                    let transformed = transform(Some(&mut worker.chain), cut, plugins);
+                    let transformed = transform(&mut worker.chain, cut, plugins);
                     (Some(worker), holds, transformed)
                 });
                 running.push_back(Box::pin(async move {
@@ -169,10 +169,37 @@ pub(super) async fn stage(
     Ok(most.max(made))
 }
 
-/// What `chain` makes of one cut (blocking: call it off the async runtime); an advance, which
-/// holds no transactions, needs no chain.
+/// An advance as the next stages take it: no transactions, so nothing for the plugins and
+/// nothing to encode.
+fn advanced(cut: Cut, advance: Advance) -> Transformed {
+    let flush = EncodedFlush {
+        sequence: cut.sequence,
+        part: cut.part,
+        last: cut.last,
+        advance: true,
+        first_commit_lsn: advance.last_commit,
+        last_commit_lsn: advance.last_commit,
+        last_end_lsn: advance.end,
+        transactions: 0,
+        changes: 0,
+        files: Vec::new(),
+        dead_letters: 0,
+        plugins: None,
+        chunk: false,
+        load: cut.state,
+    };
+    Transformed {
+        flush,
+        outputs: Vec::new(),
+        share: cut.share,
+        transform: Duration::ZERO,
+        tallies: Tallies::new(),
+    }
+}
+
+/// What `chain` makes of one cut of transactions (blocking: call it off the async runtime).
 fn transform(
-    chain: Option<&mut TransformChain>,
+    chain: &mut TransformChain,
     cut: Cut,
     plugins: Arc<[PluginInfo]>,
 ) -> Result<Transformed, Box<TransformError>> {
@@ -182,38 +209,11 @@ fn transform(
         sequence,
         part,
         last,
-        advance,
         load,
         state,
         share,
+        ..
     } = cut;
-    let (Some(chain), None) = (chain, advance) else {
-        let advance = advance.expect("only an advance comes without a chain");
-        // No transactions: nothing for the plugins, nothing to encode.
-        let flush = EncodedFlush {
-            sequence,
-            part,
-            last,
-            advance: true,
-            first_commit_lsn: advance.last_commit,
-            last_commit_lsn: advance.last_commit,
-            last_end_lsn: advance.end,
-            transactions: 0,
-            changes: 0,
-            files: Vec::new(),
-            dead_letters: 0,
-            plugins: None,
-            chunk: false,
-            load: state,
-        };
-        return Ok(Transformed {
-            flush,
-            outputs: Vec::new(),
-            share,
-            transform: Duration::ZERO,
-            tallies: Tallies::new(),
-        });
-    };
     let (first_lsn, last_lsn) = batch.lsn_range().expect("batches are never empty");
     let last_end_lsn = batch
         .transactions

@@ -108,6 +108,7 @@ pub(super) struct Plugin {
 }
 
 /// Where the interfaces the plugin exports are.
+#[derive(Clone)]
 struct Exports {
     plugin: plugin::GuestIndices,
     /// Set when the plugin exports [`COLUMNAR`].
@@ -227,10 +228,7 @@ impl Plugin {
             config: self.config.clone(),
             limits: self.limits.clone(),
             pre: self.pre.clone(),
-            exports: Exports {
-                plugin: self.exports.plugin.clone(),
-                columnar: self.exports.columnar.clone(),
-            },
+            exports: self.exports.clone(),
             live: None,
         }
     }
