@@ -20,7 +20,7 @@ use tokio_postgres::Client;
 use tributary::Lsn;
 use tributary::config::PipelineConfig;
 use tributary::pipeline::{self, Progress, RunOptions};
-use tributary::replication::{ReplicationConnection, XLogData};
+use tributary::source::replication::{ReplicationConnection, XLogData};
 
 /// What a consumer reports about itself.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -4,7 +4,7 @@
 //!
 //! Both read the inserts table (10M rows; --quick 200k) and the 50-column table (200k; --quick
 //! 20k) in chunks of `CHUNK_MIB` of heap pages, planned by the same function
-//! (`tributary::load::plan`), on `CONNECTIONS` connections. The pipeline is timed from the moment
+//! (`tributary::stream::load::plan`), on `CONNECTIONS` connections. The pipeline is timed from the moment
 //! it holds its slot (the snapshot taken) until the commit log holds every row, as the other
 //! pipeline consumers are; `psql` from its start to its end.
 //!
@@ -210,8 +210,8 @@ impl crate::Bench {
                 .await?
                 .get(0);
             heap += pages as u64 * 8192;
-            for pages in tributary::load::plan(u32::try_from(pages)?, chunk_pages, true) {
-                let tributary::load::Pages::Range { from, to } = pages else {
+            for pages in tributary::stream::load::plan(u32::try_from(pages)?, chunk_pages, true) {
+                let tributary::stream::load::Pages::Range { from, to } = pages else {
                     bail!("{table} is planned as one chunk");
                 };
                 let upper = to.map_or(String::new(), |to| format!(" AND ctid < '({to},0)'::tid"));
@@ -325,7 +325,7 @@ impl crate::Bench {
     /// landed, after checking that each landed once and that the table has exactly one load
     /// marker.
     async fn landed_once(&self, sink: &std::path::Path) -> anyhow::Result<(u64, u64)> {
-        let sink = tributary::sink::Sink::open(
+        let sink = tributary::lake::sink::Sink::open(
             &format!("file://{}", sink.display()),
             &Default::default(),
         )?;
@@ -350,7 +350,7 @@ impl crate::Bench {
         }
         let loaded = rows
             .iter()
-            .filter(|r| r.op != "load" && r.xid == tributary::load::LOAD_XID)
+            .filter(|r| r.op != "load" && r.xid == tributary::stream::load::LOAD_XID)
             .count();
         Ok((all as u64, loaded as u64))
     }

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_postgres::Client;
-use tributary::commit::CommitEntry;
+use tributary::lake::commit::CommitEntry;
 
 use crate::report::{Spread, fixed0, fixed1};
 use crate::workload;

@@ -8,8 +8,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tributary::assemble::Assembler;
-use tributary::pgoutput::Decoder;
+use tributary::stream::assemble::Assembler;
+use tributary::wire::pgoutput::Decoder;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&version, mut rest)) = data.split_first() else { return };

@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tributary::pgtype::{self, ColumnType};
+use tributary::wire::pgtype::{self, ColumnType};
 
 fuzz_target!(|data: &[u8]| {
     let [pick, form, value @ ..] = data else { return };

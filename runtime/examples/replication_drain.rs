@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use tributary::Lsn;
-use tributary::replication::{ReplicationConnection, XLogData};
+use tributary::source::replication::{ReplicationConnection, XLogData};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

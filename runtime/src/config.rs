@@ -450,8 +450,8 @@ pub enum ParquetCompression {
 
 impl ParquetConfig {
     /// The encoder's options these settings give.
-    pub fn encode_options(&self) -> crate::encode::EncodeOptions {
-        use crate::encode::{Codec, DEFAULT_ZSTD_LEVEL, EncodeOptions};
+    pub fn encode_options(&self) -> crate::lake::encode::EncodeOptions {
+        use crate::lake::encode::{Codec, DEFAULT_ZSTD_LEVEL, EncodeOptions};
         EncodeOptions {
             row_group_rows: self.row_group_rows,
             compression: match self.compression {
@@ -813,7 +813,7 @@ mod tests {
 
     #[test]
     fn parquet_settings_pick_the_codec_and_refuse_what_does_not_fit() {
-        use crate::encode::{Codec, DEFAULT_ZSTD_LEVEL};
+        use crate::lake::encode::{Codec, DEFAULT_ZSTD_LEVEL};
         let codec = |extra: &str| {
             parse(&format!("{MINIMAL}\n[parquet]\n{extra}\n"))
                 .map(|c| c.parquet.encode_options().compression)

@@ -1,56 +1,42 @@
 //! Tributary: change data capture from PostgreSQL, through WebAssembly transforms, to Parquet
 //! in object storage, exactly once.
 //!
-//! One module per pipeline stage, data flowing one way:
+//! The tree is the pipeline: one room per concern, data flowing one way.
 //!
 //! ```text
-//! slot ─► replication ─► pgoutput ─► batch ─► transform ─► encode ─► sink ─► commit ─┐
-//!           ▲                                                                       │
-//!           └──────────── standby status update: flush = last committed LSN ◄───────┘
+//!  source ──► wire ──► stream ──────────► transform ──► lake ─────────────────────────┐
+//!  replication  pgoutput  assemble (toast)   Wasm plugins  encode ─► sink ─► commit ─► flush
+//!  (socket)     pgtype    batch, load                                                 │
+//!     ▲                                                                               │
+//!     └──────────── standby status update: flush = end of the last committed flush ◄─┘
 //! ```
 //!
-//! - [`replication`] owns the replication socket (the only IO with the slot);
-//! - [`pgoutput`] decodes message bytes into typed messages, without IO;
-//! - [`batch`] assembles whole transactions and decides when to cut a batch, without IO;
+//! - [`source`] owns every connection to PostgreSQL: the connection factory, the replication
+//!   socket, the catalog, provisioning, the prerequisite report and a full load's snapshot;
+//! - [`wire`] decodes pgoutput messages and PostgreSQL values, without IO;
+//! - [`stream`] assembles whole transactions, fills unchanged TOAST values, cuts batches and
+//!   plans full loads, without IO;
 //! - [`transform`] hosts the WebAssembly plugins;
-//! - [`encode`] turns output rows into Parquet;
-//! - [`sink`] writes objects to the bucket or directory;
-//! - [`commit`] is the checkpoint protocol: what is durable, who may write it, and how far the
-//!   slot may move;
-//! - [`flush`] decides, without IO, which step of which flush lands next.
+//! - [`lake`] encodes Parquet, writes the sink, keeps the commit log (what is durable, who may
+//!   write it, how far the slot may move) and runs the flush machine (which step of which
+//!   flush lands next, without IO);
+//! - [`pipeline`] is the wiring: it starts a pipeline and runs the stages side by side;
+//! - [`commands`] are `check`, `status`, `teardown`, `resync` and `verify`.
 //!
-//! [`pipeline`] starts a pipeline and runs the stages side by side, after [`check`] found the
-//! source ready; [`config`] reads the pipeline file; [`teardown`] drops what a pipeline
-//! created; [`verify`] proves the lake equals the source at a [`snapshot`] of it. The
-//! `tributary` command is the `tributary-cli` crate.
+//! [`config`] reads the pipeline file. The `tributary` command is the `tributary-cli` crate.
+//! Which room may import which is in `docs/design.md`.
 
-pub mod assemble;
-pub mod batch;
-pub mod catalog;
-pub mod change;
-pub mod check;
-pub mod commit;
+pub mod commands;
 pub mod config;
-pub mod encode;
 pub mod failpoint;
-pub mod flush;
-pub mod load;
+pub mod lake;
 mod lsn;
-pub mod metrics;
-pub mod pgoutput;
-pub mod pgtype;
 pub mod pipeline;
-pub mod provision;
-pub mod replication;
-pub mod resync;
-pub mod sink;
-pub mod snapshot;
-pub mod status;
-pub mod teardown;
-pub mod toast;
+pub mod source;
+pub mod stream;
 pub mod transform;
 pub mod units;
-pub mod verify;
+pub mod wire;
 
 pub use lsn::{Lsn, ParseLsnError};
 

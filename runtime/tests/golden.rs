@@ -10,9 +10,9 @@
 use std::path::PathBuf;
 
 use tributary::Lsn;
-use tributary::assemble::{AssembleError, Assembled, Assembler};
-use tributary::change::{Array, Message, Op, Transaction, Value};
-use tributary::pgoutput::{Decoder, LogicalMessage, TupleValue};
+use tributary::stream::assemble::{AssembleError, Assembled, Assembler};
+use tributary::stream::change::{Array, Message, Op, Transaction, Value};
+use tributary::wire::pgoutput::{Decoder, LogicalMessage, TupleValue};
 
 /// Each seed: the protocol version, then messages as (2-byte big-endian length, bytes).
 fn seeds() -> Vec<(String, u32, Vec<Vec<u8>>)> {

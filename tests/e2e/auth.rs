@@ -1,7 +1,7 @@
 //! The replication connection authenticates the ways PostgreSQL asks it to, and names what
 //! went wrong when it cannot.
 
-use tributary::replication::ReplicationConnection;
+use tributary::source::replication::ReplicationConnection;
 use tributary_tests::{AUTH_METHODS, fresh_database, postgres};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

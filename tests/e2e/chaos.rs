@@ -40,8 +40,8 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use schedule::{CI, LONG, Plan, S3_OUTAGE, Step, schedule};
 use tributary::Lsn;
-use tributary::commit::{CommitLog, EntryKind, Writer};
-use tributary::sink::Sink;
+use tributary::lake::commit::{CommitLog, EntryKind, Writer};
+use tributary::lake::sink::Sink;
 use tributary_cluster::{ClusterOptions, StopMode, TempCluster};
 use tributary_tests::chaos::{
     ConfirmWatch, Rng, TableFigures, assert_lake_equals_source, seed_from_env, try_connect,

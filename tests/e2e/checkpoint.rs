@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tributary::Lsn;
-use tributary::commit::{CommitLog, Writer};
-use tributary::sink::Sink;
+use tributary::lake::commit::{CommitLog, Writer};
+use tributary::lake::sink::Sink;
 use tributary_tests::lake::read_output;
 use tributary_tests::pipeline::{
     RunningPipeline, config, confirmed_flush, events_database, wait_for_confirmed,
@@ -268,7 +268,7 @@ async fn a_restart_confirms_what_the_sink_already_holds() {
 
     // A previous run landed transaction A and committed it, then died before confirming.
     insert_batches(&db.client, 1, 1, 10).await;
-    let lsn_a: Lsn = tributary::provision::current_wal_lsn(&db.client)
+    let lsn_a: Lsn = tributary::source::provision::current_wal_lsn(&db.client)
         .await
         .unwrap();
     let sink = Sink::open(&sink_url, &Default::default()).unwrap();
@@ -278,9 +278,9 @@ async fn a_restart_confirms_what_the_sink_already_holds() {
         .await
         .unwrap()
         .expect("the first run opened the log");
-    let entry = tributary::commit::CommitEntry {
-        format: tributary::commit::FORMAT,
-        kind: tributary::commit::EntryKind::Flush,
+    let entry = tributary::lake::commit::CommitEntry {
+        format: tributary::lake::commit::FORMAT,
+        kind: tributary::lake::commit::EntryKind::Flush,
         sequence: opened.sequence + 1,
         writer: log.writer().clone(),
         slot: name.clone(),

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tributary::Lsn;
-use tributary::commit::{CommitEntry, CommitLog};
-use tributary::sink::Sink;
+use tributary::lake::commit::{CommitEntry, CommitLog};
+use tributary::lake::sink::Sink;
 use tributary_tests::lake::{committed_rows, object_names, read_output};
 use tributary_tests::pipeline::{confirmed_flush, wait_for_confirmed};
 use tributary_tests::service::{Fixture, Service};

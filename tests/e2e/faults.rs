@@ -244,7 +244,7 @@ async fn a_retry_limit_stops_a_pipeline_whose_sink_stays_down() {
     let mut running = RunningPipeline::start(cfg).await;
     running.wait_for_changes(1, Duration::from_secs(60)).await;
     running.stop().await;
-    let sink = tributary::sink::Sink::open(
+    let sink = tributary::lake::sink::Sink::open(
         &server.bucket_url(&bucket),
         &server.object_store_options().into_iter().collect(),
     )

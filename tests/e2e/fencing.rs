@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use tributary::commit::{CommitLog, EntryKind, Writer};
+use tributary::lake::commit::{CommitLog, EntryKind, Writer};
+use tributary::lake::sink::Sink;
 use tributary::pipeline::{PipelineError, RunOptions};
-use tributary::sink::Sink;
 use tributary_tests::lake::committed_rows;
 use tributary_tests::pipeline::{RunningPipeline, config, events_database, slot_and_publication};
 use tributary_tests::proxy::Proxy;

@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use tributary::commit::{CommitLog, Writer};
-use tributary::sink::Sink;
+use tributary::lake::commit::{CommitLog, Writer};
+use tributary::lake::sink::Sink;
 use tributary_cluster::{ClusterOptions, TempCluster};
 use tributary_tests::lake::committed_rows;
 use tributary_tests::pipeline::{events_database, events_on};

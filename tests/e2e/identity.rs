@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use tributary::config::{PipelineConfig, UnchangedToastPolicy};
+use tributary::lake::sink::Sink;
 use tributary::pipeline::{PipelineError, RunOptions};
-use tributary::provision::ProvisionError;
-use tributary::sink::Sink;
+use tributary::source::provision::ProvisionError;
 use tributary_cluster::{ClusterOptions, TempCluster};
 use tributary_tests::lake::{LandedRow, read_output};
 use tributary_tests::pipeline::{RunningPipeline, config};

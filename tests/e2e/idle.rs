@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tributary::Lsn;
-use tributary::commit::EntryKind;
+use tributary::lake::commit::EntryKind;
 use tributary_tests::fresh_database;
 use tributary_tests::lake::committed_rows;
 use tributary_tests::pipeline::{confirmed_flush, events_database};
@@ -56,7 +56,7 @@ async fn an_idle_pipeline_confirms_where_the_servers_wal_moved_on() {
         )
         .await
         .unwrap();
-    let wal_end: Lsn = tributary::provision::current_wal_lsn(&other.client)
+    let wal_end: Lsn = tributary::source::provision::current_wal_lsn(&other.client)
         .await
         .unwrap();
     assert!(wal_end.0 > landed.0 + (32 << 20), "{landed} .. {wal_end}");
@@ -75,7 +75,7 @@ async fn an_idle_pipeline_confirms_where_the_servers_wal_moved_on() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     // Never past what the server has written (others write to it too meanwhile).
-    let now: Lsn = tributary::provision::current_wal_lsn(&other.client)
+    let now: Lsn = tributary::source::provision::current_wal_lsn(&other.client)
         .await
         .unwrap();
     assert!(confirmed <= now, "{confirmed} past the server's {now}");

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tributary::Lsn;
-use tributary::commit::{CommitLog, Writer};
-use tributary::sink::Sink;
+use tributary::lake::commit::{CommitLog, Writer};
+use tributary::lake::sink::Sink;
 use tributary_tests::lake::{LandedRow, read_output};
 use tributary_tests::pipeline::{RunningPipeline, config, wait_for_confirmed};
 use tributary_tests::{fresh_database, plugin, s3, unique_name};

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use object_store::path::Path;
-use tributary::commit::CommitLog;
-use tributary::sink::Sink;
+use tributary::lake::commit::CommitLog;
+use tributary::lake::sink::Sink;
 use tributary_tests::lake::{committed_rows, landed_changes, object_names};
 use tributary_tests::pipeline::{streaming_database, wait_for_confirmed};
 use tributary_tests::service::{Fixture, Service, ServiceConfig};

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tributary::commit::{CommitLog, EntryKind};
-use tributary::load::LOAD_XID;
+use tributary::lake::commit::{CommitLog, EntryKind};
+use tributary::stream::load::LOAD_XID;
 use tributary_tests::chaos::assert_lake_equals_source;
 use tributary_tests::lake::{committed_rows, entries};
 use tributary_tests::service::{Fixture, Service, verify};
@@ -108,7 +108,7 @@ async fn markers(fx: &Fixture, table: &str) -> Vec<(u64, u32)> {
         .collect()
 }
 
-async fn last_load_state(log: &CommitLog) -> Option<tributary::load::LoadState> {
+async fn last_load_state(log: &CommitLog) -> Option<tributary::stream::load::LoadState> {
     entries(log).await.into_iter().rev().find_map(|e| e.load)
 }
 

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use tributary::Lsn;
-use tributary::commit::{CommitLog, Writer};
-use tributary::sink::Sink;
+use tributary::lake::commit::{CommitLog, Writer};
+use tributary::lake::sink::Sink;
 use tributary_tests::pipeline::{RunningPipeline, config, confirmed_flush, events_database};
 use tributary_tests::{plugin, unique_name};
 
@@ -34,7 +34,7 @@ async fn failing_plugin_stops_the_pipeline(plugin_name: &str) -> String {
         .batch_execute("INSERT INTO events SELECT g, 'panic' FROM generate_series(1, 10) g")
         .await
         .unwrap();
-    let after: Lsn = tributary::provision::current_wal_lsn(&db.client)
+    let after: Lsn = tributary::source::provision::current_wal_lsn(&db.client)
         .await
         .unwrap();
 

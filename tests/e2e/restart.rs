@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tributary::Lsn;
-use tributary::commit::CommitLog;
+use tributary::lake::commit::CommitLog;
 use tributary_cluster::{ClusterOptions, StopMode, TempCluster};
 use tributary_tests::connect;
 use tributary_tests::lake::committed_rows;

@@ -3,8 +3,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use tributary::commit::{CommitLog, Writer};
-use tributary::sink::Sink;
+use tributary::lake::commit::{CommitLog, Writer};
+use tributary::lake::sink::Sink;
 use tributary_tests::lake::{data_files, read_output};
 use tributary_tests::pipeline::{RunningPipeline, config};
 use tributary_tests::{fresh_database, unique_name};

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tributary::pipeline::{PipelineError, RunOptions};
-use tributary::provision::ProvisionError;
+use tributary::source::provision::ProvisionError;
 use tributary_tests::lake::read_output;
 use tributary_tests::pipeline::{RunningPipeline, config, events_database};
 use tributary_tests::unique_name;

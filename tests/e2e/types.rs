@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tributary::catalog::Catalog;
-use tributary::pgtype::{decode_binary, decode_text};
+use tributary::source::catalog::Catalog;
+use tributary::wire::pgtype::{decode_binary, decode_text};
 use tributary_tests::lake::{LandedRow, read_independently, read_output};
 use tributary_tests::pipeline::{RunningPipeline, config};
 use tributary_tests::{fresh_database, s3, unique_name};
@@ -327,7 +327,8 @@ async fn edge_values_land_alike_from_text_and_binary_tuples_and_match_select() {
             .wait_for_changes(changes, Duration::from_secs(60))
             .await;
         pipeline.stop().await;
-        let sink = tributary::sink::Sink::open(&sink_url, &options.into_iter().collect()).unwrap();
+        let sink =
+            tributary::lake::sink::Sink::open(&sink_url, &options.into_iter().collect()).unwrap();
         landed.push(read_output(sink.store().as_ref(), EDGE_TABLE).await);
     }
     let (from_text, from_binary) = (&landed[0], &landed[1]);
@@ -449,9 +450,11 @@ async fn binary_tuples_are_refused_for_types_read_only_as_text() {
         .unwrap();
     running.wait_for_changes(1, Duration::from_secs(30)).await;
     running.stop().await;
-    let sink =
-        tributary::sink::Sink::open(&format!("file://{}", lake.display()), &Default::default())
-            .unwrap();
+    let sink = tributary::lake::sink::Sink::open(
+        &format!("file://{}", lake.display()),
+        &Default::default(),
+    )
+    .unwrap();
     let rows = read_output(sink.store().as_ref(), "public.pairs").await;
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].values["p"].as_deref(), Some("(7,\"a b\")"));

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
-use tributary::commit::{CommitEntry, EntryKind};
+use tributary::lake::commit::{CommitEntry, EntryKind};
 use tributary_tests::fresh_database;
 use tributary_tests::lake::landed_changes;
 use tributary_tests::service::{Fixture, Service, Verified, verify};

@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::{StreamExt, pin_mut};
 use tributary::Lsn;
-use tributary::commit::CommitLog;
-use tributary::sink::Sink;
+use tributary::lake::commit::CommitLog;
+use tributary::lake::sink::Sink;
 
 use crate::lake::{LandedRow, committed_rows, object_names};
 
@@ -230,7 +230,7 @@ pub async fn assert_lake_equals_source(
         let mut ops = BTreeMap::new();
         for row in &rows {
             // A full load's rows are numbered by their place in the heap, not 0, 1, ...
-            if row.xid != tributary::load::LOAD_XID {
+            if row.xid != tributary::stream::load::LOAD_XID {
                 seqs.entry(row.commit_lsn).or_default().push(row.seq);
             }
             *ops.entry(row.op.clone()).or_default() += 1;

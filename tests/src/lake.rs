@@ -16,8 +16,8 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use tributary::commit::{CommitEntry, CommitLog, Writer};
-use tributary::sink::Sink;
+use tributary::lake::commit::{CommitEntry, CommitLog, Writer};
+use tributary::lake::sink::Sink;
 
 /// One landed row: the change metadata, then the output's columns by name.
 #[derive(Debug, Clone, PartialEq)]

@@ -130,8 +130,8 @@ pub struct Fixture {
     /// Slot and publication name.
     pub name: String,
     pub cfg: ServiceConfig,
-    pub sink: tributary::sink::Sink,
-    pub log: tributary::commit::CommitLog,
+    pub sink: tributary::lake::sink::Sink,
+    pub log: tributary::lake::commit::CommitLog,
     pub dir: PathBuf,
     /// The pipeline file, as `cfg` was at the start (write `cfg` again after changing it).
     pub file: PathBuf,
@@ -144,12 +144,14 @@ impl Fixture {
         let name = crate::unique_name(hint);
         let mut cfg = ServiceConfig::new(source_url, &name, tables, &server.bucket_url(&bucket));
         cfg.sink_options = server.object_store_options();
-        let sink =
-            tributary::sink::Sink::open(&cfg.sink_url, &cfg.sink_options.iter().cloned().collect())
-                .unwrap();
-        let log = tributary::commit::CommitLog::new(
+        let sink = tributary::lake::sink::Sink::open(
+            &cfg.sink_url,
+            &cfg.sink_options.iter().cloned().collect(),
+        )
+        .unwrap();
+        let log = tributary::lake::commit::CommitLog::new(
             sink.clone(),
-            tributary::commit::Writer::named("test"),
+            tributary::lake::commit::Writer::named("test"),
         );
         let dir = std::env::temp_dir().join(crate::unique_name(hint));
         Fixture {
@@ -210,7 +212,7 @@ impl Service {
     /// takes longer.
     pub async fn wait_for_landed(
         &self,
-        log: &tributary::commit::CommitLog,
+        log: &tributary::lake::commit::CommitLog,
         changes: u64,
         timeout: Duration,
     ) {

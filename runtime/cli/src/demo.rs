@@ -11,10 +11,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use tokio::sync::watch;
 
+use tributary::commands::status;
 use tributary::config::{FlushConfig, PipelineConfig, SinkConfig, SourceConfig, TransformConfig};
 use tributary::pipeline::{self, Progress, RunOptions};
-use tributary::provision;
-use tributary::status;
 use tributary::units::human_bytes;
 use tributary_cluster::{ClusterOptions, TempCluster};
 
@@ -100,7 +99,10 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
         Some(d) => std::path::absolute(d)?,
         None => std::env::temp_dir().join(format!("tributary-demo-{}", std::process::id())),
     };
-    if sink_dir.join(tributary::commit::STATE_PREFIX).exists() {
+    if sink_dir
+        .join(tributary::lake::commit::STATE_PREFIX)
+        .exists()
+    {
         bail!(
             "{} already holds a pipeline's files; the demo starts a new database, so give it an empty directory",
             sink_dir.display()
@@ -115,13 +117,17 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
         cluster.server_version(),
         cluster.port()
     );
-    let admin = provision::connect(&provision::parse_url(&cluster.url("postgres"))?).await?;
+    let admin = tributary::source::connect::sql(&tributary::source::connect::parse_url(
+        &cluster.url("postgres"),
+    )?)
+    .await?;
     admin
         .batch_execute("CREATE DATABASE shop")
         .await
         .context("creating database shop")?;
     let url = cluster.url("shop");
-    let client = provision::connect(&provision::parse_url(&url)?).await?;
+    let client =
+        tributary::source::connect::sql(&tributary::source::connect::parse_url(&url)?).await?;
     client
         .batch_execute(SCHEMA)
         .await

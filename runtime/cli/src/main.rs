@@ -9,14 +9,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tokio::sync::watch;
-use tributary::commit::{CommitEntry, CommitLog, Writer};
+use tributary::commands::status;
+use tributary::commands::teardown::Teardown;
+use tributary::commands::verify::{self, VerifyOptions};
 use tributary::config::PipelineConfig;
+use tributary::lake::commit::{CommitEntry, CommitLog, Writer};
+use tributary::lake::sink::Sink;
 use tributary::pipeline::{self, Progress, RunOptions};
-use tributary::provision;
-use tributary::sink::Sink;
-use tributary::status;
-use tributary::teardown::Teardown;
-use tributary::verify::{self, VerifyOptions};
 
 mod demo;
 mod plugin;
@@ -235,11 +234,11 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
                     })?;
                 let address = listener.local_addr().unwrap_or(address);
                 tracing::info!("metrics at http://{address}/metrics");
-                let identity = tributary::metrics::Identity {
+                let identity = tributary::pipeline::metrics::Identity {
                     slot: config.source.slot.clone(),
                     version: env!("CARGO_PKG_VERSION"),
                 };
-                tokio::spawn(tributary::metrics::serve(
+                tokio::spawn(tributary::pipeline::metrics::serve(
                     listener,
                     progress.subscribe(),
                     identity,
@@ -304,9 +303,9 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 tracing::warn!("{note}");
             }
             let source = &config.source;
-            let pg = provision::parse_url(&source.url)?;
-            let client = provision::connect(&pg).await?;
-            let mut report = tributary::check::run(&client, &pg, source).await?;
+            let pg = tributary::source::connect::parse_url(&source.url)?;
+            let client = tributary::source::connect::sql(&pg).await?;
+            let mut report = tributary::source::prerequisites::run(&client, &pg, source).await?;
             // Where a start would begin is in the sink's commit log; what the source says is
             // printed even when the sink cannot be read.
             let (latest, first) = match first_and_latest(&config).await {
@@ -316,7 +315,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
                     return Err(e.context("reading the sink's commit log"));
                 }
             };
-            tributary::check::check_start(
+            tributary::commands::check::check_start(
                 &mut report,
                 &client,
                 source,
@@ -332,7 +331,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Resync { config, table } => {
             let config = PipelineConfig::load(&config)?;
-            let requested = tributary::resync::request(&config, &table).await?;
+            let requested = tributary::commands::resync::request(&config, &table).await?;
             print!("{requested}");
             Ok(ExitCode::SUCCESS)
         }

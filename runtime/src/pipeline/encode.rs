@@ -8,9 +8,10 @@ use std::time::Instant;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::{PipelineError, Transformed, land};
-use crate::commit::{FileEntry, Writer, data_file_path};
-use crate::encode::{EncodeError, Encoder};
+use super::error::PipelineError;
+use super::messages::{Encoded, Transformed};
+use crate::lake::commit::{FileEntry, Writer, data_file_path};
+use crate::lake::encode::{EncodeError, Encoder};
 
 const ENCODERS: usize = 2;
 
@@ -20,7 +21,7 @@ pub(super) async fn encode_stage(
     encoder: Encoder,
     writer: Writer,
     mut input: mpsc::Receiver<Transformed>,
-    output: mpsc::Sender<land::Encoded>,
+    output: mpsc::Sender<Encoded>,
 ) -> Result<(), PipelineError> {
     use futures::StreamExt;
     let encoder = Arc::new(encoder);
@@ -73,7 +74,7 @@ pub(super) async fn encode_stage(
                 flush.files = name_files(files, sequence, &writer, &mut numbering.1);
                 // Only the files are left until they are uploaded.
                 share.shrink_to(flush.files.iter().map(|(_, b)| b.len()).sum());
-                let encoded = land::Encoded {
+                let encoded = Encoded {
                     flush,
                     _budget: share,
                     transform,
@@ -93,7 +94,7 @@ pub(super) async fn encode_stage(
 /// Name the encoded files of a flush (or part of one); `ordinals` holds the next file ordinal
 /// of each output in this flush.
 fn name_files(
-    outputs: Vec<(String, Vec<crate::encode::EncodedFile>)>,
+    outputs: Vec<(String, Vec<crate::lake::encode::EncodedFile>)>,
     sequence: u64,
     writer: &Writer,
     ordinals: &mut BTreeMap<String, usize>,

@@ -1,5 +1,5 @@
 //! The landing stage: the one IO task that carries out the flush machine's actions against the
-//! sink and the slot (see [`crate::flush`]).
+//! sink and the slot (see [`crate::lake::flush`]).
 
 use std::time::{Duration, Instant};
 
@@ -10,27 +10,16 @@ use object_store::path::Path;
 use tokio::sync::{mpsc, watch};
 
 use super::budget::Share;
+use super::error::PipelineError;
+use super::messages::{Encoded, Progress, Shutdown};
 use super::retry::TELL_EVERY;
-use super::{PipelineError, Progress, Shutdown};
-use crate::commit::{CommitError, CommitLog, EntryKind, unix_micros};
+use super::sleep_until;
 use crate::failpoint;
-use crate::flush::{Action, ActionId, EncodedFlush, FlushMachine, Step, Stopped};
-use crate::replication::Confirmer;
-use crate::sink::{Created, Sink};
+use crate::lake::commit::{CommitError, CommitLog, EntryKind, unix_micros};
+use crate::lake::flush::{Action, ActionId, FlushMachine, Step, Stopped};
+use crate::lake::sink::{Created, Sink};
+use crate::source::replication::Confirmer;
 use crate::transform::{Tallies, add_tallies, describe_tallies};
-
-/// An encoded flush (or part of one) and the share of the in-flight budget it holds until its
-/// files are up.
-pub(super) struct Encoded {
-    pub flush: EncodedFlush,
-    /// Held, not read: dropping it gives the budget back.
-    pub _budget: Share,
-    /// Time spent on it so far, for the stage timers.
-    pub transform: Duration,
-    pub encode: Duration,
-    /// What the plugins counted making it.
-    pub tallies: Tallies,
-}
 
 /// After a stop request, the longest landing waits for the sink to answer anything; a
 /// healthy sink answers every request well within it, a hanging one is given up on.
@@ -356,7 +345,7 @@ const TALLIES_EVERY: Duration = Duration::from_secs(60);
 
 fn report(
     progress: &watch::Sender<Progress>,
-    entry: &crate::commit::CommitEntry,
+    entry: &crate::lake::commit::CommitEntry,
     done: Option<&Held>,
 ) {
     if entry.kind == EntryKind::Advance {
@@ -393,13 +382,6 @@ fn report(
             add_tallies(&mut p.plugins, &done.tallies);
         }
     });
-}
-
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]

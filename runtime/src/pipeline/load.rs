@@ -15,15 +15,17 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, watch};
 
+use super::PROGRESS_EVERY;
 use super::budget::{Budget, PEAK_COPIES};
-use super::{Cut, PROGRESS_EVERY, PipelineError, Progress, Shutdown};
+use super::error::PipelineError;
+use super::messages::{Cut, Progress, Shutdown};
 use crate::Lsn;
-use crate::catalog::Catalog;
-use crate::change::{Batch, Change};
-use crate::commit::unix_micros;
-use crate::load::{self, LoadProgress, LoadState, Pages, TableLoad, TableProgress};
-use crate::pgoutput::Relation;
-use crate::snapshot::{Snapshot, SnapshotError, SourceTable};
+use crate::lake::commit::unix_micros;
+use crate::source::catalog::Catalog;
+use crate::source::snapshot::{Snapshot, SnapshotError, SourceTable};
+use crate::stream::change::{Batch, Change};
+use crate::stream::load::{self, LoadProgress, LoadState, Pages, TableLoad, TableProgress};
+use crate::wire::pgoutput::Relation;
 
 /// Parts of a chunk read ahead of the hand-over, per chunk: with the part being read, each
 /// connection holds at most two parts outside the in-flight budget.

@@ -14,7 +14,7 @@
 //! Memory is bounded by the in-flight budget (`flush.in_flight_mib`): a batch takes its
 //! decoded size when the reader cuts it and gives it back when it has landed, and the reader
 //! waits for room before it reads on, so the socket pauses while the replication driver keeps
-//! answering the server. Landing is the flush machine ([`crate::flush`]) carried out by one IO
+//! answering the server. Landing is the flush machine ([`crate::lake::flush`]) carried out by one IO
 //! task (`pipeline/land.rs`): intents and uploads may run ahead, commit entries and confirms go strictly
 //! in sequence order. Sink failures are retried with backoff for as long as they last;
 //! transform and encode failures stop the pipeline with nothing past the last commit confirmed.
@@ -23,9 +23,11 @@
 
 mod budget;
 mod encode;
+mod error;
 mod land;
 mod load;
-pub(crate) mod position;
+mod messages;
+pub mod metrics;
 mod read;
 mod reconnect;
 mod reload;
@@ -33,9 +35,13 @@ mod retry;
 mod start;
 mod transform;
 
-use budget::{Budget, Share};
+use budget::Budget;
 use encode::encode_stage;
 use read::Reader;
+
+pub use error::PipelineError;
+use messages::LoadCut;
+pub use messages::{Progress, Shutdown, StageTimes};
 
 use std::time::{Duration, Instant};
 
@@ -43,21 +49,15 @@ use futures::future::BoxFuture;
 use tokio::sync::{mpsc, watch};
 
 use crate::Lsn;
-use crate::assemble::{AssembleError, Assembler, SpillSettings};
-use crate::batch::{BatchLimits, Batcher};
-use crate::catalog::CatalogError;
-use crate::change::{Batch, OutputBatch};
-use crate::commit::{CommitEntry, CommitError};
 use crate::config::PipelineConfig;
-use crate::encode::{EncodeError, Encoder};
 use crate::failpoint;
-use crate::flush::{EncodedFlush, FlushMachine};
-use crate::load::LoadState;
-use crate::pgoutput::{DecodeError, Decoder};
-use crate::provision::ProvisionError;
-use crate::replication::{ReplicationError, ReplicationStream};
-use crate::sink::SinkError;
-use crate::transform::{PluginInfo, Tallies, TransformChain, TransformError};
+use crate::lake::encode::Encoder;
+use crate::lake::flush::FlushMachine;
+use crate::source::replication::ReplicationStream;
+use crate::stream::assemble::{Assembler, SpillSettings};
+use crate::stream::batch::{BatchLimits, Batcher};
+use crate::transform::{PluginInfo, TransformChain};
+use crate::wire::pgoutput::Decoder;
 
 /// The highest pgoutput protocol version this pipeline speaks. Streaming of in-progress
 /// transactions needs 2 (PostgreSQL 14); 3 (15) adds two-phase and 4 (16) parallel streaming,
@@ -78,99 +78,11 @@ fn proto_version(server_version_num: Option<u32>) -> u32 {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum PipelineError {
-    #[error(transparent)]
-    Provision(#[from] ProvisionError),
-    /// The prerequisite check found several problems: all of them, each with its fix.
-    #[error("{}", crate::check::describe_failures(.0))]
-    Prerequisites(crate::check::Report),
-    #[error(transparent)]
-    Replication(#[from] ReplicationError),
-    #[error("malformed pgoutput message at {lsn}: {source}")]
-    Decode {
-        lsn: Lsn,
-        #[source]
-        source: DecodeError,
-    },
-    #[error(transparent)]
-    Assemble(#[from] AssembleError),
-    #[error(transparent)]
-    Catalog(#[from] CatalogError),
-    #[error("full load: {0}")]
-    Load(#[from] crate::snapshot::SnapshotError),
-    #[error(
-        "source.binary = true needs pgoutput protocol 2 (PostgreSQL 14 or newer); this server speaks protocol {0}: set source.binary = false"
-    )]
-    BinaryUnsupported(u32),
-    #[error(
-        "flush.spill_dir {dir} cannot take a file: {reason}; large transactions are held there \
-         until they commit: name a directory this user can write to"
-    )]
-    SpillDir { dir: String, reason: String },
-    #[error(transparent)]
-    Transform(#[from] TransformError),
-    #[error("parquet encoder settings: {0}")]
-    EncoderSettings(#[from] EncodeError),
-    #[error("encoding flush {sequence} (commits {first}..{last}): {source}")]
-    Encode {
-        sequence: u64,
-        first: Lsn,
-        last: Lsn,
-        #[source]
-        source: EncodeError,
-    },
-    #[error(transparent)]
-    Sink(#[from] SinkError),
-    #[error(transparent)]
-    Commit(#[from] CommitError),
-    #[error(
-        "stopped while {what} kept failing: nothing past {confirmed} was confirmed, and the unfinished flush is cleaned up and replayed at the next start"
-    )]
-    Interrupted { what: &'static str, confirmed: Lsn },
-    /// The replication connection came back from another server, or from the same one on
-    /// another timeline (a failover or a recovery), which start-up would have refused.
-    #[error(
-        "the replication connection came back to {now}, but the pipeline started on {was} (a \
-         failover, a recovery or another server behind the same address): stopped before \
-         reading from it, nothing past {confirmed} was confirmed. Start `tributary run` again: \
-         it checks the commit log against this server and says how to accept the move if the \
-         lake may differ from it"
-    )]
-    ServerMoved {
-        was: String,
-        now: String,
-        confirmed: Lsn,
-    },
-    #[error(
-        "{what} kept failing for {failing_for_secs} s ({attempts} attempts), longer than \
-         retry.limit_secs = {limit_secs} allows: {error}; stopped, nothing past {confirmed} was \
-         confirmed, and the next start resumes there (remove retry.limit_secs to retry for as \
-         long as a fault lasts)"
-    )]
-    GaveUp {
-        what: &'static str,
-        failing_for_secs: u64,
-        attempts: u32,
-        limit_secs: u64,
-        error: String,
-        confirmed: Lsn,
-    },
-    #[error(
-        "stopped after the sink gave no answer for {seconds} s: nothing past {confirmed} was confirmed, and the unfinished flush is cleaned up and replayed at the next start"
-    )]
-    StopTimedOut { seconds: u64, confirmed: Lsn },
-    #[error("a blocking task failed: {0}")]
-    Task(String),
-    #[error("{0}")]
-    Failpoints(String),
-}
-
 /// How a run was started.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     /// Start across this one gap between the sink's last commit and the slot: the exact text
-    /// the refusal printed (see [`crate::commit::gap_token`]).
+    /// the refusal printed (see [`crate::lake::commit::gap_token`]).
     pub accept_gap: Option<String>,
     /// Wait for as long as another consumer holds the slot, instead of giving up after
     /// `slot_grace`.
@@ -188,58 +100,6 @@ impl Default for RunOptions {
         }
     }
 }
-
-/// What the pipeline has landed so far; published after every commit.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Progress {
-    pub flushes: u64,
-    pub transactions: u64,
-    pub changes: u64,
-    pub rows_written: u64,
-    pub files_written: u64,
-    pub bytes_written: u64,
-    /// Transactions the server replayed that were already landed.
-    pub replays_skipped: u64,
-    pub last_entry: Option<CommitEntry>,
-    /// The slot is being read: every transaction that commits from now on will be landed.
-    pub streaming: bool,
-    /// Where the time went, summed over the run.
-    pub stages: StageTimes,
-    /// What each plugin counted in the flushes committed so far, by plugin name.
-    pub plugins: Tallies,
-    /// Attempts of sink steps (intents, uploads, commit entries) that failed and were retried.
-    pub sink_retries: u64,
-    /// A sink step is failing and being retried right now.
-    pub sink_failing: bool,
-    /// A full load under way: what it has read so far.
-    pub load: Option<crate::load::LoadProgress>,
-}
-
-/// Wall time spent in each stage, summed over a run: where a pipeline's time goes. The rest of
-/// a run's time is spent waiting for the server.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StageTimes {
-    /// Decoding pgoutput messages and assembling transactions.
-    pub decode: Duration,
-    /// The transform chain: the plugins, or the built-in derivation without any.
-    pub transform: Duration,
-    /// Arrow and Parquet encoding.
-    pub encode: Duration,
-    /// Writing the intent and uploading the data files.
-    pub upload: Duration,
-    /// Writing the commit entry and removing the intent.
-    pub commit: Duration,
-}
-
-impl StageTimes {
-    /// The sum of all stages.
-    pub fn total(&self) -> Duration {
-        self.decode + self.transform + self.encode + self.upload + self.commit
-    }
-}
-
-/// Stop request: send `true` to finish the in-flight flush, land what is pending, and stop.
-pub type Shutdown = watch::Receiver<bool>;
 
 /// Run the pipeline until `shutdown` turns true or an error stops it.
 pub async fn run(
@@ -296,7 +156,7 @@ async fn run_stages(
         pg: started.reconnect.pg.clone(),
         publication: config.source.publication.clone(),
         binary: config.source.binary,
-        temporary_slot: crate::snapshot::temporary_slot_name("load"),
+        temporary_slot: crate::source::snapshot::temporary_slot_name("load"),
         parallelism: config.load.parallelism,
         chunk_pages: u32::try_from((config.load.chunk_mib << 20) / 8192).unwrap_or(u32::MAX),
         part_bytes: match started.transforms.wants_whole_transactions().is_empty() {
@@ -407,46 +267,6 @@ fn spill_dir_problem(flush: &crate::config::FlushConfig) -> Option<PipelineError
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// Queued items between two stages; the in-flight budget, not this, bounds memory.
 const STAGE_QUEUE: usize = 1;
-
-/// A batch cut by the reader, numbered, holding its share of the budget: a flush, or one part
-/// of a flush that lands a large transaction.
-struct Cut {
-    batch: Batch,
-    sequence: u64,
-    part: u32,
-    /// The batch's last transaction ends in it.
-    last: bool,
-    /// Set on an empty batch that only records how far the server's WAL moved on.
-    advance: Option<Advance>,
-    /// Set on a part of a full load's chunk.
-    load: Option<LoadCut>,
-    /// While a load runs, on the last part: the load's progress as of this flush, which its
-    /// entry records (so that a crash at any entry knows what is left to load).
-    state: Option<LoadState>,
-    share: Share,
-}
-
-/// The stream positions a load chunk's entry keeps: a load does not move them.
-struct LoadCut {
-    last_commit: Lsn,
-    end: Lsn,
-}
-
-/// The positions of an advance entry: the last commit landed, and the server's WAL position.
-#[derive(Debug, Clone, Copy)]
-struct Advance {
-    last_commit: Lsn,
-    end: Lsn,
-}
-
-/// What the transforms made of a cut.
-struct Transformed {
-    flush: EncodedFlush,
-    outputs: Vec<OutputBatch>,
-    share: Share,
-    transform: Duration,
-    tallies: Tallies,
-}
 
 async fn load_transforms(
     config: &PipelineConfig,

@@ -7,18 +7,18 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 use super::budget::{Budget, PEAK_COPIES};
-use super::{
-    Advance, Cut, PROGRESS_EVERY, PipelineError, Progress, Shutdown, load, reconnect, sleep_until,
-};
+use super::error::PipelineError;
+use super::messages::{Advance, Cut, Progress, Shutdown};
+use super::{PROGRESS_EVERY, load, reconnect, sleep_until};
 use crate::Lsn;
-use crate::assemble::{Assembler, Completed, Spilled};
-use crate::batch::Batcher;
-use crate::catalog::Catalog;
-use crate::change::Batch;
-use crate::commit::Checkpoint;
-use crate::load::{LoadState, ResyncRequest, TableLoad};
-use crate::pgoutput::{Decoder, LogicalMessage};
-use crate::replication::{ReplicationError, ReplicationStream, XLogData};
+use crate::lake::commit::Checkpoint;
+use crate::source::catalog::Catalog;
+use crate::source::replication::{ReplicationError, ReplicationStream, XLogData};
+use crate::stream::assemble::{Assembler, Completed, Spilled};
+use crate::stream::batch::Batcher;
+use crate::stream::change::Batch;
+use crate::stream::load::{LoadState, ResyncRequest, TableLoad};
+use crate::wire::pgoutput::{Decoder, LogicalMessage};
 
 /// Frames taken from the replication driver per wake-up.
 const RECV_BATCH: usize = 1024;

@@ -5,11 +5,12 @@
 
 use std::time::{Duration, Instant};
 
+use super::error::PipelineError;
+use super::messages::Shutdown;
 use super::retry::{TELL_EVERY, doubled, gave_up, jittered};
-use super::{PipelineError, Shutdown};
 use crate::Lsn;
-use crate::flush::RETRY_MIN;
-use crate::replication::{Confirmer, ReplicationConnection, ReplicationError, ReplicationStream};
+use crate::lake::flush::RETRY_MIN;
+use crate::source::replication::{Confirmer, ReplicationError, ReplicationStream};
 
 /// `55006`: the slot is still held, by the walsender of the connection that was lost (it
 /// notices only at its next write or after `wal_sender_timeout`).
@@ -112,7 +113,7 @@ impl Reconnect {
         // The server resumes at the slot's confirmed position whatever is asked; asking for
         // ours names the intent.
         let start: Lsn = self.confirmer.confirmed();
-        let mut connection = ReplicationConnection::connect(&self.pg)
+        let mut connection = crate::source::connect::replication(&self.pg)
             .await
             .map_err(OpenError::Replication)?;
         let system = connection

@@ -4,11 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use super::{PipelineError, Shutdown};
+use super::error::PipelineError;
+use super::messages::Shutdown;
 use crate::Lsn;
-use crate::commit::CommitError;
+use crate::lake::commit::CommitError;
 
-use crate::flush::{RETRY_MAX, RETRY_MIN};
+use crate::lake::flush::{RETRY_MAX, RETRY_MIN};
 
 /// Run a sink step until it succeeds or fails for good; yields the step's last result. A stop
 /// request while waiting returns [`PipelineError::Interrupted`] from the enclosing function.

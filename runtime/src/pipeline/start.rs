@@ -2,11 +2,11 @@
 //! second instance from writing over the first:
 //!
 //! 1. Everything that can refuse, before anything is created: the prerequisite check (every
-//!    problem of the source in one report, see [`crate::check`]), the spill directory
+//!    problem of the source in one report, see [`crate::source::prerequisites`]), the spill directory
 //!    (writable), the plugins (loaded and instantiated), the sink (reachable, and not another
 //!    pipeline's), the slot (its plugin, database, two-phase setting, and whether the lake
 //!    would have a gap without it), and on a first run (an empty commit log) where
-//!    `source.start_from` starts ([`position`](super::position)).
+//!    `source.start_from` starts ([`position`](crate::source::position)).
 //! 2. Provisioning: the publication, replica identity checks, the slot if missing; what is
 //!    created is recorded in the sink, for `tributary teardown`.
 //! 3. Holding the slot: `START_REPLICATION` succeeds for one consumer at a time. A slot held
@@ -14,7 +14,7 @@
 //!    waited for: briefly by default, for as long as it takes with `--wait`.
 //! 4. Taking over the sink, now that no other consumer can confirm: record which pipeline it
 //!    belongs to (once), read the log again, compare the slot with it (gaps are refused), and
-//!    append an open entry that fences every earlier writer (see [`crate::commit`]); a first
+//!    append an open entry that fences every earlier writer (see [`crate::lake::commit`]); a first
 //!    run's entry records where it started. Then delete what no one can commit any more, and
 //!    say in one line how this run starts.
 
@@ -22,24 +22,26 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
 
+use super::error::PipelineError;
 use super::load::LoadJob;
-use super::position::{self, FirstStart};
+use super::messages::Shutdown;
 use super::reconnect::Reconnect;
 use super::retry::with_retry;
-use super::{PipelineError, RunOptions, Shutdown, load_transforms, proto_version};
+use super::{RunOptions, load_transforms, proto_version};
 use crate::Lsn;
-use crate::catalog::Catalog;
-use crate::check::{self, Refusal};
-use crate::commit::{
+use crate::config::{PipelineConfig, Provisioning, SourceConfig, StartFrom};
+use crate::lake::commit::{
     Checkpoint, CommitEntry, CommitError, CommitLog, FORMAT, PipelineIdentity, Provisioned,
     ProvisionedKind, Writer, unix_micros,
 };
-use crate::config::{PipelineConfig, Provisioning, SourceConfig, StartFrom};
-use crate::load::LoadState;
-use crate::provision::{self, Ensured, ProvisionError};
-use crate::replication::{ReplicationConnection, ReplicationStream};
-use crate::sink::Sink;
-use crate::snapshot::{Snapshot, SnapshotError};
+use crate::lake::sink::Sink;
+use crate::source::catalog::Catalog;
+use crate::source::position::{self, FirstStart};
+use crate::source::prerequisites::{self as check, Refusal};
+use crate::source::provision::{self, Ensured, ProvisionError};
+use crate::source::replication::{ReplicationConnection, ReplicationStream};
+use crate::source::snapshot::{Snapshot, SnapshotError};
+use crate::stream::load::LoadState;
 use crate::transform::{PluginInfo, TransformChain};
 
 /// How often a waiting start looks at the slot again, and how often it says it still waits.
@@ -82,12 +84,12 @@ pub(super) async fn start(
         tracing::warn!("{note}");
     }
     let writer = Writer::new();
-    let mut pg = provision::parse_url(&source.url)?;
+    let mut pg = crate::source::connect::parse_url(&source.url)?;
     if pg.get_application_name().is_none() {
         // Names this instance to whoever finds the slot busy (pg_stat_replication).
         pg.application_name(format!("tributary {}", writer.id));
     }
-    let client = provision::connect(&pg).await?;
+    let client = crate::source::connect::sql(&pg).await?;
 
     // 1. Everything that can refuse, the source's prerequisites first and all at once.
     let report = check::run(&client, &pg, source).await?;
@@ -116,7 +118,7 @@ pub(super) async fn start(
         &mut stop,
         log.latest()
     )?;
-    let mut replication = ReplicationConnection::connect(&pg).await?;
+    let mut replication = crate::source::connect::replication(&pg).await?;
     let system = replication.identify_system().await?;
     let database = provision::current_database(&client).await?;
     let identity = PipelineIdentity {
@@ -259,7 +261,7 @@ pub(super) async fn start(
     .await?;
     let load = opened.load.clone().map(|state| LoadJob { anchor, state });
     let recovery = log
-        .recover(opened.sequence, crate::flush::MAX_FLIGHTS as u64)
+        .recover(opened.sequence, crate::lake::flush::MAX_FLIGHTS as u64)
         .await?;
     let removed = log.clean_up(&recovery).await?;
     if !removed.is_empty() {
@@ -393,7 +395,7 @@ async fn hold_slot(
         if holder.is_none() {
             let connection = match replication.take() {
                 Some(c) => c,
-                None => ReplicationConnection::connect(pg).await?,
+                None => crate::source::connect::replication(pg).await?,
             };
             match connection
                 .start_logical(&source.slot, start, &start_options, status_interval)

@@ -22,9 +22,10 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use tokio::sync::mpsc;
 
+use super::error::PipelineError;
+use super::messages::{Advance, Cut, Transformed};
 use super::reload::{self, hangup_signal, next_hangup};
-use super::{Advance, Cut, PipelineError, Transformed};
-use crate::flush::EncodedFlush;
+use crate::lake::flush::EncodedFlush;
 use crate::transform::{PluginInfo, Tallies, TransformChain, TransformError};
 
 /// One instance of the chain, and the version of the plugins it runs.
@@ -269,12 +270,13 @@ fn transform(
 
 #[cfg(test)]
 mod tests {
-    use crate::change::{Batch, Op, Value};
+    use crate::stream::change::{Batch, Op, Value};
     use crate::transform::tests::{change, plugin, relation, tx};
     use crate::transform::{HostLimits, TransformChain, TransformSpec};
 
     use super::super::budget::Budget;
-    use super::super::{Cut, reload};
+    use super::super::messages::Cut;
+    use super::super::reload;
     use tokio::sync::mpsc;
 
     /// Run one-row batches with these texts through the `trap` plugin (`slow` takes half a

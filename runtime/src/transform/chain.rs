@@ -11,9 +11,11 @@ use super::host::{Plugin, wit};
 use super::shape::{Emit, Replacements, Shape};
 use super::{Call, DEAD_LETTERS, FailurePolicy, Rejected, TransformError};
 use crate::Lsn;
-use crate::change::{Batch, Change, Op, OutputBatch, OutputColumn, OutputRow, Transaction, Value};
-use crate::pgoutput::{Relation, RelationColumn};
-use crate::pgtype::ColumnType;
+use crate::stream::change::{
+    Batch, Change, Op, OutputBatch, OutputColumn, OutputRow, Transaction, Value,
+};
+use crate::wire::pgoutput::{Relation, RelationColumn};
+use crate::wire::pgtype::ColumnType;
 
 /// A plugin with what it declared at `init`.
 pub(super) struct Stage {
@@ -526,7 +528,7 @@ fn dead_letter_columns() -> Arc<[OutputColumn]> {
                 column.nullable = nullable;
                 column
             };
-            let text = |name: &str| column(name, crate::pgtype::oid::TEXT, false);
+            let text = |name: &str| column(name, crate::wire::pgtype::oid::TEXT, false);
             vec![
                 text("table"),
                 text("plugin"),
@@ -534,8 +536,8 @@ fn dead_letter_columns() -> Arc<[OutputColumn]> {
                 text("plugin_digest"),
                 text("class"),
                 text("message"),
-                column("first_seen", crate::pgtype::oid::TIMESTAMPTZ, false),
-                column("row", crate::pgtype::oid::JSON, true),
+                column("first_seen", crate::wire::pgtype::oid::TIMESTAMPTZ, false),
+                column("row", crate::wire::pgtype::oid::JSON, true),
             ]
             .into()
         })
@@ -997,7 +999,7 @@ pub(super) fn route(
                 let lsn = batch.transactions[tx].commit_lsn;
                 let op = match (convert::op_from_wit(row.op), batch.transactions[tx].xid) {
                     // A load chunk's truncate is its table's load marker.
-                    (Op::Truncate, crate::load::LOAD_XID) => Op::Load,
+                    (Op::Truncate, crate::stream::load::LOAD_XID) => Op::Load,
                     (op, _) => op,
                 };
                 match &row.target {

@@ -19,8 +19,8 @@ use super::convert::{self, Relations, View};
 use super::host::wit;
 use super::host::wit::columnar as cw;
 use super::shape::{Edit, Emit, Replacements, Shape};
-use crate::change::{Batch, Change, Op, OutputColumn, Value};
-use crate::encode;
+use crate::lake::encode;
+use crate::stream::change::{Batch, Change, Op, OutputColumn, Value};
 
 /// The metadata columns that open each table's stream, in order.
 pub(super) const METADATA: [&str; 4] = ["_txn", "_change", "_seq", "_op"];
@@ -75,7 +75,7 @@ pub(super) fn batch_to_columns(
     let places = places(batch, handles);
     let changes: Vec<&Change> = batch.transactions.iter().flat_map(|t| &t.changes).collect();
     let (part, last_part) = view.part.unwrap_or((0, true));
-    let messages = |messages: &[crate::change::Message]| match view.messages {
+    let messages = |messages: &[crate::stream::change::Message]| match view.messages {
         true => messages.iter().map(convert::message_to_wit).collect(),
         false => Vec::new(),
     };
@@ -566,14 +566,14 @@ mod tests {
                         v => v,
                     };
                     // money lands in minor units of the server's fraction digits.
-                    if column.type_oid != crate::pgtype::oid::MONEY {
+                    if column.type_oid != crate::wire::pgtype::oid::MONEY {
                         assert_eq!(&back[row], expected, "{} row {row}", column.name);
                     }
                     let expected_old = match changes[i].op {
                         Op::Update => value_at(changes[i].old.as_deref(), c),
                         _ => &Value::Null,
                     };
-                    if column.type_oid != crate::pgtype::oid::MONEY {
+                    if column.type_oid != crate::wire::pgtype::oid::MONEY {
                         assert_eq!(
                             &old_back[row], expected_old,
                             "old {} row {row}",

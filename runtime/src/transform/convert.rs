@@ -9,9 +9,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::host::wit;
-use crate::change::{Array, Batch, Message, Op, OutputColumn, Value};
-use crate::pgoutput::Relation;
-use crate::pgtype::{self, ColumnType};
+use crate::stream::change::{Array, Batch, Message, Op, OutputColumn, Value};
+use crate::wire::pgoutput::Relation;
+use crate::wire::pgtype::{self, ColumnType};
 
 /// The relations of one batch, by handle, with the output each one derives.
 pub(super) struct Relations {

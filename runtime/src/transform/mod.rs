@@ -52,7 +52,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::Lsn;
-use crate::change::{Batch, OutputBatch, OutputColumn};
+use crate::stream::change::{Batch, OutputBatch, OutputColumn};
 
 /// One `[[transform]]` of the pipeline file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

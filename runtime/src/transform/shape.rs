@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use super::convert;
 use super::host::wit;
-use crate::change::Value;
-use crate::pgoutput::Relation;
-use crate::pgtype::ColumnType;
+use crate::stream::change::Value;
+use crate::wire::pgoutput::Relation;
+use crate::wire::pgtype::ColumnType;
 
 /// How one plugin's rows for one input relation look. Positions in an emit count the input
 /// relation's columns, then the columns the reshape adds ("wide" positions); the output row

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use super::*;
-use crate::change::{Change, Message, Op, OutputRow, Transaction, Value};
-use crate::pgoutput::{Relation, RelationColumn, ReplicaIdentity};
+use crate::stream::change::{Change, Message, Op, OutputRow, Transaction, Value};
+use crate::wire::pgoutput::{Relation, RelationColumn, ReplicaIdentity};
 
 pub(crate) fn plugin(name: &str) -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -175,7 +175,7 @@ pub(super) fn every_kind_batch() -> Batch {
                 days: -3,
                 micros: 5,
             },
-            Value::Array(Box::new(crate::change::Array {
+            Value::Array(Box::new(crate::stream::change::Array {
                 dims: vec![2, 2],
                 elements: vec![Value::Int4(1), Value::Int4(2), Value::Null, Value::Int4(4)],
             })),

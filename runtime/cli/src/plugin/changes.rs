@@ -17,9 +17,9 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value as Json};
 use tributary::Lsn;
-use tributary::change::{Array, Batch, Change, Message, Op, Transaction, Value};
-use tributary::pgoutput::{Relation, RelationColumn, ReplicaIdentity};
-use tributary::pgtype::{self, ColumnType, oid};
+use tributary::stream::change::{Array, Batch, Change, Message, Op, Transaction, Value};
+use tributary::wire::pgoutput::{Relation, RelationColumn, ReplicaIdentity};
+use tributary::wire::pgtype::{self, ColumnType, oid};
 
 /// The format, for the command's help.
 pub const FORMAT: &str = "\

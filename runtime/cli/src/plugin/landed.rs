@@ -5,8 +5,8 @@ use std::fmt::Write;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::Value as Json;
-use tributary::change::{OutputBatch, OutputColumn, OutputRow, Value};
-use tributary::pgtype::{self, oid};
+use tributary::stream::change::{OutputBatch, OutputColumn, OutputRow, Value};
+use tributary::wire::pgtype::{self, oid};
 
 /// JSON object members in the order given (serde_json's own map sorts its keys).
 struct Ordered(Vec<(String, Json)>);
@@ -348,7 +348,7 @@ pub fn type_label(column: &OutputColumn) -> String {
 mod tests {
     use super::*;
     use crate::plugin::changes;
-    use tributary::pgtype::ColumnType;
+    use tributary::wire::pgtype::ColumnType;
 
     #[test]
     fn dates_and_times_print_as_rfc_3339() {

@@ -1,0 +1,11 @@
+//! The commands beside `tributary run`, each over the rooms it needs and never the running
+//! pipeline: [`check`] (where a run would start), [`status`], [`teardown`], [`resync`] and
+//! [`verify`].
+//!
+//! May import: every room but [`crate::pipeline`].
+
+pub mod check;
+pub mod resync;
+pub mod status;
+pub mod teardown;
+pub mod verify;

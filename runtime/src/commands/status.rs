@@ -1,0 +1,177 @@
+//! `tributary status`: the positions an operator must see, side by side.
+//!
+//! The server's current WAL position, the slot's `restart_lsn` (what the server keeps) and
+//! `confirmed_flush_lsn` (what the slot believes is done), and the sink's latest commit entry
+//! (what is durable in the lake). The entry is never behind `confirmed_flush_lsn`.
+
+use serde::Serialize;
+
+use crate::Lsn;
+use crate::config::PipelineConfig;
+use crate::lake::commit::{CommitError, CommitLog, Writer};
+use crate::lake::sink::{Sink, SinkError};
+use crate::source::provision::{self, ProvisionError};
+use crate::units::human_bytes;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error(transparent)]
+    Provision(#[from] ProvisionError),
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    #[error(transparent)]
+    Commit(#[from] CommitError),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SlotStatus {
+    pub name: String,
+    pub exists: bool,
+    pub active_pid: Option<i32>,
+    pub restart_lsn: Option<Lsn>,
+    pub confirmed_flush_lsn: Option<Lsn>,
+    /// WAL the server keeps for this slot: current WAL position minus `restart_lsn`.
+    pub retained_wal_bytes: Option<u64>,
+    /// Current WAL position minus `confirmed_flush_lsn`.
+    pub lag_bytes: Option<u64>,
+    pub wal_status: Option<String>,
+    pub safe_wal_size: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SinkStatus {
+    pub url: String,
+    pub last_sequence: Option<u64>,
+    pub last_commit_lsn: Option<Lsn>,
+    pub last_end_lsn: Option<Lsn>,
+    /// Microseconds since the Unix epoch.
+    pub last_committed_at: Option<i64>,
+    /// The instance that wrote the latest entry: the pipeline's current writer.
+    pub writer: Option<Writer>,
+    /// Changes plugins rejected that landed in the dead-letter output, in all.
+    pub dead_letters: u64,
+    /// A full load (or resync) under way, as of the latest entry.
+    pub load: Option<crate::stream::load::LoadState>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub current_wal_lsn: Lsn,
+    pub slot: SlotStatus,
+    pub sink: SinkStatus,
+}
+
+pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
+    let client =
+        crate::source::connect::sql(&crate::source::connect::parse_url(&config.source.url)?)
+            .await?;
+    let current = provision::current_wal_lsn(&client).await?;
+    let slot = provision::slot_state(&client, &config.source.slot).await?;
+    let behind = |lsn: Option<Lsn>| lsn.map(|l| current.0.saturating_sub(l.0));
+    let slot = SlotStatus {
+        name: config.source.slot.clone(),
+        exists: slot.is_some(),
+        active_pid: slot.as_ref().and_then(|s| s.active_pid),
+        restart_lsn: slot.as_ref().and_then(|s| s.restart_lsn),
+        confirmed_flush_lsn: slot.as_ref().and_then(|s| s.confirmed_flush_lsn),
+        retained_wal_bytes: behind(slot.as_ref().and_then(|s| s.restart_lsn)),
+        lag_bytes: behind(slot.as_ref().and_then(|s| s.confirmed_flush_lsn)),
+        wal_status: slot.as_ref().and_then(|s| s.wal_status.clone()),
+        safe_wal_size: slot.as_ref().and_then(|s| s.safe_wal_size),
+    };
+    let sink = Sink::open(&config.sink.url, &config.sink.options)?;
+    let latest = CommitLog::new(sink, Writer::named("status"))
+        .latest()
+        .await?;
+    let sink = SinkStatus {
+        url: config.sink.url.clone(),
+        last_sequence: latest.as_ref().map(|e| e.sequence),
+        last_commit_lsn: latest.as_ref().map(|e| e.last_commit_lsn),
+        last_end_lsn: latest.as_ref().map(|e| e.last_end_lsn),
+        last_committed_at: latest.as_ref().map(|e| e.committed_at),
+        writer: latest.as_ref().map(|e| e.writer.clone()),
+        dead_letters: latest.as_ref().map_or(0, |e| e.dead_letters),
+        load: latest.as_ref().and_then(|e| e.load.clone()),
+    };
+    Ok(Status {
+        current_wal_lsn: current,
+        slot,
+        sink,
+    })
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lsn = |l: Option<Lsn>| l.map_or_else(|| "-".to_owned(), |l| l.to_string());
+        let size = |b: Option<u64>| b.map_or_else(|| "?".to_owned(), human_bytes);
+        let s = &self.slot;
+        writeln!(f, "current WAL         {}", self.current_wal_lsn)?;
+        if !s.exists {
+            writeln!(f, "slot {:?}: does not exist", s.name)?;
+        } else {
+            let active = s
+                .active_pid
+                .map_or_else(|| "inactive".to_owned(), |p| format!("active, pid {p}"));
+            writeln!(f, "slot {:?}: {active}", s.name)?;
+            writeln!(
+                f,
+                "  confirmed_flush   {}, {} behind",
+                lsn(s.confirmed_flush_lsn),
+                size(s.lag_bytes)
+            )?;
+            writeln!(
+                f,
+                "  restart_lsn       {}, {} of WAL retained",
+                lsn(s.restart_lsn),
+                size(s.retained_wal_bytes)
+            )?;
+            let safe = s
+                .safe_wal_size
+                .map_or_else(|| "unlimited".to_owned(), |b| human_bytes(b.max(0) as u64));
+            writeln!(
+                f,
+                "  wal_status        {} (safe_wal_size {safe})",
+                s.wal_status.as_deref().unwrap_or("-")
+            )?;
+        }
+        writeln!(f, "sink {}", self.sink.url)?;
+        match self.sink.last_sequence {
+            None => writeln!(f, "  nothing committed yet"),
+            Some(n) => {
+                writeln!(
+                    f,
+                    "  last commit       #{n}: transactions up to {} (confirmable {})",
+                    lsn(self.sink.last_commit_lsn),
+                    lsn(self.sink.last_end_lsn)
+                )?;
+                if let Some(w) = &self.sink.writer {
+                    writeln!(f, "  written by        {w}")?;
+                }
+                if let Some(load) = &self.sink.load {
+                    let what = if load.resync { "resync" } else { "full load" };
+                    writeln!(f, "  {what:<17} under way")?;
+                    for t in &load.tables {
+                        let state = match t.chunks {
+                            None => "to load".to_owned(),
+                            Some(n) if n == t.done => format!("loaded, {} rows", t.rows),
+                            Some(n) => format!("{}/{n} chunks landed, {} rows", t.done, t.rows),
+                        };
+                        writeln!(
+                            f,
+                            "    {:<15} {state} (snapshot {})",
+                            t.table, t.snapshot_lsn
+                        )?;
+                    }
+                }
+                match self.sink.dead_letters {
+                    0 => Ok(()),
+                    n => writeln!(
+                        f,
+                        "  dead letters      {n} rejected changes in {}/",
+                        crate::transform::DEAD_LETTERS
+                    ),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! Metrics of a running pipeline in the Prometheus text format (version 0.0.4), served over
+//! plain HTTP at `GET /metrics` when `metrics.listen` is set.
+//!
+//! Everything comes from the pipeline's [`Progress`]: what was committed (counters since the
+//! process started), where the slot is confirmed, where the time went, whether the sink is
+//! failing, and what each plugin counted (`host.count`) and sent to the dead-letter output,
+//! labelled with the plugin. Counts are taken at commit, so a flush that never commits (a
+//! crash, a stop) counts nothing and the figures match what landed.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::lake::commit::EntryKind;
+use crate::pipeline::Progress;
+
+/// The content type of the text exposition format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The longest a client may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most of a request that is read: a scrape's request line and headers.
+const REQUEST_LIMIT: usize = 8 * 1024;
+
+/// What names the pipeline in every scrape.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub slot: String,
+    pub version: &'static str,
+}
+
+/// The metrics of `progress` in the text exposition format.
+pub fn render(progress: &Progress, identity: &Identity) -> String {
+    let mut out = Text::default();
+    out.family("tributary_info", "gauge", "The running pipeline, always 1.");
+    out.sample(
+        "tributary_info",
+        &[("slot", &identity.slot), ("version", identity.version)],
+        1,
+    );
+    out.single(
+        "tributary_streaming",
+        "gauge",
+        "1 while the slot is being read: every transaction committed from then on lands.",
+        u64::from(progress.streaming),
+    );
+    for (name, help, value) in [
+        (
+            "tributary_flushes_total",
+            "Flushes committed to the commit log.",
+            progress.flushes,
+        ),
+        (
+            "tributary_transactions_total",
+            "Source transactions landed.",
+            progress.transactions,
+        ),
+        (
+            "tributary_changes_total",
+            "Source changes landed.",
+            progress.changes,
+        ),
+        (
+            "tributary_rows_written_total",
+            "Rows written to data files, over all outputs.",
+            progress.rows_written,
+        ),
+        (
+            "tributary_files_written_total",
+            "Data files committed.",
+            progress.files_written,
+        ),
+        (
+            "tributary_bytes_written_total",
+            "Bytes of data files committed.",
+            progress.bytes_written,
+        ),
+        (
+            "tributary_replays_skipped_total",
+            "Transactions the server sent again that had already landed, dropped.",
+            progress.replays_skipped,
+        ),
+        (
+            "tributary_sink_retries_total",
+            "Failed attempts of sink steps (intents, uploads, commit entries) that were retried.",
+            progress.sink_retries,
+        ),
+    ] {
+        out.single(name, "counter", help, value);
+    }
+    out.single(
+        "tributary_sink_failing",
+        "gauge",
+        "1 while a sink step fails and is being retried (nothing new is confirmed meanwhile).",
+        u64::from(progress.sink_failing),
+    );
+    if let Some(entry) = &progress.last_entry {
+        out.single(
+            "tributary_confirmed_lsn",
+            "gauge",
+            "Where the slot is confirmed: the end of the last transaction the commit log holds.",
+            entry.last_end_lsn.0,
+        );
+        out.single(
+            "tributary_last_commit_lsn",
+            "gauge",
+            "Commit LSN of the last source transaction landed.",
+            entry.last_commit_lsn.0,
+        );
+        out.single(
+            "tributary_last_entry_sequence",
+            "gauge",
+            "Sequence number of the last commit entry this process wrote.",
+            entry.sequence,
+        );
+        out.family(
+            "tributary_last_entry_timestamp_seconds",
+            "gauge",
+            "When the last commit entry was written, in seconds since the Unix epoch.",
+        );
+        out.sample_float(
+            "tributary_last_entry_timestamp_seconds",
+            &[(
+                "kind",
+                match entry.kind {
+                    EntryKind::Flush => "flush",
+                    EntryKind::Open => "open",
+                    EntryKind::Advance => "advance",
+                    EntryKind::Load => "load",
+                },
+            )],
+            entry.committed_at as f64 / 1e6,
+        );
+        out.single(
+            "tributary_dead_letters_committed",
+            "gauge",
+            "Changes in the dead-letter output, as the last commit entry counts them (every run).",
+            entry.dead_letters,
+        );
+    }
+    out.family(
+        "tributary_stage_seconds_total",
+        "counter",
+        "Wall time spent in each stage of the pipeline.",
+    );
+    let stages = &progress.stages;
+    for (stage, took) in [
+        ("decode", stages.decode),
+        ("transform", stages.transform),
+        ("encode", stages.encode),
+        ("upload", stages.upload),
+        ("commit", stages.commit),
+    ] {
+        out.sample_float(
+            "tributary_stage_seconds_total",
+            &[("stage", stage)],
+            took.as_secs_f64(),
+        );
+    }
+    if !progress.plugins.is_empty() {
+        out.family(
+            "tributary_plugin_calls_total",
+            "counter",
+            "Calls of a plugin's process in committed flushes.",
+        );
+        for (plugin, tally) in &progress.plugins {
+            out.sample(
+                "tributary_plugin_calls_total",
+                &[("plugin", plugin)],
+                tally.calls,
+            );
+        }
+        out.family(
+            "tributary_dead_letters_total",
+            "counter",
+            "Changes a plugin rejected (or failed on) that landed in the dead-letter output.",
+        );
+        for (plugin, tally) in &progress.plugins {
+            out.sample(
+                "tributary_dead_letters_total",
+                &[("plugin", plugin)],
+                tally.dead_letters,
+            );
+        }
+        out.family(
+            "tributary_plugin_counter_total",
+            "counter",
+            "What plugins counted through the host's count import, by plugin and counter name.",
+        );
+        for (plugin, tally) in &progress.plugins {
+            for (counter, value) in &tally.counters {
+                out.sample(
+                    "tributary_plugin_counter_total",
+                    &[("plugin", plugin), ("counter", counter)],
+                    *value,
+                );
+            }
+        }
+    }
+    out.0
+}
+
+/// Text exposition being written.
+#[derive(Default)]
+struct Text(String);
+
+impl Text {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+    }
+
+    fn single(&mut self, name: &str, kind: &str, help: &str, value: u64) {
+        self.family(name, kind, help);
+        self.sample(name, &[], value);
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: u64) {
+        self.labels(name, labels);
+        let _ = writeln!(self.0, " {value}");
+    }
+
+    fn sample_float(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        self.labels(name, labels);
+        let _ = writeln!(self.0, " {value}");
+    }
+
+    fn labels(&mut self, name: &str, labels: &[(&str, &str)]) {
+        self.0.push_str(name);
+        if labels.is_empty() {
+            return;
+        }
+        self.0.push('{');
+        for (i, (label, value)) in labels.iter().enumerate() {
+            if i > 0 {
+                self.0.push(',');
+            }
+            let _ = write!(self.0, "{label}=\"");
+            for c in value.chars() {
+                match c {
+                    '\\' => self.0.push_str("\\\\"),
+                    '"' => self.0.push_str("\\\""),
+                    '\n' => self.0.push_str("\\n"),
+                    c => self.0.push(c),
+                }
+            }
+            self.0.push('"');
+        }
+        self.0.push('}');
+    }
+}
+
+/// Answer scrapes on `listener` until the process ends: `GET /metrics` gets the metrics of
+/// the latest progress, anything else a short error. One connection at a time is plenty for a
+/// scraper; a client that says nothing is dropped after a few seconds.
+pub async fn serve(listener: TcpListener, progress: watch::Receiver<Progress>, identity: Identity) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let body = render(&progress.borrow(), &identity);
+        let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, body)).await;
+    }
+}
+
+async fn answer(mut stream: TcpStream, metrics: String) -> std::io::Result<()> {
+    let mut request = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < REQUEST_LIMIT {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        request.extend_from_slice(&buf[..n]);
+    }
+    let line = request.split(|&b| b == b'\r').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.split(' ');
+    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let (status, content_type, body) = match (method, path) {
+        ("GET", "/metrics") => ("200 OK", CONTENT_TYPE, metrics),
+        ("GET", _) => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found: the metrics are at /metrics\n".to_owned(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "only GET is answered\n".to_owned(),
+        ),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transform::PluginTally;
+
+    fn identity() -> Identity {
+        Identity {
+            slot: "orders".into(),
+            version: "1.2.3",
+        }
+    }
+
+    #[test]
+    fn counters_and_plugin_tallies_render_with_their_labels() {
+        let mut progress = Progress {
+            flushes: 3,
+            changes: 120,
+            streaming: true,
+            ..Progress::default()
+        };
+        let mut mask = PluginTally {
+            dead_letters: 2,
+            calls: 3,
+            ..PluginTally::default()
+        };
+        mask.counters.insert("values_masked".into(), 240);
+        mask.counters.insert("odd \"name\"\\".into(), 1);
+        progress.plugins.insert("mask".into(), mask);
+        let text = render(&progress, &identity());
+        for line in [
+            "tributary_info{slot=\"orders\",version=\"1.2.3\"} 1",
+            "tributary_streaming 1",
+            "tributary_flushes_total 3",
+            "tributary_changes_total 120",
+            "# TYPE tributary_changes_total counter",
+            "tributary_dead_letters_total{plugin=\"mask\"} 2",
+            "tributary_plugin_calls_total{plugin=\"mask\"} 3",
+            "tributary_plugin_counter_total{plugin=\"mask\",counter=\"values_masked\"} 240",
+            "tributary_plugin_counter_total{plugin=\"mask\",counter=\"odd \\\"name\\\"\\\\\"} 1",
+            "tributary_stage_seconds_total{stage=\"decode\"} 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line:?} missing from\n{text}"
+            );
+        }
+        // Every sample belongs to a family declared before it.
+        let mut declared = std::collections::HashSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                declared.insert(rest.split(' ').next().unwrap().to_owned());
+            } else if !line.starts_with('#') {
+                let name = line.split(['{', ' ']).next().unwrap();
+                assert!(declared.contains(name), "{name} has no TYPE line");
+            }
+        }
+    }
+
+    #[test]
+    fn a_pipeline_without_plugins_or_entries_leaves_those_families_out() {
+        let text = render(&Progress::default(), &identity());
+        assert!(!text.contains("tributary_plugin"), "{text}");
+        assert!(!text.contains("tributary_confirmed_lsn"), "{text}");
+        assert!(text.contains("tributary_streaming 0"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_scrape_gets_the_latest_progress_and_other_paths_a_404() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (sender, receiver) = watch::channel(Progress::default());
+        tokio::spawn(serve(listener, receiver, identity()));
+        sender.send_modify(|p| p.changes = 7);
+        let get = |path: &'static str| async move {
+            let mut stream = TcpStream::connect(address).await.unwrap();
+            let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut response = String::new();
+            stream.read_to_string(&mut response).await.unwrap();
+            response
+        };
+        let metrics = get("/metrics").await;
+        assert!(metrics.starts_with("HTTP/1.1 200 OK\r\n"), "{metrics}");
+        assert!(metrics.contains(CONTENT_TYPE), "{metrics}");
+        assert!(
+            metrics.contains("\ntributary_changes_total 7\n"),
+            "{metrics}"
+        );
+        let other = get("/").await;
+        assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+    }
+}

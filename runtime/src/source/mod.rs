@@ -1,0 +1,20 @@
+//! Everything that talks to the source database: the connection factory ([`connect`]), the
+//! replication socket ([`replication`]), the catalog queries that resolve types
+//! ([`catalog`]), the source-side set-up and its refusals ([`provision`]), the prerequisite
+//! report ([`prerequisites`]), a full load's snapshot reads ([`snapshot`]), and where a first
+//! run starts reading ([`position`], a decision without IO).
+//!
+//! Owns: every socket to PostgreSQL; TLS and credentials belong in [`connect`]. May import:
+//! [`crate::wire`], [`crate::stream`], the record types of [`crate::lake::commit`] (a first
+//! run's recorded start), and the crate root. Never the pipeline or the commands.
+
+pub mod catalog;
+pub mod connect;
+pub mod position;
+pub mod prerequisites;
+pub mod provision;
+mod quote;
+pub mod replication;
+pub mod snapshot;
+
+pub use quote::{quote_ident, quote_literal};

@@ -1,0 +1,806 @@
+//! The prerequisite check: everything the source must offer before a pipeline can run, looked
+//! at all at once so that one report names every problem with the statement or setting that
+//! fixes it (`tributary check`, and the first step of every start).
+//!
+//! [`gather`] reads the facts over one SQL connection; [`assess`] turns facts and the pipeline
+//! file into a [`Report`] without IO. `tributary check` adds what a start would make of
+//! `source.start_from` ([`crate::commands::check`]), which needs the sink's commit log. A
+//! report holds failures (the pipeline cannot run), warnings (it can, with a limit worth knowing) and what was found fine. Its failures are
+//! [`ProvisionError`]s, the same values the start refuses with, so a report of one failure
+//! reads exactly as that refusal.
+
+use std::fmt;
+
+use tokio_postgres::Client;
+
+use crate::config::{Provisioning, SourceConfig, StartFrom};
+use crate::source::catalog::Catalog;
+use crate::source::provision::{
+    self, ProvisionError, Publishes, SlotState, TableIdentity, check_identity,
+    create_publication_sql, sql_table_name,
+};
+
+/// What one check found.
+#[derive(Debug)]
+pub enum Finding {
+    Ok(String),
+    Warning(ProvisionError),
+    Failure(ProvisionError),
+}
+
+/// Every check's finding, in the order they were made.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    pub fn failures(&self) -> impl Iterator<Item = &ProvisionError> {
+        self.findings.iter().filter_map(|f| match f {
+            Finding::Failure(e) => Some(e),
+            _ => None,
+        })
+    }
+
+    pub fn warnings(&self) -> impl Iterator<Item = &ProvisionError> {
+        self.findings.iter().filter_map(|f| match f {
+            Finding::Warning(e) => Some(e),
+            _ => None,
+        })
+    }
+
+    /// No failures: a pipeline can start (warnings allowed).
+    pub fn is_ready(&self) -> bool {
+        self.failures().next().is_none()
+    }
+
+    /// The refusal a start gives: the only failure itself, or the whole report of several.
+    pub fn into_refusal(mut self) -> Option<Refusal> {
+        let failures = self.failures().count();
+        if failures == 0 {
+            return None;
+        }
+        if failures == 1 {
+            let at = self
+                .findings
+                .iter()
+                .position(|f| matches!(f, Finding::Failure(_)))?;
+            if let Finding::Failure(e) = self.findings.swap_remove(at) {
+                return Some(Refusal::One(e));
+            }
+        }
+        Some(Refusal::Several(self))
+    }
+
+    pub(crate) fn ok(&mut self, text: String) {
+        self.findings.push(Finding::Ok(text));
+    }
+
+    pub(crate) fn fail(&mut self, error: ProvisionError) {
+        self.findings.push(Finding::Failure(error));
+    }
+
+    pub(crate) fn warn(&mut self, error: ProvisionError) {
+        self.findings.push(Finding::Warning(error));
+    }
+}
+
+/// Why a start is refused by the check.
+#[derive(Debug)]
+pub enum Refusal {
+    One(ProvisionError),
+    Several(Report),
+}
+
+/// The report as `tributary check` prints it: one line per finding, then a summary.
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for finding in &self.findings {
+            match finding {
+                Finding::Ok(text) => writeln!(f, "ok    {text}")?,
+                Finding::Warning(e) => writeln!(f, "warn  {e}")?,
+                Finding::Failure(e) => writeln!(f, "FAIL  {e}")?,
+            }
+        }
+        let failures = self.failures().count();
+        let warnings = self.warnings().count();
+        let warned = match warnings {
+            0 => String::new(),
+            1 => ", 1 warning".into(),
+            n => format!(", {n} warnings"),
+        };
+        match failures {
+            0 => writeln!(f, "check: the source is ready for this pipeline{warned}"),
+            1 => writeln!(f, "check: 1 problem to fix{warned}"),
+            n => writeln!(f, "check: {n} problems to fix{warned}"),
+        }
+    }
+}
+
+/// The failures of a report a start refuses with, each with its fix.
+pub fn describe_failures(report: &Report) -> String {
+    let failures: Vec<_> = report.failures().collect();
+    let mut text = format!(
+        "the source is not ready for this pipeline: {} problems, each with its fix (tributary check --config FILE prints this report)",
+        failures.len()
+    );
+    for (i, failure) in failures.iter().enumerate() {
+        text.push_str(&format!("\n  {}. {failure}", i + 1));
+    }
+    text
+}
+
+/// The server, as far as the checks need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerFacts {
+    /// `server_version_num`, such as 150004.
+    pub version_num: u32,
+    /// `server_version`, such as "15.4".
+    pub version: String,
+    pub wal_level: String,
+    pub max_replication_slots: i64,
+    pub slots_in_use: i64,
+    pub max_wal_senders: i64,
+    pub wal_senders_in_use: i64,
+}
+
+/// The role the pipeline connects as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleFacts {
+    pub name: String,
+    pub replication: bool,
+    pub superuser: bool,
+    /// `CREATE` on the database (creating a publication needs it).
+    pub create_in_database: bool,
+}
+
+/// A tracked table as this role sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableFacts {
+    /// `schema.table`.
+    pub name: String,
+    pub exists: bool,
+    pub select: bool,
+    /// The role owns it (or is a member of its owner): it may add it to a publication.
+    pub owned: bool,
+}
+
+/// The publication, when it exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicationFacts {
+    pub publishes: Publishes,
+    /// `schema.table` of every published table.
+    pub tables: Vec<String>,
+}
+
+/// Everything [`assess`] looks at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceFacts {
+    pub server: ServerFacts,
+    pub role: RoleFacts,
+    pub database: String,
+    pub publication: Option<PublicationFacts>,
+    /// The tracked tables: `source.tables`, or what the publication publishes (every user
+    /// table when it is yet to be created `FOR ALL TABLES`).
+    pub tables: Vec<TableFacts>,
+    pub identities: Vec<TableIdentity>,
+    pub slot: Option<SlotState>,
+}
+
+/// The oldest server the start can read: `pg_replication_slots.wal_status` and
+/// `publish_via_partition_root` are from PostgreSQL 13.
+const OLDEST_SERVER: u32 = 130_000;
+/// Protocol 2: streaming of large transactions, messages, binary values.
+const STREAMING_SERVER: u32 = 140_000;
+
+/// Judge the facts against the pipeline file.
+pub fn assess(facts: &SourceFacts, source: &SourceConfig) -> Report {
+    let mut report = Report::default();
+    let server = &facts.server;
+    let version = server.version.clone();
+    if server.version_num < OLDEST_SERVER {
+        // Nothing else was read: the catalogs the other checks ask differ.
+        report.fail(ProvisionError::ServerTooOld { version });
+        return report;
+    }
+    if source.binary && server.version_num < STREAMING_SERVER {
+        report.fail(ProvisionError::BinaryNeedsNewerServer {
+            version: version.clone(),
+        });
+    }
+    if server.version_num < STREAMING_SERVER {
+        report.warn(ProvisionError::NoStreaming { version });
+    } else {
+        report.ok(format!(
+            "server: PostgreSQL {version} (large transactions streamed, messages)"
+        ));
+    }
+    if server.wal_level == "logical" {
+        report.ok("wal_level = logical".into());
+    } else {
+        report.fail(ProvisionError::WalLevel(server.wal_level.clone()));
+    }
+
+    let role = &facts.role;
+    if role.replication || role.superuser {
+        let how = if role.superuser {
+            "superuser"
+        } else {
+            "REPLICATION"
+        };
+        report.ok(format!("role {:?}: {how}", role.name));
+    } else {
+        report.fail(ProvisionError::NoReplication {
+            role: role.name.clone(),
+        });
+    }
+
+    assess_slot(&mut report, facts, source);
+    if server.wal_senders_in_use >= server.max_wal_senders {
+        report.fail(ProvisionError::NoFreeWalSender {
+            max: server.max_wal_senders,
+        });
+    } else {
+        report.ok(format!(
+            "WAL senders: {} of {} in use",
+            server.wal_senders_in_use, server.max_wal_senders
+        ));
+    }
+
+    assess_publication(&mut report, facts, source);
+    assess_tables(&mut report, facts, source);
+    report
+}
+
+fn assess_slot(report: &mut Report, facts: &SourceFacts, source: &SourceConfig) {
+    let slot = &source.slot;
+    match &facts.slot {
+        Some(state) => match provision::check_slot(slot, state, &facts.database) {
+            Err(e) => report.fail(e),
+            Ok(()) => {
+                let held = state
+                    .active_pid
+                    .map(|pid| format!(", held by pid {pid} (a start waits for it)"))
+                    .unwrap_or_default();
+                let confirmed = state
+                    .confirmed_flush_lsn
+                    .map(|l| format!(", confirmed to {l}"))
+                    .unwrap_or_default();
+                report.ok(format!("slot {slot:?}: exists{confirmed}{held}"));
+            }
+        },
+        None if source.slot_behavior() == Provisioning::Reuse => {
+            report.fail(ProvisionError::NoSlot { slot: slot.clone() })
+        }
+        None if facts.server.slots_in_use >= facts.server.max_replication_slots => {
+            report.fail(ProvisionError::NoFreeSlot {
+                slot: slot.clone(),
+                max: facts.server.max_replication_slots,
+            })
+        }
+        None => report.ok(format!(
+            "slot {slot:?}: missing, a start creates it ({} of {} slots in use)",
+            facts.server.slots_in_use, facts.server.max_replication_slots
+        )),
+    }
+}
+
+fn assess_publication(report: &mut Report, facts: &SourceFacts, source: &SourceConfig) {
+    let name = &source.publication;
+    match &facts.publication {
+        Some(publication) => {
+            let missing: Vec<&str> = source
+                .tables
+                .iter()
+                .filter(|t| !publication.tables.contains(t))
+                .map(String::as_str)
+                .collect();
+            if missing.is_empty() {
+                report.ok(format!(
+                    "publication {name:?}: publishes the {} tracked tables",
+                    facts.tables.len()
+                ));
+            } else {
+                report.fail(ProvisionError::NotPublished {
+                    publication: name.clone(),
+                    tables: missing.join(", "),
+                });
+            }
+        }
+        None if source.publication_behavior() == Provisioning::Reuse => {
+            report.fail(ProvisionError::NoPublication {
+                publication: name.clone(),
+                sql: create_publication_sql(source),
+            })
+        }
+        None => {
+            let role = &facts.role;
+            let not_owned: Vec<&str> = facts
+                .tables
+                .iter()
+                .filter(|t| t.exists && !t.owned)
+                .map(|t| t.name.as_str())
+                .collect();
+            let mut reasons = Vec::new();
+            if !role.superuser {
+                if source.tables.is_empty() {
+                    reasons.push("a publication FOR ALL TABLES needs a superuser".to_owned());
+                }
+                if !role.create_in_database {
+                    reasons.push(format!("it lacks CREATE on database {:?}", facts.database));
+                }
+                if !not_owned.is_empty() {
+                    reasons.push(format!("it does not own {}", not_owned.join(", ")));
+                }
+            }
+            match reasons.is_empty() {
+                false => report.fail(ProvisionError::CannotCreatePublication {
+                    publication: name.clone(),
+                    role: role.name.clone(),
+                    reason: reasons.join(", and "),
+                    sql: create_publication_sql(source),
+                }),
+                true => report.ok(format!("publication {name:?}: missing, a start creates it")),
+            }
+        }
+    }
+}
+
+fn assess_tables(report: &mut Report, facts: &SourceFacts, source: &SourceConfig) {
+    let publishes = facts.publication.as_ref().map_or(
+        // Created by the start with the defaults: every operation.
+        Publishes {
+            update: true,
+            delete: true,
+        },
+        |p| p.publishes,
+    );
+    let full_load = source.start_from == StartFrom::Full;
+    let mut fine = 0;
+    for table in &facts.tables {
+        if !table.exists {
+            report.fail(ProvisionError::NoTable {
+                table: table.name.clone(),
+            });
+            continue;
+        }
+        let mut ok = true;
+        if !table.select {
+            let problem = ProvisionError::NoSelect {
+                role: facts.role.name.clone(),
+                table: table.name.clone(),
+                sql: sql_table_name(&table.name),
+                why: if full_load {
+                    "which the full load of source.start_from = \"full\" reads"
+                } else {
+                    "which a full load (source.start_from = \"full\") and tributary verify read"
+                },
+            };
+            if full_load {
+                ok = false;
+                report.fail(problem);
+            } else {
+                report.warn(problem);
+            }
+        }
+        if let Some(identity) = facts.identities.iter().find(|i| i.table == table.name)
+            && let Err(e) = check_identity(identity, publishes, source.unchanged_toast)
+        {
+            ok = false;
+            report.fail(e);
+        }
+        fine += usize::from(ok);
+    }
+    if fine > 0 {
+        report.ok(format!(
+            "tables: {fine} of {} with a usable replica identity",
+            facts.tables.len()
+        ));
+    }
+}
+
+/// Read the facts over `client`. Fails only when the server cannot be asked.
+pub async fn gather(client: &Client, source: &SourceConfig) -> Result<SourceFacts, ProvisionError> {
+    let query = |what: &'static str| {
+        move |error| ProvisionError::Query {
+            what: what.into(),
+            error,
+        }
+    };
+    let row = client
+        .query_one(
+            "SELECT current_setting('server_version_num')::int, current_setting('server_version'),
+                    current_setting('wal_level'),
+                    current_setting('max_replication_slots')::bigint,
+                    (SELECT count(*) FROM pg_replication_slots),
+                    current_setting('max_wal_senders')::bigint,
+                    (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender'),
+                    r.rolname::text, r.rolreplication, r.rolsuper,
+                    has_database_privilege(current_database(), 'CREATE'),
+                    current_database()::text
+             FROM pg_roles r WHERE r.rolname = current_user",
+            &[],
+        )
+        .await
+        .map_err(query("reading the server's settings and the role"))?;
+    let server = ServerFacts {
+        version_num: row.get::<_, i32>(0) as u32,
+        version: row.get(1),
+        wal_level: row.get(2),
+        max_replication_slots: row.get(3),
+        slots_in_use: row.get(4),
+        max_wal_senders: row.get(5),
+        wal_senders_in_use: row.get(6),
+    };
+    let role = RoleFacts {
+        name: row.get(7),
+        replication: row.get(8),
+        superuser: row.get(9),
+        create_in_database: row.get(10),
+    };
+    let database: String = row.get(11);
+    if server.version_num < OLDEST_SERVER {
+        return Ok(SourceFacts {
+            server,
+            role,
+            database,
+            publication: None,
+            tables: Vec::new(),
+            identities: Vec::new(),
+            slot: None,
+        });
+    }
+
+    let publication = match client
+        .query_opt(
+            "SELECT pubupdate, pubdelete FROM pg_publication WHERE pubname = $1",
+            &[&source.publication],
+        )
+        .await
+        .map_err(query("looking up the publication"))?
+    {
+        Some(row) => Some(PublicationFacts {
+            publishes: Publishes {
+                update: row.get(0),
+                delete: row.get(1),
+            },
+            tables: provision::published_tables(client, &source.publication).await?,
+        }),
+        None => None,
+    };
+    let tracked: Vec<String> = match (&publication, source.tables.is_empty()) {
+        (_, false) => source.tables.clone(),
+        (Some(p), true) => p.tables.clone(),
+        // To be created FOR ALL TABLES: every table of the database.
+        (None, true) => client
+            .query(
+                "SELECT n.nspname || '.' || c.relname
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+                   AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+                   AND n.nspname NOT LIKE 'pg\\_%'
+                 ORDER BY 1",
+                &[],
+            )
+            .await
+            .map_err(query("listing the tables of the database"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect(),
+    };
+    let tables = client
+        .query(
+            "SELECT t.name, c.oid IS NOT NULL,
+                    coalesce(has_table_privilege(c.oid, 'SELECT'), false),
+                    coalesce(pg_has_role(c.relowner, 'USAGE'), false)
+             FROM unnest($1::text[]) WITH ORDINALITY AS t(name, i)
+                  LEFT JOIN (pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                             AND c.relkind IN ('r', 'p'))
+                  ON n.nspname || '.' || c.relname = t.name
+             ORDER BY t.i",
+            &[&tracked],
+        )
+        .await
+        .map_err(query("reading the privileges on the tracked tables"))?
+        .iter()
+        .map(|r| TableFacts {
+            name: r.get(0),
+            exists: r.get(1),
+            select: r.get(2),
+            owned: r.get(3),
+        })
+        .collect();
+    Ok(SourceFacts {
+        identities: provision::identities_of(client, &tracked).await?,
+        slot: provision::slot_state(client, &source.slot).await?,
+        server,
+        role,
+        database,
+        publication,
+        tables,
+    })
+}
+
+/// The whole check: the facts, their assessment, and for binary pipelines whether every
+/// tracked column has a binary decoder.
+pub async fn run(
+    client: &Client,
+    pg: &tokio_postgres::Config,
+    source: &SourceConfig,
+) -> Result<Report, ProvisionError> {
+    let facts = gather(client, source).await?;
+    let mut report = assess(&facts, source);
+    if source.binary && facts.server.version_num >= STREAMING_SERVER {
+        let columns = provision::table_columns(client, source).await?;
+        match Catalog::new(pg.clone(), true).check_tables(&columns).await {
+            Ok(()) => {}
+            Err(e) => report.fail(ProvisionError::Binary(e.to_string())),
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Lsn;
+    use crate::config::UnchangedToastPolicy;
+    use crate::wire::pgoutput::ReplicaIdentity;
+
+    fn source() -> SourceConfig {
+        SourceConfig::new(
+            "postgres://app@db/shop",
+            "shop",
+            "shop",
+            &["public.orders", "public.customers"],
+        )
+    }
+
+    fn ready() -> SourceFacts {
+        let table = |name: &str| TableFacts {
+            name: name.into(),
+            exists: true,
+            select: true,
+            owned: true,
+        };
+        let identity = |name: &str| TableIdentity {
+            table: name.into(),
+            identity: ReplicaIdentity::Default,
+            has_primary_key: true,
+            has_identity_index: false,
+            toastable: Vec::new(),
+        };
+        SourceFacts {
+            server: ServerFacts {
+                version_num: 150_004,
+                version: "15.4".into(),
+                wal_level: "logical".into(),
+                max_replication_slots: 10,
+                slots_in_use: 2,
+                max_wal_senders: 10,
+                wal_senders_in_use: 1,
+            },
+            role: RoleFacts {
+                name: "app".into(),
+                replication: true,
+                superuser: false,
+                create_in_database: true,
+            },
+            database: "shop".into(),
+            publication: None,
+            tables: vec![table("public.orders"), table("public.customers")],
+            identities: vec![identity("public.orders"), identity("public.customers")],
+            slot: None,
+        }
+    }
+
+    fn failures(report: &Report) -> Vec<String> {
+        report.failures().map(|e| e.to_string()).collect()
+    }
+
+    #[test]
+    fn a_ready_source_passes_with_what_a_start_will_create() {
+        let report = assess(&ready(), &source());
+        assert!(report.is_ready(), "{report}");
+        let text = report.to_string();
+        assert!(
+            text.contains(
+                "ok    slot \"shop\": missing, a start creates it (2 of 10 slots in use)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("ok    publication \"shop\": missing, a start creates it"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("check: the source is ready for this pipeline\n"),
+            "{text}"
+        );
+        assert!(report.into_refusal().is_none());
+    }
+
+    #[test]
+    fn every_failure_comes_in_one_report_with_its_fix() {
+        let mut facts = ready();
+        facts.server.wal_level = "replica".into();
+        facts.role.replication = false;
+        facts.server.wal_senders_in_use = 10;
+        facts.tables[1].select = false;
+        facts.identities[0].has_primary_key = false;
+        let mut cfg = source();
+        cfg.start_from = StartFrom::Full;
+        let report = assess(&facts, &cfg);
+        let failures = failures(&report);
+        assert_eq!(failures.len(), 5, "{report}");
+        assert!(failures[0].contains("wal_level = replica"), "{report}");
+        assert!(
+            failures[1].ends_with("run: ALTER ROLE app REPLICATION"),
+            "{report}"
+        );
+        assert!(
+            failures[2].contains("ALTER SYSTEM SET max_wal_senders = 11"),
+            "{report}"
+        );
+        assert!(
+            failures[3].contains("run: ALTER TABLE public.orders ADD PRIMARY KEY"),
+            "{report}"
+        );
+        assert_eq!(
+            failures[4],
+            "role \"app\" cannot SELECT from table public.customers, which the full load of \
+             source.start_from = \"full\" reads; run: GRANT SELECT ON public.customers TO app"
+        );
+        assert!(
+            report.to_string().ends_with("check: 5 problems to fix\n"),
+            "{report}"
+        );
+        let Some(Refusal::Several(report)) = report.into_refusal() else {
+            panic!("several failures refuse with the report");
+        };
+        let text = describe_failures(&report);
+        assert!(
+            text.starts_with("the source is not ready for this pipeline: 5 problems"),
+            "{text}"
+        );
+        assert!(text.contains("\n  4. table public.orders"), "{text}");
+    }
+
+    #[test]
+    fn select_is_a_warning_unless_a_full_load_needs_it() {
+        let mut facts = ready();
+        facts.tables[0].select = false;
+        let report = assess(&facts, &source());
+        assert!(report.is_ready(), "{report}");
+        let warnings: Vec<String> = report.warnings().map(|e| e.to_string()).collect();
+        assert_eq!(warnings.len(), 1, "{report}");
+        assert!(
+            warnings[0].contains("GRANT SELECT ON public.orders TO app"),
+            "{report}"
+        );
+        assert!(report.to_string().ends_with(", 1 warning\n"), "{report}");
+    }
+
+    #[test]
+    fn one_failure_refuses_as_itself() {
+        let mut facts = ready();
+        facts.server.wal_level = "minimal".into();
+        let Some(Refusal::One(e)) = assess(&facts, &source()).into_refusal() else {
+            panic!("one failure refuses as itself");
+        };
+        assert!(matches!(e, ProvisionError::WalLevel(level) if level == "minimal"));
+    }
+
+    #[test]
+    fn a_missing_slot_needs_create_and_a_free_slot() {
+        let mut cfg = source();
+        cfg.slot_behavior = Some(Provisioning::Reuse);
+        let report = assess(&ready(), &cfg);
+        assert_eq!(
+            failures(&report),
+            [
+                "slot \"shop\" does not exist and source.slot_behavior = \"reuse\" does not create it; \
+              run: SELECT pg_create_logical_replication_slot('shop', 'pgoutput'), or set \
+              source.slot_behavior = \"create\""
+            ]
+        );
+        let mut facts = ready();
+        facts.server.slots_in_use = 10;
+        let failures = failures(&assess(&facts, &source()));
+        assert!(
+            failures[0].contains("ALTER SYSTEM SET max_replication_slots = 11"),
+            "{failures:?}"
+        );
+        // An existing slot needs no free one.
+        facts.slot = Some(SlotState {
+            plugin: "pgoutput".into(),
+            database: "shop".into(),
+            active_pid: None,
+            confirmed_flush_lsn: Some(Lsn(0x10)),
+            restart_lsn: None,
+            wal_status: None,
+            safe_wal_size: None,
+            two_phase: false,
+        });
+        assert!(assess(&facts, &source()).is_ready());
+    }
+
+    #[test]
+    fn the_publication_must_cover_the_tables_or_be_creatable() {
+        let mut facts = ready();
+        facts.publication = Some(PublicationFacts {
+            publishes: Publishes {
+                update: true,
+                delete: true,
+            },
+            tables: vec!["public.orders".into()],
+        });
+        assert_eq!(
+            failures(&assess(&facts, &source())),
+            [
+                "publication \"shop\" does not publish public.customers; run: ALTER PUBLICATION shop ADD TABLE public.customers"
+            ]
+        );
+        let mut facts = ready();
+        facts.tables[0].owned = false;
+        assert_eq!(
+            failures(&assess(&facts, &source())),
+            [
+                "publication \"shop\" does not exist, and role \"app\" cannot create it (it does not \
+              own public.orders); as a superuser or the tables' owner, run: CREATE PUBLICATION \
+              shop FOR TABLE public.orders, public.customers WITH (publish_via_partition_root = true)"
+            ]
+        );
+        let mut cfg = source();
+        cfg.publication_behavior = Some(Provisioning::Reuse);
+        assert!(failures(&assess(&ready(), &cfg))[0].contains("run: CREATE PUBLICATION shop"));
+    }
+
+    #[test]
+    fn the_server_version_decides_what_the_options_may_ask() {
+        let mut facts = ready();
+        facts.server.version_num = 130_011;
+        facts.server.version = "13.11".into();
+        let report = assess(&facts, &source());
+        assert!(report.is_ready(), "{report}");
+        assert!(
+            report
+                .warnings()
+                .next()
+                .unwrap()
+                .to_string()
+                .contains("13.11"),
+            "{report}"
+        );
+        let mut cfg = source();
+        cfg.binary = true;
+        assert!(
+            failures(&assess(&facts, &cfg))[0].contains("source.binary = true needs PostgreSQL 14"),
+        );
+        facts.server.version_num = 120_015;
+        facts.server.version = "12.15".into();
+        assert_eq!(
+            failures(&assess(&facts, &source())),
+            [
+                "the source server runs PostgreSQL 12.15; tributary needs PostgreSQL 13 or newer \
+              (slots' WAL status, publications that publish through the partition root): upgrade \
+              the server"
+            ],
+            "nothing else is judged on a server this old"
+        );
+    }
+
+    #[test]
+    fn a_missing_table_and_the_toast_policy_are_checked_per_table() {
+        let mut facts = ready();
+        facts.tables[0].exists = false;
+        facts.identities.remove(0);
+        facts.identities[0].toastable = vec!["name".into()];
+        let mut cfg = source();
+        cfg.unchanged_toast = UnchangedToastPolicy::Refuse;
+        let failures = failures(&assess(&facts, &cfg));
+        assert_eq!(failures.len(), 2, "{failures:?}");
+        assert!(failures[0].starts_with("table public.orders does not exist"));
+        assert!(failures[1].contains("REPLICA IDENTITY FULL"));
+    }
+}

@@ -1,0 +1,660 @@
+//! Source-side checks and set-up over an ordinary SQL connection: the publication, the tracked
+//! tables' replica identity, and the slot's state as `pg_replication_slots` reports it. The
+//! prerequisite report that gathers them with the server's settings is [`crate::source::prerequisites`];
+//! what
+//! all of them refuse is [`ProvisionError`] (`error.rs`).
+//!
+//! The replica identity check runs before streaming, for every tracked table (the configured
+//! `source.tables`, or every table of the publication when that list is empty). A table must
+//! have a usable identity, so that its updates and deletes carry the old key: a primary key
+//! (`REPLICA IDENTITY DEFAULT`), the chosen index (`USING INDEX`), or the whole old row
+//! (`FULL`). A table that may hold TOASTed values and is not `FULL` would send updates without
+//! their untouched large values; `source.unchanged_toast` says whether that refuses the start
+//! (the default) or lands those values as null (see [`toast`](crate::stream::toast)).
+
+use tokio_postgres::Client;
+
+use crate::Lsn;
+use crate::config::{Provisioning, SourceConfig, UnchangedToastPolicy};
+use crate::source::quote_ident;
+use crate::wire::pgoutput::ReplicaIdentity;
+use crate::wire::pgtype::TypeRow;
+
+mod error;
+
+pub use error::{ProvisionError, server_text};
+
+/// A slot as `pg_replication_slots` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotState {
+    pub plugin: String,
+    pub database: String,
+    pub active_pid: Option<i32>,
+    pub confirmed_flush_lsn: Option<Lsn>,
+    pub restart_lsn: Option<Lsn>,
+    pub wal_status: Option<String>,
+    pub safe_wal_size: Option<i64>,
+    /// Decodes prepared transactions at PREPARE (PostgreSQL 14 and later).
+    pub two_phase: bool,
+}
+
+pub(crate) fn query_error(
+    what: impl Into<String>,
+) -> impl FnOnce(tokio_postgres::Error) -> ProvisionError {
+    let what = what.into();
+    move |error| ProvisionError::Query { what, error }
+}
+
+/// Whether provisioning found an object or made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ensured {
+    Existed,
+    Created,
+}
+
+/// The statement that creates the publication for the tracked tables (every table when
+/// `source.tables` is empty).
+pub fn create_publication_sql(source: &SourceConfig) -> String {
+    let target = if source.tables.is_empty() {
+        "ALL TABLES".to_owned()
+    } else {
+        let tables: Vec<_> = source.tables.iter().map(|t| sql_table_name(t)).collect();
+        format!("TABLE {}", tables.join(", "))
+    };
+    // Changes to a partition land under its partitioned table, one dataset per table as the
+    // user named it.
+    format!(
+        "CREATE PUBLICATION {} FOR {target} WITH (publish_via_partition_root = true)",
+        sql_ident(&source.publication)
+    )
+}
+
+/// Make sure the publication exists and publishes every configured table.
+pub async fn ensure_publication(
+    client: &Client,
+    source: &SourceConfig,
+) -> Result<Ensured, ProvisionError> {
+    let publication = &source.publication;
+    let exists = client
+        .query_opt(
+            "SELECT 1 FROM pg_publication WHERE pubname = $1",
+            &[publication],
+        )
+        .await
+        .map_err(query_error(format!(
+            "looking up publication {publication:?}"
+        )))?
+        .is_some();
+    if !exists {
+        let sql = create_publication_sql(source);
+        if source.publication_behavior() == Provisioning::Reuse {
+            return Err(ProvisionError::NoPublication {
+                publication: publication.clone(),
+                sql,
+            });
+        }
+        client
+            .batch_execute(&sql)
+            .await
+            .map_err(query_error(format!("creating publication {publication:?}")))?;
+        tracing::info!(publication, "created publication");
+        return Ok(Ensured::Created);
+    }
+    let published = published_tables(client, publication).await?;
+    let missing: Vec<&str> = source
+        .tables
+        .iter()
+        .filter(|t| !published.contains(t))
+        .map(String::as_str)
+        .collect();
+    if !missing.is_empty() {
+        return Err(ProvisionError::NotPublished {
+            publication: publication.clone(),
+            tables: missing.join(", "),
+        });
+    }
+    Ok(Ensured::Existed)
+}
+
+/// What a tracked table's updates and deletes will carry, as the catalog says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableIdentity {
+    /// `schema.table`.
+    pub table: String,
+    /// `pg_class.relreplident`.
+    pub identity: ReplicaIdentity,
+    pub has_primary_key: bool,
+    /// An index marked as the replica identity exists (`REPLICA IDENTITY USING INDEX`).
+    pub has_identity_index: bool,
+    /// Published columns whose type may be stored out of line (`typstorage <> 'p'`).
+    pub toastable: Vec<String>,
+}
+
+/// Which row operations a publication sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Publishes {
+    pub update: bool,
+    pub delete: bool,
+}
+
+/// Refuse a tracked table whose changes this pipeline could not land faithfully.
+pub fn check_identity(
+    table: &TableIdentity,
+    publishes: Publishes,
+    policy: UnchangedToastPolicy,
+) -> Result<(), ProvisionError> {
+    let sql = sql_table_name(&table.table);
+    if publishes.update || publishes.delete {
+        let missing = match table.identity {
+            ReplicaIdentity::Nothing => Some("REPLICA IDENTITY NOTHING"),
+            ReplicaIdentity::Default if !table.has_primary_key => {
+                Some("REPLICA IDENTITY DEFAULT without a primary key")
+            }
+            ReplicaIdentity::Index if !table.has_identity_index => {
+                Some("REPLICA IDENTITY USING INDEX, but the index no longer exists")
+            }
+            _ => None,
+        };
+        if let Some(reason) = missing {
+            return Err(ProvisionError::NoReplicaIdentity {
+                table: table.table.clone(),
+                sql,
+                reason,
+            });
+        }
+    }
+    if publishes.update
+        && policy == UnchangedToastPolicy::Refuse
+        && table.identity != ReplicaIdentity::Full
+        && !table.toastable.is_empty()
+    {
+        return Err(ProvisionError::UnchangedToast {
+            table: table.table.clone(),
+            sql,
+            columns: table.toastable.join(", "),
+        });
+    }
+    Ok(())
+}
+
+/// Check the replica identity of every tracked table before streaming.
+pub async fn check_replica_identity(
+    client: &Client,
+    source: &SourceConfig,
+) -> Result<(), ProvisionError> {
+    let publication = &source.publication;
+    let row = client
+        .query_one(
+            "SELECT pubupdate, pubdelete FROM pg_publication WHERE pubname = $1",
+            &[publication],
+        )
+        .await
+        .map_err(query_error(format!(
+            "reading what publication {publication:?} publishes"
+        )))?;
+    let publishes = Publishes {
+        update: row.get(0),
+        delete: row.get(1),
+    };
+    for table in table_identities(client, source).await? {
+        check_identity(&table, publishes, source.unchanged_toast)?;
+    }
+    Ok(())
+}
+
+/// `schema.table` of every table the publication publishes.
+pub async fn published_tables(
+    client: &Client,
+    publication: &str,
+) -> Result<Vec<String>, ProvisionError> {
+    Ok(client
+        .query(
+            "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+        .map_err(query_error(format!(
+            "listing tables of publication {publication:?}"
+        )))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
+/// `schema.table` of every tracked table: the configured list, or what the publication
+/// publishes.
+pub async fn tracked_tables(
+    client: &Client,
+    source: &SourceConfig,
+) -> Result<Vec<String>, ProvisionError> {
+    if !source.tables.is_empty() {
+        return Ok(source.tables.clone());
+    }
+    published_tables(client, &source.publication).await
+}
+
+/// Replica identity facts of the tracked tables, in name order.
+pub async fn table_identities(
+    client: &Client,
+    source: &SourceConfig,
+) -> Result<Vec<TableIdentity>, ProvisionError> {
+    identities_of(client, &tracked_tables(client, source).await?).await
+}
+
+/// Replica identity facts of these `schema.table` names (those that exist), in name order.
+pub async fn identities_of(
+    client: &Client,
+    tracked: &[String],
+) -> Result<Vec<TableIdentity>, ProvisionError> {
+    // Generated columns are not published, so they never arrive as unchanged TOAST.
+    let rows = client
+        .query(
+            "SELECT n.nspname || '.' || c.relname, c.relreplident::text,
+                    EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
+                    EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident),
+                    ARRAY(SELECT a.attname::text
+                          FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+                          WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+                            AND a.attgenerated = '' AND t.typstorage <> 'p'
+                          ORDER BY a.attnum)
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname || '.' || c.relname = ANY($1) AND c.relkind IN ('r', 'p')
+             ORDER BY 1",
+            &[&tracked],
+        )
+        .await
+        .map_err(query_error(
+            "reading the replica identity of the tracked tables",
+        ))?;
+    Ok(rows
+        .iter()
+        .map(|r| TableIdentity {
+            table: r.get(0),
+            identity: match r.get::<_, String>(1).as_str() {
+                "n" => ReplicaIdentity::Nothing,
+                "f" => ReplicaIdentity::Full,
+                "i" => ReplicaIdentity::Index,
+                _ => ReplicaIdentity::Default,
+            },
+            has_primary_key: r.get(2),
+            has_identity_index: r.get(3),
+            toastable: r.get(4),
+        })
+        .collect())
+}
+
+/// One published column of a tracked table, with its declared type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableColumn {
+    pub table: String,
+    pub column: String,
+    pub type_oid: u32,
+    pub type_modifier: i32,
+    /// `attndims`: array dimensions as declared, 0 when not declared.
+    pub dims: i32,
+}
+
+/// Every published column of the tracked tables, in table and column order.
+pub async fn table_columns(
+    client: &Client,
+    source: &SourceConfig,
+) -> Result<Vec<TableColumn>, ProvisionError> {
+    let tracked = tracked_tables(client, source).await?;
+    let rows = client
+        .query(
+            "SELECT n.nspname || '.' || c.relname, a.attname::text, a.atttypid, a.atttypmod,
+                    a.attndims
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                  JOIN pg_attribute a ON a.attrelid = c.oid
+             WHERE n.nspname || '.' || c.relname = ANY($1) AND c.relkind IN ('r', 'p')
+               AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+             ORDER BY 1, a.attnum",
+            &[&tracked],
+        )
+        .await
+        .map_err(query_error("reading the columns of the tracked tables"))?;
+    Ok(rows
+        .iter()
+        .map(|r| TableColumn {
+            table: r.get(0),
+            column: r.get(1),
+            type_oid: r.get(2),
+            type_modifier: r.get(3),
+            dims: r.get(4),
+        })
+        .collect())
+}
+
+/// `attndims` of each column of the table with OID `relid`, by column name.
+pub async fn array_dims(client: &Client, relid: u32) -> Result<Vec<(String, i32)>, ProvisionError> {
+    let rows = client
+        .query(
+            "SELECT attname::text, attndims FROM pg_attribute
+             WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped",
+            &[&relid],
+        )
+        .await
+        .map_err(query_error(format!(
+            "reading the array dimensions of table oid {relid}"
+        )))?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// The `pg_type` rows of `oids`, as much as type resolution needs.
+pub async fn type_rows(client: &Client, oids: &[u32]) -> Result<Vec<TypeRow>, ProvisionError> {
+    let rows = client
+        .query(
+            "SELECT t.oid, n.nspname::text, t.typname::text, t.typtype, t.typbasetype, t.typtypmod,
+                    CASE WHEN t.typcategory = 'A' AND t.typelem <> 0 THEN t.typelem ELSE 0 END,
+                    t.typsend::text
+             FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+             WHERE t.oid = ANY($1)",
+            &[&oids],
+        )
+        .await
+        .map_err(query_error("reading column types from pg_type"))?;
+    Ok(rows
+        .iter()
+        .map(|r| TypeRow {
+            oid: r.get(0),
+            schema: r.get(1),
+            name: r.get(2),
+            kind: r.get::<_, i8>(3) as u8,
+            base: r.get(4),
+            base_modifier: r.get(5),
+            element: r.get(6),
+            send: r.get(7),
+        })
+        .collect())
+}
+
+/// How many fraction digits `money` has under the server's `lc_monetary`.
+pub async fn money_digits(client: &Client) -> Result<i32, ProvisionError> {
+    let row = client
+        .query_one("SELECT scale('1'::money::numeric)", &[])
+        .await
+        .map_err(query_error("reading the fraction digits of money"))?;
+    Ok(row.get(0))
+}
+
+/// `schema.table` as SQL reads it: each part quoted only when it has to be.
+pub(crate) fn sql_table_name(table: &str) -> String {
+    table
+        .split('.')
+        .map(sql_ident)
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// An identifier as SQL reads it: quoted only when it has to be.
+pub(crate) fn sql_ident(part: &str) -> String {
+    let plain = part
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && part
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if plain {
+        part.to_owned()
+    } else {
+        quote_ident(part)
+    }
+}
+
+/// The slot's row in `pg_replication_slots`, `None` when there is no such slot.
+pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>, ProvisionError> {
+    let row = client
+        .query_opt(
+            // `two_phase` exists from PostgreSQL 14; read through jsonb, it is null before.
+            "SELECT coalesce(plugin, ''), coalesce(database, ''), active_pid,
+                    confirmed_flush_lsn::text, restart_lsn::text, wal_status, safe_wal_size,
+                    coalesce((to_jsonb(s) ->> 'two_phase')::bool, false)
+             FROM pg_replication_slots s WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(query_error(format!("looking up slot {slot:?}")))?;
+    Ok(row.map(|r| {
+        let lsn = |i: usize| r.get::<_, Option<String>>(i).and_then(|s| s.parse().ok());
+        SlotState {
+            plugin: r.get(0),
+            database: r.get(1),
+            active_pid: r.get(2),
+            confirmed_flush_lsn: lsn(3),
+            restart_lsn: lsn(4),
+            wal_status: r.get(5),
+            safe_wal_size: r.get(6),
+            two_phase: r.get(7),
+        }
+    }))
+}
+
+/// The `application_name` of the walsender with this pid, when the server shows it to us.
+pub async fn walsender_name(client: &Client, pid: i32) -> Result<Option<String>, ProvisionError> {
+    let row = client
+        .query_opt(
+            "SELECT application_name FROM pg_stat_replication WHERE pid = $1",
+            &[&pid],
+        )
+        .await
+        .map_err(query_error("looking up the walsender holding the slot"))?;
+    Ok(row
+        .and_then(|r| r.get::<_, Option<String>>(0))
+        .filter(|n| !n.is_empty()))
+}
+
+/// Refuse a slot this pipeline cannot use. A slot held by another consumer is not refused
+/// here: start-up waits for it (see the pipeline's start).
+pub fn check_slot(slot: &str, state: &SlotState, database: &str) -> Result<(), ProvisionError> {
+    if state.plugin != "pgoutput" {
+        return Err(ProvisionError::SlotPlugin {
+            slot: slot.into(),
+            plugin: state.plugin.clone(),
+        });
+    }
+    if state.database != database {
+        return Err(ProvisionError::SlotDatabase {
+            slot: slot.into(),
+            database: state.database.clone(),
+            expected: database.into(),
+        });
+    }
+    // Such a slot sends prepared transactions as they prepare whether or not the client asks
+    // for two_phase; see docs/design.md (Two-phase commit).
+    if state.two_phase {
+        return Err(ProvisionError::SlotTwoPhase { slot: slot.into() });
+    }
+    if state.wal_status.as_deref() == Some("lost") {
+        return Err(ProvisionError::SlotLost {
+            slot: slot.into(),
+            confirmed: state
+                .confirmed_flush_lsn
+                .map_or_else(|| "its confirmed position".into(), |l| l.to_string()),
+        });
+    }
+    Ok(())
+}
+
+pub async fn current_database(client: &Client) -> Result<String, ProvisionError> {
+    let row = client
+        .query_one("SELECT current_database()", &[])
+        .await
+        .map_err(query_error("reading the current database"))?;
+    Ok(row.get(0))
+}
+
+pub async fn current_wal_lsn(client: &Client) -> Result<Lsn, ProvisionError> {
+    let row = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .map_err(query_error("reading the current WAL position"))?;
+    let text: String = row.get(0);
+    Ok(text.parse().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_invalidated_slot_is_refused_with_the_way_out() {
+        let mut lost = state("pgoutput", None);
+        lost.wal_status = Some("lost".into());
+        lost.confirmed_flush_lsn = Some(Lsn(0x1_0000_0028));
+        let err = check_slot("s", &lost, "shop").unwrap_err().to_string();
+        assert!(
+            err.starts_with("slot \"s\" is invalidated (wal_status = lost)")
+                && err.contains("after 1/28")
+                && err.contains("pg_drop_replication_slot('s')")
+                && err.contains("--accept-gap"),
+            "{err}"
+        );
+        lost.wal_status = Some("reserved".into());
+        assert!(check_slot("s", &lost, "shop").is_ok());
+    }
+
+    #[test]
+    fn identifiers_are_quoted_part_by_part() {
+        assert_eq!(sql_table_name("public.Orders"), "public.\"Orders\"");
+    }
+
+    fn state(plugin: &str, active_pid: Option<i32>) -> SlotState {
+        SlotState {
+            plugin: plugin.into(),
+            database: "shop".into(),
+            active_pid,
+            confirmed_flush_lsn: None,
+            restart_lsn: None,
+            wal_status: None,
+            safe_wal_size: None,
+            two_phase: false,
+        }
+    }
+
+    fn table(
+        identity: ReplicaIdentity,
+        has_primary_key: bool,
+        toastable: &[&str],
+    ) -> TableIdentity {
+        TableIdentity {
+            table: "public.docs".into(),
+            identity,
+            has_primary_key,
+            has_identity_index: false,
+            toastable: toastable.iter().map(|c| (*c).to_owned()).collect(),
+        }
+    }
+
+    const ALL: Publishes = Publishes {
+        update: true,
+        delete: true,
+    };
+    const REFUSE: UnchangedToastPolicy = UnchangedToastPolicy::Refuse;
+    const NULL: UnchangedToastPolicy = UnchangedToastPolicy::Null;
+
+    #[test]
+    fn tables_without_a_usable_identity_are_refused_with_the_fix() {
+        let err = check_identity(&table(ReplicaIdentity::Default, false, &[]), ALL, NULL)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "table public.docs has no usable replica identity (REPLICA IDENTITY DEFAULT without a primary key), \
+             so its updates and deletes would carry no old key; run: ALTER TABLE public.docs ADD PRIMARY KEY (...), \
+             or: ALTER TABLE public.docs REPLICA IDENTITY FULL"
+        );
+        let err = check_identity(&table(ReplicaIdentity::Nothing, true, &[]), ALL, NULL)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("(REPLICA IDENTITY NOTHING)"), "{err}");
+        let err = check_identity(&table(ReplicaIdentity::Index, true, &[]), ALL, NULL)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the index no longer exists"), "{err}");
+
+        let mut indexed = table(ReplicaIdentity::Index, false, &[]);
+        indexed.has_identity_index = true;
+        check_identity(&indexed, ALL, REFUSE).unwrap();
+        check_identity(&table(ReplicaIdentity::Default, true, &[]), ALL, REFUSE).unwrap();
+        check_identity(&table(ReplicaIdentity::Full, false, &["body"]), ALL, REFUSE).unwrap();
+    }
+
+    #[test]
+    fn toastable_columns_need_full_identity_or_the_null_policy() {
+        let docs = table(ReplicaIdentity::Default, true, &["title", "body"]);
+        let err = check_identity(&docs, ALL, REFUSE).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "table public.docs has columns PostgreSQL may store out of line as TOAST (title, body), \
+             and an update that leaves such a value untouched does not send it; \
+             run: ALTER TABLE public.docs REPLICA IDENTITY FULL (the old row then carries it), \
+             or set source.unchanged_toast = \"null\" to land those values as null, flagged in _unchanged_toast"
+        );
+        check_identity(&docs, ALL, NULL).unwrap();
+    }
+
+    #[test]
+    fn only_published_operations_need_an_identity() {
+        let inserts_only = Publishes {
+            update: false,
+            delete: false,
+        };
+        let bare = table(ReplicaIdentity::Nothing, false, &["body"]);
+        check_identity(&bare, inserts_only, REFUSE).unwrap();
+        let deletes = Publishes {
+            update: false,
+            delete: true,
+        };
+        // Deletes need the key but never carry unchanged TOAST values.
+        check_identity(
+            &table(ReplicaIdentity::Default, true, &["body"]),
+            deletes,
+            REFUSE,
+        )
+        .unwrap();
+        check_identity(&bare, deletes, REFUSE).unwrap_err();
+    }
+
+    #[test]
+    fn hints_quote_only_names_that_need_it() {
+        assert_eq!(sql_table_name("public.docs_2"), "public.docs_2");
+        assert_eq!(
+            sql_table_name("Sales.order items"),
+            "\"Sales\".\"order items\""
+        );
+        assert_eq!(sql_table_name("public.2fa"), "public.\"2fa\"");
+    }
+
+    #[test]
+    fn unusable_slots_are_refused_with_the_reason() {
+        check_slot("s", &state("pgoutput", None), "shop").unwrap();
+        let err = check_slot("s", &state("wal2json", None), "shop")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"wal2json\""), "{err}");
+        // A busy slot is waited for at start, not refused here.
+        check_slot("s", &state("pgoutput", Some(42)), "shop").unwrap();
+        let busy = ProvisionError::SlotActive {
+            slot: "s".into(),
+            pid: 42,
+            application_name: Some("tributary 00ff".into()),
+            waited_secs: 15,
+        };
+        assert_eq!(
+            busy.to_string(),
+            "slot \"s\" is held by pid 42 (application_name \"tributary 00ff\") and was not released within 15 s: another consumer is reading it; stop that consumer, or pass --wait to wait until it lets go"
+        );
+        let err = check_slot("s", &state("pgoutput", None), "other")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("belongs to database \"shop\""), "{err}");
+        let two_phase = SlotState {
+            two_phase: true,
+            ..state("pgoutput", None)
+        };
+        let err = check_slot("s", &two_phase, "shop").unwrap_err().to_string();
+        assert!(err.contains("two-phase commit"), "{err}");
+        assert!(err.contains("drop the slot"), "{err}");
+    }
+}
