@@ -1,15 +1,11 @@
 //! The host against the real plugins of `plugins/`.
 //!
-//! The plugins are built once per test run with
-//! `cargo build -p passthrough -p trap -p spin -p mask -p messages -p select -p old-contract
-//! -p sandbox --target wasm32-wasip2 --release`
-//! into `plugins/` beside the test binary's target directory (a separate target directory, so
-//! the inner build never waits on the lock the outer `cargo test` holds). Set
-//! `TRIBUTARY_PLUGIN_DIR` to a directory of prebuilt `.wasm` files to skip the build.
+//! Building the plugins is the test setup's job (`scripts/test.sh`, or the command the panic
+//! names), not these tests': they are found where the integration tests find them, by the
+//! same code (`tests/src/plugins.rs`), in `TRIBUTARY_PLUGIN_DIR` or the target directory.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::{Arc, OnceLock};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -18,52 +14,15 @@ use super::*;
 use crate::stream::change::{Change, Message, Op, OutputRow, Transaction, Value};
 use crate::wire::pgoutput::{Relation, RelationColumn, ReplicaIdentity};
 
+/// The integration tests' plugin locator, shared by path rather than by a dependency on the
+/// tests crate (which would build this crate twice).
+#[allow(dead_code)]
+#[path = "../../../tests/src/plugins.rs"]
+mod located;
+
+/// The built component `<name>.wasm`; panics with the build command when it is missing.
 pub(crate) fn plugin(name: &str) -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        if let Some(dir) = std::env::var_os("TRIBUTARY_PLUGIN_DIR") {
-            return PathBuf::from(dir);
-        }
-        // The test binary lives in <target>/<profile>/deps/.
-        let exe = std::env::current_exe().expect("test binary path");
-        let target = exe
-            .ancestors()
-            .nth(3)
-            .expect("test binary inside a target directory");
-        let target_dir = target.join("plugins");
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .expect("workspace root");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .current_dir(workspace)
-            .args([
-                "build",
-                "-p",
-                "passthrough",
-                "-p",
-                "trap",
-                "-p",
-                "spin",
-                "-p",
-                "mask",
-                "-p",
-                "messages",
-                "-p",
-                "select",
-                "-p",
-                "old-contract",
-                "-p",
-                "sandbox",
-            ])
-            .args(["--target", "wasm32-wasip2", "--release", "--target-dir"])
-            .arg(&target_dir)
-            .status()
-            .expect("run cargo to build the test plugins");
-        assert!(status.success(), "building the test plugins failed");
-        target_dir.join("wasm32-wasip2").join("release")
-    });
-    dir.join(format!("{name}.wasm"))
+    located::plugin(name)
 }
 
 fn load(names_and_config: &[(&str, &[(&str, &str)])], limits: &HostLimits) -> TransformChain {
