@@ -35,9 +35,8 @@ use bytes::Bytes;
 
 use crate::Lsn;
 use crate::lake::commit::{
-    Checkpoint, CommitEntry, CommitError, EntryKind, FORMAT, FileEntry, Writer,
+    Checkpoint, CommitEntry, CommitError, EntryKind, FORMAT, FileEntry, PluginRecord, Writer,
 };
-use crate::transform::PluginInfo;
 
 /// Uploads in flight at once, over all flushes.
 pub const MAX_UPLOADS: usize = 4;
@@ -70,7 +69,7 @@ pub struct EncodedFlush {
     pub dead_letters: u64,
     /// The plugins that made the files, when not the ones the machine started with (they were
     /// reloaded since).
-    pub plugins: Option<std::sync::Arc<[PluginInfo]>>,
+    pub plugins: Option<std::sync::Arc<[PluginRecord]>>,
     /// A full load's chunk (an [`EntryKind::Load`] entry), not transactions.
     pub chunk: bool,
     /// While a load runs: its progress as of this flush, which the entry records.
@@ -287,7 +286,7 @@ pub struct FlushMachine {
     checkpoint: Checkpoint,
     writer: Writer,
     slot: String,
-    plugins: Vec<PluginInfo>,
+    plugins: Vec<PluginRecord>,
     flights: VecDeque<Flight>,
     /// Flushes whose files must be removed before stopping (after losing the pipeline): the
     /// sequence, the files, the number of parts.
@@ -308,7 +307,7 @@ impl FlushMachine {
         checkpoint: Checkpoint,
         writer: Writer,
         slot: impl Into<String>,
-        plugins: Vec<PluginInfo>,
+        plugins: Vec<PluginRecord>,
     ) -> Self {
         FlushMachine {
             checkpoint,
@@ -725,7 +724,7 @@ impl FlushMachine {
                         .flush
                         .plugins
                         .as_deref()
-                        .map_or_else(|| self.plugins.clone(), <[PluginInfo]>::to_vec),
+                        .map_or_else(|| self.plugins.clone(), <[PluginRecord]>::to_vec),
                     committed_at: unix_micros,
                     accepted_gap: None,
                     dead_letters: self.checkpoint.dead_letters() + flight.flush.dead_letters,

@@ -51,12 +51,13 @@ use tokio::sync::{mpsc, watch};
 use crate::Lsn;
 use crate::config::PipelineConfig;
 use crate::failpoint;
+use crate::lake::commit::PluginRecord;
 use crate::lake::encode::Encoder;
 use crate::lake::flush::FlushMachine;
 use crate::source::replication::ReplicationStream;
 use crate::stream::assemble::{Assembler, SpillSettings};
 use crate::stream::batch::{BatchLimits, Batcher};
-use crate::transform::{PluginInfo, TransformChain};
+use crate::transform::TransformChain;
 use crate::wire::pgoutput::Decoder;
 
 /// The highest pgoutput protocol version this pipeline speaks. Streaming of in-progress
@@ -270,12 +271,12 @@ const STAGE_QUEUE: usize = 1;
 
 async fn load_transforms(
     config: &PipelineConfig,
-) -> Result<(TransformChain, Vec<PluginInfo>), PipelineError> {
+) -> Result<(TransformChain, Vec<PluginRecord>), PipelineError> {
     let specs = config.transform_specs();
     let chain = tokio::task::spawn_blocking(move || TransformChain::load(&specs))
         .await
         .map_err(|e| PipelineError::Task(e.to_string()))??;
-    let plugins = chain.plugins();
+    let plugins = chain.plugins().iter().map(PluginRecord::from).collect();
     Ok((chain, plugins))
 }
 

@@ -31,8 +31,8 @@ use super::{RunOptions, load_transforms, proto_version};
 use crate::Lsn;
 use crate::config::{PipelineConfig, Provisioning, SourceConfig, StartFrom};
 use crate::lake::commit::{
-    Checkpoint, CommitEntry, CommitError, CommitLog, FORMAT, PipelineIdentity, Provisioned,
-    ProvisionedKind, Writer, unix_micros,
+    Checkpoint, CommitEntry, CommitError, CommitLog, FORMAT, PipelineIdentity, PluginRecord,
+    Provisioned, ProvisionedKind, Writer, unix_micros,
 };
 use crate::lake::sink::Sink;
 use crate::source::catalog::Catalog;
@@ -42,7 +42,7 @@ use crate::source::provision::{self, Ensured, ProvisionError};
 use crate::source::replication::{ReplicationConnection, ReplicationStream};
 use crate::source::snapshot::{Snapshot, SnapshotError};
 use crate::stream::load::LoadState;
-use crate::transform::{PluginInfo, TransformChain};
+use crate::transform::TransformChain;
 
 /// How often a waiting start looks at the slot again, and how often it says it still waits.
 const SLOT_POLL: Duration = Duration::from_millis(200);
@@ -60,7 +60,7 @@ pub(super) struct Started {
     pub checkpoint: Checkpoint,
     pub opened: CommitEntry,
     pub transforms: TransformChain,
-    pub plugins: Vec<PluginInfo>,
+    pub plugins: Vec<PluginRecord>,
     pub stream: ReplicationStream,
     pub proto_version: u32,
     pub catalog: Catalog,

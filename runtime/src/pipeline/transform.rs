@@ -25,8 +25,9 @@ use tokio::sync::mpsc;
 use super::error::PipelineError;
 use super::messages::{Advance, Cut, Transformed};
 use super::reload::{self, hangup_signal, next_hangup};
+use crate::lake::commit::PluginRecord;
 use crate::lake::flush::EncodedFlush;
-use crate::transform::{PluginInfo, Tallies, TransformChain, TransformError};
+use crate::transform::{Tallies, TransformChain, TransformError};
 
 /// One instance of the chain, and the version of the plugins it runs.
 struct Worker {
@@ -58,7 +59,7 @@ pub(super) async fn stage(
     parallel: usize,
 ) -> Result<usize, PipelineError> {
     let parallel = parallel.max(1);
-    let mut plugins: Arc<[PluginInfo]> = chain.plugins().into();
+    let mut plugins = records(&chain);
     let has_plugins = !plugins.is_empty();
     // New instances are forked from this one, which never runs (so never holds an instance).
     let mut template = chain.fork();
@@ -98,7 +99,7 @@ pub(super) async fn stage(
                         "plugins reloaded; from this batch on: {}",
                         versions.join(", ")
                     );
-                    plugins = reloaded.plugins().into();
+                    plugins = records(&reloaded);
                     template = reloaded.fork();
                     generation += 1;
                     most = most.max(made);
@@ -170,6 +171,11 @@ pub(super) async fn stage(
     Ok(most.max(made))
 }
 
+/// The plugins of `chain` as the commit entries of its flushes record them.
+fn records(chain: &TransformChain) -> Arc<[PluginRecord]> {
+    chain.plugins().iter().map(PluginRecord::from).collect()
+}
+
 /// An advance as the next stages take it: no transactions, so nothing for the plugins and
 /// nothing to encode.
 fn advanced(cut: Cut, advance: Advance) -> Transformed {
@@ -202,7 +208,7 @@ fn advanced(cut: Cut, advance: Advance) -> Transformed {
 fn transform(
     chain: &mut TransformChain,
     cut: Cut,
-    plugins: Arc<[PluginInfo]>,
+    plugins: Arc<[PluginRecord]>,
 ) -> Result<Transformed, Box<TransformError>> {
     let started = Instant::now();
     let Cut {

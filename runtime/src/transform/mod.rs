@@ -52,6 +52,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::Lsn;
+use crate::lake::commit::PluginRecord;
 use crate::stream::change::{Batch, OutputBatch, OutputColumn};
 
 /// One `[[transform]]` of the pipeline file.
@@ -101,14 +102,27 @@ impl Default for HostLimits {
     }
 }
 
-/// A loaded plugin as recorded in commit entries.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// A loaded plugin: what it calls itself, where it was loaded from, and which build it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginInfo {
     pub name: String,
     pub version: String,
     pub path: String,
     /// SHA-256 of the plugin file, hex.
     pub digest: String,
+}
+
+/// Commit entries record the plugins that made a flush in a type of the lake's own, so that
+/// the commit protocol never depends on the host.
+impl From<&PluginInfo> for PluginRecord {
+    fn from(info: &PluginInfo) -> Self {
+        PluginRecord {
+            name: info.name.clone(),
+            version: info.version.clone(),
+            path: info.path.clone(),
+            digest: info.digest.clone(),
+        }
+    }
 }
 
 /// What one plugin counted while it ran: its own counters (`host.count`, by name), the changes

@@ -50,7 +50,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::Lsn;
 use crate::lake::sink::SinkError;
-use crate::transform::PluginInfo;
 
 pub use log::{CommitLog, Recovery};
 pub use writer::Writer;
@@ -192,7 +191,7 @@ pub struct CommitEntry {
     pub transactions: u64,
     pub changes: u64,
     pub files: Vec<FileEntry>,
-    pub plugins: Vec<PluginInfo>,
+    pub plugins: Vec<PluginRecord>,
     /// Microseconds since the Unix epoch.
     pub committed_at: i64,
     /// On an open entry: the gap an operator accepted (`--accept-gap`), the changes between
@@ -228,6 +227,18 @@ impl CommitEntry {
         self.started_from = Some(started);
         self
     }
+}
+
+/// A plugin that made an entry's files, as the entry records it: which build it was (the
+/// digest), so a lake says what transformed each flush. The transform host fills it; the
+/// protocol only carries it, and its fields are the entry format.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginRecord {
+    pub name: String,
+    pub version: String,
+    pub path: String,
+    /// SHA-256 of the plugin file, hex.
+    pub digest: String,
 }
 
 /// Where a pipeline's first run started reading, as its open entry records it.
@@ -750,6 +761,14 @@ mod tests {
             data_file_path("public.t", 9, &a, 0),
             data_file_path("public.t", 9, &b, 0)
         );
+    }
+
+    #[test]
+    fn plugin_records_keep_the_entry_format() {
+        let json =
+            r#"{"name":"mask","version":"1.2.0","path":"plugins/mask.wasm","digest":"0a1b"}"#;
+        let record: PluginRecord = serde_json::from_str(json).unwrap();
+        assert_eq!(serde_json::to_string(&record).unwrap(), json);
     }
 
     #[test]
