@@ -1,6 +1,7 @@
 //! End-to-end tests against real PostgreSQL and S3, one module per area.
 
 mod auth;
+mod backends;
 mod chaos;
 mod checkpoint;
 mod crash;
