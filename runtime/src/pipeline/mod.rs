@@ -55,7 +55,7 @@ use crate::lake::commit::PluginRecord;
 use crate::lake::encode::Encoder;
 use crate::lake::flush::FlushMachine;
 use crate::source::replication::ReplicationStream;
-use crate::stream::assemble::{Assembler, SpillSettings};
+use crate::stream::assemble::{Assembler, SpillMedia, SpillMedium, SpillSettings};
 use crate::stream::batch::{BatchLimits, Batcher};
 use crate::transform::TransformChain;
 use crate::wire::pgoutput::Decoder;
@@ -228,9 +228,21 @@ async fn run_stages(
 /// Where large transactions wait for their commit, and the size of their parts.
 fn spill_settings(flush: &crate::config::FlushConfig) -> SpillSettings {
     SpillSettings {
-        dir: flush.spill_dir.clone().unwrap_or_else(std::env::temp_dir),
+        media: spill_files_in(flush.spill_dir.clone().unwrap_or_else(std::env::temp_dir)),
         part_bytes: flush.chunk_mib << 20,
     }
+}
+
+/// Spill media that are unnamed files in `dir` (created with `O_TMPFILE` or unlinked at once),
+/// so the operating system removes one when it is dropped or the process dies: a crash leaves
+/// nothing behind, and the server replays the transaction anyway.
+fn spill_files_in(dir: std::path::PathBuf) -> SpillMedia {
+    SpillMedia::new(
+        dir.display().to_string(),
+        "set flush.spill_dir to a directory with room (a large transaction is held there until \
+         it commits)",
+        move || Ok(Box::new(tempfile::tempfile_in(&dir)?) as Box<dyn SpillMedium>),
+    )
 }
 
 /// The spill settings of a pipeline whose plugins are `chain`: a plugin that must see every
@@ -255,13 +267,11 @@ fn spill_settings_for(flush: &crate::config::FlushConfig, chain: &TransformChain
 /// is created, since a large transaction would otherwise stop the pipeline only once it
 /// arrives.
 fn spill_dir_problem(flush: &crate::config::FlushConfig) -> Option<PipelineError> {
-    let dir = spill_settings(flush).dir;
-    tempfile::tempfile_in(&dir)
-        .err()
-        .map(|e| PipelineError::SpillDir {
-            dir: dir.display().to_string(),
-            reason: e.to_string(),
-        })
+    let media = spill_settings(flush).media;
+    media.open().err().map(|e| PipelineError::SpillDir {
+        dir: media.place().to_string(),
+        reason: e.to_string(),
+    })
 }
 
 /// How often landing a large transaction says how far it got.
@@ -291,7 +301,10 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 mod tests {
     use std::time::Duration;
 
-    use super::{StageTimes, proto_version};
+    use super::{StageTimes, proto_version, spill_dir_problem, spill_settings};
+    use crate::config::FlushConfig;
+    use crate::stream::assemble::{AssembleError, Assembler};
+    use crate::wire::pgoutput::LogicalMessage;
 
     #[test]
     fn stage_times_add_up() {
@@ -320,5 +333,69 @@ mod tests {
         .map(proto_version)
         .collect();
         assert_eq!(asked, [1, 1, 2, 3, 4, 4]);
+    }
+
+    fn flush_spilling_to(dir: &std::path::Path) -> FlushConfig {
+        FlushConfig {
+            spill_dir: Some(dir.to_path_buf()),
+            ..FlushConfig::default()
+        }
+    }
+
+    #[test]
+    fn spill_files_are_unnamed_and_read_back_what_was_written() {
+        use std::io::{Read, Seek, SeekFrom, Write};
+
+        let dir = tempfile::tempdir().unwrap();
+        let settings = spill_settings(&flush_spilling_to(dir.path()));
+        assert_eq!(settings.media.place(), dir.path().display().to_string());
+        let mut medium = settings.media.open().unwrap();
+        medium.write_all(b"spilled rows").unwrap();
+        // Unnamed: nothing shows in the directory.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        medium.seek(SeekFrom::Start(0)).unwrap();
+        let mut read = String::new();
+        medium.read_to_string(&mut read).unwrap();
+        assert_eq!(read, "spilled rows");
+        assert!(spill_dir_problem(&flush_spilling_to(dir.path())).is_none());
+    }
+
+    #[test]
+    fn a_missing_spill_directory_is_an_error() {
+        let flush = flush_spilling_to(std::path::Path::new("/nonexistent/tributary-spill"));
+        let err = spill_settings(&flush).media.open().err().unwrap();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+        let problem = spill_dir_problem(&flush).unwrap().to_string();
+        assert!(
+            problem
+                .starts_with("flush.spill_dir /nonexistent/tributary-spill cannot take a file: ")
+                && problem.contains("name a directory this user can write to"),
+            "{problem}"
+        );
+    }
+
+    #[test]
+    fn a_spill_directory_that_cannot_take_a_file_names_the_setting() {
+        let flush = FlushConfig {
+            chunk_mib: 1,
+            ..flush_spilling_to(std::path::Path::new("/nonexistent/spill"))
+        };
+        let mut a = Assembler::with_spill(spill_settings(&flush));
+        let err = a
+            .push(LogicalMessage::StreamStart {
+                xid: 5,
+                first_segment: true,
+            })
+            .unwrap_err();
+        assert!(
+            matches!(err, AssembleError::Spill { xid: 5, .. }),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.starts_with("spilling transaction 5 to /nonexistent/spill: ")
+                && text.contains("set flush.spill_dir"),
+            "{text}"
+        );
     }
 }

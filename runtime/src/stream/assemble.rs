@@ -19,9 +19,9 @@
 //! transaction, which matters because a replay after a restart may arrive in either shape.
 //!
 //! **Memory.** A streamed transaction is large by definition (the server streams what outgrew
-//! its own memory), so its row messages go to a spill file (`assemble/spill.rs`) as they
+//! its own memory), so its row messages go to a spill medium (`assemble/spill.rs`) as they
 //! arrive, tagged with their subtransaction; an abort of a subtransaction is a note, an abort
-//! of the transaction drops the file. A whole transaction is held typed in memory until it
+//! of the transaction drops the medium. A whole transaction is held typed in memory until it
 //! outgrows `part_bytes`; the rest of it is spilled the same way. Either is then a
 //! [`Completed::Spilled`]: read back after its commit in parts of about `part_bytes`, typed
 //! and numbered as they are read, so no transaction is ever held whole in memory.
@@ -40,13 +40,13 @@
 mod spill;
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::Lsn;
 use crate::stream::change::{Change, Message, Op, Transaction, Value};
 use crate::wire::pgoutput::{LogicalMessage, Relation, Tuple, TupleValue};
 use crate::wire::pgtype;
+pub use spill::{SpillMedia, SpillMedium};
 use spill::{SpillReader, SpillWriter};
 
 /// The message stream does not form the transactions pgoutput promises, a value does not
@@ -73,14 +73,13 @@ pub enum AssembleError {
         lsn: Lsn,
         reason: String,
     },
-    #[error(
-        "spilling transaction {xid} to {dir}: {reason}; set flush.spill_dir to a directory \
-         with room (a large transaction is held there until it commits)"
-    )]
+    #[error("spilling transaction {xid} to {place}: {reason}; {remedy}")]
     Spill {
         xid: u32,
-        dir: String,
+        /// Where the spill media are ([`SpillMedia::place`]).
+        place: String,
         reason: String,
+        remedy: String,
     },
     #[error("reading back the spilled changes of transaction {xid} (commit {lsn}): {reason}")]
     SpillRead { xid: u32, lsn: Lsn, reason: String },
@@ -130,19 +129,20 @@ pub enum AssembleError {
 }
 
 /// Where large transactions go while they are open, and how large a part is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct SpillSettings {
-    /// The directory spill files are created in (unnamed: nothing shows there).
-    pub dir: PathBuf,
-    /// A whole transaction past this decoded size continues on disk; a spilled one is read
-    /// back in parts of about this size.
+    /// Where spilled rows are held until their transaction commits.
+    pub media: SpillMedia,
+    /// A whole transaction past this decoded size continues in a spill medium; a spilled one
+    /// is read back in parts of about this size.
     pub part_bytes: usize,
 }
 
 impl Default for SpillSettings {
+    /// Spills held in memory: the pipeline gives media on disk.
     fn default() -> Self {
         SpillSettings {
-            dir: std::env::temp_dir(),
+            media: SpillMedia::memory(),
             part_bytes: 16 << 20,
         }
     }
@@ -167,7 +167,7 @@ impl OpenTransaction {
 }
 
 /// A streamed transaction between its first chunk and its Stream Commit or Stream Abort: its
-/// row messages are on disk.
+/// row messages are in a spill medium.
 struct StreamedTransaction {
     spill: SpillWriter,
     /// Subtransactions rolled back: their rows are skipped when the spill is read back.
@@ -261,7 +261,7 @@ impl Completed {
     }
 }
 
-/// A committed transaction too large for memory, on disk: [`next_part`](Self::next_part)
+/// A committed transaction too large for memory, in a spill medium: [`next_part`](Self::next_part)
 /// reads it back in parts, typed and numbered exactly as the whole transaction would be.
 pub struct Spilled {
     pub xid: u32,
@@ -419,7 +419,7 @@ impl Assembler {
     }
 
     /// Approximate decoded size of what is held in memory for transactions that have not
-    /// committed yet (spilled rows are on disk and not counted).
+    /// committed yet (spilled rows are in their spill medium and not counted).
     pub fn held_bytes(&self) -> usize {
         self.open.as_ref().map_or(0, |o| o.bytes)
             + self
@@ -680,19 +680,13 @@ impl Assembler {
     }
 
     fn create_spill(&self, xid: u32) -> Result<SpillWriter, AssembleError> {
-        SpillWriter::create(&self.settings.dir).map_err(|e| self.spill_error(xid, e))
+        SpillWriter::create(&self.settings.media).map_err(|e| spill_error(&self.settings, xid, e))
     }
 
     fn finish_spill(&self, spill: SpillWriter, xid: u32) -> Result<SpillReader, AssembleError> {
-        spill.finish().map_err(|e| self.spill_error(xid, e))
-    }
-
-    fn spill_error(&self, xid: u32, error: std::io::Error) -> AssembleError {
-        AssembleError::Spill {
-            xid,
-            dir: self.settings.dir.display().to_string(),
-            reason: error.to_string(),
-        }
+        spill
+            .finish()
+            .map_err(|e| spill_error(&self.settings, xid, e))
     }
 
     /// A completed transaction, with the non-transactional messages that preceded it.
@@ -805,11 +799,7 @@ impl Assembler {
         old: Option<&Tuple>,
     ) -> Result<Option<Completed>, AssembleError> {
         let (target, settings) = self.target(op.as_str(), xid)?;
-        let spill_error = |xid: u32, e: std::io::Error| AssembleError::Spill {
-            xid,
-            dir: settings.dir.display().to_string(),
-            reason: e.to_string(),
-        };
+        let spill_error = |xid: u32, e: std::io::Error| spill_error(settings, xid, e);
         match target {
             Target::Streamed {
                 top,
@@ -841,14 +831,23 @@ impl Assembler {
                 });
                 open.bytes += bytes;
                 if open.bytes >= settings.part_bytes {
-                    // The rest of this transaction goes to disk.
-                    let spill =
-                        SpillWriter::create(&settings.dir).map_err(|e| spill_error(open.xid, e))?;
+                    // The rest of this transaction goes to a spill medium.
+                    let spill = SpillWriter::create(&settings.media)
+                        .map_err(|e| spill_error(open.xid, e))?;
                     open.spill = Some(spill);
                 }
             }
         }
         Ok(None)
+    }
+}
+
+fn spill_error(settings: &SpillSettings, xid: u32, error: std::io::Error) -> AssembleError {
+    AssembleError::Spill {
+        xid,
+        place: settings.media.place().to_string(),
+        reason: error.to_string(),
+        remedy: settings.media.remedy().to_string(),
     }
 }
 

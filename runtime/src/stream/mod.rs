@@ -4,9 +4,10 @@
 //! identities of a full load ([`load`]).
 //!
 //! Owns: the change model every later room reads. May import: [`crate::wire`] and the crate
-//! root. Pure: no tokio, no socket, no clock; the one exception is a large transaction's
-//! spill file (`assemble/spill.rs`), an unnamed local file the assembler writes and reads back
-//! through `std::io`, which never outlives the process.
+//! root. Pure: no tokio, no socket, no file system, no clock. A large transaction's rows are
+//! spilled (`assemble/spill.rs`) to a medium the caller gives ([`assemble::SpillMedia`]),
+//! written and read back through the `std::io` traits: the pipeline gives unnamed local files,
+//! tests give memory.
 
 pub mod assemble;
 pub mod batch;

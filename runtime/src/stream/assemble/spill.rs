@@ -1,10 +1,9 @@
-//! Spill files: the row messages of a large transaction, on local disk until it commits.
+//! Spills: the row messages of a large transaction, held in a spill medium until it commits.
 //!
-//! A spill file is unnamed (created with `O_TMPFILE` or unlinked at once), so the operating
-//! system removes it when it is dropped or the process dies: a crash leaves nothing behind, and
-//! the server replays the transaction anyway. Records keep the row as pgoutput sent it (the
-//! values' text or binary form), so typing happens once, when the transaction is read back
-//! after its commit. Each record:
+//! The medium comes from outside ([`SpillMedia`]): anything that reads, writes and seeks, so
+//! this module does no IO of its own. The pipeline gives unnamed local files; tests and tools
+//! give memory. Records keep the row as pgoutput sent it (the values' text or binary form),
+//! so typing happens once, when the transaction is read back after its commit. Each record:
 //!
 //! ```text
 //! u32 length of the rest | u8 op (I U D T) | u32 own xid | u32 relation index
@@ -12,13 +11,12 @@
 //! u8 kind (n u t b) and, for t and b, u32 length and the bytes
 //! ```
 //!
-//! Integers are little-endian. Relations are kept in memory beside the file (a transaction
+//! Integers are little-endian. Relations are kept in memory beside the medium (a transaction
 //! touches a handful), so a record names its relation as it was when the row was sent, even
 //! when a later Relation message in the same transaction changed the table.
 
-use std::fs::File;
+use std::fmt;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
-use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -30,9 +28,70 @@ use crate::wire::pgoutput::{Relation, Tuple, TupleValue};
 const WRITE_BUFFER: usize = 256 << 10;
 const READ_BUFFER: usize = 1 << 20;
 
+/// Storage for one transaction's spill: written from its start, then read back from its start.
+pub trait SpillMedium: Read + Write + Seek + Send {}
+
+impl<T: Read + Write + Seek + Send> SpillMedium for T {}
+
+type OpenMedium = dyn Fn() -> io::Result<Box<dyn SpillMedium>> + Send + Sync;
+
+/// Where large transactions wait for their commit: a maker of fresh, empty media, the place
+/// an error names them by, and what a user can do when they fail.
+#[derive(Clone)]
+pub struct SpillMedia {
+    open: Arc<OpenMedium>,
+    place: String,
+    remedy: String,
+}
+
+impl SpillMedia {
+    pub fn new(
+        place: impl Into<String>,
+        remedy: impl Into<String>,
+        open: impl Fn() -> io::Result<Box<dyn SpillMedium>> + Send + Sync + 'static,
+    ) -> SpillMedia {
+        SpillMedia {
+            open: Arc::new(open),
+            place: place.into(),
+            remedy: remedy.into(),
+        }
+    }
+
+    /// Media in memory: for tests and tools, where a large transaction fits; a pipeline
+    /// spills to disk so that one never has to.
+    pub fn memory() -> SpillMedia {
+        SpillMedia::new("memory", "spill to disk instead", || {
+            Ok(Box::new(io::Cursor::new(Vec::new())))
+        })
+    }
+
+    /// A fresh, empty medium.
+    pub fn open(&self) -> io::Result<Box<dyn SpillMedium>> {
+        (self.open)()
+    }
+
+    /// Where the media are, as errors name it.
+    pub fn place(&self) -> &str {
+        &self.place
+    }
+
+    /// What a user can do when the media fail.
+    pub fn remedy(&self) -> &str {
+        &self.remedy
+    }
+}
+
+impl fmt::Debug for SpillMedia {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SpillMedia")
+            .field("place", &self.place)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The row messages of one transaction, being written.
 pub(crate) struct SpillWriter {
-    file: BufWriter<File>,
+    file: BufWriter<Box<dyn SpillMedium>>,
     relations: Vec<Arc<Relation>>,
     records: u64,
     written: u64,
@@ -40,8 +99,8 @@ pub(crate) struct SpillWriter {
 }
 
 impl SpillWriter {
-    pub fn create(dir: &Path) -> io::Result<SpillWriter> {
-        let file = tempfile::tempfile_in(dir)?;
+    pub fn create(media: &SpillMedia) -> io::Result<SpillWriter> {
+        let file = media.open()?;
         Ok(SpillWriter {
             file: BufWriter::with_capacity(WRITE_BUFFER, file),
             relations: Vec::new(),
@@ -126,7 +185,7 @@ pub(crate) struct SpilledRow {
 
 /// The row messages of one committed transaction, read back in the order they were written.
 pub(crate) struct SpillReader {
-    file: BufReader<File>,
+    file: BufReader<Box<dyn SpillMedium>>,
     relations: Vec<Arc<Relation>>,
     remaining: u64,
 }
@@ -315,8 +374,7 @@ mod tests {
                 old: None,
             },
         ];
-        let dir = tempfile::tempdir().unwrap();
-        let mut writer = SpillWriter::create(dir.path()).unwrap();
+        let mut writer = SpillWriter::create(&SpillMedia::memory()).unwrap();
         for row in &rows {
             writer
                 .write(
@@ -330,8 +388,6 @@ mod tests {
         }
         assert_eq!(writer.records(), 3);
         assert!(writer.written() > 20);
-        // Unnamed: nothing shows in the directory.
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
         let mut reader = writer.finish().unwrap();
         let mut read = Vec::new();
         while let Some(row) = reader.next_row().unwrap() {
@@ -343,10 +399,15 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_directory_is_an_error() {
-        let err = SpillWriter::create(Path::new("/nonexistent/tributary-spill"))
-            .err()
-            .unwrap();
+    fn media_that_cannot_be_had_are_an_error() {
+        let media = SpillMedia::new("nowhere", "look elsewhere", || {
+            Err(io::Error::new(io::ErrorKind::NotFound, "gone"))
+        });
+        let err = SpillWriter::create(&media).err().unwrap();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert_eq!(
+            (media.place(), media.remedy()),
+            ("nowhere", "look elsewhere")
+        );
     }
 }

@@ -742,9 +742,11 @@ fn a_streamed_transaction_in_parts_skips_rolled_back_savepoints_and_places_messa
 }
 
 #[test]
-fn a_spill_directory_that_cannot_take_a_file_names_the_setting() {
+fn spill_media_that_cannot_be_had_name_their_place_and_remedy() {
     let mut a = Assembler::with_spill(SpillSettings {
-        dir: "/nonexistent/spill".into(),
+        media: SpillMedia::new("the attic", "clear the attic", || {
+            Err(std::io::Error::other("no room"))
+        }),
         part_bytes: 400,
     });
     let err = a.push(stream_start(5, true)).unwrap_err();
@@ -752,10 +754,8 @@ fn a_spill_directory_that_cannot_take_a_file_names_the_setting() {
         matches!(err, AssembleError::Spill { xid: 5, .. }),
         "{err:?}"
     );
-    let text = err.to_string();
-    assert!(
-        text.starts_with("spilling transaction 5 to /nonexistent/spill: ")
-            && text.contains("set flush.spill_dir"),
-        "{text}"
+    assert_eq!(
+        err.to_string(),
+        "spilling transaction 5 to the attic: no room; clear the attic"
     );
 }
