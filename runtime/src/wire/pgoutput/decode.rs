@@ -280,9 +280,7 @@ impl Decoder {
     fn commit(&mut self, r: &mut Reader<'_>) -> Result<LogicalMessage, DecodeError> {
         r.set_message("commit");
         let flags = r.u8("flags")?;
-        let commit_lsn = lsn(r, "commit lsn")?;
-        let end_lsn = lsn(r, "end lsn")?;
-        let commit_time = timestamp(r, "commit time")?;
+        let (commit_lsn, end_lsn, commit_time) = positions(r, COMMIT_POSITIONS)?;
         r.finish()?;
         Ok(LogicalMessage::Commit {
             flags,
@@ -463,12 +461,8 @@ impl Decoder {
 
     fn begin_prepare(&mut self, r: &mut Reader<'_>) -> Result<LogicalMessage, DecodeError> {
         self.two_phase_message(r, tag::BEGIN_PREPARE, "begin prepare")?;
-        let prepare_lsn = lsn(r, "prepare lsn")?;
-        let end_lsn = lsn(r, "end lsn")?;
-        let prepare_time = timestamp(r, "prepare time")?;
-        let xid = r.u32("xid")?;
-        let gid = r.cstr("gid")?.to_owned();
-        r.finish()?;
+        let (prepare_lsn, end_lsn, prepare_time) = positions(r, PREPARE_POSITIONS)?;
+        let (xid, gid) = prepared_transaction(r)?;
         Ok(LogicalMessage::BeginPrepare {
             prepare_lsn,
             end_lsn,
@@ -487,12 +481,8 @@ impl Decoder {
     ) -> Result<LogicalMessage, DecodeError> {
         self.two_phase_message(r, tag, message)?;
         let flags = r.u8("flags")?;
-        let prepare_lsn = lsn(r, "prepare lsn")?;
-        let end_lsn = lsn(r, "end lsn")?;
-        let prepare_time = timestamp(r, "prepare time")?;
-        let xid = r.u32("xid")?;
-        let gid = r.cstr("gid")?.to_owned();
-        r.finish()?;
+        let (prepare_lsn, end_lsn, prepare_time) = positions(r, PREPARE_POSITIONS)?;
+        let (xid, gid) = prepared_transaction(r)?;
         Ok(if tag == tag::STREAM_PREPARE {
             LogicalMessage::StreamPrepare {
                 flags,
@@ -517,12 +507,8 @@ impl Decoder {
     fn commit_prepared(&mut self, r: &mut Reader<'_>) -> Result<LogicalMessage, DecodeError> {
         self.two_phase_message(r, tag::COMMIT_PREPARED, "commit prepared")?;
         let flags = r.u8("flags")?;
-        let commit_lsn = lsn(r, "commit lsn")?;
-        let end_lsn = lsn(r, "end lsn")?;
-        let commit_time = timestamp(r, "commit time")?;
-        let xid = r.u32("xid")?;
-        let gid = r.cstr("gid")?.to_owned();
-        r.finish()?;
+        let (commit_lsn, end_lsn, commit_time) = positions(r, COMMIT_POSITIONS)?;
+        let (xid, gid) = prepared_transaction(r)?;
         Ok(LogicalMessage::CommitPrepared {
             flags,
             commit_lsn,
@@ -536,13 +522,9 @@ impl Decoder {
     fn rollback_prepared(&mut self, r: &mut Reader<'_>) -> Result<LogicalMessage, DecodeError> {
         self.two_phase_message(r, tag::ROLLBACK_PREPARED, "rollback prepared")?;
         let flags = r.u8("flags")?;
-        let prepare_end_lsn = lsn(r, "prepare end lsn")?;
-        let rollback_end_lsn = lsn(r, "rollback end lsn")?;
-        let prepare_time = timestamp(r, "prepare time")?;
+        let (prepare_end_lsn, rollback_end_lsn, prepare_time) = positions(r, ROLLBACK_POSITIONS)?;
         let rollback_time = timestamp(r, "rollback time")?;
-        let xid = r.u32("xid")?;
-        let gid = r.cstr("gid")?.to_owned();
-        r.finish()?;
+        let (xid, gid) = prepared_transaction(r)?;
         Ok(LogicalMessage::RollbackPrepared {
             flags,
             prepare_end_lsn,
@@ -577,9 +559,7 @@ impl Decoder {
         self.streaming_message(r, tag::STREAM_COMMIT, "stream commit", false)?;
         let xid = r.u32("xid")?;
         let flags = r.u8("flags")?;
-        let commit_lsn = lsn(r, "commit lsn")?;
-        let end_lsn = lsn(r, "end lsn")?;
-        let commit_time = timestamp(r, "commit time")?;
+        let (commit_lsn, end_lsn, commit_time) = positions(r, COMMIT_POSITIONS)?;
         r.finish()?;
         Ok(LogicalMessage::StreamCommit {
             xid,
@@ -682,6 +662,31 @@ impl Decoder {
             .cloned()
             .ok_or(DecodeError::UnknownRelation { id })
     }
+}
+
+/// The names, for errors, of the two positions and the time that [`positions`] reads.
+type PositionNames = [&'static str; 3];
+
+const COMMIT_POSITIONS: PositionNames = ["commit lsn", "end lsn", "commit time"];
+const PREPARE_POSITIONS: PositionNames = ["prepare lsn", "end lsn", "prepare time"];
+const ROLLBACK_POSITIONS: PositionNames = ["prepare end lsn", "rollback end lsn", "prepare time"];
+
+/// Two positions and a time, in this order: where a commit or prepare record is (or ends) and
+/// where its transaction ends, then when it happened.
+#[inline]
+fn positions(
+    r: &mut Reader<'_>,
+    [first, end, time]: PositionNames,
+) -> Result<(Lsn, Lsn, i64), DecodeError> {
+    Ok((lsn(r, first)?, lsn(r, end)?, timestamp(r, time)?))
+}
+
+/// The xid and gid of a prepared transaction, which end every two-phase message.
+fn prepared_transaction(r: &mut Reader<'_>) -> Result<(u32, String), DecodeError> {
+    let xid = r.u32("xid")?;
+    let gid = r.cstr("gid")?.to_owned();
+    r.finish()?;
+    Ok((xid, gid))
 }
 
 #[inline]
