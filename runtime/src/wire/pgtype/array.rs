@@ -137,33 +137,42 @@ impl Parser<'_> {
 
     fn element(&mut self) -> Parsed<Option<String>> {
         if self.peek() == Some(b'"') {
-            self.pos += 1;
-            let mut out = Vec::new();
-            loop {
-                match self.peek() {
-                    None => return Err("unclosed '\"' in an array element"),
-                    Some(b'"') => {
-                        self.pos += 1;
-                        break;
-                    }
-                    Some(b'\\') => {
-                        let escaped = *self
-                            .s
-                            .get(self.pos + 1)
-                            .ok_or("a '\\' ends the array text")?;
-                        out.push(escaped);
-                        self.pos += 2;
-                    }
-                    Some(b) => {
-                        out.push(b);
-                        self.pos += 1;
-                    }
+            self.quoted_element().map(Some)
+        } else {
+            self.unquoted_element()
+        }
+    }
+
+    /// `"..."`, with `\` escaping the next byte: never null, even when it reads `NULL`.
+    fn quoted_element(&mut self) -> Parsed<String> {
+        self.pos += 1;
+        let mut out = Vec::new();
+        loop {
+            match self.peek() {
+                None => return Err("unclosed '\"' in an array element"),
+                Some(b'"') => {
+                    self.pos += 1;
+                    break;
+                }
+                Some(b'\\') => {
+                    let escaped = *self
+                        .s
+                        .get(self.pos + 1)
+                        .ok_or("a '\\' ends the array text")?;
+                    out.push(escaped);
+                    self.pos += 2;
+                }
+                Some(b) => {
+                    out.push(b);
+                    self.pos += 1;
                 }
             }
-            return String::from_utf8(out)
-                .map(Some)
-                .map_err(|_| "array element is not valid UTF-8");
         }
+        String::from_utf8(out).map_err(|_| "array element is not valid UTF-8")
+    }
+
+    /// Up to the delimiter or `}`; `NULL` in any case is SQL null.
+    fn unquoted_element(&mut self) -> Parsed<Option<String>> {
         let start = self.pos;
         while let Some(b) = self.peek() {
             if b == self.delimiter || b == b'}' {
