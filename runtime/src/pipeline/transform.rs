@@ -27,7 +27,7 @@ use super::messages::{Advance, Cut, Transformed};
 use super::reload::{self, hangup_signal, next_hangup};
 use crate::lake::commit::PluginRecord;
 use crate::lake::flush::EncodedFlush;
-use crate::transform::{Tallies, TransformChain, TransformError};
+use crate::transform::{PluginInfo, Tallies, TransformChain, TransformError};
 
 /// One instance of the chain, and the version of the plugins it runs.
 struct Worker {
@@ -174,6 +174,19 @@ pub(super) async fn stage(
 /// The plugins of `chain` as the commit entries of its flushes record them.
 fn records(chain: &TransformChain) -> Arc<[PluginRecord]> {
     chain.plugins().iter().map(PluginRecord::from).collect()
+}
+
+/// Commit entries record the plugins that made a flush in a type of the lake's own, so that
+/// the commit protocol never depends on the host.
+impl From<&PluginInfo> for PluginRecord {
+    fn from(info: &PluginInfo) -> Self {
+        PluginRecord {
+            name: info.name.clone(),
+            version: info.version.clone(),
+            path: info.path.clone(),
+            digest: info.digest.clone(),
+        }
+    }
 }
 
 /// An advance as the next stages take it: no transactions, so nothing for the plugins and

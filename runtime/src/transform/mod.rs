@@ -37,6 +37,11 @@
 //! starts a fresh one (`describe` and `init` again). None of these errors is retryable: plugins
 //! are deterministic, so the same batch fails the same way. A plugin that asks to retry a batch
 //! is called again after a pause, for about ten minutes.
+//!
+//! Owns: the plugins, from the file to the emits read back. May import: [`crate::stream`],
+//! [`crate::wire`], [`crate::lake::encode`] (the columnar path builds its arrays with the
+//! encoder's builders) and the crate root; never the commit protocol, which records plugins in
+//! a type of its own that the pipeline fills from [`PluginInfo`].
 
 mod chain;
 mod columnar;
@@ -52,7 +57,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::Lsn;
-use crate::lake::commit::PluginRecord;
 use crate::stream::change::{Batch, OutputBatch, OutputColumn};
 
 /// One `[[transform]]` of the pipeline file.
@@ -110,19 +114,6 @@ pub struct PluginInfo {
     pub path: String,
     /// SHA-256 of the plugin file, hex.
     pub digest: String,
-}
-
-/// Commit entries record the plugins that made a flush in a type of the lake's own, so that
-/// the commit protocol never depends on the host.
-impl From<&PluginInfo> for PluginRecord {
-    fn from(info: &PluginInfo) -> Self {
-        PluginRecord {
-            name: info.name.clone(),
-            version: info.version.clone(),
-            path: info.path.clone(),
-            digest: info.digest.clone(),
-        }
-    }
 }
 
 /// What one plugin counted while it ran: its own counters (`host.count`, by name), the changes

@@ -1,0 +1,176 @@
+//! The map in `docs/design.md` holds: each room imports only the rooms its row allows, and
+//! the files of the pure rooms import no tokio, no socket and no file system.
+//!
+//! Read from the sources, so a change that breaks the layering fails here with the file and the
+//! import named, rather than going unnoticed until the next review.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Each room and the rooms it may import (`crate::<room>`); the crate root's own modules
+/// (`Lsn`, `units`, `failpoint`, `config`, `error_chain`) may be imported by all.
+fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
+    BTreeMap::from([
+        ("wire", &[][..]),
+        ("stream", &["wire"][..]),
+        ("source", &["wire", "stream", "lake::commit"][..]),
+        ("transform", &["wire", "stream", "lake::encode"][..]),
+        ("lake", &["wire", "stream"][..]),
+        (
+            "pipeline",
+            &["wire", "stream", "source", "transform", "lake"][..],
+        ),
+        (
+            "commands",
+            &["wire", "stream", "source", "transform", "lake"][..],
+        ),
+    ])
+}
+
+/// Files and folders that must stay free of IO, relative to `runtime/src`.
+const PURE: &[&str] = &[
+    "wire/",
+    "stream/",
+    "lake/encode/",
+    "lake/flush.rs",
+    "lake/commit/mod.rs",
+    "source/position.rs",
+];
+
+/// What an IO-free file never names.
+const IO: &[&str] = &[
+    "tokio",
+    "std::fs",
+    "std::net",
+    "tempfile",
+    "File::",
+    "TcpStream",
+];
+
+const ROOMS: &[&str] = &[
+    "wire",
+    "stream",
+    "source",
+    "transform",
+    "lake",
+    "pipeline",
+    "commands",
+];
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).expect("read the source tree") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The file's code outside its tests and comments: test modules may use what they like.
+fn production_code(relative: &str, text: &str) -> Option<String> {
+    let name = Path::new(relative);
+    let test_file = name
+        .file_stem()
+        .is_some_and(|s| s == "tests" || s.to_string_lossy().ends_with("_tests"))
+        || name.components().any(|c| c.as_os_str() == "tests")
+        || name.file_name().is_some_and(|f| f == "fixture.rs");
+    if test_file {
+        return None;
+    }
+    let code = match text.find("#[cfg(test)]") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    let lines: Vec<&str> = code
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect();
+    Some(lines.join("\n"))
+}
+
+fn files() -> Vec<(String, String)> {
+    let root = src();
+    let mut paths = Vec::new();
+    rust_files(&root, &mut paths);
+    paths.sort();
+    paths
+        .into_iter()
+        .filter_map(|path| {
+            let relative = path
+                .strip_prefix(&root)
+                .expect("under src")
+                .to_string_lossy()
+                .replace('\\', "/");
+            let text = fs::read_to_string(&path).expect("read a source file");
+            production_code(&relative, &text).map(|code| (relative, code))
+        })
+        .collect()
+}
+
+fn room_of(relative: &str) -> Option<&'static str> {
+    let first = relative.split('/').next()?;
+    ROOMS.iter().copied().find(|r| *r == first)
+}
+
+#[test]
+fn every_room_imports_only_what_its_row_allows() {
+    let allowed = allowed();
+    let mut wrong = Vec::new();
+    for (file, code) in files() {
+        let Some(room) = room_of(&file) else { continue };
+        for (at, _) in code.match_indices("crate::") {
+            let rest = &code[at + "crate::".len()..];
+            let path: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            let Some(target) = ROOMS
+                .iter()
+                .find(|r| path == **r || path.starts_with(&format!("{r}::")))
+            else {
+                continue;
+            };
+            if *target == room {
+                continue;
+            }
+            let ok = allowed[room]
+                .iter()
+                .any(|a| path == *a || path.starts_with(&format!("{a}::")));
+            if !ok {
+                wrong.push(format!("{file}: crate::{path}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "imports the room map in docs/design.md does not allow:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn pure_files_do_no_io() {
+    let mut wrong = Vec::new();
+    for (file, code) in files() {
+        if !PURE.iter().any(|p| file.starts_with(p)) {
+            continue;
+        }
+        for io in IO {
+            if code.contains(io) {
+                wrong.push(format!("{file}: {io}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "files of pure rooms that name IO:\n{}",
+        wrong.join("\n")
+    );
+}
