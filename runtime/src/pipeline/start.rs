@@ -260,22 +260,7 @@ pub(super) async fn start(
     )
     .await?;
     let load = opened.load.clone().map(|state| LoadJob { anchor, state });
-    let recovery = log
-        .recover(opened.sequence, crate::lake::flush::MAX_FLIGHTS as u64)
-        .await?;
-    let removed = log.clean_up(&recovery).await?;
-    if !removed.is_empty() {
-        tracing::info!(
-            files = removed.len(),
-            "removed files of flushes that can never commit"
-        );
-    }
-    if !recovery.newer.is_empty() {
-        tracing::warn!(
-            sequences = ?recovery.newer,
-            "the sink holds intents of a writer that started after this one; this one will stop at its next commit"
-        );
-    }
+    recover(&log, opened.sequence).await?;
     // A previous run may have stopped between its last commit and confirming it; what the
     // sink holds is durable, so the slot may release it now.
     stream.confirm(checkpoint.confirmed());
@@ -295,30 +280,15 @@ pub(super) async fn start(
             tracing::warn!("{ignored}");
         }
     }
-    let tables = match source.tables.is_empty() {
-        false => source.tables.join(", "),
-        true => format!("every table of the publication ({})", tracked.join(", ")),
-    };
-    let plugin_names = match plugins.is_empty() {
-        true => "none".to_owned(),
-        false => plugins
-            .iter()
-            .map(|p| format!("{} {}", p.name, p.version))
-            .collect::<Vec<_>>()
-            .join(", "),
-    };
     let first_start = first_start.filter(|_| !resumed);
-    tracing::info!(
-        mode = ?position::describe(first_start.as_ref(), checkpoint.confirmed()),
-        slot = %source.slot,
-        publication = %source.publication,
-        tables = ?tables,
-        position = %checkpoint.confirmed(),
-        plugins = ?plugin_names,
-        sink = %sink.url(),
-        writer = %writer.id,
-        sequence = checkpoint.sequence(),
-        "streaming"
+    announce(
+        source,
+        &tracked,
+        &plugins,
+        first_start.as_ref(),
+        &checkpoint,
+        &sink,
+        &writer,
     );
     let reconnect = Reconnect {
         retry_limit: limit,
@@ -344,6 +314,65 @@ pub(super) async fn start(
         load,
         tracked,
     }))
+}
+
+/// The one line that says a pipeline is streaming: from where, what, through which plugins, to
+/// which sink.
+fn announce(
+    source: &SourceConfig,
+    tracked: &[String],
+    plugins: &[PluginRecord],
+    first_start: Option<&FirstStart>,
+    checkpoint: &Checkpoint,
+    sink: &Sink,
+    writer: &Writer,
+) {
+    let tables = match source.tables.is_empty() {
+        false => source.tables.join(", "),
+        true => format!("every table of the publication ({})", tracked.join(", ")),
+    };
+    let plugin_names = match plugins.is_empty() {
+        true => "none".to_owned(),
+        false => plugins
+            .iter()
+            .map(|p| format!("{} {}", p.name, p.version))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    tracing::info!(
+        mode = ?position::describe(first_start, checkpoint.confirmed()),
+        slot = %source.slot,
+        publication = %source.publication,
+        tables = ?tables,
+        position = %checkpoint.confirmed(),
+        plugins = ?plugin_names,
+        sink = %sink.url(),
+        writer = %writer.id,
+        sequence = checkpoint.sequence(),
+        "streaming"
+    );
+}
+
+/// Remove what flushes that can never commit left in the sink (their intents name the files),
+/// and say when a newer writer's intents are there: this one will stop at its next commit.
+async fn recover(log: &CommitLog, opened: u64) -> Result<(), PipelineError> {
+    let recovery = log
+        .recover(opened, crate::lake::flush::MAX_FLIGHTS as u64)
+        .await?;
+    let removed = log.clean_up(&recovery).await?;
+    if !removed.is_empty() {
+        tracing::info!(
+            files = removed.len(),
+            "removed files of flushes that can never commit"
+        );
+    }
+    if !recovery.newer.is_empty() {
+        tracing::warn!(
+            sequences = ?recovery.newer,
+            "the sink holds intents of a writer that started after this one; this one will stop at its next commit"
+        );
+    }
+    Ok(())
 }
 
 /// The pgoutput options of `START_REPLICATION`.
