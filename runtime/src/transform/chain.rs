@@ -1,6 +1,6 @@
-//! Routing what plugins emit: resolving `keep`, `edit` and `row` emits against the batch,
-//! reshaping table outputs, checking rows against their outputs, feeding `source` rows to the
-//! next plugin, and grouping everything into output batches.
+//! The chain of plugins: each plugin called on the batch the one before it made, its
+//! rejections handled by its failure policy, its emits routed (`route.rs`), and what is left
+//! after the last one landed in the outputs derived from its tables.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,14 +8,13 @@ use std::sync::Arc;
 use super::columnar;
 use super::convert::{self, Relations, View};
 use super::host::{Plugin, wit};
-use super::shape::{Emit, Replacements, Shape};
+use super::route::{self, Collector, Context, Resolver};
+use super::shape::{Emit, Shape};
 use super::{Call, DEAD_LETTERS, FailurePolicy, Rejected, TransformError};
-use crate::Lsn;
 use crate::stream::change::{
     Batch, Change, Op, OutputBatch, OutputColumn, OutputRow, Transaction, Value,
 };
 use crate::wire::pgoutput::{Relation, RelationColumn};
-use crate::wire::pgtype::ColumnType;
 
 /// A plugin with what it declared at `init`.
 pub(super) struct Stage {
@@ -160,6 +159,26 @@ impl Stage {
         self.declared.contains_key(name)
     }
 
+    /// What routing this plugin's emits on a batch of these relations needs.
+    pub fn context<'a>(
+        &'a self,
+        relations: &'a Relations,
+        handles: &'a [u32],
+        parts: Parts,
+    ) -> Context<'a> {
+        Context {
+            plugin: &self.plugin.name,
+            shapes: relations.relations.iter().map(|r| self.shape(r)).collect(),
+            declared: &self.declared,
+            relations,
+            handles,
+            earlier_messages: match parts.part {
+                Some(_) => parts.earlier_messages,
+                None => 0,
+            },
+        }
+    }
+
     /// The shape of this plugin's rows for a table: reshaped by the first reshape naming it.
     fn shape(&self, relation: &Arc<Relation>) -> Shape {
         let name = relation.qualified_name();
@@ -214,36 +233,6 @@ impl Stage {
             names,
             nullable,
         }
-    }
-}
-
-/// What is wrong with a row that leaves `column`, which its reshape adds as not nullable, null.
-fn null_in_added(column: &str) -> String {
-    format!(
-        "the row leaves column {column} null, which the plugin's reshape adds as not nullable: \
-         give it a value in every row (an edit or a row, not a keep), or declare it nullable"
-    )
-}
-
-/// Output rows grouped per (output, columns), groups and rows in the order they first appear.
-#[derive(Default)]
-pub(super) struct Collector {
-    batches: Vec<OutputBatch>,
-    index: HashMap<(String, Arc<[OutputColumn]>), usize>,
-}
-
-impl Collector {
-    fn group(&mut self, output: &str, columns: &Arc<[OutputColumn]>, old_image: bool) -> usize {
-        let key = (output.to_owned(), columns.clone());
-        *self.index.entry(key).or_insert_with(|| {
-            self.batches.push(OutputBatch {
-                output: output.to_owned(),
-                columns: columns.clone(),
-                rows: Vec::new(),
-                old_image,
-            });
-            self.batches.len() - 1
-        })
     }
 }
 
@@ -316,13 +305,8 @@ fn run_stage(
             }
         }
     }
-    let context = Context {
-        stage,
-        relations: &relations,
-        handles: &handles,
-        parts,
-    };
-    route(&context, emits, current, collector)
+    let context = stage.context(&relations, &handles, parts);
+    route::route(&context, emits, current, collector)
 }
 
 /// `process-columns` on the batch by column, and what it returned as emits and rejections.
@@ -677,524 +661,4 @@ fn identity(batch: Batch, collector: &mut Collector) {
                 .push(OutputRow::of(&tx, change.op, change.seq, 0, values, old));
         }
     }
-}
-
-/// What routing one plugin's emits needs besides the emits and the batch.
-pub(super) struct Context<'a> {
-    pub stage: &'a Stage,
-    pub relations: &'a Relations,
-    pub handles: &'a [u32],
-    pub parts: Parts,
-}
-
-/// Finds changes and messages of a batch by their place in it.
-struct Resolver {
-    /// Index of each transaction's first change in the batch's changes.
-    offsets: Vec<usize>,
-    counts: Vec<usize>,
-}
-
-impl Resolver {
-    fn new(batch: &Batch, handles: &[u32]) -> Resolver {
-        let mut offsets = Vec::with_capacity(batch.transactions.len());
-        let mut counts = Vec::with_capacity(batch.transactions.len());
-        let mut at = 0;
-        for tx in &batch.transactions {
-            offsets.push(at);
-            counts.push(tx.changes.len());
-            at += tx.changes.len();
-        }
-        debug_assert_eq!(at, handles.len());
-        Resolver { offsets, counts }
-    }
-
-    /// `(transaction, change, position in the batch's changes)` of a change-ref, if it names
-    /// a change of the batch.
-    fn locate(&self, at: &wit::ChangeRef) -> Option<(usize, usize, usize)> {
-        let (tx, change) = (at.transaction as usize, at.change as usize);
-        (change < *self.counts.get(tx)?).then_some((tx, change, self.offsets[tx] + change))
-    }
-}
-
-/// The change an emit comes from, if any.
-fn origin_change(emit: &Emit) -> Option<&wit::ChangeRef> {
-    match emit {
-        Emit::Keep(at) => Some(at),
-        Emit::Edit(edit) => Some(&edit.change),
-        Emit::Row(row) => match &row.origin {
-            wit::Origin::Change(at) => Some(at),
-            _ => None,
-        },
-    }
-}
-
-/// A change's rows for one use: moved out at its last use, cloned before.
-fn take(
-    uses: &mut [u32],
-    batch: &mut Batch,
-    (tx, change, flat): (usize, usize, usize),
-) -> (Option<Vec<Value>>, Option<Vec<Value>>) {
-    uses[flat] = uses[flat].saturating_sub(1);
-    let c = &mut batch.transactions[tx].changes[change];
-    match uses[flat] {
-        0 => (c.new.take(), c.old.take()),
-        _ => (c.new.clone(), c.old.clone()),
-    }
-}
-
-/// Resolve, check and route every emit; declared rows go to the collector, and the `source`
-/// rows come back as the batch the next plugin (or the identity) receives.
-pub(super) fn route(
-    context: &Context<'_>,
-    emits: Vec<Emit>,
-    mut batch: Batch,
-    collector: &mut Collector,
-) -> Result<Batch, TransformError> {
-    let stage = context.stage;
-    let plugin = &stage.plugin.name;
-    let handles = context.handles;
-    let resolver = Resolver::new(&batch, handles);
-    let shapes: Vec<Shape> = context
-        .relations
-        .relations
-        .iter()
-        .map(|r| stage.shape(r))
-        .collect();
-    let emit_error =
-        |output: String, column: Option<String>, lsn: Lsn, message: String| TransformError::Emit {
-            plugin: plugin.clone(),
-            output,
-            column,
-            lsn,
-            message,
-        };
-    let shape_name = |h: u32| {
-        context
-            .relations
-            .outputs
-            .get(h as usize)
-            .map_or_else(|| format!("source({h})"), |(name, _)| name.clone())
-    };
-    // A change's values are moved out at their last use and cloned before it.
-    let mut uses = vec![0u32; handles.len()];
-    let resolve = |at: &wit::ChangeRef, output: &dyn Fn() -> String| {
-        resolver.locate(at).ok_or_else(|| {
-            let counts = &resolver.counts;
-            let message = match counts.get(at.transaction as usize) {
-                None => format!(
-                    "it names transaction {} of a batch of {}",
-                    at.transaction,
-                    counts.len()
-                ),
-                Some(n) => format!(
-                    "it names change {} of transaction {}, which has {n}",
-                    at.change, at.transaction
-                ),
-            };
-            emit_error(output(), None, Lsn(0), message)
-        })
-    };
-    for emit in &emits {
-        if let Some(at) = origin_change(emit)
-            && let Some((_, _, flat)) = resolver.locate(at)
-        {
-            uses[flat] += 1;
-        }
-    }
-    let mut next: Vec<Transaction> = batch
-        .transactions
-        .iter_mut()
-        .map(|t| Transaction {
-            xid: t.xid,
-            commit_lsn: t.commit_lsn,
-            end_lsn: t.end_lsn,
-            commit_time: t.commit_time,
-            changes: Vec::new(),
-            // Messages are not emitted: every plugin of the chain sees them all.
-            messages: t.messages.clone(),
-        })
-        .collect();
-    let mut declared_groups: HashMap<&str, usize> = HashMap::new();
-    for emit in emits {
-        match emit {
-            Emit::Keep(at) => {
-                let place = resolve(&at, &|| "(unknown: a keep names no change)".to_owned())?;
-                let (tx, change, flat) = place;
-                let shape = &shapes[handles[flat] as usize];
-                let (op, seq) = {
-                    let c = &batch.transactions[tx].changes[change];
-                    (c.op, c.seq)
-                };
-                let (new, old) = take(&mut uses, &mut batch, place);
-                let (new, old) = (new.map(|r| shape.widen(r)), old.map(|r| shape.widen(r)));
-                let row = match op {
-                    Op::Delete => old.as_ref(),
-                    _ => new.as_ref(),
-                };
-                if let Some(column) = row.and_then(|r| shape.null_where_not_nullable(r)) {
-                    let handle = handles[flat];
-                    return Err(emit_error(
-                        shape_name(handle),
-                        Some(column.to_owned()),
-                        batch.transactions[tx].commit_lsn,
-                        null_in_added(column),
-                    ));
-                }
-                next[tx].changes.push(Change {
-                    op,
-                    relation: shape.relation.clone(),
-                    seq,
-                    new: new.map(|r| shape.project(r)),
-                    old: old.map(|r| shape.project(r)),
-                });
-            }
-            Emit::Edit(edit) => {
-                let place = resolve(&edit.change, &|| {
-                    "(unknown: an edit names no change)".to_owned()
-                })?;
-                let (tx, change, flat) = place;
-                let handle = handles[flat];
-                let shape = &shapes[handle as usize];
-                let lsn = batch.transactions[tx].commit_lsn;
-                let output = || shape_name(handle);
-                let (op, seq) = {
-                    let c = &batch.transactions[tx].changes[change];
-                    (c.op, c.seq)
-                };
-                let (new, old) = take(&mut uses, &mut batch, place);
-                let edited = |row: Option<Vec<Value>>, edits: Replacements, what| {
-                    let Some(row) = row else {
-                        return match edits.is_empty() {
-                            true => Ok(None),
-                            false => Err(emit_error(
-                                output(),
-                                None,
-                                lsn,
-                                format!("it edits {what}, which the change does not have"),
-                            )),
-                        };
-                    };
-                    let mut wide = shape.widen(row);
-                    for (position, value) in edits.into_values() {
-                        let p = position as usize;
-                        if p >= shape.width {
-                            return Err(emit_error(
-                                output(),
-                                None,
-                                lsn,
-                                format!(
-                                    "it edits position {p} of {what}, which has {} positions",
-                                    shape.width
-                                ),
-                            ));
-                        }
-                        let column = || Some(shape.names[p].clone());
-                        let Some(value) =
-                            value.map_err(|m| emit_error(output(), column(), lsn, m))?
-                        else {
-                            continue;
-                        };
-                        if !convert::fits(&shape.types[p], &value) {
-                            return Err(emit_error(
-                                output(),
-                                column(),
-                                lsn,
-                                misfit(&value, &shape.types[p], what),
-                            ));
-                        }
-                        wide[p] = value;
-                    }
-                    let row = what == "the row";
-                    if let Some(column) = shape.null_where_not_nullable(&wide).filter(|_| row) {
-                        return Err(emit_error(
-                            output(),
-                            Some(column.to_owned()),
-                            lsn,
-                            null_in_added(column),
-                        ));
-                    }
-                    Ok(Some(shape.project(wide)))
-                };
-                let (new, old) = match op {
-                    Op::Delete => (None, edited(old, edit.values, "the row")?),
-                    _ => (
-                        edited(new, edit.values, "the row")?,
-                        edited(old, edit.old, "the old image")?,
-                    ),
-                };
-                next[tx].changes.push(Change {
-                    op,
-                    relation: shape.relation.clone(),
-                    seq,
-                    new,
-                    old,
-                });
-            }
-            Emit::Row(row) => {
-                let row = *row;
-                let output = || match &row.target {
-                    wit::Target::Source(h) => shape_name(*h),
-                    wit::Target::Declared(name) => name.clone(),
-                };
-                // The identity the row takes, from its origin.
-                let (tx, seq, from) = match &row.origin {
-                    wit::Origin::Change(at) => {
-                        let place = resolve(at, &output)?;
-                        let seq = batch.transactions[place.0].changes[place.1].seq;
-                        (place.0, seq, Some(place))
-                    }
-                    wit::Origin::Message(at) => {
-                        let (tx, m) = (at.transaction as usize, at.message as usize);
-                        let count = batch.transactions.get(tx).map(|t| t.messages.len());
-                        if count.is_none_or(|n| m >= n) {
-                            return Err(emit_error(
-                                output(),
-                                None,
-                                batch.transactions.get(tx).map_or(Lsn(0), |t| t.commit_lsn),
-                                format!(
-                                    "its origin names message {m} of transaction {tx}, which \
-                                     the batch does not have (did the plugin ask for messages?)"
-                                ),
-                            ));
-                        }
-                        let earlier = match context.parts.part {
-                            Some(_) => context.parts.earlier_messages,
-                            None => 0,
-                        };
-                        (tx, earlier + m as u32, None)
-                    }
-                    wit::Origin::BatchMessage(i) => {
-                        let i = *i as usize;
-                        let Some(message) = batch.messages.get(i) else {
-                            return Err(emit_error(
-                                output(),
-                                None,
-                                Lsn(0),
-                                format!(
-                                    "its origin names message {i} of the batch, which has {} \
-                                     (did the plugin ask for messages?)",
-                                    batch.messages.len()
-                                ),
-                            ));
-                        };
-                        let tx = message.before_seq as usize;
-                        let Some(t) = batch.transactions.get(tx) else {
-                            return Err(emit_error(
-                                output(),
-                                None,
-                                Lsn(0),
-                                format!(
-                                    "message {i} of the batch travels with no transaction of \
-                                     the batch; a row for it waits for a later batch"
-                                ),
-                            ));
-                        };
-                        let before = batch.messages[..i]
-                            .iter()
-                            .filter(|m| m.before_seq == message.before_seq)
-                            .count();
-                        (tx, (t.messages.len() + before) as u32, None)
-                    }
-                };
-                let lsn = batch.transactions[tx].commit_lsn;
-                let op = match (convert::op_from_wit(row.op), batch.transactions[tx].xid) {
-                    // A load chunk's truncate is its table's load marker.
-                    (Op::Truncate, crate::stream::load::LOAD_XID) => Op::Load,
-                    (op, _) => op,
-                };
-                match &row.target {
-                    wit::Target::Source(h) => {
-                        let Some(shape) = shapes.get(*h as usize) else {
-                            return Err(emit_error(
-                                output(),
-                                None,
-                                lsn,
-                                format!(
-                                    "the batch has no relation {h} (it has {}); use \
-                                     change.relation",
-                                    shapes.len()
-                                ),
-                            ));
-                        };
-                        let Some(place) = from else {
-                            return Err(emit_error(
-                                output(),
-                                None,
-                                lsn,
-                                "a row for a table's output must come from a change (its \
-                                 origin); land rows for messages in a declared output"
-                                    .into(),
-                            ));
-                        };
-                        if row.sub != 0 {
-                            return Err(emit_error(
-                                output(),
-                                None,
-                                lsn,
-                                format!(
-                                    "sub is {}: a table's output holds one row per change; \
-                                     fan out into a declared output",
-                                    row.sub
-                                ),
-                            ));
-                        }
-                        let (own_new, own_old) = take(&mut uses, &mut batch, place);
-                        let same = *h == handles[place.2];
-                        let own_row = own_new.or_else(|| own_old.clone());
-                        let values = wide_row(shape, row.values, own_row.filter(|_| same), true)
-                            .map_err(|(c, m)| emit_error(output(), c, lsn, m))?;
-                        let old = match (op, row.old) {
-                            (Op::Update, Some(old)) => Some(
-                                wide_row(shape, old, own_old.filter(|_| same), false)
-                                    .map_err(|(c, m)| emit_error(output(), c, lsn, m))?,
-                            ),
-                            _ => None,
-                        };
-                        let (new, old) = match op {
-                            Op::Insert => (Some(values), None),
-                            Op::Update => (Some(values), old),
-                            Op::Delete => (None, Some(values)),
-                            // A truncate carries no row; its output row is all nulls anyway.
-                            Op::Truncate | Op::Load => (None, None),
-                        };
-                        next[tx].changes.push(Change {
-                            op,
-                            relation: shape.relation.clone(),
-                            seq,
-                            new,
-                            old,
-                        });
-                    }
-                    wit::Target::Declared(name) => {
-                        let Some((output_name, columns)) =
-                            stage.declared.get_key_value(name.as_str())
-                        else {
-                            let mut names: Vec<&str> = stage.declared_names().collect();
-                            names.sort_unstable();
-                            return Err(emit_error(
-                                output(),
-                                None,
-                                lsn,
-                                format!("the plugin did not declare it (declared: {names:?})"),
-                            ));
-                        };
-                        if let Some((_, _, flat)) = from {
-                            // The change's values are not needed, only counted.
-                            uses[flat] = uses[flat].saturating_sub(1);
-                        }
-                        let values = declared_row(columns, row.values)
-                            .map_err(|(c, m)| emit_error(output(), c, lsn, m))?;
-                        let group = *declared_groups
-                            .entry(output_name.as_str())
-                            .or_insert_with(|| collector.group(output_name, columns, false));
-                        let t = &batch.transactions[tx];
-                        collector.batches[group]
-                            .rows
-                            .push(OutputRow::of(t, op, seq, row.sub, values, None));
-                    }
-                }
-            }
-        }
-    }
-    Ok(Batch {
-        transactions: next,
-        messages: std::mem::take(&mut batch.messages),
-    })
-}
-
-/// A `row` bound for a table's output, as the output row: one value per wide position,
-/// `absent` taking the change's own value, checked against the position's type and, for the
-/// row itself (`is_row`, not an old image), against the nullability of added columns.
-fn wide_row(
-    shape: &Shape,
-    values: Vec<wit::Value>,
-    own: Option<Vec<Value>>,
-    is_row: bool,
-) -> Result<Vec<Value>, (Option<String>, String)> {
-    if values.len() != shape.width {
-        let added = shape.width - shape.names.len().min(shape.width);
-        return Err((
-            None,
-            format!(
-                "the row has {} values for {} positions{}",
-                values.len(),
-                shape.width,
-                if added > 0 {
-                    " (with added columns)"
-                } else {
-                    ""
-                }
-            ),
-        ));
-    }
-    let mut own = own.map(|r| shape.widen(r));
-    let mut wide = Vec::with_capacity(values.len());
-    for (p, value) in values.into_iter().enumerate() {
-        let column = || Some(shape.names[p].clone());
-        match convert::value_from_wit(value).map_err(|m| (column(), m))? {
-            Some(value) => {
-                if !convert::fits(&shape.types[p], &value) {
-                    return Err((column(), misfit(&value, &shape.types[p], "the row")));
-                }
-                wide.push(value);
-            }
-            None => match own.as_mut() {
-                Some(own) => wide.push(std::mem::replace(&mut own[p], Value::Null)),
-                None => {
-                    return Err((
-                        column(),
-                        "the row has an absent value, but the change has no row of this \
-                         table to take it from"
-                            .into(),
-                    ));
-                }
-            },
-        }
-    }
-    if is_row && let Some(column) = shape.null_where_not_nullable(&wide) {
-        return Err((Some(column.to_owned()), null_in_added(column)));
-    }
-    Ok(shape.project(wide))
-}
-
-/// A row bound for a declared output: one value per declared column, each of a kind its
-/// column takes, no null where the column may not hold one.
-fn declared_row(
-    columns: &[OutputColumn],
-    row: Vec<wit::Value>,
-) -> Result<Vec<Value>, (Option<String>, String)> {
-    if row.len() != columns.len() {
-        let message = format!(
-            "the row has {} values for {} columns",
-            row.len(),
-            columns.len()
-        );
-        return Err((None, message));
-    }
-    let mut values = Vec::with_capacity(row.len());
-    for (column, value) in columns.iter().zip(row) {
-        let name = || Some(column.name.clone());
-        let Some(value) = convert::value_from_wit(value).map_err(|m| (name(), m))? else {
-            return Err((
-                name(),
-                "absent has no meaning in a declared output; give a value or null".into(),
-            ));
-        };
-        if !convert::fits(&column.ty, &value) {
-            return Err((name(), misfit(&value, &column.ty, "the row")));
-        }
-        if !column.nullable && matches!(value, Value::Null | Value::UnchangedToast) {
-            return Err((name(), "null in a column declared not nullable".into()));
-        }
-        values.push(value);
-    }
-    Ok(values)
-}
-
-fn misfit(value: &Value, ty: &ColumnType, what: &str) -> String {
-    format!(
-        "a {} value in {what} does not fit column type {}",
-        value.kind(),
-        ty.label()
-    )
 }

@@ -47,6 +47,7 @@ mod chain;
 mod columnar;
 mod convert;
 mod host;
+mod route;
 mod shape;
 
 #[cfg(test)]

@@ -1088,14 +1088,9 @@ fn rows_that_do_not_fit_their_output_are_refused() {
         ),
     ];
     for (bad, expected) in cases {
-        let mut collector = super::chain::Collector::default();
-        let context = super::chain::Context {
-            stage,
-            relations: &relations,
-            handles: &handles,
-            parts: Default::default(),
-        };
-        let err = super::chain::route(&context, vec![bad.into()], batch.clone(), &mut collector)
+        let mut collector = super::route::Collector::default();
+        let context = stage.context(&relations, &handles, Default::default());
+        let err = super::route::route(&context, vec![bad.into()], batch.clone(), &mut collector)
             .unwrap_err();
         let message = err.to_string();
         assert!(matches!(err, TransformError::Emit { .. }), "{message}");
