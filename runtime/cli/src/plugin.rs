@@ -13,10 +13,11 @@
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use tributary::transform::{HostLimits, TransformChain, TransformSpec};
+use tributary::transform::{HostLimits, Processed, TransformChain, TransformSpec};
 use wasi_preview1_component_adapter_provider::{
     WASI_SNAPSHOT_PREVIEW1_ADAPTER_NAME, WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
 };
@@ -183,7 +184,18 @@ fn test_command(args: &TestArgs) -> anyhow::Result<()> {
     let mut chain = load(&args.plugin)?;
     let landed = match batch.transactions.is_empty() {
         true => Vec::new(),
-        false => chain.process(batch)?,
+        false => {
+            let mut processed = chain.process(batch)?;
+            loop {
+                let retry = match processed {
+                    Processed::Done(landed) => break landed,
+                    Processed::Retry(retry) => retry,
+                };
+                tracing::warn!(plugin = %retry.plugin, attempt = retry.attempt, "{retry}");
+                std::thread::sleep(retry.due.saturating_duration_since(Instant::now()));
+                processed = chain.resume(retry)?;
+            }
+        }
     };
     if args.json {
         let mut out = String::new();

@@ -22,12 +22,16 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use tokio::sync::mpsc;
 
+use super::budget::Share;
 use super::error::PipelineError;
 use super::messages::{Advance, Cut, Transformed};
 use super::reload::{self, hangup_signal, next_hangup};
+use crate::Lsn;
 use crate::lake::commit::PluginRecord;
 use crate::lake::flush::EncodedFlush;
-use crate::transform::{PluginInfo, Tallies, TransformChain, TransformError};
+use crate::stream::change::{Batch, OutputBatch};
+use crate::stream::load::LoadState;
+use crate::transform::{PluginInfo, Processed, Tallies, TransformChain, TransformError};
 
 /// One instance of the chain, and the version of the plugins it runs.
 struct Worker {
@@ -133,13 +137,9 @@ pub(super) async fn stage(
                 };
                 let holds = !cut.last;
                 let plugins = plugins.clone();
-                let work = tokio::task::spawn_blocking(move || {
-                    let mut worker = worker;
-                    let transformed = transform(&mut worker.chain, cut, plugins);
-                    (Some(worker), holds, transformed)
-                });
                 running.push_back(Box::pin(async move {
-                    work.await.map_err(|e| PipelineError::Task(e.to_string()))
+                    let (worker, transformed) = transform(worker, cut, plugins).await?;
+                    Ok((Some(worker), holds, transformed))
                 }));
             }
             Some(done) = running.next(), if !running.is_empty() => {
@@ -217,74 +217,149 @@ fn advanced(cut: Cut, advance: Advance) -> Transformed {
     }
 }
 
-/// What `chain` makes of one cut of transactions (blocking: call it off the async runtime).
-fn transform(
-    chain: &mut TransformChain,
+/// What `worker` makes of one cut of transactions: the plugins run on a blocking thread, and
+/// a plugin that asks to retry is called again once its pause, waited out here, has passed.
+async fn transform(
+    worker: Worker,
     cut: Cut,
     plugins: Arc<[PluginRecord]>,
-) -> Result<Transformed, Box<TransformError>> {
+) -> Result<(Worker, Result<Transformed, Box<TransformError>>), PipelineError> {
     let started = Instant::now();
-    let Cut {
-        batch,
-        sequence,
-        part,
-        last,
-        load,
-        state,
-        share,
-        ..
-    } = cut;
-    let (first_lsn, last_lsn) = batch.lsn_range().expect("batches are never empty");
-    let last_end_lsn = batch
-        .transactions
-        .last()
-        .map(|t| t.end_lsn)
-        .unwrap_or_default();
-    // A load's chunk is no transaction, and moves no position.
-    let (first_lsn, last_lsn, last_end_lsn, transactions) = match &load {
-        Some(l) => (l.last_commit, l.last_commit, l.end, u64::from(!last)),
-        None => (
+    let (mut worker, (made, mut processed)) = blocking(worker, move |chain| {
+        let (batch, made) = Made::of(cut);
+        let processed = match made.part == 0 && made.last {
+            true => chain.process(batch),
+            false => chain.process_part(batch, made.part, made.last),
+        };
+        (made, processed)
+    })
+    .await?;
+    loop {
+        let retry = match processed {
+            Ok(Processed::Done(outputs)) => {
+                let tallies = worker.chain.take_tallies();
+                let transformed = made.transformed(outputs, tallies, plugins, started.elapsed());
+                return Ok((worker, Ok(transformed)));
+            }
+            Ok(Processed::Retry(retry)) => retry,
+            Err(error) => return Ok((worker, Err(Box::new(error)))),
+        };
+        tracing::warn!(plugin = %retry.plugin, attempt = retry.attempt, "{retry}");
+        tokio::time::sleep_until(retry.due.into()).await;
+        (worker, processed) = blocking(worker, move |chain| chain.resume(retry)).await?;
+    }
+}
+
+/// `call` on the worker's chain, on a blocking thread: plugins compute for as long as they
+/// take, and the WASI streams behind their output block the current runtime.
+async fn blocking<T: Send + 'static>(
+    mut worker: Worker,
+    call: impl FnOnce(&mut TransformChain) -> T + Send + 'static,
+) -> Result<(Worker, T), PipelineError> {
+    tokio::task::spawn_blocking(move || {
+        let made = call(&mut worker.chain);
+        (worker, made)
+    })
+    .await
+    .map_err(|e| PipelineError::Task(e.to_string()))
+}
+
+/// What a cut's flush says besides what the plugins make.
+struct Made {
+    sequence: u64,
+    part: u32,
+    last: bool,
+    chunk: bool,
+    first_lsn: Lsn,
+    last_lsn: Lsn,
+    last_end_lsn: Lsn,
+    transactions: u64,
+    changes: u64,
+    state: Option<LoadState>,
+    share: Share,
+}
+
+impl Made {
+    fn of(cut: Cut) -> (Batch, Made) {
+        let Cut {
+            batch,
+            sequence,
+            part,
+            last,
+            load,
+            state,
+            share,
+            ..
+        } = cut;
+        let (first_lsn, last_lsn) = batch.lsn_range().expect("batches are never empty");
+        let last_end_lsn = batch
+            .transactions
+            .last()
+            .map(|t| t.end_lsn)
+            .unwrap_or_default();
+        // A load's chunk is no transaction, and moves no position.
+        let (first_lsn, last_lsn, last_end_lsn, transactions) = match &load {
+            Some(l) => (l.last_commit, l.last_commit, l.end, u64::from(!last)),
+            None => (
+                first_lsn,
+                last_lsn,
+                last_end_lsn,
+                batch.transactions.len() as u64,
+            ),
+        };
+        let changes = batch.change_count() as u64;
+        let made = Made {
+            sequence,
+            part,
+            last,
+            chunk: load.is_some(),
             first_lsn,
             last_lsn,
             last_end_lsn,
-            batch.transactions.len() as u64,
-        ),
-    };
-    let changes = batch.change_count() as u64;
-    let outputs = match part == 0 && last {
-        true => chain.process(batch),
-        false => chain.process_part(batch, part, last),
+            transactions,
+            changes,
+            state,
+            share,
+        };
+        (batch, made)
     }
-    .map_err(Box::new)?;
-    let tallies = chain.take_tallies();
-    let flush = EncodedFlush {
-        sequence,
-        part,
-        last,
-        advance: false,
-        first_commit_lsn: first_lsn,
-        last_commit_lsn: last_lsn,
-        last_end_lsn,
-        // A part that does not end its last transaction does not complete it.
-        transactions: transactions - u64::from(!last),
-        changes,
-        files: Vec::new(),
-        dead_letters: outputs
-            .iter()
-            .filter(|o| o.output == crate::transform::DEAD_LETTERS)
-            .map(|o| o.rows.len() as u64)
-            .sum(),
-        plugins: Some(plugins),
-        chunk: load.is_some(),
-        load: state,
-    };
-    Ok(Transformed {
-        flush,
-        outputs,
-        share,
-        transform: started.elapsed(),
-        tallies,
-    })
+
+    fn transformed(
+        self,
+        outputs: Vec<OutputBatch>,
+        tallies: Tallies,
+        plugins: Arc<[PluginRecord]>,
+        transform: Duration,
+    ) -> Transformed {
+        let flush = EncodedFlush {
+            sequence: self.sequence,
+            part: self.part,
+            last: self.last,
+            advance: false,
+            first_commit_lsn: self.first_lsn,
+            last_commit_lsn: self.last_lsn,
+            last_end_lsn: self.last_end_lsn,
+            // A part that does not end its last transaction does not complete it.
+            transactions: self.transactions - u64::from(!self.last),
+            changes: self.changes,
+            files: Vec::new(),
+            dead_letters: outputs
+                .iter()
+                .filter(|o| o.output == crate::transform::DEAD_LETTERS)
+                .map(|o| o.rows.len() as u64)
+                .sum(),
+            plugins: Some(plugins),
+            chunk: self.chunk,
+            load: self.state,
+        };
+        Transformed {
+            flush,
+            outputs,
+            share: self.share,
+            transform,
+            tallies,
+        }
+    }
 }
 
 #[cfg(test)]

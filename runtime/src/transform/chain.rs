@@ -2,17 +2,19 @@
 //! rejections handled by its failure policy, its emits routed (`route.rs`), and what is left
 //! after the last one landed in the outputs derived from its tables.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::columnar;
 use super::convert::{self, Relations, View};
 use super::host::{Plugin, wit};
+use super::retry::RetrySchedule;
 use super::route::{self, Collector, Context, Resolver};
 use super::shape::{Emit, Shape};
-use super::{Call, DEAD_LETTERS, FailurePolicy, Rejected, TransformError};
+use super::{Call, DEAD_LETTERS, FailurePolicy, Processed, Rejected, Retry, TransformError};
 use crate::stream::change::{
-    Batch, Change, Op, OutputBatch, OutputColumn, OutputRow, Transaction, Value,
+    Batch, Change, Message, Op, OutputColumn, OutputRow, Transaction, Value,
 };
 use crate::wire::pgoutput::{Relation, RelationColumn};
 
@@ -244,30 +246,177 @@ pub(super) struct Parts {
     pub earlier_messages: u32,
 }
 
+/// A batch on its way through the chain: where it is, and what the plugins before made of it.
+/// A plugin that asks to retry hands it back to the caller, which waits and resumes it, so
+/// nothing here sleeps.
+pub(super) struct Run {
+    parts: Parts,
+    collector: Collector,
+    /// The stage the batch is at.
+    at: usize,
+    work: Work,
+    /// The retries of the call that asked, until a call of the stage answers.
+    retry: Option<RetrySchedule>,
+}
+
+/// What the stage the batch is at has still to do.
+enum Work {
+    /// The batch as the plugin before made it.
+    Whole(Batch),
+    /// The batch made the plugin trap: one change at a time.
+    Apart(Isolation),
+}
+
+/// A plugin's call that asked to retry, and when that call began.
+struct Asked {
+    call: Call,
+    message: String,
+    started: Instant,
+}
+
+/// One call of a plugin: what it returned, or that it asks to be called again.
+enum Called<T> {
+    Done(T),
+    Retry(Asked),
+}
+
+impl<T> Called<T> {
+    fn map<U>(self, f: impl FnOnce(T) -> U) -> Called<U> {
+        match self {
+            Called::Done(done) => Called::Done(f(done)),
+            Called::Retry(asked) => Called::Retry(asked),
+        }
+    }
+}
+
+/// What one plugin made of a batch.
+enum Staged {
+    /// The batch the next plugin receives.
+    Done(Batch),
+    /// The plugin asks to be called again on the batch, which comes back as it was.
+    Retry(Batch, Asked),
+    /// Under the dead-letter policy, the plugin trapped (or hit a limit) on the batch.
+    Trapped(Batch, TransformError),
+}
+
 pub(super) fn process(
     stages: &mut [Stage],
     batch: Batch,
     parts: Parts,
-) -> Result<Vec<OutputBatch>, TransformError> {
-    let mut collector = Collector::default();
-    let mut current = batch;
-    for stage in stages.iter_mut() {
-        current = run_stage(stage, current, parts, &mut collector, true)?;
-    }
-    identity(current, &mut collector);
-    Ok(collector.batches)
+) -> Result<Processed, TransformError> {
+    let run = Run {
+        parts,
+        collector: Collector::default(),
+        at: 0,
+        work: Work::Whole(batch),
+        retry: None,
+    };
+    run.go(stages)
 }
 
-/// One plugin on one batch: its emits routed, its rejections handled by its policy. Under the
-/// dead-letter policy a batch that traps (or hits a limit) is taken apart when `isolate` is
-/// set: each change alone, so only the changes that trap land as dead letters.
+/// Carry on with a run a plugin asked to retry: that plugin's call again, then the rest.
+pub(super) fn resume(stages: &mut [Stage], run: Box<Run>) -> Result<Processed, TransformError> {
+    run.go(stages)
+}
+
+impl Run {
+    fn go(mut self, stages: &mut [Stage]) -> Result<Processed, TransformError> {
+        while let Some(stage) = stages.get_mut(self.at) {
+            let work = std::mem::replace(&mut self.work, Work::Whole(Batch::default()));
+            let asked = match work {
+                Work::Whole(batch) => {
+                    match run_stage(stage, batch, self.parts, &mut self.collector)? {
+                        Staged::Done(next) => {
+                            self.next_stage(next);
+                            continue;
+                        }
+                        Staged::Retry(batch, asked) => {
+                            self.work = Work::Whole(batch);
+                            asked
+                        }
+                        Staged::Trapped(batch, error) => {
+                            self.retry = None;
+                            tracing::warn!(
+                                plugin = %stage.plugin.name,
+                                "{error}; taking the batch apart to find the changes it fails on"
+                            );
+                            self.work = Work::Apart(Isolation::new(batch));
+                            continue;
+                        }
+                    }
+                }
+                Work::Apart(mut apart) => {
+                    let collector = &mut self.collector;
+                    match apart.go(stage, self.parts, collector, &mut self.retry)? {
+                        Some(asked) => {
+                            self.work = Work::Apart(apart);
+                            asked
+                        }
+                        None => {
+                            let next = apart.finish(stage, collector);
+                            self.next_stage(next);
+                            continue;
+                        }
+                    }
+                }
+            };
+            return self.retry_later(stage, asked);
+        }
+        let Work::Whole(batch) = self.work else {
+            unreachable!("a batch is whole again when its stage is done");
+        };
+        identity(batch, &mut self.collector);
+        Ok(Processed::Done(self.collector.batches))
+    }
+
+    fn next_stage(&mut self, batch: Batch) {
+        self.retry = None;
+        self.at += 1;
+        self.work = Work::Whole(batch);
+    }
+
+    /// The run handed back to wait before `stage` is called again, or the error once the
+    /// plugin has asked to retry for long enough.
+    fn retry_later(mut self, stage: &Stage, asked: Asked) -> Result<Processed, TransformError> {
+        let now = Instant::now();
+        let schedule = self
+            .retry
+            .get_or_insert_with(|| RetrySchedule::new(asked.started));
+        let Some(due) = schedule.next(now) else {
+            return Err(TransformError::Fatal {
+                plugin: stage.plugin.name.clone(),
+                path: stage.plugin.path.clone(),
+                call: asked.call,
+                message: format!(
+                    "still asking to retry after {} s: {}",
+                    schedule.elapsed(now).as_secs(),
+                    asked.message
+                ),
+            });
+        };
+        let attempt = schedule.attempts();
+        Ok(Processed::Retry(Retry {
+            plugin: stage.plugin.name.clone(),
+            call: asked.call,
+            message: asked.message,
+            attempt,
+            pause: due - now,
+            due,
+            run: Box::new(self),
+        }))
+    }
+}
+
+/// What a plugin answered for a batch: its emits and the changes it rejected.
+type Answer = (Vec<Emit>, Vec<wit::Rejection>);
+
+/// One plugin on one batch: its emits routed, its rejections handled by its policy.
 fn run_stage(
     stage: &mut Stage,
     current: Batch,
     parts: Parts,
     collector: &mut Collector,
-    isolate: bool,
-) -> Result<Batch, TransformError> {
+) -> Result<Staged, TransformError> {
     let call = Call::Batch(current.lsn_range());
     let (relations, handles) = Relations::of(&current);
     let view = View::new(&stage.plugin.setup.interest, &relations, parts.part);
@@ -275,16 +424,20 @@ fn run_stage(
         true => call_columnar(stage, &current, &relations, &handles, &view, call),
         false => {
             let input = convert::batch_to_wit(&current, &relations, &handles, &view);
-            call_with_retries(stage, call, |plugin| plugin.process(&input, call)).map(|processed| {
-                let emits = processed.emits.into_iter().map(Emit::from).collect();
-                (emits, processed.rejections)
+            call_once(stage, call, |plugin| plugin.process(&input, call)).map(|called| {
+                called.map(|processed| {
+                    let emits = processed.emits.into_iter().map(Emit::from).collect();
+                    (emits, processed.rejections)
+                })
             })
         }
     };
     let (emits, rejections) = match called {
-        Ok(called) => called,
-        Err(error) if stage.policy == FailurePolicy::DeadLetter && traps(&error) && isolate => {
-            return one_by_one(stage, current, parts, collector, &error);
+        Ok(Called::Done(called)) => called,
+        Ok(Called::Retry(asked)) => return Ok(Staged::Retry(current, asked)),
+        // The dead-letter policy can find the changes it fails on.
+        Err(error) if stage.policy == FailurePolicy::DeadLetter && traps(&error) => {
+            return Ok(Staged::Trapped(current, error));
         }
         Err(error) => return Err(error),
     };
@@ -306,7 +459,7 @@ fn run_stage(
         }
     }
     let context = stage.context(&relations, &handles, parts);
-    route::route(&context, emits, current, collector)
+    route::route(&context, emits, current, collector).map(Staged::Done)
 }
 
 /// `process-columns` on the batch by column, and what it returned as emits and rejections.
@@ -317,13 +470,16 @@ fn call_columnar(
     handles: &[u32],
     view: &View,
     call: Call,
-) -> Result<(Vec<Emit>, Vec<wit::Rejection>), TransformError> {
+) -> Result<Called<Answer>, TransformError> {
     let name = stage.plugin.name.clone();
     let input = columnar::batch_to_columns(&name, batch, relations, handles, view)?;
-    let output = call_with_retries(stage, call, |plugin| plugin.process_columns(&input, call))?;
+    let output = match call_once(stage, call, |plugin| plugin.process_columns(&input, call))? {
+        Called::Done(output) => output,
+        Called::Retry(asked) => return Ok(Called::Retry(asked)),
+    };
     drop(input);
     let shapes: Vec<Shape> = relations.relations.iter().map(|r| stage.shape(r)).collect();
-    columnar::output_to_emits(&name, batch, relations, &shapes, handles, output)
+    columnar::output_to_emits(&name, batch, relations, &shapes, handles, output).map(Called::Done)
 }
 
 /// Whether an error is the plugin failing on its input (a trap, the time limit, the memory
@@ -341,72 +497,107 @@ fn traps(error: &TransformError) -> bool {
 /// A batch that made the plugin trap, again one change at a time (each transaction's messages
 /// with its first change, the batch's with the first change of all): the changes that trap
 /// alone land as dead letters, the others as the plugin makes them.
-fn one_by_one(
-    stage: &mut Stage,
-    batch: Batch,
-    parts: Parts,
-    collector: &mut Collector,
-    error: &TransformError,
-) -> Result<Batch, TransformError> {
-    tracing::warn!(
-        plugin = %stage.plugin.name,
-        "{error}; taking the batch apart to find the changes it fails on"
-    );
-    let Batch {
-        transactions,
-        messages,
-    } = batch;
-    // The batch's messages go with the first change, and on to the next plugin whole.
-    let mut batch_messages = messages.clone();
-    let mut out: Vec<Transaction> = Vec::with_capacity(transactions.len());
-    let mut letters = Vec::new();
-    let now = unix_micros();
-    for mut tx in transactions {
-        let changes = std::mem::take(&mut tx.changes);
-        let mut tx_messages = std::mem::take(&mut tx.messages);
-        let mut kept = Transaction {
-            changes: Vec::new(),
-            messages: tx_messages.clone(),
-            ..tx.clone()
-        };
-        for change in changes {
-            let single = Batch {
-                transactions: vec![Transaction {
-                    changes: vec![change.clone()],
-                    messages: std::mem::take(&mut tx_messages),
-                    ..tx.clone()
-                }],
-                messages: std::mem::take(&mut batch_messages),
-            };
-            match run_stage(stage, single, parts, collector, false) {
-                Ok(mut made) => {
+struct Isolation {
+    /// The changes still to run, each alone in a batch, with the transaction it belongs to.
+    singles: VecDeque<(usize, Batch)>,
+    /// Each transaction with its messages and the changes made of its changes so far.
+    out: Vec<Transaction>,
+    /// The batch's messages, on to the next plugin whole.
+    messages: Vec<Message>,
+    letters: Vec<OutputRow>,
+    /// When the dead letters were first seen.
+    now: i64,
+}
+
+impl Isolation {
+    fn new(batch: Batch) -> Isolation {
+        let Batch {
+            transactions,
+            messages,
+        } = batch;
+        // The batch's messages go with the first change.
+        let mut batch_messages = messages.clone();
+        let mut out: Vec<Transaction> = Vec::with_capacity(transactions.len());
+        let mut singles = VecDeque::new();
+        for mut tx in transactions {
+            let changes = std::mem::take(&mut tx.changes);
+            let mut tx_messages = std::mem::take(&mut tx.messages);
+            out.push(Transaction {
+                changes: Vec::new(),
+                messages: tx_messages.clone(),
+                ..tx.clone()
+            });
+            for change in changes {
+                let single = Batch {
+                    transactions: vec![Transaction {
+                        changes: vec![change],
+                        messages: std::mem::take(&mut tx_messages),
+                        ..tx.clone()
+                    }],
+                    messages: std::mem::take(&mut batch_messages),
+                };
+                singles.push_back((out.len() - 1, single));
+            }
+        }
+        Isolation {
+            singles,
+            out,
+            messages,
+            letters: Vec::new(),
+            now: unix_micros(),
+        }
+    }
+
+    /// Run the changes left, until one asks to retry (it stays first).
+    fn go(
+        &mut self,
+        stage: &mut Stage,
+        parts: Parts,
+        collector: &mut Collector,
+        retry: &mut Option<RetrySchedule>,
+    ) -> Result<Option<Asked>, TransformError> {
+        while let Some((tx, single)) = self.singles.pop_front() {
+            // The change is kept for its dead letter.
+            let change = single.transactions[0].changes[0].clone();
+            match run_stage(stage, single, parts, collector)? {
+                Staged::Done(mut made) => {
                     if let Some(t) = made.transactions.pop() {
-                        kept.changes.extend(t.changes);
+                        self.out[tx].changes.extend(t.changes);
                     }
                 }
-                Err(error) if traps(&error) => {
+                Staged::Retry(single, asked) => {
+                    self.singles.push_front((tx, single));
+                    return Ok(Some(asked));
+                }
+                Staged::Trapped(_, error) => {
                     let class = match &error {
                         TransformError::Timeout { .. } => "timeout",
                         TransformError::MemoryLimit { .. } => "memory",
                         TransformError::StackLimit { .. } => "stack",
                         _ => "trap",
                     };
-                    letters.push(letter(stage, &tx, &change, class, &error.to_string(), now));
+                    let message = error.to_string();
+                    let letter = letter(stage, &self.out[tx], &change, class, &message, self.now);
+                    self.letters.push(letter);
                 }
-                Err(error) => return Err(error),
             }
+            *retry = None;
         }
-        out.push(kept);
+        Ok(None)
     }
-    stage.tally.dead_letters += letters.len() as u64;
-    if !letters.is_empty() {
-        let group = collector.group(DEAD_LETTERS, &dead_letter_columns(), false);
-        collector.batches[group].rows.extend(letters);
+
+    /// The batch for the next plugin, the dead letters collected.
+    fn finish(self, stage: &mut Stage, collector: &mut Collector) -> Batch {
+        stage.tally.dead_letters += self.letters.len() as u64;
+        if !self.letters.is_empty() {
+            let group = collector.group(DEAD_LETTERS, &dead_letter_columns(), false);
+            collector.batches[group].rows.extend(self.letters);
+        }
+        Batch {
+            transactions: self.out,
+            messages: self.messages,
+        }
     }
-    Ok(Batch {
-        transactions: out,
-        messages,
-    })
 }
 
 fn unix_micros() -> i64 {
@@ -415,57 +606,32 @@ fn unix_micros() -> i64 {
         .map_or(0, |d| d.as_micros() as i64)
 }
 
-/// How often, and after which pauses, a plugin that asks to retry a batch is called again
-/// before the pipeline gives up on it: about ten minutes in all.
-const RETRY_PAUSES: &[u64] = &[
-    1, 2, 4, 8, 15, 30, 30, 30, 30, 30, 60, 60, 60, 60, 60, 60, 60,
-];
-
-/// `process` (or `process-columns`), called again after a pause for as long as the plugin
-/// asks to retry.
-fn call_with_retries<T>(
+/// `process` (or `process-columns`) called once, its counters taken; a plugin's fatal error
+/// as the chain's.
+fn call_once<T>(
     stage: &mut Stage,
     call: Call,
-    mut process: impl FnMut(&mut Plugin) -> Result<Result<T, wit::Error>, TransformError>,
-) -> Result<T, TransformError> {
-    let started = std::time::Instant::now();
-    let mut pauses = RETRY_PAUSES.iter();
-    loop {
-        let result = process(&mut stage.plugin);
-        stage.tally.calls += 1;
-        for (name, delta) in stage.plugin.take_counters() {
-            *stage.tally.counters.entry(name).or_default() += delta;
-        }
-        let result = result?;
-        match result {
-            Ok(output) => return Ok(output),
-            Err(wit::Error::Fatal(message)) => {
-                return Err(TransformError::Fatal {
-                    plugin: stage.plugin.name.clone(),
-                    path: stage.plugin.path.clone(),
-                    call,
-                    message,
-                });
-            }
-            Err(wit::Error::Retry(message)) => {
-                let Some(&pause) = pauses.next() else {
-                    return Err(TransformError::Fatal {
-                        plugin: stage.plugin.name.clone(),
-                        path: stage.plugin.path.clone(),
-                        call,
-                        message: format!(
-                            "still asking to retry after {} s: {message}",
-                            started.elapsed().as_secs()
-                        ),
-                    });
-                };
-                tracing::warn!(
-                    plugin = %stage.plugin.name,
-                    "asked to retry {call} ({message}); calling again in {pause} s"
-                );
-                std::thread::sleep(std::time::Duration::from_secs(pause));
-            }
-        }
+    process: impl FnOnce(&mut Plugin) -> Result<Result<T, wit::Error>, TransformError>,
+) -> Result<Called<T>, TransformError> {
+    let started = Instant::now();
+    let result = process(&mut stage.plugin);
+    stage.tally.calls += 1;
+    for (name, delta) in stage.plugin.take_counters() {
+        *stage.tally.counters.entry(name).or_default() += delta;
+    }
+    match result? {
+        Ok(output) => Ok(Called::Done(output)),
+        Err(wit::Error::Fatal(message)) => Err(TransformError::Fatal {
+            plugin: stage.plugin.name.clone(),
+            path: stage.plugin.path.clone(),
+            call,
+            message,
+        }),
+        Err(wit::Error::Retry(message)) => Ok(Called::Retry(Asked {
+            call,
+            message,
+            started,
+        })),
     }
 }
 

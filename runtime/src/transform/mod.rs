@@ -36,7 +36,8 @@
 //! A trap, a timeout or the memory cap poisons the instance: it is dropped, and the next call
 //! starts a fresh one (`describe` and `init` again). None of these errors is retryable: plugins
 //! are deterministic, so the same batch fails the same way. A plugin that asks to retry a batch
-//! is called again after a pause, for about ten minutes.
+//! is called again after a pause, for about ten minutes: the chain hands the batch back with
+//! when to call again ([`Processed::Retry`]), and its caller waits.
 //!
 //! Owns: the plugins, from the file to the emits read back. May import: [`crate::stream`],
 //! [`crate::wire`], [`crate::lake::encode`] (the columnar path builds its arrays with the
@@ -47,6 +48,7 @@ mod chain;
 mod columnar;
 mod convert;
 mod host;
+mod retry;
 mod route;
 mod shape;
 
@@ -55,7 +57,7 @@ pub(crate) mod tests;
 
 use std::fmt;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::Lsn;
 use crate::stream::change::{Batch, OutputBatch, OutputColumn};
@@ -354,6 +356,53 @@ impl TransformError {
     }
 }
 
+/// What the chain made of a batch: its outputs, or a plugin's ask to be called again.
+#[derive(Debug)]
+pub enum Processed {
+    Done(Vec<OutputBatch>),
+    Retry(Retry),
+}
+
+/// A plugin asked to retry the batch: the caller waits until `due`, then hands this to
+/// [`TransformChain::resume`] of the same chain, which calls that plugin again and carries on
+/// from there. The chain gives up with an error once the plugin has asked for about ten
+/// minutes. Waiting is the caller's, so a pipeline's blocking threads never sleep.
+pub struct Retry {
+    pub plugin: String,
+    pub call: Call,
+    /// What the plugin said.
+    pub message: String,
+    /// Which call again this is, from 1.
+    pub attempt: u32,
+    pub pause: Duration,
+    pub due: Instant,
+    run: Box<chain::Run>,
+}
+
+impl fmt::Display for Retry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "asked to retry {} ({}); calling again in {} s",
+            self.call,
+            self.message,
+            self.pause.as_secs()
+        )
+    }
+}
+
+impl fmt::Debug for Retry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Retry")
+            .field("plugin", &self.plugin)
+            .field("call", &self.call)
+            .field("message", &self.message)
+            .field("attempt", &self.attempt)
+            .field("pause", &self.pause)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The transforms of a pipeline, applied in order. With none, every change lands in the
 /// output derived from its table.
 pub struct TransformChain {
@@ -447,13 +496,14 @@ impl TransformChain {
     }
 
     /// Run a batch of whole transactions through every plugin and group what comes out per
-    /// output, each output's rows in commit order.
+    /// output, each output's rows in commit order; or stop where a plugin asks to retry, to be
+    /// resumed (see [`Retry`]).
     ///
     /// This blocks for as long as the plugins compute (up to the call timeout per plugin). In
     /// an async program call it from a blocking thread (`tokio::task::spawn_blocking`), never
     /// from an async task: the WASI streams behind a guest's stdout and stderr block on the
     /// current runtime.
-    pub fn process(&mut self, batch: Batch) -> Result<Vec<OutputBatch>, TransformError> {
+    pub fn process(&mut self, batch: Batch) -> Result<Processed, TransformError> {
         self.parts_seen = None;
         chain::process(&mut self.stages, batch, chain::Parts::default())
     }
@@ -466,7 +516,7 @@ impl TransformChain {
         batch: Batch,
         part: u32,
         last: bool,
-    ) -> Result<Vec<OutputBatch>, TransformError> {
+    ) -> Result<Processed, TransformError> {
         let lsn = batch.transactions.first().map(|t| t.commit_lsn);
         let messages = batch
             .transactions
@@ -482,5 +532,12 @@ impl TransformChain {
             earlier_messages: earlier,
         };
         chain::process(&mut self.stages, batch, parts)
+    }
+
+    /// Carry on with the batch a plugin of this chain asked to retry, once `retry.due` has
+    /// passed: that plugin is called again, then the rest of the chain (blocking, as
+    /// [`TransformChain::process`]).
+    pub fn resume(&mut self, retry: Retry) -> Result<Processed, TransformError> {
+        chain::resume(&mut self.stages, retry.run)
     }
 }

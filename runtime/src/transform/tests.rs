@@ -20,6 +20,20 @@ use crate::wire::pgoutput::{Relation, RelationColumn, ReplicaIdentity};
 #[path = "../../../tests/src/plugins.rs"]
 mod located;
 
+/// What a chain made of a batch, when no plugin asks to retry (none of `plugins/` does).
+trait Outputs {
+    fn outputs(self) -> Result<Vec<OutputBatch>, TransformError>;
+}
+
+impl Outputs for Result<Processed, TransformError> {
+    fn outputs(self) -> Result<Vec<OutputBatch>, TransformError> {
+        self.map(|processed| match processed {
+            Processed::Done(outputs) => outputs,
+            Processed::Retry(retry) => panic!("unexpected: {retry}"),
+        })
+    }
+}
+
 /// The built component `<name>.wasm`; panics with the build command when it is missing.
 pub(crate) fn plugin(name: &str) -> PathBuf {
     located::plugin(name)
@@ -222,7 +236,7 @@ fn zero_plugins_is_the_identity() {
     let mut chain = TransformChain::load(&[]).unwrap();
     assert!(chain.plugins().is_empty());
     let batch = every_kind_batch();
-    let out = chain.process(batch.clone()).unwrap();
+    let out = chain.process(batch.clone()).outputs().unwrap();
 
     let names: Vec<(&str, usize, usize)> = out
         .iter()
@@ -276,17 +290,18 @@ fn passthrough_equals_the_identity() {
     let identity = TransformChain::load(&[])
         .unwrap()
         .process(batch.clone())
+        .outputs()
         .unwrap();
     let mut chain = load(&[("passthrough", &[])], &HostLimits::default());
-    assert_eq!(chain.process(batch.clone()).unwrap(), identity);
+    assert_eq!(chain.process(batch.clone()).outputs().unwrap(), identity);
     // The instance is reused; a second batch gives the same answer.
-    assert_eq!(chain.process(batch.clone()).unwrap(), identity);
+    assert_eq!(chain.process(batch.clone()).outputs().unwrap(), identity);
     // So do two passthroughs in a row.
     let mut twice = load(
         &[("passthrough", &[]), ("passthrough", &[])],
         &HostLimits::default(),
     );
-    assert_eq!(twice.process(batch.clone()).unwrap(), identity);
+    assert_eq!(twice.process(batch.clone()).outputs().unwrap(), identity);
 }
 
 /// Rows spelled out whole (`row` emits, the trap plugin) land what `keep` lands.
@@ -295,15 +310,16 @@ fn whole_rows_equal_kept_changes() {
     let batch = every_kind_batch();
     let kept = load(&[("passthrough", &[])], &HostLimits::default())
         .process(batch.clone())
+        .outputs()
         .unwrap();
     let mut spelled = load(&[("trap", &[])], &HostLimits::default());
-    assert_eq!(spelled.process(batch.clone()).unwrap(), kept);
+    assert_eq!(spelled.process(batch.clone()).outputs().unwrap(), kept);
     // And in a chain, each plugin sees what the one before made.
     let mut chain = load(
         &[("trap", &[]), ("passthrough", &[])],
         &HostLimits::default(),
     );
-    assert_eq!(chain.process(batch).unwrap(), kept);
+    assert_eq!(chain.process(batch).outputs().unwrap(), kept);
 }
 
 /// A reshape drops, renames and adds columns of the table's output without the plugin
@@ -350,6 +366,7 @@ fn a_reshape_drops_renames_and_adds_columns() {
     ] {
         let out = load(chain, &HostLimits::default())
             .process(batch.clone())
+            .outputs()
             .unwrap();
         let users_out = out.iter().find(|o| o.output == "public.users").unwrap();
         let names: Vec<&str> = users_out.columns.iter().map(|c| c.name.as_str()).collect();
@@ -378,7 +395,10 @@ fn the_sandbox_denies_files_environment_and_network() {
     // SAFETY: tests of this module do not read the environment concurrently with this.
     unsafe { std::env::set_var("TRIBUTARY_SANDBOX_PROBE", "secret") };
     let mut chain = load(&[("sandbox", &[])], &HostLimits::default());
-    let out = chain.process(batch_with_text(0x100, "x")).unwrap();
+    let out = chain
+        .process(batch_with_text(0x100, "x"))
+        .outputs()
+        .unwrap();
     let attempts = rows(&out, "attempts");
     let seen: Vec<(String, String, u32)> = attempts
         .iter()
@@ -409,6 +429,7 @@ fn a_rejected_change_is_named_by_identity_table_and_class() {
     let mut chain = load(&[("trap", &[])], &HostLimits::default());
     let err = chain
         .process(batch_with_text(0x2_0000_0100, "reject"))
+        .outputs()
         .unwrap_err();
     let message = err.to_string();
     assert!(matches!(err, TransformError::Rejected(_)), "{message}");
@@ -439,7 +460,7 @@ fn under_the_dead_letter_policy_rejected_changes_land_beside_the_rest() {
         Some(vec![Value::Int4(2), Value::Text("fine".into())]),
         None,
     ));
-    let out = chain.process(batch).unwrap();
+    let out = chain.process(batch).outputs().unwrap();
     let letters = rows(&out, DEAD_LETTERS);
     assert_eq!(letters.len(), 1);
     let letter = letters[0];
@@ -481,7 +502,7 @@ fn under_the_dead_letter_policy_a_trapping_change_is_isolated() {
     batch.transactions[1]
         .changes
         .push(change(Op::Insert, &notes, 0, row(3, "also fine"), None));
-    let out = chain.process(batch).unwrap();
+    let out = chain.process(batch).outputs().unwrap();
     let letters = rows(&out, DEAD_LETTERS);
     assert_eq!(letters.len(), 1);
     assert_eq!(
@@ -499,7 +520,10 @@ fn under_the_dead_letter_policy_a_trapping_change_is_isolated() {
         .collect();
     assert_eq!(landed, [&Value::Int4(1), &Value::Int4(3)]);
     // The plugin goes on with the next batch.
-    let next = chain.process(batch_with_text(0x5_0000_0100, "x")).unwrap();
+    let next = chain
+        .process(batch_with_text(0x5_0000_0100, "x"))
+        .outputs()
+        .unwrap();
     assert_eq!(rows(&next, "public.notes").len(), 1);
 
     // Taking a batch apart keeps its messages for the plugins after it.
@@ -525,7 +549,7 @@ fn under_the_dead_letter_policy_a_trapping_change_is_isolated() {
     };
     batch.transactions[0].messages = vec![message(b"in", 1)];
     batch.messages = vec![message(b"between", 1)];
-    let out = chain.process(batch).unwrap();
+    let out = chain.process(batch).outputs().unwrap();
     assert_eq!(rows(&out, DEAD_LETTERS).len(), 1);
     assert_eq!(rows(&out, "messages").len(), 2);
 }
@@ -541,6 +565,7 @@ fn a_plugin_recursing_past_its_stack_limit_is_stopped_naming_the_limit() {
     let mut chain = load(&[("trap", &[])], &limits);
     let err = chain
         .process(batch_with_text(0x6_0000_0100, "recurse"))
+        .outputs()
         .unwrap_err();
     let message = err.to_string();
     assert!(
@@ -553,6 +578,7 @@ fn a_plugin_recursing_past_its_stack_limit_is_stopped_naming_the_limit() {
     assert_eq!(
         chain
             .process(batch_with_text(0x7_0000_0100, "x"))
+            .outputs()
             .unwrap()
             .len(),
         1
@@ -621,10 +647,18 @@ fn message_rows_keep_their_identity_across_parts() {
             .collect()
     };
     let mut chain = load(&[("messages", &[])], &HostLimits::default());
-    let expected = identities(chain.process(batch(whole)).unwrap());
-    let mut parted = identities(chain.process_part(batch(first), 0, false).unwrap());
+    let expected = identities(chain.process(batch(whole)).outputs().unwrap());
+    let mut parted = identities(
+        chain
+            .process_part(batch(first), 0, false)
+            .outputs()
+            .unwrap(),
+    );
     parted.extend(identities(
-        chain.process_part(batch(second), 1, true).unwrap(),
+        chain
+            .process_part(batch(second), 1, true)
+            .outputs()
+            .unwrap(),
     ));
     parted.sort();
     let mut expected = expected;
@@ -648,13 +682,14 @@ fn logical_decoding_messages_reach_every_plugin_of_the_chain() {
     let identity = TransformChain::load(&[])
         .unwrap()
         .process(batch.clone())
+        .outputs()
         .unwrap();
     // After a passthrough, so the messages also cross from one plugin to the next.
     let mut chain = load(
         &[("passthrough", &[]), ("messages", &[])],
         &HostLimits::default(),
     );
-    let out = chain.process(batch.clone()).unwrap();
+    let out = chain.process(batch.clone()).outputs().unwrap();
     let (messages, changes): (Vec<_>, Vec<_>) =
         out.into_iter().partition(|b| b.output == "messages");
     assert_eq!(changes, identity, "changes pass through untouched");
@@ -783,6 +818,7 @@ fn a_trap_names_the_plugin_and_batch_then_the_plugin_recovers() {
     for command in ["panic", "unreachable"] {
         let err = chain
             .process(batch_with_text(0x1_0000_0100, command))
+            .outputs()
             .unwrap_err();
         let message = err.to_string();
         assert!(matches!(err, TransformError::Trap { .. }), "{message}");
@@ -799,7 +835,7 @@ fn a_trap_names_the_plugin_and_batch_then_the_plugin_recovers() {
         }
         // The poisoned instance was dropped; a fresh one handles the next batch.
         let good = batch_with_text(0x300, "fine");
-        let out = chain.process(good.clone()).unwrap();
+        let out = chain.process(good.clone()).outputs().unwrap();
         assert_eq!(
             out[0].rows[0].values,
             [Value::Int4(1), Value::Text("fine".into())]
@@ -817,7 +853,10 @@ fn a_chain_runs_on_a_blocking_thread_of_a_tokio_runtime() {
     let (chain, panicked) = runtime.block_on(async move {
         tokio::task::spawn_blocking(move || {
             // The panic message goes through WASI stderr, which needs the runtime.
-            let panicked = chain.process(batch_with_text(0x100, "panic")).unwrap_err();
+            let panicked = chain
+                .process(batch_with_text(0x100, "panic"))
+                .outputs()
+                .unwrap_err();
             (chain, panicked)
         })
         .await
@@ -833,7 +872,10 @@ fn a_chain_runs_on_a_blocking_thread_of_a_tokio_runtime() {
 #[test]
 fn a_fatal_error_carries_the_plugin_message() {
     let mut chain = load(&[("trap", &[])], &HostLimits::default());
-    let err = chain.process(batch_with_text(0x100, "fatal")).unwrap_err();
+    let err = chain
+        .process(batch_with_text(0x100, "fatal"))
+        .outputs()
+        .unwrap_err();
     assert!(matches!(err, TransformError::Fatal { .. }), "{err}");
     assert!(err.to_string().contains("asked to fail"), "{err}");
     assert!(
@@ -850,7 +892,10 @@ fn a_plugin_that_never_returns_hits_its_deadline() {
     };
     let mut chain = load(&[("spin", &[])], &limits);
     let started = Instant::now();
-    let err = chain.process(batch_with_text(0x100, "x")).unwrap_err();
+    let err = chain
+        .process(batch_with_text(0x100, "x"))
+        .outputs()
+        .unwrap_err();
     let elapsed = started.elapsed();
     assert!(matches!(err, TransformError::Timeout { .. }), "{err}");
     assert!(
@@ -873,13 +918,19 @@ fn a_plugin_allocating_past_the_memory_cap_fails_cleanly_then_recovers() {
         ..HostLimits::default()
     };
     let mut chain = load(&[("trap", &[])], &limits);
-    let err = chain.process(batch_with_text(0x100, "alloc")).unwrap_err();
+    let err = chain
+        .process(batch_with_text(0x100, "alloc"))
+        .outputs()
+        .unwrap_err();
     assert!(matches!(err, TransformError::MemoryLimit { .. }), "{err}");
     assert!(
         err.to_string().contains("memory limit of 33554432 bytes"),
         "{err}"
     );
-    let out = chain.process(batch_with_text(0x100, "fine")).unwrap();
+    let out = chain
+        .process(batch_with_text(0x100, "fine"))
+        .outputs()
+        .unwrap();
     assert_eq!(out[0].rows.len(), 1);
 }
 
@@ -933,7 +984,7 @@ fn mask_masks_chosen_columns_and_drops_deletes() {
         )],
         messages: Vec::new(),
     };
-    let out = chain.process(batch.clone()).unwrap();
+    let out = chain.process(batch.clone()).outputs().unwrap();
     let rows = rows(&out, "app.users");
     let seqs: Vec<(Op, u32)> = rows.iter().map(|r| (r.op, r.seq)).collect();
     assert_eq!(seqs, [(Op::Insert, 0), (Op::Update, 1), (Op::Insert, 3)]);
@@ -1150,12 +1201,12 @@ fn measure_passthrough_throughput() {
     };
     let mut identity = TransformChain::load(&[]).unwrap();
     let mut chain = load(&[("passthrough", &[])], &HostLimits::default());
-    chain.process(batch.clone()).unwrap();
+    chain.process(batch.clone()).outputs().unwrap();
     let mut mask = load(
         &[("mask", &[("columns", "email,note"), ("salt", "bench")])],
         &HostLimits::default(),
     );
-    mask.process(batch.clone()).unwrap();
+    mask.process(batch.clone()).outputs().unwrap();
     let only = std::env::var("TRIBUTARY_MEASURE").ok();
     for (name, chain) in [
         ("identity", &mut identity),
@@ -1168,7 +1219,7 @@ fn measure_passthrough_throughput() {
         let started = Instant::now();
         let runs = 3;
         for _ in 0..runs {
-            let out = chain.process(batch.clone()).unwrap();
+            let out = chain.process(batch.clone()).outputs().unwrap();
             assert_eq!(out[0].rows.len(), rows as usize);
         }
         let secs = started.elapsed().as_secs_f64() / f64::from(runs);
@@ -1191,7 +1242,10 @@ fn a_plugin_returns_more_than_the_default_call_budget_when_its_memory_allows() {
     // The trap plugin spells out every row it returns.
     let mut chain = load(&[("trap", &[])], &limits);
     let big = "x".repeat(160 << 20);
-    let outputs = chain.process(batch_with_text(0x100, &big)).unwrap();
+    let outputs = chain
+        .process(batch_with_text(0x100, &big))
+        .outputs()
+        .unwrap();
     assert_eq!(outputs[0].rows[0].values[1], Value::Text(big));
 }
 
@@ -1222,6 +1276,7 @@ fn added_columns_take_constants_and_a_null_where_one_is_not_nullable_is_refused(
     let config: &[(&str, &str)] = &[("add", "region:text!=eu-west, tier:int4=2")];
     let out = load(&[("select", config)], &HostLimits::default())
         .process(batch.clone())
+        .outputs()
         .unwrap();
     let rows = rows(&out, "public.users");
     let tagged = |id| {
@@ -1242,6 +1297,7 @@ fn added_columns_take_constants_and_a_null_where_one_is_not_nullable_is_refused(
     let config: &[(&str, &str)] = &[("add", "region:text!")];
     let err = load(&[("select", config)], &HostLimits::default())
         .process(batch)
+        .outputs()
         .unwrap_err();
     let message = err.to_string();
     assert!(matches!(err, TransformError::Emit { .. }), "{message}");
