@@ -381,6 +381,7 @@ impl Spilled {
                 commit_time: self.commit_time,
                 changes,
                 messages,
+                load: false,
             },
             bytes,
             last: self.finished,
@@ -578,6 +579,7 @@ impl Assembler {
                 commit_time,
                 changes: open.changes,
                 messages: open.messages,
+                load: false,
             };
             return Ok(Completed::Whole(self.assembled(transaction, open.bytes)));
         };

@@ -65,6 +65,9 @@ pub struct Transaction {
     /// The transaction's logical decoding messages (`pg_logical_emit_message(true, ...)`), in
     /// the order they were written; [`Message::before_seq`] places each among `changes`.
     pub messages: Vec<Message>,
+    /// Set on a part of a full load's chunk, which is no committed transaction: a truncate in
+    /// it is its table's load marker ([`Op::Load`]), which plugins see as a truncate.
+    pub load: bool,
 }
 
 /// A logical decoding message: what `pg_logical_emit_message` wrote to the WAL.

@@ -29,7 +29,8 @@ use crate::wire::pgoutput::Relation;
 
 /// Most tuples one heap page can hold (`MaxHeapTuplesPerPage` for 8 KiB pages).
 pub const TUPLES_PER_PAGE: u32 = 291;
-/// The id no PostgreSQL transaction has; load chunks carry it.
+/// The id no PostgreSQL transaction has: a load chunk's rows land with it (what marks the chunk
+/// is [`Transaction::load`]).
 pub const LOAD_XID: u32 = 0;
 
 /// The prefix of the logical decoding message `tributary resync` writes; its content is a
@@ -288,6 +289,7 @@ pub fn transaction(snapshot_lsn: Lsn, snapshot_time: i64, changes: Vec<Change>) 
         commit_time: snapshot_time,
         changes,
         messages: Vec::new(),
+        load: true,
     }
 }
 

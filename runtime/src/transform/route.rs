@@ -197,6 +197,7 @@ impl<'r, 'a> Router<'r, 'a> {
                 changes: Vec::new(),
                 // Messages are not emitted: every plugin of the chain sees them all.
                 messages: t.messages.clone(),
+                load: t.load,
             })
             .collect();
         Router {
@@ -324,10 +325,10 @@ impl<'r, 'a> Router<'r, 'a> {
         let lsn = self.batch.transactions[tx].commit_lsn;
         let op = match (
             convert::op_from_wit(row.op),
-            self.batch.transactions[tx].xid,
+            self.batch.transactions[tx].load,
         ) {
             // A load chunk's truncate is its table's load marker.
-            (Op::Truncate, crate::stream::load::LOAD_XID) => Op::Load,
+            (Op::Truncate, true) => Op::Load,
             (op, _) => op,
         };
         let fail = |(column, message)| context.emit_error(output(), column, lsn, message);
@@ -645,6 +646,47 @@ mod tests {
 
     fn row() -> Vec<Value> {
         vec![Value::Int4(1), Value::Text("a".into())]
+    }
+
+    #[test]
+    fn a_truncate_row_is_a_load_marker_in_a_load_chunk_only() {
+        use crate::stream::load;
+
+        let notes = relation(1, "public", "notes", &[("id", 23, true)]);
+        let truncate = wit::Emit::Row(wit::Row {
+            target: wit::Target::Source(0),
+            origin: wit::Origin::Change(wit::ChangeRef {
+                transaction: 0,
+                change: 0,
+            }),
+            sub: 0,
+            op: wit::Op::Truncate,
+            values: vec![wit::Value::Null],
+            old: None,
+        });
+        let declared = HashMap::new();
+        for (is_load, expected) in [(true, Op::Load), (false, Op::Truncate)] {
+            let mut tx = load::transaction(Lsn(0x100), 0, vec![load::marker(&notes)]);
+            tx.load = is_load;
+            let batch = Batch {
+                transactions: vec![tx],
+                messages: Vec::new(),
+            };
+            let (relations, handles) = Relations::of(&batch);
+            let context = Context {
+                plugin: "p",
+                shapes: relations.relations.iter().map(Shape::unchanged).collect(),
+                declared: &declared,
+                relations: &relations,
+                handles: &handles,
+                earlier_messages: 0,
+            };
+            let emits = vec![Emit::from(truncate.clone())];
+            let next = route(&context, emits, batch, &mut Collector::default()).unwrap();
+            let change = &next.transactions[0].changes[0];
+            assert_eq!(change.op, expected);
+            assert_eq!((change.new.as_ref(), change.old.as_ref()), (None, None));
+        }
     }
 
     #[test]

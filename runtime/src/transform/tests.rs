@@ -99,6 +99,7 @@ pub(crate) fn tx(xid: u32, commit_lsn: u64, changes: Vec<Change>) -> Transaction
         commit_time: 1_700_000_000_000_000 + i64::from(xid),
         changes,
         messages: Vec::new(),
+        load: false,
     }
 }
 

@@ -310,6 +310,7 @@ impl Reader {
             commit_time: time.unwrap_or(FIRST_COMMIT_TIME + n as i64 * 1_000_000),
             changes: std::mem::take(&mut self.changes),
             messages: std::mem::take(&mut self.messages),
+            load: false,
         });
         self.open = false;
     }

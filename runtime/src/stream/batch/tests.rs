@@ -27,6 +27,7 @@ fn transaction(xid: u32, rows: usize) -> Assembled {
             commit_time: 0,
             changes: vec![change; rows],
             messages: Vec::new(),
+            load: false,
         },
         preceding: vec![Message {
             prefix: "p".into(),
