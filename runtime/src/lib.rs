@@ -26,6 +26,7 @@
 //! [`config`] reads the pipeline file. The `tributary` command is the `tributary-cli` crate.
 //! Which room may import which is in `docs/design.md`.
 
+pub(crate) mod clock;
 pub mod commands;
 pub mod config;
 pub mod failpoint;

@@ -13,6 +13,7 @@ use super::retry::RetrySchedule;
 use super::route::{self, Collector, Context, Resolver};
 use super::shape::{Emit, Shape};
 use super::{Call, DEAD_LETTERS, FailurePolicy, Processed, Rejected, Retry, TransformError};
+use crate::clock::unix_micros;
 use crate::stream::change::{
     Batch, Change, Message, Op, OutputColumn, OutputRow, Transaction, Value,
 };
@@ -598,12 +599,6 @@ impl Isolation {
             messages: self.messages,
         }
     }
-}
-
-fn unix_micros() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
 }
 
 /// `process` (or `process-columns`) called once, its counters taken; a plugin's fatal error

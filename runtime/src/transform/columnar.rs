@@ -74,11 +74,6 @@ pub(super) fn batch_to_columns(
 ) -> Result<cw::ColumnBatch, TransformError> {
     let places = places(batch, handles);
     let changes: Vec<&Change> = batch.transactions.iter().flat_map(|t| &t.changes).collect();
-    let (part, last_part) = view.part.unwrap_or((0, true));
-    let messages = |messages: &[crate::stream::change::Message]| match view.messages {
-        true => messages.iter().map(convert::message_to_wit).collect(),
-        false => Vec::new(),
-    };
     // Each relation's changes, by their index in the batch.
     let mut rows_of: Vec<Vec<usize>> = vec![Vec::new(); relations.relations.len()];
     for (i, place) in places.iter().enumerate() {
@@ -179,18 +174,10 @@ pub(super) fn batch_to_columns(
         transactions: batch
             .transactions
             .iter()
-            .map(|t| cw::TransactionHeader {
-                xid: t.xid,
-                commit_lsn: t.commit_lsn.0,
-                end_lsn: t.end_lsn.0,
-                commit_time: t.commit_time,
-                messages: messages(&t.messages),
-                part,
-                last_part,
-            })
+            .map(|t| convert::transaction_header(t, view))
             .collect(),
         tables,
-        messages: messages(&batch.messages),
+        messages: view.messages(&batch.messages),
     })
 }
 

@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::host::wit;
-use crate::stream::change::{Array, Batch, Message, Op, OutputColumn, Value};
+use super::host::wit::columnar as cw;
+use crate::stream::change::{Array, Batch, Message, Op, OutputColumn, Transaction, Value};
 use crate::wire::pgoutput::Relation;
 use crate::wire::pgtype::{self, ColumnType};
 
@@ -88,6 +89,29 @@ impl View {
             part,
         }
     }
+
+    /// Messages as the plugin sees them: every one when it reads messages, none otherwise.
+    pub fn messages(&self, messages: &[Message]) -> Vec<wit::Message> {
+        match self.messages {
+            true => messages.iter().map(message_to_wit).collect(),
+            false => Vec::new(),
+        }
+    }
+}
+
+/// A transaction as the plugin sees it, without its changes: the columnar interface's header,
+/// which the typed interface's transaction repeats around the changes.
+pub(super) fn transaction_header(t: &Transaction, view: &View) -> cw::TransactionHeader {
+    let (part, last_part) = view.part.unwrap_or((0, true));
+    cw::TransactionHeader {
+        xid: t.xid,
+        commit_lsn: t.commit_lsn.0,
+        end_lsn: t.end_lsn.0,
+        commit_time: t.commit_time,
+        messages: view.messages(&t.messages),
+        part,
+        last_part,
+    }
 }
 
 /// The batch as the guest sees it.
@@ -98,7 +122,6 @@ pub(super) fn batch_to_wit(
     view: &View,
 ) -> wit::Batch {
     let mut handles = handles.iter();
-    let (part, last_part) = view.part.unwrap_or((0, true));
     let row = |row: &[Value], read: &Option<Vec<bool>>| -> Vec<wit::Value> {
         match read {
             None => row.iter().map(value_to_wit).collect(),
@@ -115,40 +138,39 @@ pub(super) fn batch_to_wit(
                 .collect(),
         }
     };
-    let messages = |messages: &[Message]| match view.messages {
-        true => messages.iter().map(message_to_wit).collect(),
-        false => Vec::new(),
-    };
     let transactions = batch
         .transactions
         .iter()
-        .map(|t| wit::Transaction {
-            xid: t.xid,
-            commit_lsn: t.commit_lsn.0,
-            end_lsn: t.end_lsn.0,
-            commit_time: t.commit_time,
-            changes: t
-                .changes
-                .iter()
-                .map(|c| {
-                    let handle = handles.next().copied().unwrap_or_default();
-                    let read = &view.read[handle as usize];
-                    wit::Change {
-                        op: op_to_wit(c.op),
-                        relation: handle,
-                        seq: c.seq,
-                        new: c.new.as_deref().map(|r| row(r, read)),
-                        // A delete's old row is its row: sent whatever the interest says.
-                        old: match view.old_images || c.op == Op::Delete {
-                            true => c.old.as_deref().map(|r| row(r, read)),
-                            false => None,
-                        },
-                    }
-                })
-                .collect(),
-            messages: messages(&t.messages),
-            part,
-            last_part,
+        .map(|t| {
+            let header = transaction_header(t, view);
+            wit::Transaction {
+                xid: header.xid,
+                commit_lsn: header.commit_lsn,
+                end_lsn: header.end_lsn,
+                commit_time: header.commit_time,
+                changes: t
+                    .changes
+                    .iter()
+                    .map(|c| {
+                        let handle = handles.next().copied().unwrap_or_default();
+                        let read = &view.read[handle as usize];
+                        wit::Change {
+                            op: op_to_wit(c.op),
+                            relation: handle,
+                            seq: c.seq,
+                            new: c.new.as_deref().map(|r| row(r, read)),
+                            // A delete's old row is its row: sent whatever the interest says.
+                            old: match view.old_images || c.op == Op::Delete {
+                                true => c.old.as_deref().map(|r| row(r, read)),
+                                false => None,
+                            },
+                        }
+                    })
+                    .collect(),
+                messages: header.messages,
+                part: header.part,
+                last_part: header.last_part,
+            }
         })
         .collect();
     wit::Batch {
@@ -158,7 +180,7 @@ pub(super) fn batch_to_wit(
             .map(|r| relation_to_wit(r))
             .collect(),
         transactions,
-        messages: messages(&batch.messages),
+        messages: view.messages(&batch.messages),
     }
 }
 
