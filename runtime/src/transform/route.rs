@@ -81,6 +81,18 @@ impl Collector {
 /// `(transaction, change, position in the batch's changes)` of a change of the batch.
 type Place = (usize, usize, usize);
 
+/// What a `row` takes from its origin: its transaction, its seq, the change it comes from
+/// (none for a message), and its op.
+struct RowAt {
+    tx: usize,
+    seq: u32,
+    from: Option<Place>,
+    op: Op,
+}
+
+/// The error for a row, from the column (if any) and what is wrong.
+type Fail<'f> = &'f dyn Fn((Option<String>, String)) -> TransformError;
+
 /// Finds changes and messages of a batch by their place in it.
 pub(super) struct Resolver {
     /// Index of each transaction's first change in the batch's changes.
@@ -331,90 +343,116 @@ impl<'r, 'a> Router<'r, 'a> {
             (Op::Truncate, true) => Op::Load,
             (op, _) => op,
         };
-        let fail = |(column, message)| context.emit_error(output(), column, lsn, message);
+        let fail = |(column, message): (Option<String>, String)| {
+            context.emit_error(output(), column, lsn, message)
+        };
+        let at = RowAt { tx, seq, from, op };
         match &row.target {
             wit::Target::Source(h) => {
-                let h = *h;
-                let Some(shape) = context.shapes.get(h as usize) else {
-                    return Err(fail((
-                        None,
-                        format!(
-                            "the batch has no relation {h} (it has {}); use change.relation",
-                            context.shapes.len()
-                        ),
-                    )));
-                };
-                let Some(place) = from else {
-                    return Err(fail((
-                        None,
-                        "a row for a table's output must come from a change (its origin); \
-                         land rows for messages in a declared output"
-                            .into(),
-                    )));
-                };
-                if row.sub != 0 {
-                    return Err(fail((
-                        None,
-                        format!(
-                            "sub is {}: a table's output holds one row per change; fan out \
-                             into a declared output",
-                            row.sub
-                        ),
-                    )));
-                }
-                let (own_new, own_old) = self.take(place);
-                let same = h == context.handles[place.2];
-                let own_row = own_new.or_else(|| own_old.clone());
-                let values =
-                    wide_row(shape, row.values, own_row.filter(|_| same), true).map_err(fail)?;
-                let old = match (op, row.old) {
-                    (Op::Update, Some(old)) => {
-                        Some(wide_row(shape, old, own_old.filter(|_| same), false).map_err(fail)?)
-                    }
-                    _ => None,
-                };
-                let (new, old) = match op {
-                    Op::Insert => (Some(values), None),
-                    Op::Update => (Some(values), old),
-                    Op::Delete => (None, Some(values)),
-                    // A truncate carries no row; its output row is all nulls anyway.
-                    Op::Truncate | Op::Load => (None, None),
-                };
-                self.next[tx].changes.push(Change {
-                    op,
-                    relation: shape.relation.clone(),
-                    seq,
-                    new,
-                    old,
-                });
+                self.row_for_table(*h, row.sub, row.values, row.old, at, &fail)
             }
             wit::Target::Declared(name) => {
-                let Some((output_name, columns)) = context.declared.get_key_value(name.as_str())
-                else {
-                    let mut names: Vec<&str> =
-                        context.declared.keys().map(String::as_str).collect();
-                    names.sort_unstable();
-                    return Err(fail((
-                        None,
-                        format!("the plugin did not declare it (declared: {names:?})"),
-                    )));
-                };
-                if let Some((_, _, flat)) = from {
-                    // The change's values are not needed, only counted.
-                    self.uses[flat] = self.uses[flat].saturating_sub(1);
-                }
-                let values = declared_row(columns, row.values).map_err(fail)?;
-                let collector = &mut *self.collector;
-                let group = *self
-                    .declared_groups
-                    .entry(output_name.as_str())
-                    .or_insert_with(|| collector.group(output_name, columns, false));
-                let t = &self.batch.transactions[tx];
-                collector.batches[group]
-                    .rows
-                    .push(OutputRow::of(t, op, seq, row.sub, values, None));
+                self.row_for_declared(name, row.sub, row.values, at, &fail)
             }
         }
+    }
+
+    /// A `row` for the output derived from relation `h`: the next plugin's change.
+    fn row_for_table(
+        &mut self,
+        h: u32,
+        sub: u32,
+        values: Vec<wit::Value>,
+        old: Option<Vec<wit::Value>>,
+        RowAt { tx, seq, from, op }: RowAt,
+        fail: Fail<'_>,
+    ) -> Result<(), TransformError> {
+        let context = self.context;
+        let Some(shape) = context.shapes.get(h as usize) else {
+            return Err(fail((
+                None,
+                format!(
+                    "the batch has no relation {h} (it has {}); use change.relation",
+                    context.shapes.len()
+                ),
+            )));
+        };
+        let Some(place) = from else {
+            return Err(fail((
+                None,
+                "a row for a table's output must come from a change (its origin); land rows \
+                 for messages in a declared output"
+                    .into(),
+            )));
+        };
+        if sub != 0 {
+            return Err(fail((
+                None,
+                format!(
+                    "sub is {sub}: a table's output holds one row per change; fan out into a \
+                     declared output"
+                ),
+            )));
+        }
+        let (own_new, own_old) = self.take(place);
+        let same = h == context.handles[place.2];
+        let own_row = own_new.or_else(|| own_old.clone());
+        let values = wide_row(shape, values, own_row.filter(|_| same), true).map_err(fail)?;
+        let old = match (op, old) {
+            (Op::Update, Some(old)) => {
+                Some(wide_row(shape, old, own_old.filter(|_| same), false).map_err(fail)?)
+            }
+            _ => None,
+        };
+        let (new, old) = match op {
+            Op::Insert => (Some(values), None),
+            Op::Update => (Some(values), old),
+            Op::Delete => (None, Some(values)),
+            // A truncate carries no row; its output row is all nulls anyway.
+            Op::Truncate | Op::Load => (None, None),
+        };
+        self.next[tx].changes.push(Change {
+            op,
+            relation: shape.relation.clone(),
+            seq,
+            new,
+            old,
+        });
+        Ok(())
+    }
+
+    /// A `row` for an output the plugin declared: straight to the collector.
+    fn row_for_declared(
+        &mut self,
+        name: &str,
+        sub: u32,
+        values: Vec<wit::Value>,
+        RowAt { tx, seq, from, op }: RowAt,
+        fail: Fail<'_>,
+    ) -> Result<(), TransformError> {
+        let declared = self.context.declared;
+        let Some((output_name, columns)) = declared.get_key_value(name) else {
+            let mut names: Vec<&str> = declared.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            return Err(fail((
+                None,
+                format!("the plugin did not declare it (declared: {names:?})"),
+            )));
+        };
+        if let Some((_, _, flat)) = from {
+            // The change's values are not needed, only counted.
+            self.uses[flat] = self.uses[flat].saturating_sub(1);
+        }
+        let values = declared_row(columns, values).map_err(fail)?;
+        let collector = &mut *self.collector;
+        let group = *self
+            .declared_groups
+            .entry(output_name.as_str())
+            .or_insert_with(|| collector.group(output_name, columns, false));
+        let t = &self.batch.transactions[tx];
+        collector.batches[group]
+            .rows
+            .push(OutputRow::of(t, op, seq, sub, values, None));
         Ok(())
     }
 
