@@ -48,17 +48,16 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use tokio::sync::{mpsc, watch};
 
-use crate::Lsn;
 use crate::config::PipelineConfig;
 use crate::failpoint;
 use crate::lake::commit::PluginRecord;
 use crate::lake::encode::Encoder;
 use crate::lake::flush::FlushMachine;
 use crate::source::replication::ReplicationStream;
-use crate::stream::assemble::{Assembler, SpillMedia, SpillMedium, SpillSettings};
-use crate::stream::batch::{BatchLimits, Batcher};
+use crate::stream::assemble::{SpillMedia, SpillMedium, SpillSettings};
+use crate::stream::batch::BatchLimits;
+use crate::stream::read::{ReadMachine, ReadSettings};
 use crate::transform::TransformChain;
-use crate::wire::pgoutput::Decoder;
 
 /// The highest pgoutput protocol version this pipeline speaks. Streaming of in-progress
 /// transactions needs 2 (PostgreSQL 14); 3 (15) adds two-phase and 4 (16) parallel streaming,
@@ -173,33 +172,33 @@ async fn run_stages(
     // A resync a stop interrupted goes on beside the stream, as it ran; a first full load
     // runs before it.
     let resumed = job.take_if(|j| j.state.resync);
+    let reading = ReadMachine::new(
+        ReadSettings {
+            proto_version: started.proto_version,
+            limits: BatchLimits {
+                max_rows: flush.max_rows,
+                max_bytes: flush.max_mib << 20,
+                max_delay: Duration::from_millis(flush.max_delay_ms),
+            },
+            spill: spill_settings_for(flush, &started.transforms),
+            tracked: started.tracked,
+        },
+        read::landed(&started.checkpoint),
+        Instant::now(),
+    );
     let reader = Reader {
-        load_settings,
-        tracked: started.tracked,
-        loading: None,
-        to_load: resumed,
-        batcher: Batcher::new(BatchLimits {
-            max_rows: flush.max_rows,
-            max_bytes: flush.max_mib << 20,
-            max_delay: Duration::from_millis(flush.max_delay_ms),
-        }),
-        decoder: Decoder::new(started.proto_version),
-        proto_version: started.proto_version,
-        assembler: Assembler::with_spill(spill_settings_for(flush, &started.transforms)),
-        reconnect: started.reconnect,
-        handed: Lsn::ZERO,
-        handed_end: Lsn::ZERO,
-        advanced: None,
-        last_handed: Instant::now(),
         stream: started.stream,
+        reconnect: started.reconnect,
+        machine: reading,
         catalog: started.catalog,
-        checkpoint: started.checkpoint,
-        next_sequence: started.checkpoint.next_sequence(),
         budget,
         spill_read: Duration::ZERO,
         output: cut_tx,
         shutdown: shutdown.clone(),
         progress: progress.clone(),
+        load_settings,
+        loading: None,
+        to_load: resumed,
     };
     let encoder = Encoder::new(&config.parquet.encode_options())?;
     let read = reader.stage(job);

@@ -14,50 +14,26 @@ use crate::Lsn;
 use crate::lake::commit::Checkpoint;
 use crate::source::catalog::Catalog;
 use crate::source::replication::{ReplicationError, ReplicationStream, XLogData};
-use crate::stream::assemble::{Assembler, Completed, Spilled};
-use crate::stream::batch::Batcher;
+use crate::stream::assemble::Spilled;
 use crate::stream::change::Batch;
-use crate::stream::load::{LoadState, ResyncRequest, TableLoad};
-use crate::wire::pgoutput::{Decoder, LogicalMessage};
+use crate::stream::load::{LoadState, TableLoad};
+use crate::stream::read::{Frame, IdleFacts, Landed, ReadAction, ReadError, ReadMachine};
 
 /// Frames taken from the replication driver per wake-up.
 const RECV_BATCH: usize = 1024;
 /// How often the reader looks whether it is idle and the server's WAL moved on.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
-/// An idle pipeline records that the server's WAL moved on (an advance entry) once it moved
-/// this far past the confirmed position (a WAL segment)...
-const ADVANCE_BYTES: u64 = 16 << 20;
-/// ...and at most this often, so that an idle slot retains about a segment and a minute of WAL
-/// while the log gains at most one entry a minute...
-const ADVANCE_EVERY: Duration = Duration::from_secs(60);
-/// ...and only after nothing was handed on for this long: a busy pipeline confirms as it lands.
-const ADVANCE_IDLE: Duration = Duration::from_secs(10);
 
-/// The read stage: the replication stream, decoding, assembling, dropping replays and cutting
-/// batches. It pauses (and with it the socket) while the budget is full.
+/// The read stage: the replication stream fed to the read machine, whose cuts it hands on. It
+/// pauses (and with it the socket) while the budget is full.
 pub(super) struct Reader {
     pub(super) stream: ReplicationStream,
     /// Opens the stream again when the connection is lost.
     pub(super) reconnect: reconnect::Reconnect,
-    pub(super) decoder: Decoder,
-    pub(super) proto_version: u32,
-    pub(super) assembler: Assembler,
-    /// The commit LSN of the last transaction handed on: after a reconnect, the server sends
-    /// again everything not yet confirmed, and what was already handed on is a replay.
-    pub(super) handed: Lsn,
-    /// The end LSN of the last flush handed on: everything handed on has landed once the
-    /// confirmed position reaches it.
-    pub(super) handed_end: Lsn,
-    /// When the last advance was handed on.
-    pub(super) advanced: Option<Instant>,
-    /// When the last flush was handed on (or the reader started).
-    pub(super) last_handed: Instant,
-    pub(super) batcher: Batcher,
+    /// Decoding, assembling, dropping replays, batching and numbering the flushes.
+    pub(super) machine: ReadMachine,
     /// Resolves user-defined types and array dimensions of the relations that arrive.
     pub(super) catalog: Catalog,
-    /// What the sink held at start: transactions at or below it are replays.
-    pub(super) checkpoint: Checkpoint,
-    pub(super) next_sequence: u64,
     pub(super) budget: Budget,
     /// Time spent reading back spilled transactions, not yet counted as decoding.
     pub(super) spill_read: Duration,
@@ -66,13 +42,40 @@ pub(super) struct Reader {
     pub(super) progress: watch::Sender<Progress>,
     /// How a resync's load reads.
     pub(super) load_settings: load::LoadSettings,
-    /// The tables the pipeline tracks.
-    pub(super) tracked: Vec<String>,
     /// A resync's load under way, its chunks handed on between the stream's batches.
     pub(super) loading: Option<load::Loading>,
     /// A load to start once the batch asking for it is handed on (whose entry records it, so
     /// that a crash before the load's first entry still knows it is due).
     pub(super) to_load: Option<load::LoadJob>,
+}
+
+/// What the sink held at start, as the read machine needs it.
+pub(super) fn landed(checkpoint: &Checkpoint) -> Landed {
+    Landed {
+        next_sequence: checkpoint.next_sequence(),
+        last_commit: checkpoint.last_commit_lsn(),
+        confirmed: checkpoint.confirmed(),
+        // The checkpoint's own rule, asked of the highest commit it calls a replay.
+        replays_through: checkpoint
+            .is_replay(checkpoint.last_commit_lsn())
+            .then_some(checkpoint.last_commit_lsn()),
+    }
+}
+
+impl From<ReadError> for PipelineError {
+    fn from(error: ReadError) -> Self {
+        match error {
+            ReadError::Decode { lsn, source } => PipelineError::Decode { lsn, source },
+            ReadError::Assemble(error) => PipelineError::Assemble(error),
+        }
+    }
+}
+
+/// Frames arrived and not yet all decoded: when they arrived, and the time since spent handing
+/// on, which is not decoding.
+struct Decoding {
+    since: Instant,
+    landing: Duration,
 }
 
 impl Reader {
@@ -86,19 +89,16 @@ impl Reader {
             let loaded = load::run(
                 job,
                 self.load_settings.clone(),
-                self.next_sequence,
+                self.machine.next_sequence(),
                 self.budget.clone(),
                 self.output.clone(),
                 self.shutdown.clone(),
                 self.progress.clone(),
             )
             .await?;
-            self.next_sequence = loaded.next_sequence;
-            if let Some(at) = loaded.covers_all {
-                // Every table is in the lake as of the snapshot: what committed before it
-                // is in there already.
-                self.handed = self.handed.max(at);
-            }
+            // Every table in the lake as of one snapshot: what committed before it is in
+            // there already.
+            self.machine.loaded(loaded.next_sequence, loaded.covers_all);
             if loaded.stopped {
                 return Ok(self.stream);
             }
@@ -112,9 +112,13 @@ impl Reader {
         let mut shutdown = self.shutdown.clone();
         let mut idle_check = tokio::time::interval(IDLE_CHECK);
         idle_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut decoding = None;
         self.start_load().await?;
         loop {
-            let deadline = self.batcher.deadline().map(tokio::time::Instant::from_std);
+            let deadline = self
+                .machine
+                .poll_timeout()
+                .map(tokio::time::Instant::from_std);
             // Not biased: while a resync loads, its chunks and the stream take turns.
             tokio::select! {
                 changed = shutdown.changed() => {
@@ -123,9 +127,12 @@ impl Reader {
                 }
                 _ = sleep_until(deadline) => {}
                 _ = idle_check.tick() => {
-                    if !self.advance_if_idle().await {
-                        return Ok(self.stream);
-                    }
+                    let facts = IdleFacts {
+                        confirmed: self.reconnect.confirmer.confirmed(),
+                        idle_position: self.stream.idle_position(),
+                        reply_wanted: self.stream.reply_wanted(),
+                    };
+                    self.machine.handle_idle(facts, Instant::now());
                 }
                 received = self.stream.recv_many(&mut frames, RECV_BATCH) => {
                     let lost = match received {
@@ -142,9 +149,17 @@ impl Reader {
                             // is the pipeline's): nothing is pending to land.
                             return Ok(self.stream);
                         }
-                    } else if !self.decode(&mut frames).await? {
-                        // A later stage stopped; its error is the pipeline's.
-                        return Ok(self.stream);
+                    } else {
+                        let now = Instant::now();
+                        let frames = frames.drain(..).map(|f| Frame {
+                            wal_start: f.wal_start,
+                            data: f.data,
+                        });
+                        self.machine.handle_frames(frames, now);
+                        decoding = Some(Decoding {
+                            since: now,
+                            landing: Duration::ZERO,
+                        });
                     }
                 }
                 ready = chunk_ready(&mut self.loading) => {
@@ -153,16 +168,15 @@ impl Reader {
                     }
                 }
             }
-            if self.batcher.is_due(Instant::now()) && !self.cut().await {
+            if !self.drive(&mut decoding).await? {
                 // A later stage stopped; its error is the pipeline's.
                 return Ok(self.stream);
             }
             self.start_load().await?;
         }
         // Land what is committed and pending; an open transaction is replayed next time.
-        if !self.batcher.is_empty() {
-            self.cut().await;
-        }
+        self.machine.finish(Instant::now());
+        self.drive(&mut decoding).await?;
         Ok(self.stream)
     }
 
@@ -174,12 +188,10 @@ impl Reader {
     /// at that flush's commit and stops, instead of retrying the slot for as long as the other
     /// holds it.
     async fn resume(&mut self, lost: &ReplicationError) -> Result<bool, PipelineError> {
-        self.assembler.reset();
-        if !self.batcher.is_empty() && !self.cut().await {
+        self.machine.handle_lost(Instant::now());
+        if !self.drive(&mut None).await? {
             return Ok(false);
         }
-        // The new session sends its relations again before their rows.
-        self.decoder = Decoder::new(self.proto_version);
         match self.reconnect.reopen(lost, &self.shutdown).await? {
             Some(stream) => {
                 self.stream = stream;
@@ -189,38 +201,74 @@ impl Reader {
         }
     }
 
-    /// With nothing held, nothing pending and everything handed on landed, hand on an advance
-    /// to where the server's WAL went (other databases and tables write it too), so that the
-    /// slot does not retain it; at once when the server asks for a reply past the confirmed
-    /// position (it shuts down). `false` when the next stage is gone.
-    async fn advance_if_idle(&mut self) -> bool {
-        let confirmed = self.reconnect.confirmer.confirmed();
-        if !self.batcher.is_empty() || !self.assembler.is_idle() || confirmed < self.handed_end {
-            return true;
+    /// Carry out what the machine asks for until it waits for more input; `decoding` times
+    /// the frames handed to it. `false` when a later stage is gone.
+    async fn drive(&mut self, decoding: &mut Option<Decoding>) -> Result<bool, PipelineError> {
+        while let Some(action) = self.machine.poll_action(Instant::now())? {
+            let started = Instant::now();
+            let handed = match action {
+                ReadAction::Resolve(relation) => {
+                    let types = self.catalog.resolve(&relation).await?;
+                    self.machine.handle_resolved(relation.id, types);
+                    // Resolving a relation is decoding.
+                    continue;
+                }
+                ReadAction::Resync {
+                    lsn,
+                    tables,
+                    unknown,
+                } => {
+                    self.note_resync(lsn, tables, unknown);
+                    true
+                }
+                ReadAction::BadResync { lsn, error } => {
+                    tracing::warn!(%lsn, "ignoring it: {error}");
+                    true
+                }
+                ReadAction::Cut {
+                    batch,
+                    sequence,
+                    bytes,
+                } => self.cut(batch, sequence, bytes).await,
+                ReadAction::LandSpilled { spilled, sequence } => {
+                    self.land_spilled(spilled, sequence).await?
+                }
+                ReadAction::Advance {
+                    sequence,
+                    last_commit,
+                    end,
+                } => self.advance(sequence, last_commit, end).await,
+                ReadAction::Decoded { replays } => {
+                    let Some(Decoding { since, landing }) = decoding.take() else {
+                        continue;
+                    };
+                    // Reading back a spilled transaction is decoding; waiting for the budget
+                    // is not.
+                    let decoded = since.elapsed().saturating_sub(landing)
+                        + std::mem::take(&mut self.spill_read);
+                    self.progress.send_if_modified(|p| {
+                        p.stages.decode += decoded;
+                        p.replays_skipped += replays;
+                        // Subscribers hear of replays; decode time is read along with a flush.
+                        replays > 0
+                    });
+                    continue;
+                }
+            };
+            if let Some(decoding) = decoding {
+                decoding.landing += started.elapsed();
+            }
+            if !handed {
+                return Ok(false);
+            }
         }
-        let Some(end) = self.stream.idle_position() else {
-            return true;
-        };
-        // A server shutting down waits for the confirmed position to reach everything its
-        // walsender sent, asking for a reply until it does: then the advance is due at once,
-        // or the shutdown never finishes.
-        let asked = self.stream.reply_wanted() > confirmed;
-        let due = asked
-            || (end.0 >= confirmed.0.saturating_add(ADVANCE_BYTES)
-                && self.last_handed.elapsed() >= ADVANCE_IDLE
-                && self.advanced.is_none_or(|t| t.elapsed() >= ADVANCE_EVERY));
-        if end <= confirmed || !due {
-            return true;
-        }
-        self.advanced = Some(Instant::now());
-        self.handed_end = end;
-        let sequence = self.next_sequence;
-        self.next_sequence += 1;
+        Ok(true)
+    }
+
+    /// Hand on an advance: flush `sequence` records that the server's WAL moved on to `end`.
+    /// `false` when the next stage is gone.
+    async fn advance(&mut self, sequence: u64, last_commit: Lsn, end: Lsn) -> bool {
         tracing::debug!(%end, sequence, "idle: recording that the server's WAL moved on");
-        let advance = Advance {
-            last_commit: self.handed.max(self.checkpoint.last_commit_lsn()),
-            end,
-        };
         let share = self.budget.take(0).await;
         self.output
             .send(Cut {
@@ -228,7 +276,7 @@ impl Reader {
                 sequence,
                 part: 0,
                 last: true,
-                advance: Some(advance),
+                advance: Some(Advance { last_commit, end }),
                 load: None,
                 state: self.load_state(),
                 share,
@@ -237,66 +285,13 @@ impl Reader {
             .is_ok()
     }
 
-    /// Decode and assemble what arrived; `false` when a later stage is gone.
-    async fn decode(&mut self, frames: &mut Vec<XLogData>) -> Result<bool, PipelineError> {
-        let now = Instant::now();
-        let mut replays = 0;
-        let mut landing = Duration::ZERO;
-        for frame in frames.drain(..) {
-            let message =
-                self.decoder
-                    .decode_bytes(frame.data)
-                    .map_err(|source| PipelineError::Decode {
-                        lsn: frame.wal_start,
-                        source,
-                    })?;
-            if let LogicalMessage::Relation { relation, .. } = &message
-                && let Some(types) = self.catalog.resolve(relation).await?
-            {
-                self.decoder.resolve_types(relation.id, types);
-            }
-            let Some(done) = self.assembler.push(message)? else {
-                continue;
-            };
-            if self.checkpoint.is_replay(done.commit_lsn()) || done.commit_lsn() <= self.handed {
-                replays += 1;
-                continue;
-            }
-            match done {
-                Completed::Whole(assembled) => self.batcher.push(assembled, now),
-                Completed::Spilled(spilled) => {
-                    let started = Instant::now();
-                    let handed = self.land_spilled(spilled).await?;
-                    landing += started.elapsed();
-                    if !handed {
-                        return Ok(false);
-                    }
-                }
-            }
-        }
-        // Reading back a spilled transaction is decoding; waiting for the budget is not.
-        let decoded = now.elapsed().saturating_sub(landing) + std::mem::take(&mut self.spill_read);
-        self.progress.send_if_modified(|p| {
-            p.stages.decode += decoded;
-            p.replays_skipped += replays;
-            // Subscribers hear of replays; decode time is read along with a flush.
-            replays > 0
-        });
-        Ok(true)
-    }
-
-    /// Hand on a large transaction as one flush in parts, each taking its share of the budget
-    /// as it is read back: what is pending goes first, as a flush of its own. `false` when a
-    /// later stage is gone.
-    async fn land_spilled(&mut self, mut spilled: Spilled) -> Result<bool, PipelineError> {
-        if !self.batcher.is_empty() && !self.cut().await {
-            return Ok(false);
-        }
-        let sequence = self.next_sequence;
-        self.next_sequence += 1;
-        self.handed = spilled.commit_lsn;
-        self.handed_end = spilled.end_lsn;
-        self.last_handed = Instant::now();
+    /// Hand on a large transaction as flush `sequence` in parts, each taking its share of the
+    /// budget as it is read back. `false` when a later stage is gone.
+    async fn land_spilled(
+        &mut self,
+        mut spilled: Spilled,
+        sequence: u64,
+    ) -> Result<bool, PipelineError> {
         tracing::info!(
             xid = spilled.xid,
             commit = %spilled.commit_lsn,
@@ -360,29 +355,14 @@ impl Reader {
         Ok(true)
     }
 
-    /// Cut the pending batch and hand it on once the budget has room; `false` when the next
-    /// stage is gone.
-    async fn cut(&mut self) -> bool {
-        let bytes = self.batcher.held_bytes();
-        let batch = self
-            .batcher
-            .take()
-            .expect("a due batcher holds transactions");
-        self.note_resync(&batch);
-        if let Some((_, last)) = batch.lsn_range() {
-            self.handed = last;
-        }
-        if let Some(t) = batch.transactions.last() {
-            self.handed_end = t.end_lsn;
-        }
-        self.last_handed = Instant::now();
+    /// Hand on `batch` as flush `sequence` once the budget has room for its `bytes`; `false`
+    /// when the next stage is gone.
+    async fn cut(&mut self, batch: Batch, sequence: u64, bytes: usize) -> bool {
         let waited = Instant::now();
         let share = self.budget.take(bytes.saturating_mul(PEAK_COPIES)).await;
         if waited.elapsed() > Duration::from_secs(1) {
             tracing::debug!(waited = ?waited.elapsed(), "reading paused while the in-flight budget was full");
         }
-        let sequence = self.next_sequence;
-        self.next_sequence += 1;
         let state = self.load_state();
         self.output
             .send(Cut {
@@ -401,42 +381,28 @@ impl Reader {
 }
 
 impl Reader {
-    /// Note the tables a `tributary resync` message in `batch` asks for, before the batch is
-    /// handed on, so that its entry records them: in the state of the load under way, or as
-    /// the load to start once the batch is handed on.
-    fn note_resync(&mut self, batch: &Batch) {
-        for message in batch.transactions.iter().flat_map(|t| &t.messages) {
-            let Some(request) = ResyncRequest::from_message(&message.prefix, &message.content)
-            else {
-                continue;
-            };
-            let request = match request {
-                Ok(request) => request,
-                Err(e) => {
-                    tracing::warn!(lsn = %message.lsn, "ignoring it: {e}");
-                    continue;
-                }
-            };
-            let (tables, unknown) = request.select(&self.tracked);
-            if !unknown.is_empty() {
-                tracing::warn!(lsn = %message.lsn, tables = ?unknown, "a resync names tables this pipeline does not track; ignoring them");
-            }
-            if tables.is_empty() {
-                continue;
-            }
-            tracing::info!(tables = %tables.join(", "), lsn = %message.lsn, "resync requested: loading the tables again while streaming goes on");
-            if let Some(loading) = &mut self.loading {
-                loading.request(tables, message.lsn);
-                continue;
-            }
-            let job = self.to_load.get_or_insert_with(|| load::LoadJob {
-                anchor: None,
-                state: LoadState::pending(&[], true),
-            });
-            for table in tables {
-                if !job.state.tables.iter().any(|t| t.table == table) {
-                    job.state.tables.push(TableLoad::pending(table));
-                }
+    /// Note the tables a `tributary resync` message at `lsn` asks for, before the batch
+    /// holding it is handed on, so that its entry records them: in the state of the load under
+    /// way, or as the load to start once the batch is handed on.
+    fn note_resync(&mut self, lsn: Lsn, tables: Vec<String>, unknown: Vec<String>) {
+        if !unknown.is_empty() {
+            tracing::warn!(%lsn, tables = ?unknown, "a resync names tables this pipeline does not track; ignoring them");
+        }
+        if tables.is_empty() {
+            return;
+        }
+        tracing::info!(tables = %tables.join(", "), %lsn, "resync requested: loading the tables again while streaming goes on");
+        if let Some(loading) = &mut self.loading {
+            loading.request(tables, lsn);
+            return;
+        }
+        let job = self.to_load.get_or_insert_with(|| load::LoadJob {
+            anchor: None,
+            state: LoadState::pending(&[], true),
+        });
+        for table in tables {
+            if !job.state.tables.iter().any(|t| t.table == table) {
+                job.state.tables.push(TableLoad::pending(table));
             }
         }
     }
@@ -483,15 +449,14 @@ impl Reader {
             return Ok(true);
         }
         // The chunk's entry keeps the positions of the entry before it.
-        let positions = (
-            self.handed.max(self.checkpoint.last_commit_lsn()),
-            self.handed_end.max(self.checkpoint.confirmed()),
-        );
-        let sequence = self.next_sequence;
-        self.next_sequence += 1;
-        self.last_handed = Instant::now();
+        let ticket = self.machine.load_chunk(Instant::now());
         loading
-            .hand_over(sequence, positions, &self.budget, &self.output)
+            .hand_over(
+                ticket.sequence,
+                ticket.positions,
+                &self.budget,
+                &self.output,
+            )
             .await
     }
 }

@@ -1,7 +1,8 @@
 //! From decoded messages to batches, without IO: transactions assembled from the stream's
 //! messages ([`assemble`], with unchanged TOAST values filled in by [`toast`]), the changes
-//! they hold ([`change`]), the batches the pipeline cuts ([`batch`]), and the plan and
-//! identities of a full load ([`load`]).
+//! they hold ([`change`]), the batches the pipeline cuts ([`batch`]), the plan and identities
+//! of a full load ([`load`]), and the read stage's decisions from frames to numbered flushes
+//! ([`read`]).
 //!
 //! Owns: the change model every later room reads. May import: [`crate::wire`] and the crate
 //! root. Pure: no tokio, no socket, no file system, no clock. A large transaction's rows are
@@ -13,4 +14,5 @@ pub mod assemble;
 pub mod batch;
 pub mod change;
 pub mod load;
+pub mod read;
 pub mod toast;
