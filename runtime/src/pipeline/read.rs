@@ -289,7 +289,7 @@ impl Reader {
     /// budget as it is read back. `false` when a later stage is gone.
     async fn land_spilled(
         &mut self,
-        mut spilled: Spilled,
+        mut spilled: Box<Spilled>,
         sequence: u64,
     ) -> Result<bool, PipelineError> {
         tracing::info!(

@@ -105,7 +105,10 @@ pub enum ReadAction {
     },
     /// Hand a large transaction on as flush `sequence`, read back from disk in parts; what
     /// was pending went first, as a cut of its own.
-    LandSpilled { spilled: Spilled, sequence: u64 },
+    LandSpilled {
+        spilled: Box<Spilled>,
+        sequence: u64,
+    },
     /// Hand on flush `sequence`, which records only that the server's WAL moved on to `end`;
     /// `last_commit` is the last commit handed on.
     Advance {
@@ -378,8 +381,10 @@ impl ReadMachine {
                 self.handed_end = spilled.end_lsn;
                 self.last_handed = now;
                 let sequence = self.take_sequence();
-                self.actions
-                    .push_back(ReadAction::LandSpilled { spilled, sequence });
+                self.actions.push_back(ReadAction::LandSpilled {
+                    spilled: Box::new(spilled),
+                    sequence,
+                });
             }
         }
         Ok(())
