@@ -5,8 +5,9 @@
 //!
 //! ```text
 //!  source ──► wire ──► stream ──────────► transform ──► lake ─────────────────────────┐
-//!  replication  pgoutput  assemble (toast)   Wasm plugins  encode ─► sink ─► commit ─► flush
-//!  (socket)     pgtype    batch, load                                                 │
+//!  replication  pgoutput  read machine       Wasm plugins  encode ─► sink ─► commit ─► flush
+//!  (socket)     pgtype    assemble (toast)                                            │
+//!                         batch, load                                                 │
 //!     ▲                                                                               │
 //!     └──────────── standby status update: flush = end of the last committed flush ◄─┘
 //! ```
@@ -14,8 +15,9 @@
 //! - [`source`] owns every connection to PostgreSQL: the connection factory, the replication
 //!   socket, the catalog, provisioning, the prerequisite report and a full load's snapshot;
 //! - [`wire`] decodes pgoutput messages and PostgreSQL values, without IO;
-//! - [`stream`] assembles whole transactions, fills unchanged TOAST values, cuts batches and
-//!   plans full loads, without IO;
+//! - [`stream`] turns frames into batches without IO: the read machine (replays, cuts, idle
+//!   advances, resync turns), whole transactions assembled, unchanged TOAST values filled, full
+//!   loads planned;
 //! - [`transform`] hosts the WebAssembly plugins;
 //! - [`lake`] encodes Parquet, writes the sink, keeps the commit log (what is durable, who may
 //!   write it, how far the slot may move) and runs the flush machine (which step of which
