@@ -63,19 +63,7 @@ pub async fn check_start(
 mod tests {
     use super::*;
     use crate::config::StartFrom;
-
-    fn source() -> SourceConfig {
-        SourceConfig::new(
-            "postgres://app@db/shop",
-            "shop",
-            "shop",
-            &["public.orders", "public.customers"],
-        )
-    }
-
-    fn failures(report: &Report) -> Vec<String> {
-        report.failures().map(|e| e.to_string()).collect()
-    }
+    use crate::source::prerequisites::tests::{failures, source};
 
     #[test]
     fn a_first_runs_position_is_judged_and_a_later_run_resumes() {

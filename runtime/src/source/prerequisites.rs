@@ -541,13 +541,13 @@ pub async fn run(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::Lsn;
     use crate::config::UnchangedToastPolicy;
     use crate::wire::pgoutput::ReplicaIdentity;
 
-    fn source() -> SourceConfig {
+    pub(crate) fn source() -> SourceConfig {
         SourceConfig::new(
             "postgres://app@db/shop",
             "shop",
@@ -594,7 +594,7 @@ mod tests {
         }
     }
 
-    fn failures(report: &Report) -> Vec<String> {
+    pub(crate) fn failures(report: &Report) -> Vec<String> {
         report.failures().map(|e| e.to_string()).collect()
     }
 
