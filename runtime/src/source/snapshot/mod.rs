@@ -163,14 +163,17 @@ pub struct Snapshot {
 impl Snapshot {
     /// Take a snapshot of the source at `pg` through a temporary slot named `slot`. Creating a
     /// logical slot waits until the transactions running at that moment have ended.
-    pub async fn take(pg: &tokio_postgres::Config, slot: &str) -> Result<Snapshot, SnapshotError> {
+    pub async fn take(
+        pg: &crate::source::connect::PgConfig,
+        slot: &str,
+    ) -> Result<Snapshot, SnapshotError> {
         Self::take_with(pg, slot, false).await
     }
 
     /// [`take`](Self::take), the slot kept when `keep` (a pipeline's own slot, created for a
     /// full load: it then streams from exactly where the snapshot stands).
     pub async fn take_with(
-        pg: &tokio_postgres::Config,
+        pg: &crate::source::connect::PgConfig,
         slot: &str,
         keep: bool,
     ) -> Result<Snapshot, SnapshotError> {
@@ -210,7 +213,7 @@ impl Snapshot {
     /// Join snapshot `name`, exported by another session that still holds it (a slot's
     /// creation, or [`export`](Self::export)), which stands at `consistent_point`.
     pub async fn import(
-        pg: &tokio_postgres::Config,
+        pg: &crate::source::connect::PgConfig,
         name: &str,
         consistent_point: Lsn,
     ) -> Result<Snapshot, SnapshotError> {
