@@ -589,6 +589,19 @@ impl PipelineConfig {
             message,
         };
         let config: PipelineConfig = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        // The file's shape is judged first, where errors can point at a line; then the
+        // `${NAME}` references are replaced, and the file read again with their values.
+        let config = if text.contains('$') {
+            let mut value: toml::Value =
+                toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+            crate::expand::expand_value(&mut value, "", &|name| std::env::var(name).ok())
+                .map_err(invalid)?;
+            value
+                .try_into::<PipelineConfig>()
+                .map_err(|e| invalid(e.to_string()))?
+        } else {
+            config
+        };
         config.validate().map_err(invalid)?;
         Ok(config)
     }

@@ -31,6 +31,7 @@
 pub(crate) mod clock;
 pub mod commands;
 pub mod config;
+mod expand;
 pub mod failpoint;
 pub mod lake;
 mod lsn;

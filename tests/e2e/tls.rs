@@ -336,6 +336,36 @@ async fn a_pipeline_lands_exactly_once_over_verify_full_and_never_shows_the_pass
     said.push_str(&out);
     said.push_str(&err);
 
+    // A pipeline file that takes the password from a variable of its own naming.
+    let mut referring = fixture.cfg.clone();
+    referring.name = format!("{}_ref", fixture.name);
+    referring.source_url = url.replacen(
+        &format!("{SCRAM_ROLE}@"),
+        &format!("{SCRAM_ROLE}:${{TLS_TEST_SECRET}}@"),
+        1,
+    );
+    let referring = referring.write(&fixture.dir);
+    let (code, out, err) = tributary("check", &referring, &[], &[]).await;
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains(
+            "source.url refers to the environment variable TLS_TEST_SECRET, which is not set"
+        ),
+        "{err}"
+    );
+    let secret = [("TLS_TEST_SECRET", SCRAM_PASSWORD)];
+    let (code, out, err) = tributary("check", &referring, &[], &secret).await;
+    assert!(
+        out.contains(&format!(
+            "verify-full against {}, channel binding\n",
+            server.ca.display()
+        )),
+        "{out}{err}"
+    );
+    let _ = code;
+    said.push_str(&out);
+    said.push_str(&err);
+
     let env = [("PGPASSWORD", SCRAM_PASSWORD)];
     let debug = [
         ("PGPASSWORD", SCRAM_PASSWORD),
