@@ -2,7 +2,8 @@
 //!
 //! `check` loads a plugin as a pipeline would and says what it declared and reads; `test`
 //! runs it on sample changes written as JSON lines ([`changes`]) and prints what it lands;
-//! `new` writes a plugin to start from ([`scaffold`]).
+//! `new` writes a plugin to start from ([`scaffold`]); `cache` shows or clears the compiled
+//! plugins kept across starts.
 //!
 //! `componentize` turns the core WebAssembly module that a C (or any wasm32-wasi) toolchain
 //! links into the component Tributary loads. wit-bindgen's C generator leaves the world's
@@ -63,6 +64,19 @@ pub enum PluginCommand {
     /// its build and its test, and a comment says where to edit. The directory gets the contract (wit/transform.wit) and, for Rust, a copy of the guest
     /// SDK, so it builds with nothing but the language's own toolchain and registry.
     New(NewArgs),
+    /// Show the cache of compiled plugins, or clear it.
+    ///
+    /// Each plugin build is compiled once and kept, so later starts load it at once. The cache
+    /// keeps within TRIBUTARY_PLUGIN_CACHE_MIB (1024 by default), dropping the entries used
+    /// least recently; TRIBUTARY_PLUGIN_CACHE names another directory.
+    Cache(CacheArgs),
+}
+
+#[derive(Args)]
+pub struct CacheArgs {
+    /// Remove every compiled plugin (each compiles again at its next start).
+    #[arg(long)]
+    clear: bool,
 }
 
 /// The plugin and its settings, as a `[[transform]]` gives them.
@@ -140,6 +154,7 @@ pub fn run(command: PluginCommand) -> anyhow::Result<()> {
         PluginCommand::Check(args) => check_command(&args),
         PluginCommand::Test(args) => test_command(&args),
         PluginCommand::New(args) => new_command(&args),
+        PluginCommand::Cache(args) => cache_command(&args),
     }
 }
 
@@ -221,6 +236,50 @@ fn new_command(args: &NewArgs) -> anyhow::Result<()> {
     let files = scaffold::files(args.lang, &args.name)?;
     scaffold::write(&dir, &files)?;
     print!("{}", scaffold::next_steps(args.lang, &args.name, &dir));
+    Ok(())
+}
+
+fn cache_command(args: &CacheArgs) -> anyhow::Result<()> {
+    use tributary::transform::cache::PluginCache;
+    let cache = PluginCache::open()
+        .context("no cache directory: set TRIBUTARY_PLUGIN_CACHE, XDG_CACHE_HOME or HOME")?;
+    let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+    if args.clear {
+        let (count, bytes) = cache
+            .clear()
+            .with_context(|| format!("clearing {}", cache.dir().display()))?;
+        println!(
+            "removed {count} compiled plugin(s), {:.1} MiB, from {}",
+            mib(bytes),
+            cache.dir().display()
+        );
+        return Ok(());
+    }
+    let entries = cache
+        .entries()
+        .with_context(|| format!("reading {}", cache.dir().display()))?;
+    let total: u64 = entries.iter().map(|e| e.bytes).sum();
+    println!("cache     {}", cache.dir().display());
+    println!(
+        "bound     {} MiB (TRIBUTARY_PLUGIN_CACHE_MIB); the entries used least recently go first",
+        cache.cap() >> 20
+    );
+    println!("entries   {}, {:.1} MiB", entries.len(), mib(total));
+    let now = std::time::SystemTime::now();
+    for entry in &entries {
+        let ago = now.duration_since(entry.used).unwrap_or_default().as_secs();
+        let ago = match ago {
+            0..120 => format!("{ago} s"),
+            120..7200 => format!("{} min", ago / 60),
+            7200..172_800 => format!("{} h", ago / 3600),
+            _ => format!("{} days", ago / 86_400),
+        };
+        println!(
+            "  {:>7.1} MiB  used {ago} ago  {}",
+            mib(entry.bytes),
+            entry.path.file_name().unwrap_or_default().to_string_lossy()
+        );
+    }
     Ok(())
 }
 

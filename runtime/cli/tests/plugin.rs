@@ -557,7 +557,21 @@ fn bin_dir() -> &'static Path {
 #[test]
 fn new_python_plugin_is_written_and_builds_with_componentize_py() {
     let dir = temp_dir("new-python").join("scaffolded-py");
-    scaffold("python", "scaffolded-py", &dir);
+    let said = scaffold("python", "scaffolded-py", &dir);
+    assert!(
+        said.contains("python3 -m venv .venv && .venv/bin/pip install componentize-py==0.25.1"),
+        "the next steps name the install: {said}"
+    );
+    let missing = Command::new(dir.join("build.sh"))
+        .env("COMPONENTIZE_PY", "no-such-componentize-py")
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(127));
+    assert!(
+        text(&missing.stderr).contains("no-such-componentize-py not found; install it here with:"),
+        "{}",
+        text(&missing.stderr)
+    );
     assert!(read(&dir, "app.py").contains("NAME = \"scaffolded-py\""));
     assert!(read(&dir, "build.sh").contains("-o scaffolded-py.wasm"));
     assert!(read(&dir, "wit/transform.wit").contains("world transform"));
@@ -631,4 +645,76 @@ fn new_c_plugin_is_written_and_builds_with_clang() {
         check_built(&dir.join("build/scaffolded-c.wasm"), "scaffolded-c", &dir);
     }
     std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
+}
+
+/// The compile cache keeps within its bound, dropping the entry used least recently, and
+/// `plugin cache` shows and clears it.
+#[test]
+fn the_plugin_cache_keeps_within_its_bound_and_is_shown_and_cleared() {
+    let dir = temp_dir("plugin-cache");
+    let cache = dir.join("cache");
+    let with_cache = |args: &[&str], cap_mib: &str| {
+        Command::new(BIN)
+            .args(args)
+            .env("TRIBUTARY_PLUGIN_CACHE", &cache)
+            .env("TRIBUTARY_PLUGIN_CACHE_MIB", cap_mib)
+            .env("RUST_LOG", "info")
+            .output()
+            .unwrap()
+    };
+    let entries = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&cache)
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+    succeeded(
+        "check passthrough",
+        with_cache(&["plugin", "check", path(&plugin("passthrough"))], "1024"),
+    );
+    succeeded(
+        "check messages",
+        with_cache(&["plugin", "check", path(&plugin("messages"))], "1024"),
+    );
+    assert_eq!(entries().len(), 2, "{:?}", entries());
+
+    let shown = succeeded("plugin cache", with_cache(&["plugin", "cache"], "1024"));
+    assert!(
+        shown.contains(&format!("cache     {}", cache.display())),
+        "{shown}"
+    );
+    assert!(shown.contains("bound     1024 MiB"), "{shown}");
+    assert!(shown.contains("entries   2, "), "{shown}");
+    for name in entries() {
+        assert!(shown.contains(&name), "{shown}");
+    }
+
+    // A bound of 0 keeps only the entry just written: a new build evicts the others.
+    let mask = plugin("mask");
+    let out = with_cache(
+        &["plugin", "check", path(&mask), "--config", "columns=email"],
+        "0",
+    );
+    let log = text(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains("removed 2 compiled plugin(s) used least recently"),
+        "{log}"
+    );
+    assert_eq!(entries().len(), 1, "{:?}", entries());
+
+    let cleared = succeeded(
+        "plugin cache --clear",
+        with_cache(&["plugin", "cache", "--clear"], "0"),
+    );
+    assert!(
+        cleared.starts_with("removed 1 compiled plugin(s), "),
+        "{cleared}"
+    );
+    assert!(entries().is_empty());
+    std::fs::remove_dir_all(dir).unwrap();
 }

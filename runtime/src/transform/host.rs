@@ -410,18 +410,6 @@ impl Plugin {
     }
 }
 
-/// Where compiled plugins are kept across starts: `TRIBUTARY_PLUGIN_CACHE`, else
-/// `$XDG_CACHE_HOME/tributary/plugins`, else `~/.cache/tributary/plugins`.
-pub fn cache_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("TRIBUTARY_PLUGIN_CACHE") {
-        return Some(PathBuf::from(dir));
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("tributary").join("plugins"))
-}
-
 /// The component, from the compile cache when this engine compiled the same file before, else
 /// compiled (saying so, and how long it took) and stored there.
 ///
@@ -437,8 +425,9 @@ fn compile(
     use std::hash::{Hash, Hasher};
     let mut hasher = std::hash::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
-    let key = format!("{digest}-{:016x}.cwasm", hasher.finish());
-    let cached = cache_dir().map(|dir| dir.join(key));
+    let key = format!("{digest}-{:016x}", hasher.finish());
+    let cache = super::cache::PluginCache::open();
+    let cached = cache.as_ref().map(|cache| cache.entry(&key));
     if let Some(file) = cached.as_deref().filter(|f| f.is_file()) {
         let started = std::time::Instant::now();
         // SAFETY: the file is one this function serialized from a component it compiled with
@@ -453,6 +442,9 @@ fn compile(
                     file.display(),
                     started.elapsed().as_millis()
                 );
+                if let Some(cache) = &cache {
+                    cache.touch(file);
+                }
                 return Ok(component);
             }
             Err(error) => tracing::warn!(
@@ -474,16 +466,35 @@ fn compile(
         "compiled the plugin in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    if let Some(file) = cached
-        && let Err(error) = store_compiled(&component, &file)
-    {
-        tracing::warn!(
-            plugin = %path.display(),
-            "cannot keep the compiled plugin in {} (the next start compiles again): {error}",
-            file.display()
-        );
+    if let (Some(cache), Some(file)) = (cache, cached) {
+        match store_compiled(&component, &file) {
+            Ok(()) => evict(&cache, &file),
+            Err(error) => tracing::warn!(
+                plugin = %path.display(),
+                "cannot keep the compiled plugin in {} (the next start compiles again): {error}",
+                file.display()
+            ),
+        }
     }
     Ok(component)
+}
+
+/// Keeps the cache inside its bound after a new entry, saying what went.
+fn evict(cache: &super::cache::PluginCache, kept: &Path) {
+    match cache.evict(kept) {
+        Ok(removed) if !removed.is_empty() => tracing::info!(
+            cache = %cache.dir().display(),
+            "removed {} compiled plugin(s) used least recently ({:.0} MiB) to keep the cache within {} MiB (TRIBUTARY_PLUGIN_CACHE_MIB)",
+            removed.len(),
+            removed.iter().map(|e| e.bytes).sum::<u64>() as f64 / f64::from(1 << 20),
+            cache.cap() >> 20
+        ),
+        Ok(_) => {}
+        Err(error) => tracing::warn!(
+            cache = %cache.dir().display(),
+            "cannot trim the compiled plugin cache: {error}"
+        ),
+    }
 }
 
 /// Write a compiled component to the cache: under a temporary name, then renamed, so a reader

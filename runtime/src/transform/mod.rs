@@ -44,6 +44,7 @@
 //! encoder's builders) and the crate root; never the commit protocol, which records plugins in
 //! a type of its own that the pipeline fills from [`PluginInfo`].
 
+pub mod cache;
 mod chain;
 mod columnar;
 mod convert;

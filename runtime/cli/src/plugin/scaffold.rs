@@ -308,7 +308,8 @@ pub fn next_steps(lang: Lang, name: &str, dir: &Path) -> String {
             "app.py".to_owned(),
             vec![
                 cd,
-                "./build.sh        # componentize-py 0.25.1 (COMPONENTIZE_PY names it)".into(),
+                "python3 -m venv .venv && .venv/bin/pip install componentize-py==0.25.1".into(),
+                "./build.sh        # uses .venv's componentize-py (or the one COMPONENTIZE_PY names)".into(),
                 "./test.sh         # builds, then tributary plugin check and plugin test".into(),
             ],
         ),
