@@ -172,7 +172,8 @@ fn main() -> ExitCode {
     match runtime.block_on(execute(cli.command)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Not `{e:#}`: that repeats every cause a message already says.
+            eprintln!("error: {}", tributary::error_chain(e.as_ref()));
             failure
         }
     }
