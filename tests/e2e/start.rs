@@ -362,7 +362,7 @@ async fn check_reports_every_problem_at_once_with_its_fix() {
     let (code, out, err) = tributary("check", &file, &[]).await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(
-        out.ends_with("check: the source is ready for this pipeline\n"),
+        out.ends_with("check: the pipeline is ready to run\n"),
         "{out}"
     );
 
