@@ -185,3 +185,48 @@ async fn an_unreachable_sink_is_one_sentence_in_the_check() {
     assert_eq!(fail.matches(&endpoint).count(), 1, "{fail}");
     let _ = std::fs::remove_dir_all(&fx.dir);
 }
+
+/// The first check on an ordinary table (issue 21): a primary key, a `numeric(10,2)` and a
+/// `varchar(20)` column, under the default `unchanged_toast = "refuse"`. Such values are
+/// bounded far below the TOAST threshold and never stored out of line, so neither the check
+/// nor the run refuses them; a `text` column still gets the refusal, by the check and by the
+/// run alike, naming only that column.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bounded_columns_never_need_the_unchanged_toast_choice() {
+    let db = tributary_tests::fresh_database("check_toast").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE orders (id int PRIMARY KEY, amount numeric(10,2), code varchar(20))",
+        )
+        .await
+        .unwrap();
+    let fx = Fixture::new(&db.url, "check_toast", &["public.orders"]).await;
+    // The default policy: the fixture's file chooses "null".
+    let text = fx.cfg.toml().replace("unchanged_toast = \"null\"\n", "");
+    assert!(!text.contains("unchanged_toast"), "{text}");
+    std::fs::write(&fx.file, text).unwrap();
+
+    let (code, out, err) = tributary("check", &fx.file).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("ok    tables: 1 of 1 with a usable replica identity"),
+        "{out}"
+    );
+    let mut run = Service::spawn(&fx.file, &[], &fx.dir.join("bounded.log"));
+    run.wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    run.stop().await;
+
+    db.client
+        .batch_execute("ALTER TABLE orders ADD COLUMN note text")
+        .await
+        .unwrap();
+    let reason = refused_alike(&fx.file, &fx.dir).await;
+    assert!(
+        reason.starts_with(
+            "table public.orders has columns PostgreSQL may store out of line as TOAST (note)"
+        ),
+        "{reason}"
+    );
+    let _ = std::fs::remove_dir_all(&fx.dir);
+}

@@ -17,6 +17,7 @@ use tokio_postgres::Client;
 use crate::Lsn;
 use crate::config::{Provisioning, SourceConfig, UnchangedToastPolicy};
 use crate::source::quote_ident;
+use crate::source::toast::{ColumnStorage, TableStorage, out_of_line_columns};
 use crate::wire::pgoutput::ReplicaIdentity;
 use crate::wire::pgtype::TypeRow;
 
@@ -126,7 +127,8 @@ pub struct TableIdentity {
     pub has_primary_key: bool,
     /// An index marked as the replica identity exists (`REPLICA IDENTITY USING INDEX`).
     pub has_identity_index: bool,
-    /// Published columns whose type may be stored out of line (`typstorage <> 'p'`).
+    /// Published columns whose values may be stored out of line ([`crate::source::toast`] judges
+    /// them).
     pub toastable: Vec<String>,
 }
 
@@ -241,22 +243,21 @@ pub async fn table_identities(
     identities_of(client, &tracked_tables(client, source).await?).await
 }
 
-/// Replica identity facts of these `schema.table` names (those that exist), in name order.
+/// Replica identity facts of these `schema.table` names (those that exist), in name order,
+/// with the columns whose values may be stored out of line as [`crate::source::toast`] judges
+/// them.
 pub async fn identities_of(
     client: &Client,
     tracked: &[String],
 ) -> Result<Vec<TableIdentity>, ProvisionError> {
-    // Generated columns are not published, so they never arrive as unchanged TOAST.
     let rows = client
         .query(
             "SELECT n.nspname || '.' || c.relname, c.relreplident::text,
                     EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
                     EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident),
-                    ARRAY(SELECT a.attname::text
-                          FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
-                          WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-                            AND a.attgenerated = '' AND t.typstorage <> 'p'
-                          ORDER BY a.attnum)
+                    current_setting('block_size')::int,
+                    (SELECT o.option_value::int FROM pg_options_to_table(c.reloptions) o
+                     WHERE o.option_name = 'toast_tuple_target')
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
              WHERE n.nspname || '.' || c.relname = ANY($1) AND c.relkind IN ('r', 'p')
              ORDER BY 1",
@@ -266,19 +267,58 @@ pub async fn identities_of(
         .map_err(query_error(
             "reading the replica identity of the tracked tables",
         ))?;
+    // Every column a row holds, generated ones too: they count towards its size, though they
+    // are not published and so never arrive as unchanged TOAST.
+    let columns = client
+        .query(
+            "SELECT n.nspname || '.' || c.relname, a.attname::text, a.atttypid, a.atttypmod,
+                    a.attstorage::text, t.typlen, t.typalign::text, a.attgenerated = ''
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                  JOIN pg_attribute a ON a.attrelid = c.oid
+                  JOIN pg_type t ON t.oid = a.atttypid
+             WHERE n.nspname || '.' || c.relname = ANY($1) AND c.relkind IN ('r', 'p')
+               AND a.attnum > 0 AND NOT a.attisdropped
+             ORDER BY 1, a.attnum",
+            &[&tracked],
+        )
+        .await
+        .map_err(query_error("reading the columns of the tracked tables"))?;
+    let letter = |text: String| text.chars().next().unwrap_or(' ');
     Ok(rows
         .iter()
-        .map(|r| TableIdentity {
-            table: r.get(0),
-            identity: match r.get::<_, String>(1).as_str() {
-                "n" => ReplicaIdentity::Nothing,
-                "f" => ReplicaIdentity::Full,
-                "i" => ReplicaIdentity::Index,
-                _ => ReplicaIdentity::Default,
-            },
-            has_primary_key: r.get(2),
-            has_identity_index: r.get(3),
-            toastable: r.get(4),
+        .map(|r| {
+            let table: String = r.get(0);
+            let storage = TableStorage {
+                block_size: u32::try_from(r.get::<_, i32>(4)).unwrap_or(8192),
+                tuple_target: r
+                    .get::<_, Option<i32>>(5)
+                    .and_then(|t| u32::try_from(t).ok()),
+                columns: columns
+                    .iter()
+                    .filter(|c| c.get::<_, String>(0) == table)
+                    .map(|c| ColumnStorage {
+                        name: c.get(1),
+                        type_oid: c.get(2),
+                        type_modifier: c.get(3),
+                        storage: letter(c.get(4)),
+                        length: c.get(5),
+                        align: letter(c.get(6)),
+                        published: c.get(7),
+                    })
+                    .collect(),
+            };
+            TableIdentity {
+                identity: match r.get::<_, String>(1).as_str() {
+                    "n" => ReplicaIdentity::Nothing,
+                    "f" => ReplicaIdentity::Full,
+                    "i" => ReplicaIdentity::Index,
+                    _ => ReplicaIdentity::Default,
+                },
+                has_primary_key: r.get(2),
+                has_identity_index: r.get(3),
+                toastable: out_of_line_columns(&storage),
+                table,
+            }
         })
         .collect())
 }
