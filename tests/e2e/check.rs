@@ -230,3 +230,18 @@ async fn bounded_columns_never_need_the_unchanged_toast_choice() {
     );
     let _ = std::fs::remove_dir_all(&fx.dir);
 }
+
+/// A pipeline file that is not there: could not check (exit 2), the cause said once.
+#[tokio::test]
+async fn a_missing_pipeline_file_is_said_once() {
+    let missing = std::env::temp_dir().join(tributary_tests::unique_name("missing.toml"));
+    let (code, out, err) = tributary("check", &missing).await;
+    assert_eq!(code, 2, "{out}{err}");
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "error: cannot read pipeline file {}: No such file or directory (os error 2)",
+            missing.display()
+        )
+    );
+}
