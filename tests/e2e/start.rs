@@ -437,7 +437,8 @@ async fn teardown_drops_only_what_tributary_created_and_asks_first() {
     let (code, _, err) = tributary("teardown", &fx.file, &["--yes"]).await;
     assert_ne!(code, 0);
     assert!(
-        err.contains(&format!("slot \"{}\" is held by pid", fx.name))
+        err.contains(&format!("slot \"{}\" is held by \"tributary ", fx.name))
+            && err.contains("(walsender pid ")
             && err.contains("stop the pipeline first"),
         "{err}"
     );

@@ -205,7 +205,7 @@ mod tests {
         let held = SlotState {
             plugin: "pgoutput".into(),
             database: "shop".into(),
-            active_pid: None,
+            holder: None,
             confirmed_flush_lsn: Some(Lsn(0x20)),
             restart_lsn: None,
             wal_status: None,

@@ -71,7 +71,7 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
     let slot = SlotStatus {
         name: config.source.slot.clone(),
         exists: slot.is_some(),
-        active_pid: slot.as_ref().and_then(|s| s.active_pid),
+        active_pid: slot.as_ref().and_then(|s| s.active_pid()),
         restart_lsn: slot.as_ref().and_then(|s| s.restart_lsn),
         confirmed_flush_lsn: slot.as_ref().and_then(|s| s.confirmed_flush_lsn),
         retained_wal_bytes: behind(slot.as_ref().and_then(|s| s.restart_lsn)),

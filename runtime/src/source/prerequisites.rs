@@ -275,8 +275,9 @@ fn assess_slot(report: &mut Report, facts: &SourceFacts, source: &SourceConfig) 
             Err(e) => report.fail(e),
             Ok(()) => {
                 let held = state
-                    .active_pid
-                    .map(|pid| format!(", held by pid {pid} (a start waits for it)"))
+                    .holder
+                    .as_ref()
+                    .map(|holder| format!(", held by {holder} (a start waits for it)"))
                     .unwrap_or_default();
                 let confirmed = state
                     .confirmed_flush_lsn
@@ -731,7 +732,7 @@ pub(crate) mod tests {
         facts.slot = Some(SlotState {
             plugin: "pgoutput".into(),
             database: "shop".into(),
-            active_pid: None,
+            holder: None,
             confirmed_flush_lsn: Some(Lsn(0x10)),
             restart_lsn: None,
             wal_status: None,

@@ -30,13 +30,50 @@ pub use error::{ProvisionError, server_text};
 pub struct SlotState {
     pub plugin: String,
     pub database: String,
-    pub active_pid: Option<i32>,
+    /// The consumer reading it now, if any.
+    pub holder: Option<SlotHolder>,
     pub confirmed_flush_lsn: Option<Lsn>,
     pub restart_lsn: Option<Lsn>,
     pub wal_status: Option<String>,
     pub safe_wal_size: Option<i64>,
     /// Decodes prepared transactions at PREPARE (PostgreSQL 14 and later).
     pub two_phase: bool,
+}
+
+impl SlotState {
+    /// The pid of the walsender serving the slot's consumer (`active_pid`).
+    pub fn active_pid(&self) -> Option<i32> {
+        self.holder.as_ref().map(|h| h.pid)
+    }
+}
+
+/// Who reads a slot: the walsender's pid (`active_pid`), and the client it serves as
+/// `pg_stat_activity` shows it: what a person needs to find the other consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotHolder {
+    pub pid: i32,
+    /// The client's `application_name` (Tributary's is `tributary <writer id>`).
+    pub application_name: Option<String>,
+    /// `host:port` the client connects from, `None` when the server shows it not to this role.
+    pub client: Option<String>,
+    /// Connected over a Unix-domain socket, from this host.
+    pub local: bool,
+}
+
+/// `"tributary 3f2a..." at 10.0.0.5:51234 (walsender pid 123)`.
+impl std::fmt::Display for SlotHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.application_name.as_deref().filter(|n| !n.is_empty()) {
+            Some(name) => write!(f, "{name:?}")?,
+            None => write!(f, "a client without an application_name")?,
+        }
+        match (&self.client, self.local) {
+            (Some(client), _) => write!(f, " at {client}")?,
+            (None, true) => write!(f, " over a local socket")?,
+            (None, false) => {}
+        }
+        write!(f, " (walsender pid {})", self.pid)
+    }
 }
 
 pub(crate) fn query_error(
@@ -449,8 +486,11 @@ pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>
             // `two_phase` exists from PostgreSQL 14; read through jsonb, it is null before.
             "SELECT coalesce(plugin, ''), coalesce(database, ''), active_pid,
                     confirmed_flush_lsn::text, restart_lsn::text, wal_status, safe_wal_size,
-                    coalesce((to_jsonb(s) ->> 'two_phase')::bool, false)
-             FROM pg_replication_slots s WHERE slot_name = $1",
+                    coalesce((to_jsonb(s) ->> 'two_phase')::bool, false),
+                    a.application_name, coalesce(a.client_hostname, host(a.client_addr)),
+                    a.client_port
+             FROM pg_replication_slots s LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid
+             WHERE slot_name = $1",
             &[&slot],
         )
         .await
@@ -460,7 +500,20 @@ pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>
         SlotState {
             plugin: r.get(0),
             database: r.get(1),
-            active_pid: r.get(2),
+            holder: r.get::<_, Option<i32>>(2).map(|pid| {
+                let port: Option<i32> = r.get(10);
+                let host: Option<String> = r.get(9);
+                SlotHolder {
+                    pid,
+                    application_name: r.get(8),
+                    client: host.map(|host| match (host.contains(':'), port) {
+                        (true, Some(port)) => format!("[{host}]:{port}"),
+                        (false, Some(port)) => format!("{host}:{port}"),
+                        (_, None) => host,
+                    }),
+                    local: port == Some(-1),
+                }
+            }),
             confirmed_flush_lsn: lsn(3),
             restart_lsn: lsn(4),
             wal_status: r.get(5),
@@ -468,20 +521,6 @@ pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>
             two_phase: r.get(7),
         }
     }))
-}
-
-/// The `application_name` of the walsender with this pid, when the server shows it to us.
-pub async fn walsender_name(client: &Client, pid: i32) -> Result<Option<String>, ProvisionError> {
-    let row = client
-        .query_opt(
-            "SELECT application_name FROM pg_stat_replication WHERE pid = $1",
-            &[&pid],
-        )
-        .await
-        .map_err(query_error("looking up the walsender holding the slot"))?;
-    Ok(row
-        .and_then(|r| r.get::<_, Option<String>>(0))
-        .filter(|n| !n.is_empty()))
 }
 
 /// Refuse a slot this pipeline cannot use. A slot held by another consumer is not refused
@@ -563,7 +602,12 @@ mod tests {
         SlotState {
             plugin: plugin.into(),
             database: "shop".into(),
-            active_pid,
+            holder: active_pid.map(|pid| SlotHolder {
+                pid,
+                application_name: None,
+                client: None,
+                local: false,
+            }),
             confirmed_flush_lsn: None,
             restart_lsn: None,
             wal_status: None,
@@ -677,13 +721,27 @@ mod tests {
         check_slot("s", &state("pgoutput", Some(42)), "shop").unwrap();
         let busy = ProvisionError::SlotActive {
             slot: "s".into(),
-            pid: 42,
-            application_name: Some("tributary 00ff".into()),
+            holder: SlotHolder {
+                pid: 42,
+                application_name: Some("tributary 00ff".into()),
+                client: Some("10.0.0.5:51234".into()),
+                local: false,
+            },
             waited_secs: 15,
         };
         assert_eq!(
             busy.to_string(),
-            "slot \"s\" is held by pid 42 (application_name \"tributary 00ff\") and was not released within 15 s: another consumer is reading it; stop that consumer, or pass --wait to wait until it lets go"
+            "slot \"s\" is held by \"tributary 00ff\" at 10.0.0.5:51234 (walsender pid 42) and was not released within 15 s: another consumer is reading it; stop that consumer, or pass --wait to wait until it lets go"
+        );
+        let local = SlotHolder {
+            pid: 7,
+            application_name: Some(String::new()),
+            client: None,
+            local: true,
+        };
+        assert_eq!(
+            local.to_string(),
+            "a client without an application_name over a local socket (walsender pid 7)"
         );
         let err = check_slot("s", &state("pgoutput", None), "other")
             .unwrap_err()
