@@ -215,6 +215,15 @@ async fn bounded_columns_never_need_the_unchanged_toast_choice() {
     let mut run = Service::spawn(&fx.file, &[], &fx.dir.join("bounded.log"));
     run.wait_for_log("streaming", Duration::from_secs(120))
         .await;
+    // While it runs, the check names who holds the slot, not only the walsender's pid.
+    let (code, out, err) = tributary("check", &fx.file).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(", held by \"tributary ")
+            && out.contains(" (walsender pid ")
+            && out.contains("(a start waits for it)"),
+        "{out}"
+    );
     run.stop().await;
 
     db.client
