@@ -638,6 +638,23 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_refusal_of_another_part_of_the_pipeline_is_a_problem_of_the_report() {
+        let mut report = assess(&ready(), &source());
+        report.refuse("cannot read plugin /p/mask.wasm: No such file or directory".into());
+        assert!(!report.is_ready());
+        let text = report.to_string();
+        assert!(
+            text.ends_with(
+                "FAIL  cannot read plugin /p/mask.wasm: No such file or directory\n\
+                 check: 1 problem to fix\n"
+            ),
+            "{text}"
+        );
+        // The source itself has nothing for a start to refuse.
+        assert!(report.into_refusal().is_none());
+    }
+
+    #[test]
     fn every_failure_comes_in_one_report_with_its_fix() {
         let mut facts = ready();
         facts.server.wal_level = "replica".into();
