@@ -313,8 +313,36 @@ pub struct SinkConfig {
     pub url: String,
     /// object_store settings (`aws_endpoint`, `aws_region`, `aws_allow_http`, ...). The
     /// standard `AWS_*` environment variables apply too; these win.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "option_values")]
     pub options: BTreeMap<String, String>,
+}
+
+/// `sink.options` as object_store takes them, text: a TOML boolean or number
+/// (`aws_allow_http = true`) is the text it spells.
+fn option_values<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged, expecting = "a string, a boolean or a number")]
+    enum Value {
+        Text(String),
+        Flag(bool),
+        Whole(i64),
+        Real(f64),
+    }
+    let options = BTreeMap::<String, Value>::deserialize(deserializer)?;
+    Ok(options
+        .into_iter()
+        .map(|(key, value)| {
+            let text = match value {
+                Value::Text(text) => text,
+                Value::Flag(flag) => flag.to_string(),
+                Value::Whole(n) => n.to_string(),
+                Value::Real(x) => x.to_string(),
+            };
+            (key, text)
+        })
+        .collect())
 }
 
 /// When a flush is cut: whichever limit is reached first.
@@ -771,6 +799,23 @@ mod tests {
         assert_eq!(c.transforms[0].on_error, FailurePolicy::Stop);
         assert_eq!(c.flush, FlushConfig::default());
         assert_eq!(c.sink.url, "s3://lake/shop");
+    }
+
+    #[test]
+    fn sink_options_take_booleans_and_numbers_as_text() {
+        let text = format!(
+            "{MINIMAL}\n[sink.options]\naws_allow_http = true\naws_endpoint = \"http://127.0.0.1:9000\"\naws_imdsv1_fallback = false\n"
+        );
+        let c = parse(&text).unwrap();
+        assert_eq!(c.sink.options["aws_allow_http"], "true");
+        assert_eq!(c.sink.options["aws_imdsv1_fallback"], "false");
+        crate::lake::sink::Sink::open(&c.sink.url, &c.sink.options).unwrap();
+        let err = parse(&format!(
+            "{MINIMAL}\n[sink.options]\naws_region = [\"a\"]\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("a string, a boolean or a number"), "{err}");
     }
 
     #[test]

@@ -44,15 +44,17 @@ pub mod wire;
 
 pub use lsn::{Lsn, ParseLsnError};
 
-/// An error and its causes, each said once: clients whose own text already ends with their
-/// cause (tokio-postgres does) are not repeated. Messages that render a library error use this
-/// instead of chaining it as a `source`.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+/// An error and its causes, each said once: a cause whose text the message already holds is not
+/// repeated (tokio-postgres ends its text with its cause; object_store and thiserror messages
+/// such as `cannot read plugin {path}: {source}` embed theirs). Messages that render a library
+/// error use this instead of chaining it as a `source`, and the `tributary` command prints its
+/// errors with it.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
         let next = cause.to_string();
-        if !text.ends_with(&next) {
+        if !text.contains(&next) {
             text.push_str(": ");
             text.push_str(&next);
         }

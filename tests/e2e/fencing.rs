@@ -442,9 +442,10 @@ async fn a_slot_held_by_another_consumer_is_refused_naming_it() {
     let text = err.to_string();
     assert!(
         matches!(err, PipelineError::Provision(_))
-            && text.starts_with(&format!(
-                "slot {name:?} is held by pid {pid} (application_name \"tributary "
-            ))
+            && text.starts_with(&format!("slot {name:?} is held by \"tributary "))
+            && (text.contains("\" at 127.0.0.1:")
+                || text.contains("\" over a local socket"))
+            && text.contains(&format!(" (walsender pid {pid}) "))
             && text.ends_with(
                 "and was not released within 1 s: another consumer is reading it; stop that consumer, or pass --wait to wait until it lets go"
             ),

@@ -3,6 +3,7 @@
 mod auth;
 mod backends;
 mod chaos;
+mod check;
 mod checkpoint;
 mod crash;
 mod faults;

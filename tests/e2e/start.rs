@@ -348,7 +348,7 @@ async fn check_reports_every_problem_at_once_with_its_fix() {
     let (code, out, err) = tributary("check", &file, &[]).await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(
-        out.ends_with("check: the source is ready for this pipeline\n"),
+        out.ends_with("check: the pipeline is ready to run\n"),
         "{out}"
     );
 
@@ -423,7 +423,8 @@ async fn teardown_drops_only_what_tributary_created_and_asks_first() {
     let (code, _, err) = tributary("teardown", &fx.file, &["--yes"]).await;
     assert_ne!(code, 0);
     assert!(
-        err.contains(&format!("slot \"{}\" is held by pid", fx.name))
+        err.contains(&format!("slot \"{}\" is held by \"tributary ", fx.name))
+            && err.contains("(walsender pid ")
             && err.contains("stop the pipeline first"),
         "{err}"
     );

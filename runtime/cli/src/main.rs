@@ -13,8 +13,6 @@ use tributary::commands::status;
 use tributary::commands::teardown::Teardown;
 use tributary::commands::verify::{self, VerifyOptions};
 use tributary::config::PipelineConfig;
-use tributary::lake::commit::{CommitEntry, CommitLog, Writer};
-use tributary::lake::sink::Sink;
 use tributary::pipeline::{self, Progress, RunOptions};
 
 mod demo;
@@ -85,12 +83,14 @@ enum Command {
         #[arg(long)]
         identities_only: bool,
     },
-    /// Check that the source is ready for this pipeline, and print every problem at once with
-    /// the statement or setting that fixes it: wal_level, free replication slots and WAL
-    /// senders, the role's REPLICATION attribute and SELECT on the tracked tables, their
-    /// replica identity, the publication, the slot and the server version. A run makes the
-    /// same check first. Exits 0 when the source is ready, 1 when something must be fixed, 2
-    /// when it could not check (the source unreachable).
+    /// Check that the pipeline is ready to run, and print every problem at once with the
+    /// statement or setting that fixes it: the source (wal_level, free replication slots and
+    /// WAL senders, the role's REPLICATION attribute and SELECT on the tracked tables, their
+    /// replica identity, the publication, the slot and the server version), the plugins
+    /// (loaded and initialized with their settings, as a run does), the sink (its URL, its
+    /// commit log, and whether it belongs to another pipeline) and where a run would start. A
+    /// run refuses for the same reasons. Exits 0 when the pipeline is ready, 1 when something
+    /// must be fixed, 2 when it could not check (the source unreachable).
     Check {
         #[arg(long, short)]
         config: PathBuf,
@@ -172,7 +172,8 @@ fn main() -> ExitCode {
     match runtime.block_on(execute(cli.command)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Not `{e:#}`: that repeats every cause a message already says.
+            eprintln!("error: {}", tributary::error_chain(e.as_ref()));
             failure
         }
     }
@@ -302,28 +303,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             for note in config.source.deprecations() {
                 tracing::warn!("{note}");
             }
-            let source = &config.source;
-            let pg = tributary::source::connect::parse_url(&source.url)?;
-            let client = tributary::source::connect::sql(&pg).await?;
-            let mut report = tributary::source::prerequisites::run(&client, &pg, source).await?;
-            tributary::commands::check::check_connections(&mut report, &client, &pg).await?;
-            // Where a start would begin is in the sink's commit log; what the source says is
-            // printed even when the sink cannot be read.
-            let (latest, first) = match first_and_latest(&config).await {
-                Ok(entries) => entries,
-                Err(e) => {
-                    print!("{report}");
-                    return Err(e.context("reading the sink's commit log"));
-                }
-            };
-            tributary::commands::check::check_start(
-                &mut report,
-                &client,
-                source,
-                latest.as_ref(),
-                first.as_ref(),
-            )
-            .await?;
+            let report = tributary::commands::check::check(&config).await?;
             print!("{report}");
             Ok(match report.is_ready() {
                 true => ExitCode::SUCCESS,
@@ -365,20 +345,6 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             .context("the plugin command stopped")?
             .map(|()| ExitCode::SUCCESS),
     }
-}
-
-/// The sink's latest commit entry and, when there is one, its first.
-async fn first_and_latest(
-    config: &PipelineConfig,
-) -> anyhow::Result<(Option<CommitEntry>, Option<CommitEntry>)> {
-    let sink = Sink::open(&config.sink.url, &config.sink.options)?;
-    let log = CommitLog::new(sink, Writer::named("check"));
-    let latest = log.latest().await?;
-    let first = match &latest {
-        Some(_) => log.read_entry(1).await?,
-        None => None,
-    };
-    Ok((latest, first))
 }
 
 /// Ask a yes/no question on the terminal; only "y" or "yes" is yes.

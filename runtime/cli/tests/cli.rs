@@ -153,6 +153,19 @@ async fn run_stops_cleanly_on_sigterm_and_status_shows_the_positions() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
+    // While it runs, status says so (issue 21: it said "running since" after a stop too).
+    let running = Command::new(BIN)
+        .args(["status", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let running = String::from_utf8(running.stdout).unwrap();
+    assert!(
+        running.contains("writer            running (it holds the slot)")
+            && running.contains("active, held by \"tributary "),
+        "{running}"
+    );
+
     unsafe { libc::kill(service.id() as i32, libc::SIGTERM) };
     let stopped = Instant::now();
     let status = loop {
@@ -200,6 +213,11 @@ async fn run_stops_cleanly_on_sigterm_and_status_shows_the_positions() {
     let human = String::from_utf8(human.stdout).unwrap();
     assert!(
         human.contains("slot \"cli_slot\": inactive") && human.contains("last commit"),
+        "{human}"
+    );
+    assert!(
+        human.contains("writer            stopped (nothing holds the slot), last seen ")
+            && !human.contains("running"),
         "{human}"
     );
 

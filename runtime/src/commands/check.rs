@@ -1,16 +1,150 @@
-//! `tributary check`'s judgement of where a run would start: a first run (an empty commit log)
-//! has `source.start_from` judged as the start judges it; a later run resumes from the log.
-//! The source's prerequisites themselves are [`crate::source::prerequisites`].
+//! `tributary check`: everything a start would refuse, found without starting, in one report.
+//!
+//! The source's prerequisites come first ([`crate::source::prerequisites`]); then the plugins,
+//! loaded and initialized by the same [`TransformChain::load`] a start uses, so a missing file,
+//! a file that is no usable transform and a plugin whose `init` refuses its settings fail here
+//! in the words the start refuses with; then the sink: the URL, the commit log read, and
+//! whether the sink belongs to another pipeline; last, where a run would start (a first run,
+//! with an empty commit log, has `source.start_from` judged as the start judges it; a later
+//! run resumes from the log).
 
 use tokio_postgres::Client;
 
 use crate::Lsn;
-use crate::config::SourceConfig;
-use crate::lake::commit::{Checkpoint, CommitEntry, StartedFrom};
-use crate::source::connect::{self, PgConfig, SslMode};
-use crate::source::position;
-use crate::source::prerequisites::Report;
+use crate::config::{PipelineConfig, SourceConfig};
+use crate::lake::commit::{
+    Checkpoint, CommitEntry, CommitLog, FORMAT, PipelineIdentity, StartedFrom, Writer,
+};
+use crate::lake::sink::Sink;
+use crate::source::connect::{PgConfig, SslMode};
+use crate::source::prerequisites::{self, Report};
 use crate::source::provision::{self, ProvisionError, SlotState};
+use crate::source::{connect, position};
+use crate::transform::TransformChain;
+
+/// The whole check: a report of every finding, or why it could not be made (the source
+/// unreachable).
+pub async fn check(config: &PipelineConfig) -> Result<Report, ProvisionError> {
+    let source = &config.source;
+    let pg = connect::parse_url(&source.url)?;
+    let client = connect::sql(&pg).await?;
+    let mut report = prerequisites::run(&client, &pg, source).await?;
+    check_connections(&mut report, &client, &pg).await?;
+    check_plugins(&mut report, config).await;
+    if let Some(log) = check_sink(&mut report, config, &pg, &client).await {
+        check_start(
+            &mut report,
+            &client,
+            source,
+            log.latest.as_ref(),
+            log.first.as_ref(),
+        )
+        .await?;
+    }
+    Ok(report)
+}
+
+/// Load and initialize every plugin as a start does.
+async fn check_plugins(report: &mut Report, config: &PipelineConfig) {
+    if config.transforms.is_empty() {
+        return;
+    }
+    let specs = config.transform_specs();
+    match tokio::task::spawn_blocking(move || TransformChain::load(&specs)).await {
+        Ok(Ok(chain)) => {
+            for plugin in chain.plugins() {
+                report.ok(format!(
+                    "plugin {:?} {} ({}): loaded, and its init accepted its settings",
+                    plugin.name, plugin.version, plugin.path
+                ));
+            }
+        }
+        Ok(Err(e)) => report.refuse(crate::error_chain(&e)),
+        Err(e) => report.refuse(format!("loading the plugins: a blocking task failed: {e}")),
+    }
+}
+
+/// The commit log's latest and first entries.
+struct LogRead {
+    latest: Option<CommitEntry>,
+    first: Option<CommitEntry>,
+}
+
+/// Open the sink, read its commit log and compare its owner with this pipeline's source, as a
+/// start does before it creates anything; `None` when the sink refused (said in the report).
+async fn check_sink(
+    report: &mut Report,
+    config: &PipelineConfig,
+    pg: &PgConfig,
+    client: &Client,
+) -> Option<LogRead> {
+    let url = &config.sink.url;
+    let sink = match Sink::open(url, &config.sink.options) {
+        Ok(sink) => sink,
+        Err(e) => {
+            report.refuse(crate::error_chain(&e));
+            return None;
+        }
+    };
+    let log = CommitLog::new(sink, Writer::named("check"));
+    let read = async {
+        let latest = log.latest().await?;
+        let first = match &latest {
+            Some(_) => log.read_entry(1).await?,
+            None => None,
+        };
+        Ok::<_, crate::lake::commit::CommitError>(LogRead { latest, first })
+    };
+    let read = match read.await {
+        Ok(read) => read,
+        Err(e) => {
+            report.refuse(crate::error_chain(&e));
+            return None;
+        }
+    };
+    // The owner record names the server by its system identifier, which only a replication
+    // connection tells; without one (a role without REPLICATION is reported above) the owner
+    // is left uncompared.
+    let system = match connect::replication(pg).await {
+        Ok(mut replication) => replication.identify_system().await,
+        Err(e) => Err(e),
+    };
+    let database = provision::current_database(client).await;
+    let (system, database) = match (system, database) {
+        (Ok(system), Ok(database)) => (system, database),
+        (Err(e), _) => {
+            if report.failures().next().is_none() {
+                report.refuse(crate::error_chain(&e));
+            }
+            return Some(read);
+        }
+        (_, Err(e)) => {
+            report.refuse(crate::error_chain(&e));
+            return Some(read);
+        }
+    };
+    let ours = PipelineIdentity {
+        format: FORMAT,
+        system_identifier: system.system_id,
+        database,
+        slot: config.source.slot.clone(),
+        created_by: log.writer().clone(),
+        created_at: 0,
+    };
+    match log.check_identity(&ours, read.latest.as_ref()).await {
+        Ok(()) => {
+            let entries = match &read.latest {
+                Some(entry) => format!("its commit log ends at entry {}", entry.sequence),
+                None => "its commit log is empty".to_owned(),
+            };
+            report.ok(format!(
+                "sink {url}: readable, {entries}, and it is not another pipeline's"
+            ));
+        }
+        Err(e) => report.refuse(crate::error_chain(&e)),
+    }
+    Some(read)
+}
 
 /// What a run would make of `source.start_from`: a first run (an empty commit log) has its
 /// position judged as the start judges it; a later run resumes from the log and ignores
@@ -104,7 +238,7 @@ mod tests {
         let held = SlotState {
             plugin: "pgoutput".into(),
             database: "shop".into(),
-            active_pid: None,
+            holder: None,
             confirmed_flush_lsn: Some(Lsn(0x20)),
             restart_lsn: None,
             wal_status: None,

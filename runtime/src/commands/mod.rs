@@ -1,6 +1,6 @@
 //! The commands beside `tributary run`, each over the rooms it needs and never the running
-//! pipeline: [`check`] (where a run would start), [`status`], [`teardown`], [`resync`] and
-//! [`verify`].
+//! pipeline: [`check`] (the whole pipeline, as a start would find it), [`status`],
+//! [`teardown`], [`resync`] and [`verify`].
 //!
 //! May import: every room but [`crate::pipeline`].
 

@@ -96,7 +96,7 @@ pub async fn request(config: &PipelineConfig, tables: &[String]) -> Result<Reque
         .get(0);
     let running = provision::slot_state(&client, &source.slot)
         .await?
-        .is_some_and(|s| s.active_pid.is_some());
+        .is_some_and(|s| s.holder.is_some());
     Ok(Requested {
         lsn: lsn.parse().unwrap_or_default(),
         tables: match tables.is_empty() {

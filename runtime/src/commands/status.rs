@@ -8,9 +8,10 @@ use serde::Serialize;
 
 use crate::Lsn;
 use crate::config::PipelineConfig;
+use crate::lake::commit::utc_text;
 use crate::lake::commit::{CommitError, CommitLog, Writer};
 use crate::lake::sink::{Sink, SinkError};
-use crate::source::provision::{self, ProvisionError};
+use crate::source::provision::{self, ProvisionError, SlotHolder};
 use crate::units::human_bytes;
 
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +29,8 @@ pub struct SlotStatus {
     pub name: String,
     pub exists: bool,
     pub active_pid: Option<i32>,
+    /// Who reads it now: application_name, client address and walsender pid.
+    pub holder: Option<String>,
     pub restart_lsn: Option<Lsn>,
     pub confirmed_flush_lsn: Option<Lsn>,
     /// WAL the server keeps for this slot: current WAL position minus `restart_lsn`.
@@ -48,6 +51,10 @@ pub struct SinkStatus {
     pub last_committed_at: Option<i64>,
     /// The instance that wrote the latest entry: the pipeline's current writer.
     pub writer: Option<Writer>,
+    /// Whether that writer runs now: it holds the slot (`true`), nothing holds the slot
+    /// (`false`), or another client does (unknown, `None`: it may be this writer under an
+    /// application_name of the source URL's own).
+    pub writer_running: Option<bool>,
     /// Changes plugins rejected that landed in the dead-letter output, in all.
     pub dead_letters: u64,
     /// A full load (or resync) under way, as of the latest entry.
@@ -68,10 +75,15 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
     let current = provision::current_wal_lsn(&client).await?;
     let slot = provision::slot_state(&client, &config.source.slot).await?;
     let behind = |lsn: Option<Lsn>| lsn.map(|l| current.0.saturating_sub(l.0));
+    let holder = slot.as_ref().and_then(|s| s.holder.clone());
     let slot = SlotStatus {
         name: config.source.slot.clone(),
         exists: slot.is_some(),
-        active_pid: slot.as_ref().and_then(|s| s.active_pid),
+        active_pid: slot.as_ref().and_then(|s| s.active_pid()),
+        holder: slot
+            .as_ref()
+            .and_then(|s| s.holder.as_ref())
+            .map(|h| h.to_string()),
         restart_lsn: slot.as_ref().and_then(|s| s.restart_lsn),
         confirmed_flush_lsn: slot.as_ref().and_then(|s| s.confirmed_flush_lsn),
         retained_wal_bytes: behind(slot.as_ref().and_then(|s| s.restart_lsn)),
@@ -90,6 +102,9 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
         last_end_lsn: latest.as_ref().map(|e| e.last_end_lsn),
         last_committed_at: latest.as_ref().map(|e| e.committed_at),
         writer: latest.as_ref().map(|e| e.writer.clone()),
+        writer_running: latest
+            .as_ref()
+            .and_then(|e| writer_running(&e.writer, holder.as_ref())),
         dead_letters: latest.as_ref().map_or(0, |e| e.dead_letters),
         load: latest.as_ref().and_then(|e| e.load.clone()),
     };
@@ -98,6 +113,19 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
         slot,
         sink,
     })
+}
+
+/// Whether `writer` runs now, as the slot's holder tells: a start names its connections
+/// `tributary <writer id>` unless the source URL names them otherwise.
+fn writer_running(writer: &Writer, holder: Option<&SlotHolder>) -> Option<bool> {
+    let Some(holder) = holder else {
+        return Some(false);
+    };
+    let ours = format!("tributary {}", writer.id);
+    match holder.application_name.as_deref() {
+        Some(name) if name == ours => Some(true),
+        _ => None,
+    }
 }
 
 impl std::fmt::Display for Status {
@@ -112,6 +140,10 @@ impl std::fmt::Display for Status {
             let active = s
                 .active_pid
                 .map_or_else(|| "inactive".to_owned(), |p| format!("active, pid {p}"));
+            let active = match &s.holder {
+                Some(holder) => format!("active, held by {holder}"),
+                None => active,
+            };
             writeln!(f, "slot {:?}: {active}", s.name)?;
             writeln!(
                 f,
@@ -146,6 +178,24 @@ impl std::fmt::Display for Status {
                 )?;
                 if let Some(w) = &self.sink.writer {
                     writeln!(f, "  written by        {w}")?;
+                    let last = self
+                        .sink
+                        .last_committed_at
+                        .map(|at| format!(", last seen {}", utc_text(at)))
+                        .unwrap_or_default();
+                    match self.sink.writer_running {
+                        Some(true) => {
+                            writeln!(f, "  writer            running (it holds the slot)")?
+                        }
+                        Some(false) => writeln!(
+                            f,
+                            "  writer            stopped (nothing holds the slot){last}"
+                        )?,
+                        None => writeln!(
+                            f,
+                            "  writer            not known to run: another client holds the slot{last}"
+                        )?,
+                    }
                 }
                 if let Some(load) = &self.sink.load {
                     let what = if load.resync { "resync" } else { "full load" };
@@ -173,5 +223,82 @@ impl std::fmt::Display for Status {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(name: &str) -> SlotHolder {
+        SlotHolder {
+            pid: 42,
+            application_name: Some(name.into()),
+            client: Some("10.0.0.5:51234".into()),
+            local: false,
+        }
+    }
+
+    fn status(writer_running: Option<bool>) -> Status {
+        Status {
+            current_wal_lsn: Lsn(0x30),
+            slot: SlotStatus {
+                name: "shop".into(),
+                exists: true,
+                active_pid: None,
+                holder: None,
+                restart_lsn: Some(Lsn(0x10)),
+                confirmed_flush_lsn: Some(Lsn(0x20)),
+                retained_wal_bytes: Some(0x20),
+                lag_bytes: Some(0x10),
+                wal_status: Some("reserved".into()),
+                safe_wal_size: None,
+            },
+            sink: SinkStatus {
+                url: "s3://lake/shop".into(),
+                last_sequence: Some(3),
+                last_commit_lsn: Some(Lsn(0x18)),
+                last_end_lsn: Some(Lsn(0x20)),
+                last_committed_at: Some(1_764_578_472_000_000),
+                writer: Some(Writer {
+                    id: "00ff".into(),
+                    host: "db-7".into(),
+                    pid: 7,
+                    started_at: 1_764_578_412_000_000,
+                }),
+                writer_running,
+                dead_letters: 0,
+                load: None,
+            },
+        }
+    }
+
+    #[test]
+    fn a_writer_runs_while_it_holds_the_slot() {
+        let writer = Writer::named("00ff");
+        assert_eq!(
+            writer_running(&writer, Some(&holder("tributary 00ff"))),
+            Some(true)
+        );
+        assert_eq!(writer_running(&writer, None), Some(false));
+        assert_eq!(writer_running(&writer, Some(&holder("psql"))), None);
+    }
+
+    #[test]
+    fn a_stopped_writer_is_said_to_have_stopped_not_to_run() {
+        let text = status(Some(false)).to_string();
+        assert!(
+            text.contains(
+                "  written by        writer 00ff on host db-7, pid 7, started 2025-12-01 08:40:12 UTC\n\
+                 \x20 writer            stopped (nothing holds the slot), last seen 2025-12-01 08:41:12 UTC\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("running"), "{text}");
+        let text = status(Some(true)).to_string();
+        assert!(
+            text.contains("  writer            running (it holds the slot)\n"),
+            "{text}"
+        );
     }
 }

@@ -30,13 +30,11 @@ pub enum TeardownError {
     #[error(transparent)]
     Commit(#[from] CommitError),
     #[error(
-        "slot {slot:?} is held by pid {pid}{holder}: a pipeline is reading it, and dropping it would stop that pipeline and lose the WAL it still needs; stop the pipeline first, then run tributary teardown again",
-        holder = application_name.as_deref().map(|a| format!(" (application_name {a:?})")).unwrap_or_default()
+        "slot {slot:?} is held by {holder}: a pipeline is reading it, and dropping it would stop that pipeline and lose the WAL it still needs; stop the pipeline first, then run tributary teardown again"
     )]
     SlotHeld {
         slot: String,
-        pid: i32,
-        application_name: Option<String>,
+        holder: provision::SlotHolder,
     },
     #[error(
         "the sink records a {kind} {name:?} created on database {database:?} of the server with system identifier {theirs}, but source.url reaches database {our_database:?} of the server with system identifier {ours}: nothing is dropped; point source.url at the server the pipeline ran on"
@@ -107,15 +105,10 @@ impl Teardown {
                 ProvisionedKind::Slot => {
                     match provision::slot_state(&teardown.client, &record.name).await? {
                         Some(state) => {
-                            if let Some(pid) = state.active_pid {
+                            if let Some(holder) = state.holder {
                                 return Err(TeardownError::SlotHeld {
                                     slot: record.name,
-                                    pid,
-                                    application_name: provision::walsender_name(
-                                        &teardown.client,
-                                        pid,
-                                    )
-                                    .await?,
+                                    holder,
                                 });
                             }
                             true

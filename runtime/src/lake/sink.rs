@@ -40,6 +40,17 @@ pub enum SinkError {
         #[source]
         source: object_store::Error,
     },
+    /// Nothing answered at the store's address (refused, no such host, timed out): one
+    /// sentence, since the client's own text nests each cause in the next. It may pass.
+    #[error(
+        "sink {url}: cannot reach the S3 endpoint {endpoint} ({cause}); start the store, or fix \
+         sink.options aws_endpoint (or AWS_ENDPOINT_URL) to name where it listens"
+    )]
+    Unreachable {
+        url: String,
+        endpoint: String,
+        cause: String,
+    },
     /// A failure that trying again cannot fix, said in a sentence with the way out.
     #[error("sink {url}: {reason}; {hint}")]
     Refused {
@@ -52,7 +63,10 @@ pub enum SinkError {
 impl SinkError {
     /// Whether trying the same step again can succeed.
     pub fn is_transient(&self) -> bool {
-        matches!(self, SinkError::Store { .. })
+        matches!(
+            self,
+            SinkError::Store { .. } | SinkError::Unreachable { .. }
+        )
     }
 }
 
@@ -116,6 +130,18 @@ fn classify(url: &str, source: object_store::Error) -> SinkError {
                 "tributary needs conditional puts (create-if-absent); use a store that supports them",
             )
         }
+        _ if text.contains("error sending request") => SinkError::Unreachable {
+            url: url.to_owned(),
+            endpoint: endpoint_of(&text).unwrap_or_else(|| url.to_owned()),
+            cause: text
+                .rsplit(": ")
+                .next()
+                .unwrap_or(&text)
+                .trim()
+                .chars()
+                .take(200)
+                .collect(),
+        },
         _ if client_error(&text) => refused(
             format!("the store refused the request: {}", first_line(&text)),
             "check sink.url and sink.options",
@@ -125,6 +151,17 @@ fn classify(url: &str, source: object_store::Error) -> SinkError {
             source,
         },
     }
+}
+
+/// `scheme://host:port` of the first URL a store error names.
+fn endpoint_of(text: &str) -> Option<String> {
+    let start = text.find("http://").or_else(|| text.find("https://"))?;
+    let rest = &text[start..];
+    let host = rest.find("://")? + 3;
+    let end = rest[host..]
+        .find(|c: char| c == '/' || c == '?' || c.is_whitespace())
+        .map_or(rest.len(), |i| host + i);
+    Some(rest[..end].to_owned())
 }
 
 /// The `<Code>` of an S3 error body.
@@ -398,6 +435,23 @@ mod tests {
             store: "S3",
             source: text.to_owned().into(),
         }
+    }
+
+    #[test]
+    fn an_unreachable_endpoint_is_one_sentence_naming_it() {
+        let text = "Error performing list request: Error performing GET \
+                    http://127.0.0.1:41323/lake?delimiter=%2F&list-type=2 in 567ms, after 3 \
+                    retries, max_retries: 3, retry_timeout: 30s  - HTTP error: error sending \
+                    request: client error (Connect): tcp connect error: Connection refused (os \
+                    error 111)";
+        let error = classify("s3://lake/shop", generic(text));
+        assert!(error.is_transient());
+        assert_eq!(
+            error.to_string(),
+            "sink s3://lake/shop: cannot reach the S3 endpoint http://127.0.0.1:41323 \
+             (Connection refused (os error 111)); start the store, or fix sink.options \
+             aws_endpoint (or AWS_ENDPOINT_URL) to name where it listens"
+        );
     }
 
     #[test]

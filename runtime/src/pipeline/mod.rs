@@ -371,6 +371,9 @@ mod tests {
                 && problem.contains("name a directory this user can write to"),
             "{problem}"
         );
+        // Said once, as the command prints it (issue 21).
+        let printed = crate::error_chain(&spill_dir_problem(&flush).unwrap());
+        assert_eq!(printed.matches("os error 2").count(), 1, "{printed}");
     }
 
     #[test]
@@ -390,7 +393,8 @@ mod tests {
             matches!(err, AssembleError::Spill { xid: 5, .. }),
             "{err:?}"
         );
-        let text = err.to_string();
+        let text = crate::error_chain(&err);
+        assert_eq!(text.matches("os error 2").count(), 1, "{text}");
         assert!(
             text.starts_with("spilling transaction 5 to /nonexistent/spill: ")
                 && text.contains("set flush.spill_dir"),

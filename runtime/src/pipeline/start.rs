@@ -38,7 +38,7 @@ use crate::lake::sink::Sink;
 use crate::source::catalog::Catalog;
 use crate::source::position::{self, FirstStart};
 use crate::source::prerequisites::{self as check, Refusal};
-use crate::source::provision::{self, Ensured, ProvisionError};
+use crate::source::provision::{self, Ensured, ProvisionError, SlotHolder};
 use crate::source::replication::{ReplicationConnection, ReplicationStream};
 use crate::source::snapshot::{Snapshot, SnapshotError};
 use crate::stream::load::LoadState;
@@ -420,7 +420,7 @@ async fn hold_slot(
     loop {
         let holder = provision::slot_state(client, &source.slot)
             .await?
-            .and_then(|s| s.active_pid);
+            .and_then(|s| s.holder);
         if holder.is_none() {
             let connection = match replication.take() {
                 Some(c) => c,
@@ -441,25 +441,27 @@ async fn hold_slot(
         }
         let waited = waiting_since.elapsed();
         if !options.wait_for_slot && waited >= options.slot_grace {
-            let pid = match holder {
-                Some(pid) => pid,
+            let holder = match holder {
+                Some(holder) => holder,
                 None => provision::slot_state(client, &source.slot)
                     .await?
-                    .and_then(|s| s.active_pid)
-                    .unwrap_or_default(),
+                    .and_then(|s| s.holder)
+                    .unwrap_or(SlotHolder {
+                        pid: 0,
+                        application_name: None,
+                        client: None,
+                        local: false,
+                    }),
             };
             return Err(ProvisionError::SlotActive {
                 slot: source.slot.clone(),
-                pid,
-                application_name: provision::walsender_name(client, pid).await?,
+                holder,
                 waited_secs: waited.as_secs(),
             }
             .into());
         }
         if last_told.is_none_or(|t| t.elapsed() >= WAIT_LOG_EVERY) {
             last_told = Some(Instant::now());
-            let pid = holder.unwrap_or_default();
-            let name = provision::walsender_name(client, pid).await?;
             let until = if options.wait_for_slot {
                 "until it is released (--wait)".to_owned()
             } else {
@@ -470,8 +472,7 @@ async fn hold_slot(
             };
             tracing::info!(
                 slot = %source.slot,
-                pid,
-                application_name = name.as_deref().unwrap_or("?"),
+                holder = %holder.as_ref().map_or_else(|| "?".to_owned(), |h| h.to_string()),
                 waited_secs = waited.as_secs(),
                 "the slot is held by another consumer; waiting {until}"
             );

@@ -153,7 +153,7 @@ mod tests {
         SlotState {
             plugin: "pgoutput".into(),
             database: "db".into(),
-            active_pid: None,
+            holder: None,
             confirmed_flush_lsn: Some(Lsn(confirmed)),
             restart_lsn: Some(Lsn(confirmed)),
             wal_status: Some("reserved".into()),

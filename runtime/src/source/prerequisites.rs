@@ -3,8 +3,8 @@
 //! fixes it (`tributary check`, and the first step of every start).
 //!
 //! [`gather`] reads the facts over one SQL connection; [`assess`] turns facts and the pipeline
-//! file into a [`Report`] without IO. `tributary check` adds what a start would make of
-//! `source.start_from` ([`crate::commands::check`]), which needs the sink's commit log. A
+//! file into a [`Report`] without IO. `tributary check` adds the rest of the pipeline (plugins,
+//! sink) and what a start would make of `source.start_from` ([`crate::commands::check`]). A
 //! report holds failures (the pipeline cannot run), warnings (it can, with a limit worth knowing) and what was found fine. Its failures are
 //! [`ProvisionError`]s, the same values the start refuses with, so a report of one failure
 //! reads exactly as that refusal.
@@ -26,6 +26,9 @@ pub enum Finding {
     Ok(String),
     Warning(ProvisionError),
     Failure(ProvisionError),
+    /// A failure of another part of the pipeline (a plugin, the sink), in the words the start
+    /// refuses with: only `tributary check` looks at those, after the source.
+    Refused(String),
 }
 
 /// Every check's finding, in the order they were made.
@@ -51,7 +54,15 @@ impl Report {
 
     /// No failures: a pipeline can start (warnings allowed).
     pub fn is_ready(&self) -> bool {
-        self.failures().next().is_none()
+        self.problems() == 0
+    }
+
+    /// Failures of the source and of the rest of the pipeline.
+    fn problems(&self) -> usize {
+        self.findings
+            .iter()
+            .filter(|f| matches!(f, Finding::Failure(_) | Finding::Refused(_)))
+            .count()
     }
 
     /// The refusal a start gives: the only failure itself, or the whole report of several.
@@ -83,6 +94,10 @@ impl Report {
     pub(crate) fn warn(&mut self, error: ProvisionError) {
         self.findings.push(Finding::Warning(error));
     }
+
+    pub(crate) fn refuse(&mut self, reason: String) {
+        self.findings.push(Finding::Refused(reason));
+    }
 }
 
 /// Why a start is refused by the check.
@@ -100,9 +115,10 @@ impl fmt::Display for Report {
                 Finding::Ok(text) => writeln!(f, "ok    {text}")?,
                 Finding::Warning(e) => writeln!(f, "warn  {e}")?,
                 Finding::Failure(e) => writeln!(f, "FAIL  {e}")?,
+                Finding::Refused(reason) => writeln!(f, "FAIL  {reason}")?,
             }
         }
-        let failures = self.failures().count();
+        let failures = self.problems();
         let warnings = self.warnings().count();
         let warned = match warnings {
             0 => String::new(),
@@ -110,7 +126,7 @@ impl fmt::Display for Report {
             n => format!(", {n} warnings"),
         };
         match failures {
-            0 => writeln!(f, "check: the source is ready for this pipeline{warned}"),
+            0 => writeln!(f, "check: the pipeline is ready to run{warned}"),
             1 => writeln!(f, "check: 1 problem to fix{warned}"),
             n => writeln!(f, "check: {n} problems to fix{warned}"),
         }
@@ -259,8 +275,9 @@ fn assess_slot(report: &mut Report, facts: &SourceFacts, source: &SourceConfig) 
             Err(e) => report.fail(e),
             Ok(()) => {
                 let held = state
-                    .active_pid
-                    .map(|pid| format!(", held by pid {pid} (a start waits for it)"))
+                    .holder
+                    .as_ref()
+                    .map(|holder| format!(", held by {holder} (a start waits for it)"))
                     .unwrap_or_default();
                 let confirmed = state
                     .confirmed_flush_lsn
@@ -614,9 +631,26 @@ pub(crate) mod tests {
             "{text}"
         );
         assert!(
-            text.ends_with("check: the source is ready for this pipeline\n"),
+            text.ends_with("check: the pipeline is ready to run\n"),
             "{text}"
         );
+        assert!(report.into_refusal().is_none());
+    }
+
+    #[test]
+    fn a_refusal_of_another_part_of_the_pipeline_is_a_problem_of_the_report() {
+        let mut report = assess(&ready(), &source());
+        report.refuse("cannot read plugin /p/mask.wasm: No such file or directory".into());
+        assert!(!report.is_ready());
+        let text = report.to_string();
+        assert!(
+            text.ends_with(
+                "FAIL  cannot read plugin /p/mask.wasm: No such file or directory\n\
+                 check: 1 problem to fix\n"
+            ),
+            "{text}"
+        );
+        // The source itself has nothing for a start to refuse.
         assert!(report.into_refusal().is_none());
     }
 
@@ -715,7 +749,7 @@ pub(crate) mod tests {
         facts.slot = Some(SlotState {
             plugin: "pgoutput".into(),
             database: "shop".into(),
-            active_pid: None,
+            holder: None,
             confirmed_flush_lsn: Some(Lsn(0x10)),
             restart_lsn: None,
             wal_status: None,

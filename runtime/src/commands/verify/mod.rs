@@ -390,7 +390,7 @@ async fn wait_for_lake(
             return Ok((committed, latest.sequence));
         }
         let state = provision::slot_state(client, slot).await?;
-        if state.as_ref().is_some_and(|s| s.active_pid.is_some()) {
+        if state.as_ref().is_some_and(|s| s.holder.is_some()) {
             active_since = Instant::now();
         } else if active_since.elapsed() >= INACTIVE_GRACE {
             return Err(VerifyError::NotRunning {
@@ -408,7 +408,7 @@ async fn wait_for_lake(
         }
         if told.elapsed() >= TELL_EVERY {
             told = Instant::now();
-            let consumer = match state.and_then(|s| s.active_pid) {
+            let consumer = match state.and_then(|s| s.active_pid()) {
                 Some(pid) => format!("the pipeline (pid {pid}) is reading the slot"),
                 None => "the slot has no consumer right now".to_owned(),
             };

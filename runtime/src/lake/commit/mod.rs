@@ -54,6 +54,7 @@ use crate::lake::sink::SinkError;
 pub use log::{CommitLog, Recovery};
 pub use writer::Writer;
 pub(crate) use writer::unix_micros;
+pub(crate) use writer::utc_text;
 
 /// Where Tributary's own bookkeeping lives in the sink; outputs never start with `_`.
 pub const STATE_PREFIX: &str = "_tributary";

@@ -3,7 +3,8 @@
 //! The id is 64 random bits. It is part of every object name a writer creates (data files,
 //! intents), so no other writer, before or after, can produce the same name: a writer only
 //! ever creates objects, and never touches another writer's. Host, pid and start time are for
-//! the person reading an error ("another tributary, writer 3f.. on host h, pid 12, since ...").
+//! the person reading an error ("another tributary, writer 3f.. on host h, pid 12, started ...").
+//! Whether that run still goes on is not in the sink: `tributary status` asks the slot.
 
 use std::fmt;
 
@@ -64,7 +65,7 @@ impl fmt::Display for Writer {
         }
         write!(f, " on host {}, pid {}", self.host, self.pid)?;
         if self.started_at > 0 {
-            write!(f, ", running since {}", utc_text(self.started_at))?;
+            write!(f, ", started {}", utc_text(self.started_at))?;
         }
         Ok(())
     }
@@ -128,7 +129,7 @@ fn host_name() -> String {
 }
 
 /// `2026-12-01 08:40:12 UTC` for microseconds since the Unix epoch.
-fn utc_text(micros: i64) -> String {
+pub(crate) fn utc_text(micros: i64) -> String {
     let seconds = micros.div_euclid(1_000_000);
     let (days, second_of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
     // Civil date from days since 1970-01-01, on 400-year eras counted from March.
@@ -179,7 +180,7 @@ mod tests {
         assert_eq!(serde_json::from_str::<Writer>(&json).unwrap(), w);
         assert_eq!(
             w.to_string(),
-            "writer 00ff00ff00ff00ff on host db-7, pid 42, running since 2025-12-01 08:40:12 UTC"
+            "writer 00ff00ff00ff00ff on host db-7, pid 42, started 2025-12-01 08:40:12 UTC"
         );
         let old: Writer = serde_json::from_str("\"db-7:42:1764578412000000\"").unwrap();
         assert_eq!(

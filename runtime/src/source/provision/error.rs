@@ -153,13 +153,11 @@ pub enum ProvisionError {
         expected: String,
     },
     #[error(
-        "slot {slot:?} is held by pid {pid}{holder} and was not released within {waited_secs} s: another consumer is reading it; stop that consumer, or pass --wait to wait until it lets go",
-        holder = application_name.as_deref().map(|a| format!(" (application_name {a:?})")).unwrap_or_default()
+        "slot {slot:?} is held by {holder} and was not released within {waited_secs} s: another consumer is reading it; stop that consumer, or pass --wait to wait until it lets go"
     )]
     SlotActive {
         slot: String,
-        pid: i32,
-        application_name: Option<String>,
+        holder: super::SlotHolder,
         waited_secs: u64,
     },
     #[error(

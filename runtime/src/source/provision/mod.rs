@@ -17,6 +17,7 @@ use tokio_postgres::Client;
 use crate::Lsn;
 use crate::config::{Provisioning, SourceConfig, UnchangedToastPolicy};
 use crate::source::quote_ident;
+use crate::source::toast::{ColumnStorage, TableStorage, out_of_line_columns};
 use crate::wire::pgoutput::ReplicaIdentity;
 use crate::wire::pgtype::TypeRow;
 
@@ -29,13 +30,50 @@ pub use error::{ProvisionError, server_text};
 pub struct SlotState {
     pub plugin: String,
     pub database: String,
-    pub active_pid: Option<i32>,
+    /// The consumer reading it now, if any.
+    pub holder: Option<SlotHolder>,
     pub confirmed_flush_lsn: Option<Lsn>,
     pub restart_lsn: Option<Lsn>,
     pub wal_status: Option<String>,
     pub safe_wal_size: Option<i64>,
     /// Decodes prepared transactions at PREPARE (PostgreSQL 14 and later).
     pub two_phase: bool,
+}
+
+impl SlotState {
+    /// The pid of the walsender serving the slot's consumer (`active_pid`).
+    pub fn active_pid(&self) -> Option<i32> {
+        self.holder.as_ref().map(|h| h.pid)
+    }
+}
+
+/// Who reads a slot: the walsender's pid (`active_pid`), and the client it serves as
+/// `pg_stat_activity` shows it: what a person needs to find the other consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotHolder {
+    pub pid: i32,
+    /// The client's `application_name` (Tributary's is `tributary <writer id>`).
+    pub application_name: Option<String>,
+    /// `host:port` the client connects from, `None` when the server shows it not to this role.
+    pub client: Option<String>,
+    /// Connected over a Unix-domain socket, from this host.
+    pub local: bool,
+}
+
+/// `"tributary 3f2a..." at 10.0.0.5:51234 (walsender pid 123)`.
+impl std::fmt::Display for SlotHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.application_name.as_deref().filter(|n| !n.is_empty()) {
+            Some(name) => write!(f, "{name:?}")?,
+            None => write!(f, "a client without an application_name")?,
+        }
+        match (&self.client, self.local) {
+            (Some(client), _) => write!(f, " at {client}")?,
+            (None, true) => write!(f, " over a local socket")?,
+            (None, false) => {}
+        }
+        write!(f, " (walsender pid {})", self.pid)
+    }
 }
 
 pub(crate) fn query_error(
@@ -126,7 +164,8 @@ pub struct TableIdentity {
     pub has_primary_key: bool,
     /// An index marked as the replica identity exists (`REPLICA IDENTITY USING INDEX`).
     pub has_identity_index: bool,
-    /// Published columns whose type may be stored out of line (`typstorage <> 'p'`).
+    /// Published columns whose values may be stored out of line ([`crate::source::toast`] judges
+    /// them).
     pub toastable: Vec<String>,
 }
 
@@ -241,22 +280,21 @@ pub async fn table_identities(
     identities_of(client, &tracked_tables(client, source).await?).await
 }
 
-/// Replica identity facts of these `schema.table` names (those that exist), in name order.
+/// Replica identity facts of these `schema.table` names (those that exist), in name order,
+/// with the columns whose values may be stored out of line as [`crate::source::toast`] judges
+/// them.
 pub async fn identities_of(
     client: &Client,
     tracked: &[String],
 ) -> Result<Vec<TableIdentity>, ProvisionError> {
-    // Generated columns are not published, so they never arrive as unchanged TOAST.
     let rows = client
         .query(
             "SELECT n.nspname || '.' || c.relname, c.relreplident::text,
                     EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
                     EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident),
-                    ARRAY(SELECT a.attname::text
-                          FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
-                          WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-                            AND a.attgenerated = '' AND t.typstorage <> 'p'
-                          ORDER BY a.attnum)
+                    current_setting('block_size')::int,
+                    (SELECT o.option_value::int FROM pg_options_to_table(c.reloptions) o
+                     WHERE o.option_name = 'toast_tuple_target')
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
              WHERE n.nspname || '.' || c.relname = ANY($1) AND c.relkind IN ('r', 'p')
              ORDER BY 1",
@@ -266,19 +304,58 @@ pub async fn identities_of(
         .map_err(query_error(
             "reading the replica identity of the tracked tables",
         ))?;
+    // Every column a row holds, generated ones too: they count towards its size, though they
+    // are not published and so never arrive as unchanged TOAST.
+    let columns = client
+        .query(
+            "SELECT n.nspname || '.' || c.relname, a.attname::text, a.atttypid, a.atttypmod,
+                    a.attstorage::text, t.typlen, t.typalign::text, a.attgenerated = ''
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                  JOIN pg_attribute a ON a.attrelid = c.oid
+                  JOIN pg_type t ON t.oid = a.atttypid
+             WHERE n.nspname || '.' || c.relname = ANY($1) AND c.relkind IN ('r', 'p')
+               AND a.attnum > 0 AND NOT a.attisdropped
+             ORDER BY 1, a.attnum",
+            &[&tracked],
+        )
+        .await
+        .map_err(query_error("reading the columns of the tracked tables"))?;
+    let letter = |text: String| text.chars().next().unwrap_or(' ');
     Ok(rows
         .iter()
-        .map(|r| TableIdentity {
-            table: r.get(0),
-            identity: match r.get::<_, String>(1).as_str() {
-                "n" => ReplicaIdentity::Nothing,
-                "f" => ReplicaIdentity::Full,
-                "i" => ReplicaIdentity::Index,
-                _ => ReplicaIdentity::Default,
-            },
-            has_primary_key: r.get(2),
-            has_identity_index: r.get(3),
-            toastable: r.get(4),
+        .map(|r| {
+            let table: String = r.get(0);
+            let storage = TableStorage {
+                block_size: u32::try_from(r.get::<_, i32>(4)).unwrap_or(8192),
+                tuple_target: r
+                    .get::<_, Option<i32>>(5)
+                    .and_then(|t| u32::try_from(t).ok()),
+                columns: columns
+                    .iter()
+                    .filter(|c| c.get::<_, String>(0) == table)
+                    .map(|c| ColumnStorage {
+                        name: c.get(1),
+                        type_oid: c.get(2),
+                        type_modifier: c.get(3),
+                        storage: letter(c.get(4)),
+                        length: c.get(5),
+                        align: letter(c.get(6)),
+                        published: c.get(7),
+                    })
+                    .collect(),
+            };
+            TableIdentity {
+                identity: match r.get::<_, String>(1).as_str() {
+                    "n" => ReplicaIdentity::Nothing,
+                    "f" => ReplicaIdentity::Full,
+                    "i" => ReplicaIdentity::Index,
+                    _ => ReplicaIdentity::Default,
+                },
+                has_primary_key: r.get(2),
+                has_identity_index: r.get(3),
+                toastable: out_of_line_columns(&storage),
+                table,
+            }
         })
         .collect())
 }
@@ -409,8 +486,11 @@ pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>
             // `two_phase` exists from PostgreSQL 14; read through jsonb, it is null before.
             "SELECT coalesce(plugin, ''), coalesce(database, ''), active_pid,
                     confirmed_flush_lsn::text, restart_lsn::text, wal_status, safe_wal_size,
-                    coalesce((to_jsonb(s) ->> 'two_phase')::bool, false)
-             FROM pg_replication_slots s WHERE slot_name = $1",
+                    coalesce((to_jsonb(s) ->> 'two_phase')::bool, false),
+                    a.application_name, coalesce(a.client_hostname, host(a.client_addr)),
+                    a.client_port
+             FROM pg_replication_slots s LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid
+             WHERE slot_name = $1",
             &[&slot],
         )
         .await
@@ -420,7 +500,20 @@ pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>
         SlotState {
             plugin: r.get(0),
             database: r.get(1),
-            active_pid: r.get(2),
+            holder: r.get::<_, Option<i32>>(2).map(|pid| {
+                let port: Option<i32> = r.get(10);
+                let host: Option<String> = r.get(9);
+                SlotHolder {
+                    pid,
+                    application_name: r.get(8),
+                    client: host.map(|host| match (host.contains(':'), port) {
+                        (true, Some(port)) => format!("[{host}]:{port}"),
+                        (false, Some(port)) => format!("{host}:{port}"),
+                        (_, None) => host,
+                    }),
+                    local: port == Some(-1),
+                }
+            }),
             confirmed_flush_lsn: lsn(3),
             restart_lsn: lsn(4),
             wal_status: r.get(5),
@@ -428,20 +521,6 @@ pub async fn slot_state(client: &Client, slot: &str) -> Result<Option<SlotState>
             two_phase: r.get(7),
         }
     }))
-}
-
-/// The `application_name` of the walsender with this pid, when the server shows it to us.
-pub async fn walsender_name(client: &Client, pid: i32) -> Result<Option<String>, ProvisionError> {
-    let row = client
-        .query_opt(
-            "SELECT application_name FROM pg_stat_replication WHERE pid = $1",
-            &[&pid],
-        )
-        .await
-        .map_err(query_error("looking up the walsender holding the slot"))?;
-    Ok(row
-        .and_then(|r| r.get::<_, Option<String>>(0))
-        .filter(|n| !n.is_empty()))
 }
 
 /// Refuse a slot this pipeline cannot use. A slot held by another consumer is not refused
@@ -523,7 +602,12 @@ mod tests {
         SlotState {
             plugin: plugin.into(),
             database: "shop".into(),
-            active_pid,
+            holder: active_pid.map(|pid| SlotHolder {
+                pid,
+                application_name: None,
+                client: None,
+                local: false,
+            }),
             confirmed_flush_lsn: None,
             restart_lsn: None,
             wal_status: None,
@@ -637,13 +721,27 @@ mod tests {
         check_slot("s", &state("pgoutput", Some(42)), "shop").unwrap();
         let busy = ProvisionError::SlotActive {
             slot: "s".into(),
-            pid: 42,
-            application_name: Some("tributary 00ff".into()),
+            holder: SlotHolder {
+                pid: 42,
+                application_name: Some("tributary 00ff".into()),
+                client: Some("10.0.0.5:51234".into()),
+                local: false,
+            },
             waited_secs: 15,
         };
         assert_eq!(
             busy.to_string(),
-            "slot \"s\" is held by pid 42 (application_name \"tributary 00ff\") and was not released within 15 s: another consumer is reading it; stop that consumer, or pass --wait to wait until it lets go"
+            "slot \"s\" is held by \"tributary 00ff\" at 10.0.0.5:51234 (walsender pid 42) and was not released within 15 s: another consumer is reading it; stop that consumer, or pass --wait to wait until it lets go"
+        );
+        let local = SlotHolder {
+            pid: 7,
+            application_name: Some(String::new()),
+            client: None,
+            local: true,
+        };
+        assert_eq!(
+            local.to_string(),
+            "a client without an application_name over a local socket (walsender pid 7)"
         );
         let err = check_slot("s", &state("pgoutput", None), "other")
             .unwrap_err()
