@@ -6,6 +6,7 @@ mod chaos;
 mod checkpoint;
 mod crash;
 mod faults;
+mod failover;
 mod fencing;
 mod gaps;
 mod harness;
