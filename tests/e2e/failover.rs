@@ -133,5 +133,8 @@ async fn a_promoted_standby_keeps_the_failover_slot_it_synchronised() {
         .await
         .unwrap()
         .get(0);
-    assert!(rows >= 2, "what the primary committed is on the promoted standby");
+    assert!(
+        rows >= 2,
+        "what the primary committed is on the promoted standby"
+    );
 }

@@ -191,7 +191,7 @@ pub(super) async fn start(
         // A first run with a full load creates the slot exporting its snapshot: the load reads
         // exactly what the slot does not stream.
         let made = match full {
-            true => match Snapshot::take_with(&pg, &source.slot, true).await {
+            true => match Snapshot::take_with(&pg, &source.slot, true, source.failover).await {
                 Ok(snapshot) => {
                     let at = snapshot.consistent_point();
                     anchor = Some(snapshot);
@@ -200,6 +200,10 @@ pub(super) async fn start(
                 Err(SnapshotError::Slot(e)) => Err(e),
                 Err(e) => return Err(e.into()),
             },
+            false if source.failover => replication
+                .create_failover_slot(&source.slot, false)
+                .await
+                .map(|made| made.consistent_point),
             false => replication
                 .create_logical_slot(&source.slot)
                 .await
@@ -220,6 +224,15 @@ pub(super) async fn start(
             // Another instance created it a moment ago: wait for it like for any holder.
             Err(e) if e.code() == Some(DUPLICATE_OBJECT) => {}
             Err(e) => return Err(e.into()),
+        }
+    }
+
+    if source.failover && slot.is_some() {
+        let state = crate::source::failover::slot_failover(&client, &source.slot).await?;
+        if state.is_some_and(|s| !s.failover) {
+            // The check said so: an existing slot becomes a failover slot before it is held.
+            replication.make_failover_slot(&source.slot).await?;
+            tracing::info!(slot = %source.slot, "made the slot a failover slot (source.failover = true)");
         }
     }
 

@@ -1,6 +1,6 @@
 //! Everything that talks to the source database: the connection factory ([`connect`]), the
 //! replication socket ([`replication`]), the catalog queries that resolve types
-//! ([`catalog`]), the source-side set-up and its refusals ([`provision`]), the prerequisite
+//! ([`catalog`]), failover slots and standbys ([`failover`]), the source-side set-up and its refusals ([`provision`]), the prerequisite
 //! report ([`prerequisites`]), a full load's snapshot reads ([`snapshot`]), and where a first
 //! run starts reading ([`position`], a decision without IO).
 //!
@@ -10,6 +10,7 @@
 
 pub mod catalog;
 pub mod connect;
+pub mod failover;
 pub mod position;
 pub mod prerequisites;
 pub mod provision;

@@ -164,20 +164,23 @@ impl Snapshot {
     /// Take a snapshot of the source at `pg` through a temporary slot named `slot`. Creating a
     /// logical slot waits until the transactions running at that moment have ended.
     pub async fn take(pg: &tokio_postgres::Config, slot: &str) -> Result<Snapshot, SnapshotError> {
-        Self::take_with(pg, slot, false).await
+        Self::take_with(pg, slot, false, false).await
     }
 
     /// [`take`](Self::take), the slot kept when `keep` (a pipeline's own slot, created for a
-    /// full load: it then streams from exactly where the snapshot stands).
+    /// full load: it then streams from exactly where the snapshot stands), and created as a
+    /// failover slot when `failover` too (`source.failover`).
     pub async fn take_with(
         pg: &tokio_postgres::Config,
         slot: &str,
         keep: bool,
+        failover: bool,
     ) -> Result<Snapshot, SnapshotError> {
         let mut replication = crate::source::connect::replication(pg)
             .await
             .map_err(SnapshotError::Slot)?;
         let created = match keep {
+            true if failover => replication.create_failover_slot(slot, true).await,
             true => {
                 replication
                     .create_logical_slot_exporting_snapshot(slot)
