@@ -303,7 +303,7 @@ pub async fn table_columns(
     let rows = client
         .query(
             "SELECT n.nspname || '.' || c.relname, a.attname::text, a.atttypid, a.atttypmod,
-                    a.attndims
+                    a.attndims::int
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                   JOIN pg_attribute a ON a.attrelid = c.oid
              WHERE n.nspname || '.' || c.relname = ANY($1) AND c.relkind IN ('r', 'p')
@@ -329,7 +329,7 @@ pub async fn table_columns(
 pub async fn array_dims(client: &Client, relid: u32) -> Result<Vec<(String, i32)>, ProvisionError> {
     let rows = client
         .query(
-            "SELECT attname::text, attndims FROM pg_attribute
+            "SELECT attname::text, attndims::int FROM pg_attribute
              WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped",
             &[&relid],
         )

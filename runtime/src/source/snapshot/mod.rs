@@ -306,11 +306,12 @@ impl Snapshot {
             Some(publication) => self.published(publication, schema, name, table).await?,
             None => (Vec::new(), None),
         };
-        // Generated columns are not published.
+        // Generated columns are not published. `attndims` is int2 from PostgreSQL 17, int4
+        // before.
         let rows = self
             .client
             .query(
-                "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attndims, t.typstorage <> 'p'
+                "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attndims::int, t.typstorage <> 'p'
                  FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
                  WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
                    AND a.attgenerated = ''
