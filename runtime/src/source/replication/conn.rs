@@ -105,6 +105,15 @@ impl ReplicationConnection {
                 backend_pid: None,
             };
             match conn.startup(config).await {
+                // A standby, when the URL asks for the server that accepts writes: try the next.
+                Ok(()) if conn.refuses_writes(config).await? => {
+                    last_error = Some(ReplicationError::Connect {
+                        addr: target.label,
+                        source: std::io::Error::other(
+                            "a server in recovery, and target_session_attrs=read-write asks for the primary",
+                        ),
+                    });
+                }
                 Ok(()) => return Ok(conn),
                 // Another host may be up; a refusal or a bad password would be the same anywhere.
                 Err(e @ (ReplicationError::Io(_) | ReplicationError::Closed { .. })) => {
