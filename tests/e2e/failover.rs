@@ -5,10 +5,17 @@
 //! PostgreSQL 17 comes from `ensure_postgres17` in `scripts/lib.sh` (see
 //! [`tributary_tests::postgres17_bin`]).
 
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
-use tributary_cluster::{ClusterOptions, TempCluster};
-use tributary_tests::{connect, postgres17_bin};
+use tributary::lake::commit::{CommitLog, Writer};
+use tributary::lake::sink::Sink;
+use tributary_cluster::{ClusterOptions, StopMode, TempCluster};
+use tributary_tests::lake::landed_changes;
+use tributary_tests::service::{Service, ServiceConfig, verify};
+use tributary_tests::{connect, postgres17_bin, unique_name};
 
 /// The physical slot the standby streams through, named in the primary's
 /// `synchronized_standby_slots`.
@@ -47,6 +54,102 @@ async fn synced_on(client: &tokio_postgres::Client, slot: &str) -> bool {
         .await
         .unwrap()
         .is_some()
+}
+
+/// Wait until the standby holds `slot`, synchronised and permanent.
+async fn wait_until_synced(client: &tokio_postgres::Client, slot: &str, timeout: Duration) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !synced_on(client, slot).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the standby did not synchronise slot {slot:?} within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A libpq URL naming both servers, the primary first, that connects to whichever accepts
+/// writes: how an application finds the primary after a failover.
+fn both(primary: &TempCluster, standby: &TempCluster) -> String {
+    format!(
+        "host={host},{host} port={},{} user=postgres dbname=postgres \
+         target_session_attrs=read-write connect_timeout=5",
+        primary.port(),
+        standby.port(),
+        host = primary.host(),
+    )
+}
+
+/// A pipeline file landing `events` into a directory, with a failover slot, the standby named
+/// for `tributary check`, and `url` as the source.
+fn failover_pipeline(url: &str, standby: &TempCluster, dir: &Path) -> (String, std::path::PathBuf) {
+    let name = unique_name("failover");
+    let mut cfg = ServiceConfig::new(
+        url,
+        &name,
+        &["public.events"],
+        &format!("file://{}", dir.join("lake").display()),
+    );
+    cfg.source.push(("failover".into(), "true".into()));
+    cfg.source.push((
+        "standby_url".into(),
+        format!("{:?}", standby.url("postgres")),
+    ));
+    let file = cfg.write(dir);
+    (name, file)
+}
+
+async fn commit_log(dir: &Path) -> CommitLog {
+    let lake = dir.join("lake");
+    std::fs::create_dir_all(&lake).unwrap();
+    let sink = Sink::open(&format!("file://{}", lake.display()), &Default::default()).unwrap();
+    CommitLog::new(sink, Writer::new())
+}
+
+/// Inserts one row per transaction, numbered from 1, through `url` until `stop`; a failed
+/// insert (the primary went away) is tried again on a new connection, which finds whichever
+/// server accepts writes. `next` is the id the next insert takes.
+fn workload(
+    url: String,
+    stop: Arc<AtomicBool>,
+    next: Arc<AtomicI32>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut client: Option<tokio_postgres::Client> = None;
+        while !stop.load(Ordering::SeqCst) {
+            if client.as_ref().is_none_or(|c| c.is_closed()) {
+                client = match tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+                    Ok((c, connection)) => {
+                        tokio::spawn(connection);
+                        Some(c)
+                    }
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+            }
+            let id = next.load(Ordering::SeqCst);
+            let inserted = client
+                .as_ref()
+                .unwrap()
+                .execute(
+                    "INSERT INTO events VALUES ($1, $2) ON CONFLICT (id) DO NOTHING",
+                    &[&id, &format!("row {id}")],
+                )
+                .await;
+            match inserted {
+                Ok(_) => {
+                    next.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err(_) => {
+                    client = None;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    })
 }
 
 /// The timeline a primary writes on, from the name of its current WAL file (the control
@@ -137,4 +240,116 @@ async fn a_promoted_standby_keeps_the_failover_slot_it_synchronised() {
         rows >= 2,
         "what the primary committed is on the promoted standby"
     );
+}
+
+/// The whole failover: a `tributary run` process reads a PostgreSQL 17 primary through a URL
+/// naming the primary and its standby (`target_session_attrs=read-write`), with a failover slot
+/// the standby synchronises. While rows keep being inserted, the primary stops and the standby
+/// is promoted; the same process finds the new primary by itself, checks the switch point and
+/// goes on without `--accept-gap` or a new full load, the commit log records the move, and
+/// `tributary verify` finds the lake equal to the new primary: nothing lost, nothing doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_pipeline_follows_a_promoted_standby() {
+    let (primary, standby) = primary_and_standby();
+    let on_primary = tributary_tests::pipeline::events_on(&primary).await;
+    let url = both(&primary, &standby);
+    let dir = std::env::temp_dir().join(unique_name("failover-run"));
+    let (slot, file) = failover_pipeline(&url, &standby, &dir);
+    let log = commit_log(&dir).await;
+
+    let mut service = Service::spawn(&file, &[], &dir.join("run.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    let failover: bool = on_primary
+        .query_one(
+            "SELECT failover FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(failover, "source.failover = true created a failover slot");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let next = Arc::new(AtomicI32::new(1));
+    let writer = workload(url.clone(), stop.clone(), next.clone());
+    service
+        .wait_for_landed(&log, 50, Duration::from_secs(60))
+        .await;
+    let on_standby = connect(&standby.url("postgres")).await;
+    wait_until_synced(&on_standby, &slot, Duration::from_secs(60)).await;
+    drop(on_standby);
+
+    // The failover, in the middle of the workload.
+    primary.stop_server(StopMode::Fast).unwrap();
+    standby.promote().unwrap();
+    let promoted = connect(&standby.url("postgres")).await;
+    assert_eq!(timeline(&promoted).await, 2);
+    let switched_at = next.load(Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while next.load(Ordering::SeqCst) < switched_at + 50 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the workload did not go on on the new primary"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    writer.await.unwrap();
+    let rows: i64 = promoted
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    service
+        .wait_for_landed(&log, rows as u64, Duration::from_secs(60))
+        .await;
+    assert!(
+        service.exited().is_none(),
+        "the process went on by itself:\n{}",
+        service.log()
+    );
+    assert!(
+        service.log().contains("going on from it"),
+        "{}",
+        service.log()
+    );
+
+    // The move is in the commit log, at the switch point the new primary's history names.
+    let mut recorded = None;
+    for sequence in log.sequences().await.unwrap() {
+        let entry = log.read_entry(sequence).await.unwrap().unwrap();
+        if let Some(failover) = entry.failover {
+            recorded = Some((failover, entry.timeline));
+        }
+    }
+    let (failover, timeline_after) = recorded.expect("an entry records the failover");
+    assert_eq!((failover.from, failover.to), (1, 2), "{failover:?}");
+    assert!(failover.lake_end <= failover.switch_point, "{failover:?}");
+    assert_eq!(timeline_after, Some(2));
+    let latest = log.latest().await.unwrap().unwrap();
+    assert_eq!(latest.timeline, Some(2), "{latest:?}");
+    assert!(latest.accepted_timeline.is_none() && latest.accepted_gap.is_none());
+
+    let verified = verify(&file, &[]).await;
+    assert_eq!(verified.code, 0, "{verified}");
+    assert!(
+        verified
+            .stdout
+            .lines()
+            .any(|l| l == format!("public.events: equal ({rows} rows)")),
+        "{verified}"
+    );
+    assert!(
+        verified.stdout.lines().any(|l| l == "duplicates: none"),
+        "{verified}"
+    );
+    assert_eq!(
+        landed_changes(&log).await,
+        rows as u64,
+        "no change landed twice"
+    );
+    service.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
