@@ -353,3 +353,109 @@ async fn the_running_pipeline_follows_a_promoted_standby() {
     service.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The lake ahead of the switch point: the primary stops waiting for its standby
+/// (`synchronized_standby_slots` emptied), the standby stops, and the pipeline lands rows the
+/// standby never receives. Once the standby is promoted, the running process stops instead of
+/// following, naming the switch point and the lake's end; a new start is refused the same way
+/// with the commit entry and writes nothing; `--accept-gap "timeline 1..2"` keeps the lake's
+/// extra changes and goes on, and the commit log records that acceptance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lake_ahead_of_the_switch_point_is_refused() {
+    let (primary, standby) = primary_and_standby();
+    let on_primary = tributary_tests::pipeline::events_on(&primary).await;
+    let url = both(&primary, &standby);
+    let dir = std::env::temp_dir().join(unique_name("failover-ahead"));
+    let (slot, file) = failover_pipeline(&url, &standby, &dir);
+    let log = commit_log(&dir).await;
+    let mut service = Service::spawn(&file, &[], &dir.join("run.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    on_primary
+        .batch_execute("INSERT INTO events SELECT g, 'both' FROM generate_series(1, 10) g")
+        .await
+        .unwrap();
+    service
+        .wait_for_landed(&log, 10, Duration::from_secs(60))
+        .await;
+    let on_standby = connect(&standby.url("postgres")).await;
+    wait_until_synced(&on_standby, &slot, Duration::from_secs(60)).await;
+    drop(on_standby);
+
+    // Only the primary and the lake get these.
+    for statement in [
+        "ALTER SYSTEM SET synchronized_standby_slots = ''",
+        "SELECT pg_reload_conf()",
+    ] {
+        on_primary.batch_execute(statement).await.unwrap();
+    }
+    standby.stop_server(StopMode::Fast).unwrap();
+    on_primary
+        .batch_execute("INSERT INTO events SELECT g, 'lake only' FROM generate_series(11, 15) g")
+        .await
+        .unwrap();
+    service
+        .wait_for_landed(&log, 15, Duration::from_secs(60))
+        .await;
+    primary.stop_server(StopMode::Fast).unwrap();
+    standby.start_again().unwrap();
+    standby.promote().unwrap();
+
+    let status = service.wait_exit(Duration::from_secs(120)).await;
+    assert!(!status.success());
+    let said = service.log();
+    let positions = |said: &str, before: &str, after: &str| -> tributary::Lsn {
+        let from = said
+            .find(before)
+            .unwrap_or_else(|| panic!("no {before:?} in:\n{said}"))
+            + before.len();
+        let len = said[from..].find(after).unwrap();
+        said[from..from + len].parse().unwrap()
+    };
+    let switch_point = positions(&said, "whose history ends timeline 1 at ", ", but");
+    let lake_end = positions(&said, "is landing changes up to ", ": the changes");
+    let latest = log.latest().await.unwrap().unwrap();
+    assert!(switch_point < lake_end, "{said}");
+    assert_eq!(lake_end, latest.last_end_lsn, "{said}");
+    assert!(said.contains("--accept-gap \"timeline 1..2\""), "{said}");
+
+    // A new start is refused before it writes anything.
+    let sequences = log.sequences().await.unwrap();
+    let mut again = Service::spawn(&file, &[], &dir.join("again.log"));
+    assert!(!again.wait_exit(Duration::from_secs(60)).await.success());
+    let refused = again.log();
+    assert!(
+        refused.contains(&format!(
+            "the source server was promoted onto timeline 2, whose history ends timeline 1 at \
+             {switch_point}, but this sink holds changes up to {lake_end} (commit entry {})",
+            latest.sequence
+        )),
+        "{refused}"
+    );
+    assert_eq!(
+        log.sequences().await.unwrap(),
+        sequences,
+        "a refused start writes nothing"
+    );
+
+    // Keeping the lake's extra changes is the operator's call, and recorded.
+    let accepted = Service::spawn(
+        &file,
+        &["--accept-gap", "timeline 1..2"],
+        &dir.join("accepted.log"),
+    );
+    let mut accepted = accepted;
+    accepted
+        .wait_for_log("streaming", Duration::from_secs(60))
+        .await;
+    accepted.stop().await;
+    let opened = log.latest().await.unwrap().unwrap();
+    assert_eq!(
+        opened.accepted_timeline.map(|t| (t.from, t.to)),
+        Some((1, 2)),
+        "{opened:?}"
+    );
+    assert!(opened.failover.is_none(), "{opened:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
