@@ -14,7 +14,7 @@ use tributary::lake::commit::{CommitLog, Writer};
 use tributary::lake::sink::Sink;
 use tributary_cluster::{ClusterOptions, StopMode, TempCluster};
 use tributary_tests::lake::landed_changes;
-use tributary_tests::service::{Service, ServiceConfig, verify};
+use tributary_tests::service::{Service, ServiceConfig, tributary_bin, verify};
 use tributary_tests::{connect, postgres17_bin, unique_name};
 
 /// The physical slot the standby streams through, named in the primary's
@@ -152,6 +152,20 @@ fn workload(
     })
 }
 
+/// `tributary check --config <file>`: its exit code and what it printed.
+async fn check(file: &Path) -> (i32, String) {
+    let output = tokio::process::Command::new(tributary_bin())
+        .args(["check", "--config"])
+        .arg(file)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    (output.status.code().unwrap_or(-1), printed)
+}
+
 /// The timeline a primary writes on, from the name of its current WAL file (the control
 /// file's checkpoint says so only after the first checkpoint on the new timeline).
 async fn timeline(client: &tokio_postgres::Client) -> u32 {
@@ -280,6 +294,42 @@ async fn the_running_pipeline_follows_a_promoted_standby() {
     let on_standby = connect(&standby.url("postgres")).await;
     wait_until_synced(&on_standby, &slot, Duration::from_secs(60)).await;
     drop(on_standby);
+
+    // `tributary check` sees the failover slot, the primary waiting for its standby, and the
+    // standby of source.standby_url synchronising the slot.
+    let (code, said) = check(&file).await;
+    assert_eq!(code, 0, "{said}");
+    for line in [
+        format!("ok    slot {slot:?}: a failover slot"),
+        format!(
+            "ok    synchronized_standby_slots = '{STANDBY_SLOT}': changes reach the pipeline \
+             only once those standbys have them"
+        ),
+        format!("ok    standby: synchronises slot {slot:?} (synced), a promotion keeps it"),
+    ] {
+        assert!(
+            said.lines().any(|l| l == line),
+            "no line {line:?} in:\n{said}"
+        );
+    }
+    // Pointed at the hot standby itself, it says whether decoding there works.
+    let mut on_the_standby = ServiceConfig::new(
+        &standby.url("postgres"),
+        &slot,
+        &["public.events"],
+        "file:///unused",
+    );
+    on_the_standby.name = unique_name("on_standby");
+    let (_, said) = check(&on_the_standby.write(&dir.join("standby"))).await;
+    for line in [
+        "ok    source.url is a hot standby: PostgreSQL 17.10 decodes on a standby",
+        "ok    hot_standby_feedback = on: the primary keeps the catalog rows the slot needs",
+    ] {
+        assert!(
+            said.lines().any(|l| l == line),
+            "no line {line:?} in:\n{said}"
+        );
+    }
 
     // The failover, in the middle of the workload.
     primary.stop_server(StopMode::Fast).unwrap();

@@ -484,9 +484,15 @@ pub async fn current_database(client: &Client) -> Result<String, ProvisionError>
     Ok(row.get(0))
 }
 
+/// Where the server's WAL ends: on a standby (which may decode from PostgreSQL 16), how far
+/// it has replayed.
 pub async fn current_wal_lsn(client: &Client) -> Result<Lsn, ProvisionError> {
     let row = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .query_one(
+            "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                          ELSE pg_current_wal_lsn() END)::text",
+            &[],
+        )
         .await
         .map_err(query_error("reading the current WAL position"))?;
     let text: String = row.get(0);
