@@ -509,3 +509,69 @@ async fn a_lake_ahead_of_the_switch_point_is_refused() {
     assert!(opened.failover.is_none(), "{opened:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The promotion happens while the pipeline is stopped: its next start finds the lake on
+/// timeline 1 and the server on timeline 2, follows the move without `--accept-gap` (the open
+/// entry records it, with no accepted change), and lands what the new primary committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_after_the_promotion_follows_it() {
+    let (primary, standby) = primary_and_standby();
+    let on_primary = tributary_tests::pipeline::events_on(&primary).await;
+    let url = both(&primary, &standby);
+    let dir = std::env::temp_dir().join(unique_name("failover-start"));
+    let (slot, file) = failover_pipeline(&url, &standby, &dir);
+    let log = commit_log(&dir).await;
+    let mut first = Service::spawn(&file, &[], &dir.join("first.log"));
+    first
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    on_primary
+        .batch_execute("INSERT INTO events SELECT g, 'before' FROM generate_series(1, 10) g")
+        .await
+        .unwrap();
+    first
+        .wait_for_landed(&log, 10, Duration::from_secs(60))
+        .await;
+    let on_standby = connect(&standby.url("postgres")).await;
+    wait_until_synced(&on_standby, &slot, Duration::from_secs(60)).await;
+    drop(on_standby);
+    first.stop().await;
+
+    primary.stop_server(StopMode::Fast).unwrap();
+    standby.promote().unwrap();
+    let promoted = connect(&standby.url("postgres")).await;
+    promoted
+        .batch_execute("INSERT INTO events SELECT g, 'after' FROM generate_series(11, 15) g")
+        .await
+        .unwrap();
+
+    let mut second = Service::spawn(&file, &[], &dir.join("second.log"));
+    second
+        .wait_for_log("streaming", Duration::from_secs(60))
+        .await;
+    second
+        .wait_for_landed(&log, 15, Duration::from_secs(60))
+        .await;
+    second.stop().await;
+    let mut opens = Vec::new();
+    for sequence in log.sequences().await.unwrap() {
+        let entry = log.read_entry(sequence).await.unwrap().unwrap();
+        if entry.kind == tributary::lake::commit::EntryKind::Open {
+            opens.push(entry);
+        }
+    }
+    let opened = opens.last().unwrap();
+    let failover = opened
+        .failover
+        .expect("the open entry records the failover");
+    assert_eq!((failover.from, failover.to), (1, 2));
+    assert!(failover.lake_end <= failover.switch_point, "{failover:?}");
+    assert_eq!(opened.timeline, Some(2));
+    assert!(opened.accepted_timeline.is_none(), "{opened:?}");
+    assert_eq!(
+        landed_changes(&log).await,
+        15,
+        "nothing lost, nothing twice"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
