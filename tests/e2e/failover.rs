@@ -57,13 +57,40 @@ async fn synced_on(client: &tokio_postgres::Client, slot: &str) -> bool {
 }
 
 /// Wait until the standby holds `slot`, synchronised and permanent.
-async fn wait_until_synced(client: &tokio_postgres::Client, slot: &str, timeout: Duration) {
+///
+/// The standby persists the slot once the primary's has moved past where the standby could
+/// serve it from, which needs a running-transactions record after the pipeline confirmed (the
+/// server writes one every 15 s; the test asks for one), and its slot sync worker looks less
+/// often the longer nothing changes (up to every 30 s): turning it off and on wakes it.
+async fn wait_until_synced(
+    primary: &tokio_postgres::Client,
+    standby: &tokio_postgres::Client,
+    slot: &str,
+    timeout: Duration,
+) {
     let deadline = tokio::time::Instant::now() + timeout;
-    while !synced_on(client, slot).await {
+    let mut round = 0;
+    while !synced_on(standby, slot).await {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the standby did not synchronise slot {slot:?} within {timeout:?}"
         );
+        primary
+            .batch_execute("SELECT pg_log_standby_snapshot()")
+            .await
+            .unwrap();
+        round += 1;
+        if round % 5 == 0 {
+            for statement in [
+                "ALTER SYSTEM SET sync_replication_slots = off",
+                "SELECT pg_reload_conf()",
+                "SELECT pg_sleep(0.2)",
+                "ALTER SYSTEM RESET sync_replication_slots",
+                "SELECT pg_reload_conf()",
+            ] {
+                standby.batch_execute(statement).await.unwrap();
+            }
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -292,7 +319,7 @@ async fn the_running_pipeline_follows_a_promoted_standby() {
         .wait_for_landed(&log, 50, Duration::from_secs(60))
         .await;
     let on_standby = connect(&standby.url("postgres")).await;
-    wait_until_synced(&on_standby, &slot, Duration::from_secs(60)).await;
+    wait_until_synced(&on_primary, &on_standby, &slot, Duration::from_secs(60)).await;
     drop(on_standby);
 
     // `tributary check` sees the failover slot, the primary waiting for its standby, and the
@@ -430,7 +457,7 @@ async fn a_lake_ahead_of_the_switch_point_is_refused() {
         .wait_for_landed(&log, 10, Duration::from_secs(60))
         .await;
     let on_standby = connect(&standby.url("postgres")).await;
-    wait_until_synced(&on_standby, &slot, Duration::from_secs(60)).await;
+    wait_until_synced(&on_primary, &on_standby, &slot, Duration::from_secs(60)).await;
     drop(on_standby);
 
     // Only the primary and the lake get these.
@@ -533,7 +560,7 @@ async fn a_start_after_the_promotion_follows_it() {
         .wait_for_landed(&log, 10, Duration::from_secs(60))
         .await;
     let on_standby = connect(&standby.url("postgres")).await;
-    wait_until_synced(&on_standby, &slot, Duration::from_secs(60)).await;
+    wait_until_synced(&on_primary, &on_standby, &slot, Duration::from_secs(60)).await;
     drop(on_standby);
     first.stop().await;
 
