@@ -602,3 +602,114 @@ async fn a_start_after_the_promotion_follows_it() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An existing slot that is not a failover slot: `tributary check` says so and how a start
+/// changes it, and the start marks it (`ALTER_REPLICATION_SLOT ... (FAILOVER true)`) before it
+/// holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_slot_becomes_a_failover_slot() {
+    let cluster = TempCluster::start(ClusterOptions {
+        bin_dir: Some(postgres17_bin()),
+        ..ClusterOptions::fast()
+    })
+    .expect("a PostgreSQL 17 cluster");
+    let client = tributary_tests::pipeline::events_on(&cluster).await;
+    let dir = std::env::temp_dir().join(unique_name("failover-alter"));
+    let name = unique_name("alter");
+    client
+        .query_one(
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&name],
+        )
+        .await
+        .unwrap();
+    let mut cfg = ServiceConfig::new(
+        &cluster.url("postgres"),
+        &name,
+        &["public.events"],
+        &format!("file://{}", dir.join("lake").display()),
+    );
+    cfg.source.push(("failover".into(), "true".into()));
+    let file = cfg.write(&dir);
+    let (code, said) = check(&file).await;
+    assert_eq!(code, 0, "a warning, not a problem:\n{said}");
+    let line = format!(
+        "warn  slot {name:?} is not a failover slot, and source.failover = true: a start makes \
+         it one (ALTER_REPLICATION_SLOT {name} (FAILOVER true)) once no one streams from it"
+    );
+    assert!(
+        said.lines().any(|l| l == line),
+        "no line {line:?} in:\n{said}"
+    );
+
+    let mut service = Service::spawn(&file, &[], &dir.join("run.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(60))
+        .await;
+    assert!(service.log().contains("made the slot a failover slot"));
+    let failover: bool = client
+        .query_one(
+            "SELECT failover FROM pg_replication_slots WHERE slot_name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(failover);
+    service.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `source.failover = true` on a server before PostgreSQL 17 (the suite's shared cluster): the
+/// check and a start refuse it by name, before anything is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_on_an_older_server_is_refused_by_name() {
+    let db = tributary_tests::pipeline::events_database("failover_old").await;
+    let version: i32 = db
+        .client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .unwrap()
+        .get(0);
+    if version >= 170_000 {
+        // The shared cluster is new enough: nothing to refuse.
+        return;
+    }
+    let dir = std::env::temp_dir().join(unique_name("failover-old"));
+    let mut cfg = ServiceConfig::new(
+        &db.url,
+        &unique_name("old"),
+        &["public.events"],
+        &format!("file://{}", dir.join("lake").display()),
+    );
+    cfg.source.push(("failover".into(), "true".into()));
+    let file = cfg.write(&dir);
+    let (code, said) = check(&file).await;
+    assert_eq!(code, 1, "{said}");
+    assert!(
+        said.lines().any(|l| l.starts_with(
+            "FAIL  source.failover = true needs PostgreSQL 17 or newer (failover slots)"
+        )),
+        "{said}"
+    );
+    let mut service = Service::spawn(&file, &[], &dir.join("run.log"));
+    assert!(!service.wait_exit(Duration::from_secs(60)).await.success());
+    assert!(
+        service
+            .log()
+            .contains("source.failover = true needs PostgreSQL 17 or newer"),
+        "{}",
+        service.log()
+    );
+    let slots: i64 = db
+        .client
+        .query_one(
+            "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 0, "nothing was created");
+    let _ = std::fs::remove_dir_all(&dir);
+}
