@@ -94,6 +94,16 @@ impl Reconnect {
                 }
                 Err(OpenError::Moved(error)) => return Err(error),
                 Err(OpenError::Asking(error)) => {
+                    if let Some(gave_up) = gave_up(
+                        "asking the promoted source whether its move can be followed",
+                        since,
+                        attempts,
+                        self.retry_limit,
+                        &error,
+                        self.confirmer.confirmed(),
+                    ) {
+                        return Err(gave_up);
+                    }
                     if attempts == 1 || told.elapsed() >= TELL_EVERY {
                         told = Instant::now();
                         tracing::warn!(
