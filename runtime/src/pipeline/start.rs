@@ -4,10 +4,13 @@
 //! 1. Everything that can refuse, before anything is created: the prerequisite check (every
 //!    problem of the source in one report, see [`crate::source::prerequisites`]), the spill directory
 //!    (writable), the plugins (loaded and instantiated), the sink (reachable, and not another
-//!    pipeline's), the slot (its plugin, database, two-phase setting, and whether the lake
+//!    pipeline's), the server's timeline against the lake's (another one is refused unless it
+//!    is a promotion the pipeline follows, see [`crate::lake::commit::follow_promotion`]), the
+//!    slot (its plugin, database, two-phase setting, and whether the lake
 //!    would have a gap without it), and on a first run (an empty commit log) where
 //!    `source.start_from` starts ([`position`](crate::source::position)).
-//! 2. Provisioning: the publication, replica identity checks, the slot if missing; what is
+//! 2. Provisioning: the publication, replica identity checks, the slot if missing (a failover
+//!    slot with `source.failover`, which also marks an existing slot as one); what is
 //!    created is recorded in the sink, for `tributary teardown`.
 //! 3. Holding the slot: `START_REPLICATION` succeeds for one consumer at a time. A slot held
 //!    by another consumer (a previous instance still stopping, during a rolling restart) is
