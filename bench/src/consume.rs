@@ -162,7 +162,7 @@ pub async fn run_raw_child(
     until: Lsn,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
-    let config: tokio_postgres::Config = url.parse()?;
+    let config: tributary::source::connect::PgConfig = url.parse()?;
     let conn = ReplicationConnection::connect(&config).await?;
     // The same protocol and streaming the pipeline asks for.
     let proto = match conn.server_version_num() {

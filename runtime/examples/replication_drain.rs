@@ -40,7 +40,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
 
-    let config: tokio_postgres::Config = url.parse()?;
+    let config: tributary::source::connect::PgConfig = url.parse()?;
     let mut conn = ReplicationConnection::connect(&config).await?;
     match conn.create_logical_slot(&slot).await {
         Ok(created) => println!("created slot {slot} at {}", created.consistent_point),

@@ -26,7 +26,7 @@ async fn replication_connects_with_password_md5_and_scram() {
             "postgres://{role}:secret%20{role}@127.0.0.1:{port}/{}",
             db.name
         );
-        let config: tokio_postgres::Config = url.parse().unwrap();
+        let config: tributary::source::connect::PgConfig = url.parse().unwrap();
         let mut conn = ReplicationConnection::connect(&config)
             .await
             .unwrap_or_else(|e| panic!("{method} authentication as {role}: {e}"));

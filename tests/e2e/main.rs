@@ -24,6 +24,7 @@ mod restart;
 mod schema;
 mod start;
 mod streaming;
+mod tls;
 mod two_phase;
 mod types;
 mod verify;

@@ -253,21 +253,7 @@ async fn reusing_a_missing_slot_is_refused_before_anything_is_created() {
 
 /// `tributary <command> --config <file> <args>` with stdin not a terminal.
 async fn tributary(command: &str, file: &Path, args: &[&str]) -> (i32, String, String) {
-    let output = tokio::process::Command::new(tributary_bin())
-        .arg(command)
-        .arg("--config")
-        .arg(file)
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .unwrap();
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    tributary_tests::service::command(command, file, args, &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

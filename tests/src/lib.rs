@@ -30,6 +30,7 @@ mod postgres;
 pub mod proxy;
 mod s3;
 pub mod service;
+pub mod tls;
 
 pub use plugins::{PLUGIN_BUILD_COMMAND, guest_plugin, plugin, plugin_dir};
 pub use postgres::{

@@ -353,3 +353,29 @@ pub async fn verify(file: &Path, args: &[&str]) -> Verified {
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }
+
+/// `tributary <command> --config <file> <args>` with `RUST_LOG=info` and `env` on top: its exit
+/// code, stdout and stderr.
+pub async fn command(
+    command: &str,
+    file: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (i32, String, String) {
+    let output = tokio::process::Command::new(tributary_bin())
+        .arg(command)
+        .arg("--config")
+        .arg(file)
+        .args(args)
+        .env("RUST_LOG", "info")
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

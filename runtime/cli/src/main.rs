@@ -306,6 +306,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             let pg = tributary::source::connect::parse_url(&source.url)?;
             let client = tributary::source::connect::sql(&pg).await?;
             let mut report = tributary::source::prerequisites::run(&client, &pg, source).await?;
+            tributary::commands::check::check_connections(&mut report, &client, &pg).await?;
             // Where a start would begin is in the sink's commit log; what the source says is
             // printed even when the sink cannot be read.
             let (latest, first) = match first_and_latest(&config).await {

@@ -82,6 +82,10 @@ pub struct ClusterOptions {
     /// Extra `pg_hba.conf` lines, placed before the trust-everything defaults (the first
     /// matching line wins), e.g. to make one role authenticate with SCRAM.
     pub hba: Vec<String>,
+    /// Files written into the data directory before the server starts, readable by the
+    /// server's user alone (mode 0600): a TLS certificate and key that `ssl_cert_file` and
+    /// `ssl_key_file` name relative to the data directory, say.
+    pub files: Vec<(String, Vec<u8>)>,
 }
 
 impl ClusterOptions {
@@ -96,6 +100,12 @@ impl ClusterOptions {
     /// Adds a `pg_hba.conf` line that is matched before the defaults.
     pub fn hba_rule(mut self, line: impl Into<String>) -> Self {
         self.hba.push(line.into());
+        self
+    }
+
+    /// Adds a file to the data directory (see [`ClusterOptions::files`]).
+    pub fn file(mut self, name: impl Into<String>, content: impl Into<Vec<u8>>) -> Self {
+        self.files.push((name.into(), content.into()));
         self
     }
 
@@ -497,6 +507,16 @@ impl TempCluster {
         if let Some(user) = self.run_as {
             chown(&ours, user)?;
             chown(&hba, user)?;
+        }
+        for (name, content) in &options.files {
+            use std::os::unix::fs::PermissionsExt;
+            let path = self.data_dir.join(name);
+            fs::write(&path, content).map_err(io_error("write", &path))?;
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o600))
+                .map_err(io_error("set the mode of", &path))?;
+            if let Some(user) = self.run_as {
+                chown(&path, user)?;
+            }
         }
         Ok(())
     }

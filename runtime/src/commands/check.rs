@@ -7,6 +7,7 @@ use tokio_postgres::Client;
 use crate::Lsn;
 use crate::config::SourceConfig;
 use crate::lake::commit::{Checkpoint, CommitEntry, StartedFrom};
+use crate::source::connect::{self, PgConfig, SslMode};
 use crate::source::position;
 use crate::source::prerequisites::Report;
 use crate::source::provision::{self, ProvisionError, SlotState};
@@ -56,6 +57,37 @@ pub async fn check_start(
     let current = provision::current_wal_lsn(client).await?;
     let first = first.and_then(|e| e.started_from.as_ref());
     judge_start(report, source, latest, first, slot.as_ref(), current);
+    Ok(())
+}
+
+/// How each kind of connection to the source is protected ("TLS 1.3 (...), verify-full against
+/// ca.pem, channel binding", or "unencrypted"), with a warning when `sslmode` lets a
+/// connection that crosses a network go unencrypted or unchecked.
+pub async fn check_connections(
+    report: &mut Report,
+    client: &Client,
+    pg: &PgConfig,
+) -> Result<(), ProvisionError> {
+    report.ok(format!(
+        "connection (SQL): {}",
+        connect::describe_sql(client, pg).await?
+    ));
+    // A role the checks above refused (no REPLICATION, say) would only be refused again.
+    if report.is_ready() {
+        match connect::replication(pg).await {
+            Ok(replication) => report.ok(format!(
+                "connection (replication): {}",
+                replication.protection()
+            )),
+            Err(e) => report.fail(ProvisionError::ReplicationConnection(Box::new(e))),
+        }
+    }
+    if pg.ssl_mode() <= SslMode::Prefer && !pg.is_local() {
+        report.warn(ProvisionError::WeakSslMode {
+            mode: pg.ssl_mode(),
+            hosts: pg.hosts(),
+        });
+    }
     Ok(())
 }
 

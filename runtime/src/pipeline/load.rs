@@ -42,7 +42,7 @@ pub(crate) struct LoadJob {
 /// How a load reads.
 #[derive(Clone)]
 pub(super) struct LoadSettings {
-    pub pg: tokio_postgres::Config,
+    pub pg: crate::source::connect::PgConfig,
     pub publication: String,
     pub binary: bool,
     /// A temporary slot's name, for a snapshot of its own.

@@ -28,7 +28,7 @@ const SLOT_IN_USE: &str = "55006";
 
 /// Everything needed to open the stream again.
 pub(super) struct Reconnect {
-    pub pg: tokio_postgres::Config,
+    pub pg: crate::source::connect::PgConfig,
     pub slot: String,
     pub options: Vec<(&'static str, String)>,
     pub status_interval: Duration,

@@ -88,9 +88,9 @@ pub(super) async fn start(
     }
     let writer = Writer::new();
     let mut pg = crate::source::connect::parse_url(&source.url)?;
-    if pg.get_application_name().is_none() {
+    if pg.pg().get_application_name().is_none() {
         // Names this instance to whoever finds the slot busy (pg_stat_replication).
-        pg.application_name(format!("tributary {}", writer.id));
+        pg.application_name(&format!("tributary {}", writer.id));
     }
     let client = crate::source::connect::sql(&pg).await?;
 
@@ -435,7 +435,7 @@ pub(super) fn stream_options(
 /// `START_REPLICATION`, once no other consumer holds the slot.
 #[allow(clippy::too_many_arguments)]
 async fn hold_slot(
-    pg: &tokio_postgres::Config,
+    pg: &crate::source::connect::PgConfig,
     client: &Client,
     replication: ReplicationConnection,
     source: &SourceConfig,

@@ -32,7 +32,7 @@ pub enum CatalogError {
 }
 
 pub struct Catalog {
-    pg: tokio_postgres::Config,
+    pg: crate::source::connect::PgConfig,
     client: Option<Client>,
     types: TypeCatalog,
     binary: bool,
@@ -40,7 +40,7 @@ pub struct Catalog {
 
 impl Catalog {
     /// A catalog for the source at `pg`; `binary` is whether tuples arrive in binary form.
-    pub fn new(pg: tokio_postgres::Config, binary: bool) -> Catalog {
+    pub fn new(pg: crate::source::connect::PgConfig, binary: bool) -> Catalog {
         Catalog {
             pg,
             client: None,

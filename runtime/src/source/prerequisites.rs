@@ -525,7 +525,7 @@ pub async fn gather(client: &Client, source: &SourceConfig) -> Result<SourceFact
 /// tracked column has a binary decoder.
 pub async fn run(
     client: &Client,
-    pg: &tokio_postgres::Config,
+    pg: &crate::source::connect::PgConfig,
     source: &SourceConfig,
 ) -> Result<Report, ProvisionError> {
     let facts = gather(client, source).await?;

@@ -13,6 +13,18 @@ pub enum ProvisionError {
     Connect(tokio_postgres::Error),
     #[error("source url is not a valid connection string: {}", server_text(.0))]
     Url(tokio_postgres::Error),
+    /// The connection string, a certificate file, or the TLS handshake.
+    #[error(transparent)]
+    Connection(Box<crate::source::connect::ConnectError>),
+    #[error("the replication connection: {0}")]
+    ReplicationConnection(Box<crate::source::replication::ReplicationError>),
+    #[error(
+        "sslmode={mode} to {hosts}, which is not this machine: the connection may go unencrypted, and the server's certificate is not checked; use sslmode=verify-full with sslrootcert=<the CA file of the server's certificate>"
+    )]
+    WeakSslMode {
+        mode: crate::source::connect::SslMode,
+        hosts: String,
+    },
     #[error("{what}: {}", server_text(error))]
     Query {
         what: String,
@@ -182,6 +194,12 @@ pub enum ProvisionError {
 
 /// What the server said (message, SQLSTATE, detail, hint), or the client's own text for
 /// errors that never reached a server.
+impl From<crate::source::connect::ConnectError> for ProvisionError {
+    fn from(error: crate::source::connect::ConnectError) -> Self {
+        ProvisionError::Connection(Box::new(error))
+    }
+}
+
 pub fn server_text(error: &tokio_postgres::Error) -> String {
     let Some(db) = error.as_db_error() else {
         return crate::error_chain(error);

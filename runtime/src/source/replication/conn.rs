@@ -13,15 +13,15 @@ use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
-use tokio_postgres::config::{Host, SslMode};
+use tokio_postgres::config::{ChannelBinding as BindingSetting, Host, TargetSessionAttrs};
 
 use super::error::{ReplicationError, ServerError};
 use super::frame::{Backend, parse_backend};
 use super::{Confirmer, CreatedSlot, ReplicationStream, SystemIdentity, command};
 use crate::Lsn;
+use crate::source::connect::{ConnectError, PgConfig, SslMode, TlsContext, VerifyFailure, tls};
 
-/// The byte stream under a replication connection: a TCP or Unix socket today, a TLS stream
-/// tomorrow.
+/// The byte stream under a replication connection: a TCP or Unix socket, or TLS over TCP.
 pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Transport for T {}
 
@@ -54,6 +54,18 @@ pub struct ReplicationConnection {
     dbname: String,
     parameters: HashMap<String, String>,
     backend_pid: Option<i32>,
+    /// What TLS agreed, when the connection is encrypted.
+    tls: Option<Agreed>,
+    binding: BindingSetting,
+    /// Whether SCRAM bound the session to the TLS channel.
+    bound: bool,
+}
+
+/// A finished TLS handshake: what was agreed and the channel binding data it offers.
+struct Agreed {
+    /// "TLS 1.3 (TLS13_AES_256_GCM_SHA384), verify-full against ca.pem".
+    summary: String,
+    end_point: Option<Vec<u8>>,
 }
 
 struct Target {
@@ -67,11 +79,12 @@ enum Addr {
 }
 
 impl ReplicationConnection {
-    /// Connects and authenticates (trust, password, md5 or scram-sha-256), trying each configured
-    /// host in order until one accepts.
-    pub async fn connect(config: &tokio_postgres::Config) -> Result<Self, ReplicationError> {
-        check_tls(config)?;
-        let user = match config.get_user() {
+    /// Connects and authenticates (trust, password, md5 or scram-sha-256, with channel binding
+    /// over TLS), trying each configured host in order until one accepts and fits
+    /// `target_session_attrs`.
+    pub async fn connect(config: &PgConfig) -> Result<Self, ReplicationError> {
+        let pg = config.pg();
+        let user = match pg.get_user() {
             Some(user) => user.to_owned(),
             None => std::env::var("USER")
                 .or_else(|_| std::env::var("LOGNAME"))
@@ -81,48 +94,130 @@ impl ReplicationConnection {
                     )
                 })?,
         };
-        let dbname = config.get_dbname().unwrap_or(&user).to_owned();
-        let connect_timeout = config.get_connect_timeout().copied();
+        let dbname = pg.get_dbname().unwrap_or(&user).to_owned();
 
         let mut last_error = None;
-        for target in targets(config)? {
-            let io = match open(&target, connect_timeout).await {
-                Ok(io) => io,
-                Err(source) => {
-                    last_error = Some(ReplicationError::Connect {
-                        addr: target.label,
-                        source,
-                    });
-                    continue;
+        for target in targets(pg)? {
+            let attempt = if config.ssl_mode() == SslMode::Allow {
+                // libpq's allow: plain first, TLS only when the server turns plain away.
+                match Self::attempt(config, &target, None, &user, &dbname).await {
+                    Err(e) if e.code() == Some("28000") && config.tls().is_some() => {
+                        Self::attempt(config, &target, config.tls(), &user, &dbname).await
+                    }
+                    other => other,
                 }
+            } else {
+                Self::attempt(config, &target, config.tls(), &user, &dbname).await
             };
-            let mut conn = ReplicationConnection {
-                io,
-                buf: BytesMut::with_capacity(READ_CHUNK),
-                user: user.clone(),
-                dbname: dbname.clone(),
-                parameters: HashMap::new(),
-                backend_pid: None,
-            };
-            match conn.startup(config).await {
-                // A standby, when the URL asks for the server that accepts writes: try the next.
-                Ok(()) if conn.refuses_writes(config).await? => {
-                    last_error = Some(ReplicationError::Connect {
-                        addr: target.label,
-                        source: std::io::Error::other(
-                            "a server in recovery, and target_session_attrs=read-write asks for the primary",
-                        ),
-                    });
-                }
-                Ok(()) => return Ok(conn),
-                // Another host may be up; a refusal or a bad password would be the same anywhere.
-                Err(e @ (ReplicationError::Io(_) | ReplicationError::Closed { .. })) => {
-                    last_error = Some(e)
-                }
+            match attempt {
+                Ok(conn) => return Ok(conn),
+                // Another host may be up, or be the primary; a refusal, a bad password or a
+                // certificate problem would be the same anywhere.
+                Err(
+                    e @ (ReplicationError::Connect { .. }
+                    | ReplicationError::Io(_)
+                    | ReplicationError::Closed { .. }
+                    | ReplicationError::SessionAttrs { .. }),
+                ) => last_error = Some(e),
                 Err(e) => return Err(e),
             }
         }
         Err(last_error.unwrap_or_else(|| ReplicationError::Config("no host given".into())))
+    }
+
+    /// One host: the socket, TLS as `tls` asks, the startup, and the session attributes.
+    async fn attempt(
+        config: &PgConfig,
+        target: &Target,
+        tls: Option<&TlsContext>,
+        user: &str,
+        dbname: &str,
+    ) -> Result<Self, ReplicationError> {
+        let pg = config.pg();
+        let socket = open(target, pg.get_connect_timeout().copied())
+            .await
+            .map_err(|source| ReplicationError::Connect {
+                addr: target.label.clone(),
+                source,
+            })?;
+        let (io, agreed) = match (socket, tls) {
+            (Socket::Tcp(stream, host), Some(tls)) => {
+                negotiate(stream, &host, &target.label, tls, config.ssl_mode()).await?
+            }
+            (Socket::Tcp(stream, _), None) => (Box::new(stream) as BoxTransport, None),
+            (Socket::Unix(stream), _) => (Box::new(stream) as BoxTransport, None),
+        };
+        let binding = pg.get_channel_binding();
+        if binding == BindingSetting::Require && agreed.is_none() {
+            return Err(ConnectError::BindingWithoutTls {
+                host: target.label.clone(),
+            }
+            .into());
+        }
+        let mut conn = ReplicationConnection {
+            io,
+            buf: BytesMut::with_capacity(READ_CHUNK),
+            user: user.to_owned(),
+            dbname: dbname.to_owned(),
+            parameters: HashMap::new(),
+            backend_pid: None,
+            tls: agreed,
+            binding,
+            bound: false,
+        };
+        conn.startup(pg, &target.label).await?;
+        conn.check_session_attrs(pg.get_target_session_attrs(), &target.label)
+            .await?;
+        Ok(conn)
+    }
+
+    /// Refuses a server that does not fit `target_session_attrs`: a standby where
+    /// `read-write` asks for the primary, or the other way round.
+    async fn check_session_attrs(
+        &mut self,
+        wanted: TargetSessionAttrs,
+        label: &str,
+    ) -> Result<(), ReplicationError> {
+        let wanted = match wanted {
+            TargetSessionAttrs::ReadWrite => "read-write",
+            TargetSessionAttrs::ReadOnly => "read-only",
+            _ => return Ok(()),
+        };
+        // PostgreSQL 14 and later report both at startup; before, ask.
+        let read_only = match (
+            self.parameter("in_hot_standby"),
+            self.parameter("default_transaction_read_only"),
+        ) {
+            (Some(standby), Some(default)) => standby == "on" || default == "on",
+            _ => {
+                let rows = self.simple_query("SHOW transaction_read_only").await?;
+                rows.first()
+                    .and_then(|r| r.first().cloned().flatten())
+                    .is_some_and(|v| v == "on")
+            }
+        };
+        if read_only == (wanted == "read-write") {
+            let what = if read_only {
+                "read-only (a standby)"
+            } else {
+                "read-write"
+            };
+            return Err(ReplicationError::SessionAttrs {
+                wanted,
+                found: format!("{label} is {what}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// How this connection is protected, for `tributary check`: "TLS 1.3 (...), verify-full
+    /// against ca.pem, channel binding", or "unencrypted".
+    pub fn protection(&self) -> String {
+        match &self.tls {
+            None => "unencrypted".into(),
+            Some(agreed) if self.bound => format!("{}, channel binding", agreed.summary),
+            Some(agreed) => format!("{}, no channel binding", agreed.summary),
+        }
     }
 
     /// A run-time parameter the server reported at startup (`server_version`, `TimeZone`, ...).
@@ -329,7 +424,11 @@ impl ReplicationConnection {
         ))
     }
 
-    async fn startup(&mut self, config: &tokio_postgres::Config) -> Result<(), ReplicationError> {
+    async fn startup(
+        &mut self,
+        config: &tokio_postgres::Config,
+        label: &str,
+    ) -> Result<(), ReplicationError> {
         let application_name = config
             .get_application_name()
             .unwrap_or(DEFAULT_APPLICATION_NAME);
@@ -349,7 +448,7 @@ impl ReplicationConnection {
         self.io.write_all(&out).await?;
         self.io.flush().await?;
 
-        self.authenticate(config.get_password()).await?;
+        self.authenticate(config.get_password(), label).await?;
 
         loop {
             match self.read_message("starting the session").await? {
@@ -369,23 +468,43 @@ impl ReplicationConnection {
         }
     }
 
-    async fn authenticate(&mut self, password: Option<&[u8]>) -> Result<(), ReplicationError> {
+    async fn authenticate(
+        &mut self,
+        password: Option<&[u8]>,
+        label: &str,
+    ) -> Result<(), ReplicationError> {
         let mut out = BytesMut::new();
-        match self.read_message("authenticating").await? {
+        let message = self.read_message("authenticating").await?;
+        if self.binding == BindingSetting::Require {
+            let method = match &message {
+                Backend::Message(Message::AuthenticationOk) => Some("trust"),
+                Backend::Message(Message::AuthenticationCleartextPassword) => Some("password"),
+                Backend::Message(Message::AuthenticationMd5Password(_)) => Some("md5"),
+                _ => None,
+            };
+            if let Some(method) = method {
+                return Err(ConnectError::BindingNotUsed {
+                    host: label.to_owned(),
+                    method: method.into(),
+                }
+                .into());
+            }
+        }
+        match message {
             Backend::Message(Message::AuthenticationOk) => return Ok(()),
             Backend::Message(Message::AuthenticationCleartextPassword) => {
-                let password = self.require_password(password)?;
+                let password = self.require_password(password, label)?;
                 frontend::password_message(password, &mut out).map_err(|e| self.auth_failed(e))?;
             }
             Backend::Message(Message::AuthenticationMd5Password(body)) => {
-                let password = self.require_password(password)?;
+                let password = self.require_password(password, label)?;
                 let hash = md5_hash(self.user.as_bytes(), password, body.salt());
                 frontend::password_message(hash.as_bytes(), &mut out)
                     .map_err(|e| self.auth_failed(e))?;
             }
             Backend::Message(Message::AuthenticationSasl(body)) => {
-                let password = self.require_password(password)?;
-                return self.scram(body.mechanisms(), password).await;
+                let password = self.require_password(password, label)?;
+                return self.scram(body.mechanisms(), password, label).await;
             }
             Backend::Message(Message::ErrorResponse(body)) => return Err(self.refused(&body)),
             Backend::Message(message) => {
@@ -416,6 +535,7 @@ impl ReplicationConnection {
         &mut self,
         mut mechanisms: postgres_protocol::message::backend::SaslMechanisms<'_>,
         password: &[u8],
+        label: &str,
     ) -> Result<(), ReplicationError> {
         let mut offered = Vec::new();
         while let Some(mechanism) = mechanisms.next().map_err(|e| self.auth_failed(e))? {
@@ -426,10 +546,30 @@ impl ReplicationConnection {
                 method: format!("SASL ({})", offered.join(", ")),
             });
         }
-        // Without TLS there is no channel to bind to.
-        let mut scram = ScramSha256::new(password, ChannelBinding::unsupported());
+        let plus = offered.iter().any(|m| m == sasl::SCRAM_SHA_256_PLUS);
+        let end_point = self.tls.as_ref().and_then(|t| t.end_point.clone());
+        let (mechanism, binding) = match (self.binding, end_point) {
+            (BindingSetting::Disable, _) => (sasl::SCRAM_SHA_256, ChannelBinding::unsupported()),
+            (_, Some(data)) if plus => (
+                sasl::SCRAM_SHA_256_PLUS,
+                ChannelBinding::tls_server_end_point(data),
+            ),
+            (BindingSetting::Require, _) => {
+                return Err(ConnectError::BindingNotUsed {
+                    host: label.to_owned(),
+                    method: "SCRAM-SHA-256 without PLUS (the server or its certificate offers no channel binding)".into(),
+                }
+                .into());
+            }
+            // We could bind, but the server does not offer it: say so, so that a man in the
+            // middle that stripped the offer is detected by the server.
+            (_, Some(_)) => (sasl::SCRAM_SHA_256, ChannelBinding::unrequested()),
+            (_, None) => (sasl::SCRAM_SHA_256, ChannelBinding::unsupported()),
+        };
+        self.bound = mechanism == sasl::SCRAM_SHA_256_PLUS;
+        let mut scram = ScramSha256::new(password, binding);
         let mut out = BytesMut::new();
-        frontend::sasl_initial_response(sasl::SCRAM_SHA_256, scram.message(), &mut out)
+        frontend::sasl_initial_response(mechanism, scram.message(), &mut out)
             .map_err(|e| self.auth_failed(e))?;
         self.io.write_all(&out).await?;
         self.io.flush().await?;
@@ -468,9 +608,14 @@ impl ReplicationConnection {
     fn require_password<'a>(
         &self,
         password: Option<&'a [u8]>,
+        label: &str,
     ) -> Result<&'a [u8], ReplicationError> {
-        password.ok_or_else(|| ReplicationError::PasswordMissing {
-            user: self.user.clone(),
+        password.ok_or_else(|| {
+            ConnectError::PasswordMissing {
+                host: label.to_owned(),
+                user: self.user.clone(),
+            }
+            .into()
         })
     }
 
@@ -505,23 +650,6 @@ impl ReplicationConnection {
             }
         }
     }
-}
-
-fn check_tls(config: &tokio_postgres::Config) -> Result<(), ReplicationError> {
-    match config.get_ssl_mode() {
-        // Prefer falls back to plain text, which is all there is for now.
-        SslMode::Disable | SslMode::Prefer => {}
-        other => {
-            let mode = format!("{other:?}").to_lowercase();
-            return Err(ReplicationError::TlsUnsupported { mode });
-        }
-    }
-    if config.get_channel_binding() == tokio_postgres::config::ChannelBinding::Require {
-        return Err(ReplicationError::TlsUnsupported {
-            mode: "prefer with channel_binding=require".into(),
-        });
-    }
-    Ok(())
 }
 
 /// Hosts paired with ports the way libpq pairs them: one port for all, or one per host.
@@ -574,16 +702,23 @@ fn socket_path(dir: &Path, port: u16) -> std::path::PathBuf {
     dir.join(format!(".s.PGSQL.{port}"))
 }
 
-async fn open(target: &Target, timeout: Option<Duration>) -> std::io::Result<BoxTransport> {
+/// An open socket, before any TLS.
+enum Socket {
+    /// With the host name the certificate is checked against.
+    Tcp(TcpStream, String),
+    Unix(UnixStream),
+}
+
+async fn open(target: &Target, timeout: Option<Duration>) -> std::io::Result<Socket> {
     let connect = async {
-        Ok::<BoxTransport, std::io::Error>(match &target.addr {
+        Ok::<Socket, std::io::Error>(match &target.addr {
             Addr::Tcp(host, port) => {
                 let stream = TcpStream::connect((host.as_str(), *port)).await?;
                 // Status updates are tiny and must not wait for Nagle.
                 stream.set_nodelay(true)?;
-                Box::new(stream)
+                Socket::Tcp(stream, host.clone())
             }
-            Addr::Unix(path) => Box::new(UnixStream::connect(path).await?),
+            Addr::Unix(path) => Socket::Unix(UnixStream::connect(path).await?),
         })
     };
     match timeout {
@@ -595,6 +730,74 @@ async fn open(target: &Target, timeout: Option<Duration>) -> std::io::Result<Box
         })?,
         None => connect.await,
     }
+}
+
+/// Asks the server for TLS (or, with `sslnegotiation=direct`, starts it at once) and makes the
+/// handshake; a server without TLS is refused when `mode` requires it.
+async fn negotiate(
+    mut stream: TcpStream,
+    host: &str,
+    label: &str,
+    tls: &TlsContext,
+    mode: SslMode,
+) -> Result<(BoxTransport, Option<Agreed>), ReplicationError> {
+    if !tls.direct {
+        let mut out = BytesMut::new();
+        frontend::ssl_request(&mut out);
+        stream.write_all(&out).await?;
+        // Exactly one byte: anything after it would be unencrypted bytes read as if
+        // they came through TLS.
+        match stream.read_u8().await? {
+            b'S' => {}
+            b'N' if mode.requires_tls() => {
+                return Err(ConnectError::ServerWithoutTls {
+                    host: label.to_owned(),
+                    mode,
+                }
+                .into());
+            }
+            b'N' => return Ok((Box::new(stream), None)),
+            other => {
+                return Err(ReplicationError::Protocol(format!(
+                    "the server answered the TLS request with {:?} instead of S or N",
+                    other as char
+                )));
+            }
+        }
+    }
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|_| {
+        ConnectError::Handshake {
+            host: label.to_owned(),
+            reason: format!("{host:?} is not a host name or address TLS can check"),
+        }
+    })?;
+    let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+    let stream = connector.connect(name, stream).await.map_err(|e| {
+        if let Some(failure) = VerifyFailure::find(&e) {
+            return failure.to_error(label).into();
+        }
+        match e
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            Some(rustls_error) => ConnectError::Handshake {
+                host: label.to_owned(),
+                reason: rustls_error.to_string(),
+            }
+            .into(),
+            // The network, not TLS: worth another try.
+            None => ReplicationError::Io(e),
+        }
+    })?;
+    let (_, session) = stream.get_ref();
+    let agreed = Agreed {
+        summary: format!("{}, {}", tls::agreed(session), tls.checks),
+        end_point: session
+            .peer_certificates()
+            .and_then(|certs| certs.first())
+            .and_then(|cert| tls::server_end_point(cert)),
+    };
+    Ok((Box::new(stream), Some(agreed)))
 }
 
 fn single_row<'a>(
@@ -677,29 +880,5 @@ mod tests {
         assert!(matches!(targets(&config), Err(ReplicationError::Config(_))));
         let config: tokio_postgres::Config = "host=a,b,c port=1,2 user=u".parse().unwrap();
         assert!(matches!(targets(&config), Err(ReplicationError::Config(_))));
-    }
-
-    #[test]
-    fn sslmode_require_is_refused_clearly() {
-        let config: tokio_postgres::Config = "postgres://u@h/db?sslmode=require".parse().unwrap();
-        let error = check_tls(&config).unwrap_err();
-        assert!(
-            error.to_string().starts_with("TLS is not supported yet"),
-            "{error}"
-        );
-        let config: tokio_postgres::Config = "postgres://u@h/db?sslmode=prefer".parse().unwrap();
-        assert!(check_tls(&config).is_ok());
-    }
-
-    #[tokio::test]
-    async fn sslmode_require_fails_before_any_network() {
-        let config: tokio_postgres::Config = "postgres://u@127.0.0.1:1/db?sslmode=require"
-            .parse()
-            .unwrap();
-        let error = ReplicationConnection::connect(&config).await.err().unwrap();
-        assert!(
-            matches!(error, ReplicationError::TlsUnsupported { .. }),
-            "{error}"
-        );
     }
 }

@@ -88,11 +88,16 @@ pub enum ReplicationError {
     #[error("invalid replication connection settings: {0}")]
     Config(String),
 
+    /// The connection string, a certificate file, the TLS handshake, or channel binding.
+    #[error(transparent)]
+    Connection(Box<crate::source::connect::ConnectError>),
+
+    /// No host fits `target_session_attrs` (a standby where a primary is asked for, or the
+    /// other way round).
     #[error(
-        "TLS is not supported yet by the replication connection (sslmode={mode}); \
-         hint: use sslmode=prefer or sslmode=disable on a trusted network"
+        "no server fits target_session_attrs={wanted}: {found}; list the other server's host too (host=a,b), or wait for the failover to finish"
     )]
-    TlsUnsupported { mode: String },
+    SessionAttrs { wanted: &'static str, found: String },
 
     /// No socket could be opened to any of the configured hosts.
     #[error("cannot reach the server at {addr}: {source}")]
@@ -110,12 +115,6 @@ pub enum ReplicationError {
         user: String,
         error: Box<ServerError>,
     },
-
-    #[error(
-        "server asks user \"{user}\" for a password but none was given; \
-         hint: put it in the connection URL (postgres://user:password@host/db)"
-    )]
-    PasswordMissing { user: String },
 
     #[error(
         "server asks for authentication method {method}, which is not supported (only trust, password, md5 and scram-sha-256 are)"
@@ -167,6 +166,12 @@ pub enum ReplicationError {
     Other(String),
 }
 
+impl From<crate::source::connect::ConnectError> for ReplicationError {
+    fn from(error: crate::source::connect::ConnectError) -> Self {
+        ReplicationError::Connection(Box::new(error))
+    }
+}
+
 impl ReplicationError {
     /// The server's error, when the server is the one that said no.
     pub fn server_error(&self) -> Option<&ServerError> {
@@ -192,6 +197,7 @@ impl ReplicationError {
             | ReplicationError::ServerEnded
             | ReplicationError::Closed { .. }
             | ReplicationError::Io(_)
+            | ReplicationError::SessionAttrs { .. }
             | ReplicationError::ShutdownTimedOut { .. } => true,
             // 57P01..57P03: admin shutdown, crash shutdown, cannot connect now.
             other => other

@@ -62,26 +62,6 @@ impl TimelineHistory {
 }
 
 impl ReplicationConnection {
-    /// Whether the URL asks for a server that accepts writes (`target_session_attrs =
-    /// read-write`) and this one does not (a standby): libpq's rule, which finds the primary
-    /// among the hosts of a multi-host URL after a failover.
-    pub(super) async fn refuses_writes(
-        &mut self,
-        config: &tokio_postgres::Config,
-    ) -> Result<bool, ReplicationError> {
-        if config.get_target_session_attrs()
-            != tokio_postgres::config::TargetSessionAttrs::ReadWrite
-        {
-            return Ok(false);
-        }
-        let command = "SHOW transaction_read_only";
-        let rows = self.simple_query(command).await?;
-        match rows.first().and_then(|row| row.first()).cloned().flatten() {
-            Some(value) => Ok(value == "on"),
-            None => Err(unexpected(command, "no value")),
-        }
-    }
-
     /// Creates a logical failover slot for pgoutput (PostgreSQL 17+), exporting the snapshot
     /// it starts from when `export_snapshot` (see
     /// [`create_logical_slot_exporting_snapshot`](Self::create_logical_slot_exporting_snapshot)).

@@ -15,7 +15,7 @@ use super::*;
 const TABLE: &str = "tributary_live_orders";
 const PUBLICATION: &str = "tributary_live_pub";
 
-fn config(url: &str) -> tokio_postgres::Config {
+fn config(url: &str) -> crate::source::connect::PgConfig {
     url.parse()
         .unwrap_or_else(|e| panic!("bad URL {url:?}: {e}"))
 }
@@ -52,11 +52,11 @@ async fn streams_a_committed_transaction_and_confirms_it() {
         let mut cfg = config(auth_url);
         let mut conn = ReplicationConnection::connect(&cfg)
             .await
-            .unwrap_or_else(|e| panic!("connect as {:?}: {e}", cfg.get_user()));
+            .unwrap_or_else(|e| panic!("connect as {:?}: {e}", cfg.pg().get_user()));
         let identity = conn.identify_system().await.unwrap();
-        assert_eq!(identity.dbname.as_deref(), cfg.get_dbname());
-        if cfg.get_password().is_some() {
-            cfg.password("certainly not the password");
+        assert_eq!(identity.dbname.as_deref(), cfg.pg().get_dbname());
+        if cfg.pg().get_password().is_some() {
+            cfg.pg_mut().password("certainly not the password");
             let error = ReplicationConnection::connect(&cfg)
                 .await
                 .err()
@@ -78,7 +78,7 @@ async fn streams_a_committed_transaction_and_confirms_it() {
         assert_eq!(error.code(), Some("42501"), "{error}");
     }
     let mut missing_db = main.clone();
-    missing_db.dbname("tributary_no_such_db");
+    missing_db.pg_mut().dbname("tributary_no_such_db");
     let error = ReplicationConnection::connect(&missing_db)
         .await
         .err()

@@ -163,7 +163,10 @@ pub struct Snapshot {
 impl Snapshot {
     /// Take a snapshot of the source at `pg` through a temporary slot named `slot`. Creating a
     /// logical slot waits until the transactions running at that moment have ended.
-    pub async fn take(pg: &tokio_postgres::Config, slot: &str) -> Result<Snapshot, SnapshotError> {
+    pub async fn take(
+        pg: &crate::source::connect::PgConfig,
+        slot: &str,
+    ) -> Result<Snapshot, SnapshotError> {
         Self::take_with(pg, slot, false, false).await
     }
 
@@ -171,7 +174,7 @@ impl Snapshot {
     /// full load: it then streams from exactly where the snapshot stands), and created as a
     /// failover slot when `failover` too (`source.failover`).
     pub async fn take_with(
-        pg: &tokio_postgres::Config,
+        pg: &crate::source::connect::PgConfig,
         slot: &str,
         keep: bool,
         failover: bool,
@@ -213,7 +216,7 @@ impl Snapshot {
     /// Join snapshot `name`, exported by another session that still holds it (a slot's
     /// creation, or [`export`](Self::export)), which stands at `consistent_point`.
     pub async fn import(
-        pg: &tokio_postgres::Config,
+        pg: &crate::source::connect::PgConfig,
         name: &str,
         consistent_point: Lsn,
     ) -> Result<Snapshot, SnapshotError> {
