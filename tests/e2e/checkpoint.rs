@@ -296,6 +296,7 @@ async fn a_restart_confirms_what_the_sink_already_holds() {
         dead_letters: 0,
         timeline: None,
         accepted_timeline: None,
+        failover: None,
         started_from: None,
         load: None,
     };

@@ -6,6 +6,7 @@ mod chaos;
 mod check;
 mod checkpoint;
 mod crash;
+mod failover;
 mod faults;
 mod fencing;
 mod gaps;

@@ -1,5 +1,6 @@
 //! The shared PostgreSQL cluster and a fresh database per test.
 
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -53,6 +54,43 @@ fn register_exit_hook() {
     }
     // SAFETY: registers a plain function; atexit has no other preconditions.
     unsafe { libc::atexit(stop_cluster) };
+}
+
+/// The directory holding PostgreSQL 17's `initdb`, `pg_ctl` and `postgres`, for the failover
+/// tests (failover slots are new in 17): `TRIBUTARY_PG17_BIN`, else where `scripts/test.sh`
+/// installs it (`ensure_postgres17` in `scripts/lib.sh`): the tools directory, or
+/// `/opt/tributary/postgresql-17` when root's tools directory is out of the postgres user's
+/// reach.
+pub fn postgres17_bin() -> PathBuf {
+    let mut candidates = Vec::new();
+    if let Some(dir) = std::env::var_os("TRIBUTARY_PG17_BIN") {
+        candidates.push(PathBuf::from(dir));
+    }
+    let tools = std::env::var_os("TRIBUTARY_TOOLS")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/tributary/tools")));
+    if let Some(tools) = tools {
+        candidates.push(tools.join("postgresql-17/bin"));
+    }
+    candidates.push(PathBuf::from("/opt/tributary/postgresql-17/bin"));
+    let found = candidates.iter().find(|dir| {
+        ["initdb", "pg_ctl", "postgres"]
+            .iter()
+            .all(|name| dir.join(name).is_file())
+    });
+    match found {
+        Some(dir) => dir.clone(),
+        None => panic!(
+            "PostgreSQL 17 server binaries not found (searched {}); run scripts/test.sh, which \
+             installs them (ensure_postgres17 in scripts/lib.sh), or set TRIBUTARY_PG17_BIN to \
+             the directory holding PostgreSQL 17's initdb, pg_ctl and postgres",
+            candidates
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 /// A database of its own for one test.

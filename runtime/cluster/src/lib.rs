@@ -10,6 +10,10 @@
 //! command runs as the `postgres` system user, and the directory is handed to that user; the
 //! directory lives under the temp dir rather than a home directory so that user can reach it.
 //!
+//! For failover, [`TempCluster::start_standby`] makes a physical standby of a cluster from a
+//! cold copy of its data directory, set up to synchronise the primary's failover slots
+//! (PostgreSQL 17 and later), and [`TempCluster::promote`] turns it into the new primary.
+//!
 //! The API is synchronous (it runs child processes and waits for them): async callers use
 //! `spawn_blocking`.
 //!
@@ -304,6 +308,149 @@ impl TempCluster {
         Ok(())
     }
 
+    /// Makes a physical standby of this cluster, which must be PostgreSQL 17 or later, and
+    /// starts it; blocks until it accepts (read-only) connections.
+    ///
+    /// The standby is a cold copy: this cluster stops cleanly (`pg_ctl -m fast stop`, so the
+    /// copy is consistent without a base backup tool), a physical slot named `slot` is created
+    /// in it (single-user mode, reserving WAL from now), its data directory is copied, and it
+    /// starts again with `synchronized_standby_slots = 'slot'`: logical walsenders send a
+    /// failover slot's changes only once the standby has them. The copy loses the physical slot,
+    /// gets `standby.signal` and streams from this cluster through that slot
+    /// (`primary_slot_name`, `primary_conninfo` naming a database), with
+    /// `hot_standby_feedback = on` and `sync_replication_slots = on`, so the server keeps
+    /// failover slots synchronised on it. `options` are the standby's own (its `settings`
+    /// win); `bin_dir` is ignored, the standby runs this cluster's binaries.
+    pub fn start_standby(
+        &self,
+        slot: &str,
+        options: ClusterOptions,
+    ) -> Result<TempCluster, ClusterError> {
+        self.stop_server(StopMode::Fast)?;
+        self.single_user(&format!(
+            "SELECT pg_create_physical_replication_slot({}, true);",
+            quote(slot)
+        ))?;
+
+        let temp = base_temp_dir(self.run_as.is_some());
+        let base_dir = make_base_dir(&temp, options.keep)?;
+        let mut standby = TempCluster {
+            data_dir: base_dir.join("data"),
+            log_path: base_dir.join("postgres.log"),
+            base_dir,
+            bin_dir: self.bin_dir.clone(),
+            port: 0,
+            version: self.version.clone(),
+            run_as: self.run_as,
+            keep: options.keep,
+            stopped: AtomicBool::new(true),
+        };
+        if let Some(user) = self.run_as {
+            chown(&standby.base_dir, user)?;
+        }
+        let mut cp = Command::new("cp");
+        cp.arg("-a").arg(&self.data_dir).arg(&standby.data_dir);
+        if let Some(user) = self.run_as {
+            cp.uid(user.uid).gid(user.gid);
+        }
+        let output = run(&mut cp, PathBuf::from("cp"))?;
+        check("copying the data directory", &output, None)?;
+        // The slot is the primary's, for this standby; the copy must not keep WAL for it.
+        let copied_slot = standby.data_dir.join("pg_replslot").join(slot);
+        fs::remove_dir_all(&copied_slot).map_err(io_error("remove", &copied_slot))?;
+        let signal = standby.data_dir.join("standby.signal");
+        fs::write(&signal, "").map_err(io_error("write", &signal))?;
+        if let Some(user) = self.run_as {
+            chown(&signal, user)?;
+        }
+
+        let auto = self.data_dir.join("postgresql.auto.conf");
+        let mut text = fs::read_to_string(&auto).map_err(io_error("read", &auto))?;
+        let _ = writeln!(text, "synchronized_standby_slots = {}", quote(slot));
+        fs::write(&auto, text).map_err(io_error("write", &auto))?;
+        self.start_again()?;
+
+        let primary_conninfo = format!(
+            "host={HOST} port={} user=postgres dbname=postgres application_name={slot}",
+            self.port
+        );
+        let mut standby_options = options.clone();
+        standby_options.settings = vec![
+            ("primary_conninfo".into(), quote(&primary_conninfo)),
+            ("primary_slot_name".into(), quote(slot)),
+            ("hot_standby".into(), "on".into()),
+            ("hot_standby_feedback".into(), "on".into()),
+            ("sync_replication_slots".into(), "on".into()),
+        ];
+        standby_options.settings.extend(options.settings);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            standby.port = free_port()?;
+            standby.configure(&standby_options)?;
+            match standby.pg_ctl_start() {
+                Ok(()) => break,
+                Err(_) if attempt < PORT_ATTEMPTS && standby.lost_port_race() => continue,
+                Err(error) => return Err(error),
+            }
+        }
+        standby.stopped.store(false, Ordering::SeqCst);
+        Ok(standby)
+    }
+
+    /// Promotes a standby to a primary (`pg_ctl promote -w`): it ends recovery on a new
+    /// timeline and accepts writes when this returns.
+    pub fn promote(&self) -> Result<(), ClusterError> {
+        let mut pg_ctl = self.command("pg_ctl");
+        pg_ctl
+            .arg("-D")
+            .arg(&self.data_dir)
+            .args(["-w", "-t", "60", "promote"]);
+        let output = run(&mut pg_ctl, self.program("pg_ctl"))?;
+        check("pg_ctl promote", &output, Some(&self.log_path))
+    }
+
+    /// Runs `sql` in single-user mode on the stopped server.
+    fn single_user(&self, sql: &str) -> Result<(), ClusterError> {
+        let mut postgres = self.command("postgres");
+        postgres
+            .arg("--single")
+            .arg("-D")
+            .arg(&self.data_dir)
+            .arg("postgres")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let program = self.program("postgres");
+        let mut child = postgres.spawn().map_err(|source| ClusterError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+        {
+            use std::io::Write as _;
+            let mut stdin = child.stdin.take().expect("stdin is piped");
+            stdin
+                .write_all(format!("{sql}\n").as_bytes())
+                .map_err(|source| ClusterError::Spawn {
+                    program: program.clone(),
+                    source,
+                })?;
+        }
+        let output = child
+            .wait_with_output()
+            .map_err(|source| ClusterError::Spawn { program, source })?;
+        check("postgres --single", &output, None)?;
+        let said = String::from_utf8_lossy(&output.stderr);
+        if said.contains("ERROR:") {
+            return Err(ClusterError::Command {
+                step: "postgres --single",
+                status: output.status,
+                output: tail(&said, TAIL_LINES),
+            });
+        }
+        Ok(())
+    }
+
     /// Stops the server and removes its directory (unless kept).
     pub fn stop(self) -> Result<(), ClusterError> {
         self.shutdown()
@@ -476,7 +623,7 @@ fn render_settings(settings: &[(String, String)]) -> String {
     out
 }
 
-/// A single-quoted `postgresql.conf` string.
+/// A single-quoted `postgresql.conf` string (SQL quotes strings the same way).
 fn quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
 }

@@ -35,7 +35,8 @@ use bytes::Bytes;
 
 use crate::Lsn;
 use crate::lake::commit::{
-    Checkpoint, CommitEntry, CommitError, EntryKind, FORMAT, FileEntry, PluginRecord, Writer,
+    Checkpoint, CommitEntry, CommitError, EntryKind, FORMAT, Failover, FileEntry, PluginRecord,
+    Writer,
 };
 
 /// Uploads in flight at once, over all flushes.
@@ -300,6 +301,8 @@ pub struct FlushMachine {
     retry_limit: Option<Duration>,
     /// The source's timeline, recorded in every entry.
     timeline: Option<u32>,
+    /// A promotion the reader followed, recorded in the next entry.
+    failover: Option<Failover>,
 }
 
 impl FlushMachine {
@@ -321,6 +324,7 @@ impl FlushMachine {
             stop_requested: false,
             retry_limit: None,
             timeline: None,
+            failover: None,
         }
     }
 
@@ -328,6 +332,13 @@ impl FlushMachine {
     pub fn with_timeline(mut self, timeline: u32) -> Self {
         self.timeline = Some(timeline);
         self
+    }
+
+    /// The reader followed a promotion of a standby: later entries record the new timeline,
+    /// and the next one the move itself.
+    pub fn followed(&mut self, failover: Failover) {
+        self.timeline = Some(failover.to);
+        self.failover = Some(failover);
     }
 
     /// How long a step may keep failing before landing gives up, if it ever does.
@@ -730,6 +741,7 @@ impl FlushMachine {
                     dead_letters: self.checkpoint.dead_letters() + flight.flush.dead_letters,
                     timeline: self.timeline,
                     accepted_timeline: None,
+                    failover: self.failover.take(),
                     started_from: None,
                     load: flight.flush.load.clone(),
                 });

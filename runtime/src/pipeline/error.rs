@@ -65,15 +65,35 @@ pub enum PipelineError {
     /// another timeline (a failover or a recovery), which start-up would have refused.
     #[error(
         "the replication connection came back to {now}, but the pipeline started on {was} (a \
-         failover, a recovery or another server behind the same address): stopped before \
-         reading from it, nothing past {confirmed} was confirmed. Start `tributary run` again: \
-         it checks the commit log against this server and says how to accept the move if the \
-         lake may differ from it"
+         failover, a recovery or another server behind the same address), and cannot follow \
+         the move by itself: {why}. Stopped before reading from it, nothing past {confirmed} \
+         was confirmed. Start `tributary run` again: it checks the commit log against this \
+         server and says how to accept the move if the lake may differ from it (the way back \
+         otherwise is a resync into a new sink prefix); to follow a promotion by itself, set \
+         source.failover = true (PostgreSQL 17) with a standby that synchronises the slot"
     )]
     ServerMoved {
         was: String,
         now: String,
         confirmed: Lsn,
+        why: String,
+    },
+    /// The replication connection came back from a promoted standby whose history left the
+    /// old timeline before the end of what the lake holds or is landing.
+    #[error(
+        "the replication connection came back to a promoted standby on timeline {to}, whose \
+         history ends timeline {from} at {switch_point}, but the lake holds or is landing \
+         changes up to {lake_end}: the changes between {switch_point} and {lake_end} are not \
+         on the new primary (they had not reached the standby when it was promoted; \
+         synchronized_standby_slots on the primary prevents that). Stopped before reading from \
+         it. Resynchronise into a new sink prefix, or, to keep those changes in the lake and \
+         go on from the new primary, start again with --accept-gap \"timeline {from}..{to}\""
+    )]
+    FailoverAhead {
+        from: u32,
+        to: u32,
+        switch_point: Lsn,
+        lake_end: Lsn,
     },
     #[error(
         "{what} kept failing for {failing_for_secs} s ({attempts} attempts), longer than \

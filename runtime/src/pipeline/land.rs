@@ -15,7 +15,7 @@ use super::messages::{Encoded, Progress, Shutdown};
 use super::retry::TELL_EVERY;
 use super::sleep_until;
 use crate::failpoint;
-use crate::lake::commit::{CommitError, CommitLog, EntryKind, unix_micros};
+use crate::lake::commit::{CommitError, CommitLog, EntryKind, Failover, unix_micros};
 use crate::lake::flush::{Action, ActionId, FlushMachine, Step, Stopped};
 use crate::lake::sink::{Created, Sink};
 use crate::source::replication::Confirmer;
@@ -36,6 +36,7 @@ pub(super) async fn land(
     confirmer: Confirmer,
     mut shutdown: Shutdown,
     progress: watch::Sender<Progress>,
+    mut followed: watch::Receiver<Option<Failover>>,
 ) -> Result<(), PipelineError> {
     let sink = log.sink().clone();
     let retry_limit = machine.retry_limit();
@@ -54,6 +55,12 @@ pub(super) async fn land(
     // After a stop request, how long landing waits for a sink request that gives no answer.
     let mut patience: Option<tokio::time::Instant> = None;
     loop {
+        // The reader followed a promotion: the next entry records it.
+        if followed.has_changed().unwrap_or(false)
+            && let Some(failover) = *followed.borrow_and_update()
+        {
+            machine.followed(failover);
+        }
         while let Some(action) = machine.poll_action(Instant::now(), unix_micros()) {
             match action {
                 Action::PartUploaded {

@@ -152,6 +152,7 @@ async fn run_stages(
     .with_retry_limit(config.retry.limit())
     .with_timeline(started.timeline);
     let confirmer = started.stream.confirmer();
+    let followed = started.reconnect.followed.subscribe();
     let load_settings = load::LoadSettings {
         pg: started.reconnect.pg.clone(),
         publication: config.source.publication.clone(),
@@ -218,7 +219,8 @@ async fn run_stages(
             started.log,
             confirmer,
             shutdown,
-            progress
+            progress,
+            followed,
         ),
     )?;
     Ok(stream)

@@ -192,7 +192,12 @@ impl Reader {
         if !self.drive(&mut None).await? {
             return Ok(false);
         }
-        match self.reconnect.reopen(lost, &self.shutdown).await? {
+        let handed_end = self.machine.handed_end();
+        match self
+            .reconnect
+            .reopen(lost, handed_end, &self.shutdown)
+            .await?
+        {
             Some(stream) => {
                 self.stream = stream;
                 Ok(true)

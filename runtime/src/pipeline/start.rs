@@ -4,10 +4,13 @@
 //! 1. Everything that can refuse, before anything is created: the prerequisite check (every
 //!    problem of the source in one report, see [`crate::source::prerequisites`]), the spill directory
 //!    (writable), the plugins (loaded and instantiated), the sink (reachable, and not another
-//!    pipeline's), the slot (its plugin, database, two-phase setting, and whether the lake
+//!    pipeline's), the server's timeline against the lake's (another one is refused unless it
+//!    is a promotion the pipeline follows, see [`crate::lake::commit::follow_promotion`]), the
+//!    slot (its plugin, database, two-phase setting, and whether the lake
 //!    would have a gap without it), and on a first run (an empty commit log) where
 //!    `source.start_from` starts ([`position`](crate::source::position)).
-//! 2. Provisioning: the publication, replica identity checks, the slot if missing; what is
+//! 2. Provisioning: the publication, replica identity checks, the slot if missing (a failover
+//!    slot with `source.failover`, which also marks an existing slot as one); what is
 //!    created is recorded in the sink, for `tributary teardown`.
 //! 3. Holding the slot: `START_REPLICATION` succeeds for one consumer at a time. A slot held
 //!    by another consumer (a previous instance still stopping, during a rolling restart) is
@@ -25,14 +28,14 @@ use tokio_postgres::Client;
 use super::error::PipelineError;
 use super::load::LoadJob;
 use super::messages::Shutdown;
-use super::reconnect::Reconnect;
+use super::reconnect::{Reconnect, switch_point};
 use super::retry::with_retry;
 use super::{RunOptions, load_transforms, proto_version};
 use crate::Lsn;
 use crate::config::{PipelineConfig, Provisioning, SourceConfig, StartFrom};
 use crate::lake::commit::{
     Checkpoint, CommitEntry, CommitError, CommitLog, FORMAT, PipelineIdentity, PluginRecord,
-    Provisioned, ProvisionedKind, Writer, unix_micros,
+    Provisioned, ProvisionedKind, TimelineMove, Writer, unix_micros,
 };
 use crate::lake::sink::Sink;
 use crate::source::catalog::Catalog;
@@ -135,7 +138,22 @@ pub(super) async fn start(
         return Err(PipelineError::BinaryUnsupported(proto_version));
     }
     let first_read = Checkpoint::from_entry(latest.as_ref());
-    first_read.check_timeline(system.timeline, options.accept_gap.as_deref())?;
+    // Another timeline than the lake's: a promotion the pipeline may follow by itself.
+    let switch = match first_read.timeline() {
+        Some(from) if from != system.timeline => {
+            let client = source.failover.then_some(&client);
+            switch_point(
+                client,
+                &mut replication,
+                &source.slot,
+                from,
+                system.timeline,
+            )
+            .await?
+        }
+        _ => Err("the timeline did not change".to_owned()),
+    };
+    first_read.judge_timeline(system.timeline, &switch, options.accept_gap.as_deref())?;
     let slot = provision::slot_state(&client, &source.slot).await?;
     match &slot {
         Some(state) => provision::check_slot(&source.slot, state, &database)?,
@@ -191,7 +209,7 @@ pub(super) async fn start(
         // A first run with a full load creates the slot exporting its snapshot: the load reads
         // exactly what the slot does not stream.
         let made = match full {
-            true => match Snapshot::take_with(&pg, &source.slot, true).await {
+            true => match Snapshot::take_with(&pg, &source.slot, true, source.failover).await {
                 Ok(snapshot) => {
                     let at = snapshot.consistent_point();
                     anchor = Some(snapshot);
@@ -200,6 +218,10 @@ pub(super) async fn start(
                 Err(SnapshotError::Slot(e)) => Err(e),
                 Err(e) => return Err(e.into()),
             },
+            false if source.failover => replication
+                .create_failover_slot(&source.slot, false)
+                .await
+                .map(|made| made.consistent_point),
             false => replication
                 .create_logical_slot(&source.slot)
                 .await
@@ -220,6 +242,15 @@ pub(super) async fn start(
             // Another instance created it a moment ago: wait for it like for any holder.
             Err(e) if e.code() == Some(DUPLICATE_OBJECT) => {}
             Err(e) => return Err(e.into()),
+        }
+    }
+
+    if source.failover && slot.is_some() {
+        let state = crate::source::failover::slot_failover(&client, &source.slot).await?;
+        if state.is_some_and(|s| !s.failover) {
+            // The check said so: an existing slot becomes a failover slot before it is held.
+            replication.make_failover_slot(&source.slot).await?;
+            tracing::info!(slot = %source.slot, "made the slot a failover slot (source.failover = true)");
         }
     }
 
@@ -251,6 +282,7 @@ pub(super) async fn start(
         options,
         OpenAt {
             timeline: system.timeline,
+            switch: &switch,
             first_start: first_start.as_ref(),
             start_at,
             load: full.then(|| tracked.clone()),
@@ -299,6 +331,8 @@ pub(super) async fn start(
         confirmer: stream.confirmer(),
         system_id: system.system_id.clone(),
         timeline: system.timeline,
+        failover: source.failover,
+        followed: tokio::sync::watch::channel(None).0,
     };
     Ok(Some(Started {
         log,
@@ -488,6 +522,9 @@ async fn hold_slot(
 /// Where the held stream starts, as the open entry needs it.
 struct OpenAt<'a> {
     timeline: u32,
+    /// Where the lake's timeline ended in the server's history, if the pipeline can follow
+    /// the move, or why not (see [`crate::lake::commit::follow_promotion`]).
+    switch: &'a Result<Lsn, String>,
     /// A first run's decision, made from the log as first read.
     first_start: Option<&'a FirstStart>,
     /// The position `START_REPLICATION` named.
@@ -518,12 +555,8 @@ async fn open_log(
             .and_then(|s| s.confirmed_flush_lsn);
         let gap =
             checkpoint.check_slot(&source.slot, slot_confirmed, options.accept_gap.as_deref())?;
-        if checkpoint.check_timeline(timeline, options.accept_gap.as_deref())? {
-            tracing::warn!(
-                timeline,
-                "accepting the change of timeline named by --accept-gap; the commit log records it"
-            );
-        }
+        let moved =
+            checkpoint.judge_timeline(timeline, at.switch, options.accept_gap.as_deref())?;
         let mut entry = checkpoint.open_entry(
             log.writer(),
             &source.slot,
@@ -531,6 +564,24 @@ async fn open_log(
             gap,
             timeline,
         );
+        match moved {
+            TimelineMove::Same => {}
+            TimelineMove::Accepted => tracing::warn!(
+                timeline,
+                "accepting the change of timeline named by --accept-gap; the commit log records it"
+            ),
+            TimelineMove::Followed(failover) => {
+                tracing::warn!(
+                    from = failover.from,
+                    to = failover.to,
+                    switch_point = %failover.switch_point,
+                    lake_end = %failover.lake_end,
+                    "the source is a promoted standby that synchronised the failover slot, and the lake ends at or before where the old timeline ended: going on from it; the commit log records the move"
+                );
+                entry.accepted_timeline = None;
+                entry.failover = Some(failover);
+            }
+        }
         match (at.first_start, &latest) {
             // Another instance opened the log after the first read: the stream must not start
             // past where that log ends.

@@ -1,9 +1,9 @@
 //! Everything that talks to the source database: the connection factory ([`connect`]), the
 //! replication socket ([`replication`]), the catalog queries that resolve types
-//! ([`catalog`]), the source-side set-up and its refusals ([`provision`]), the prerequisite
-//! report ([`prerequisites`]), a full load's snapshot reads ([`snapshot`]), where a first run
-//! starts reading ([`position`], a decision without IO), and which columns may be stored out
-//! of line as TOAST ([`toast`], without IO).
+//! ([`catalog`]), failover slots and standbys ([`failover`]), the source-side set-up and its
+//! refusals ([`provision`]), the prerequisite report ([`prerequisites`]), a full load's
+//! snapshot reads ([`snapshot`]), where a first run starts reading ([`position`], a decision
+//! without IO), and which columns may be stored out of line as TOAST ([`toast`], without IO).
 //!
 //! Owns: every socket to PostgreSQL; TLS and credentials belong in [`connect`]. May import:
 //! [`crate::wire`], [`crate::stream`], the record types of [`crate::lake::commit`] (a first
@@ -11,6 +11,7 @@
 
 pub mod catalog;
 pub mod connect;
+pub mod failover;
 pub mod position;
 pub mod prerequisites;
 pub mod provision;

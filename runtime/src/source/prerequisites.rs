@@ -547,6 +547,10 @@ pub async fn run(
 ) -> Result<Report, ProvisionError> {
     let facts = gather(client, source).await?;
     let mut report = assess(&facts, source);
+    if facts.server.version_num >= OLDEST_SERVER {
+        let failover = crate::source::failover::gather(client, source).await?;
+        crate::source::failover::assess(&mut report, &failover, source);
+    }
     if source.binary && facts.server.version_num >= STREAMING_SERVER {
         let columns = provision::table_columns(client, source).await?;
         match Catalog::new(pg.clone(), true).check_tables(&columns).await {

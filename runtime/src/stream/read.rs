@@ -198,6 +198,12 @@ impl ReadMachine {
         }
     }
 
+    /// The end LSN of the last flush handed on: where the lake ends once everything handed
+    /// on has landed.
+    pub fn handed_end(&self) -> Lsn {
+        self.handed_end
+    }
+
     /// The sequence number the next flush takes.
     pub fn next_sequence(&self) -> u64 {
         self.next_sequence

@@ -118,12 +118,36 @@ pub enum CommitError {
         "the source server is on timeline {to}, but this sink was written from timeline {from} \
          (commit entry {sequence}): the server was promoted or restored to a point in time \
          since, so its WAL may have forked from what this lake holds (changes the lake has that \
-         the server lost, or changes made since that reuse the same positions); resynchronise \
-         into a new sink prefix, or, if the new timeline continues what was landed (a planned \
-         failover with the slot synchronised), accept this change and no other with \
+         the server lost, or changes made since that reuse the same positions), and the move \
+         cannot be followed by itself: {why}. The way back: resynchronise into a new sink \
+         prefix, or, if the new timeline continues what was landed (a planned failover with the \
+         slot synchronised), accept this change and no other with \
+         --accept-gap \"timeline {from}..{to}\" (it is recorded in the commit log). To follow \
+         a promotion by itself, set source.failover = true (PostgreSQL 17) with a standby that \
+         synchronises the slot"
+    )]
+    Timeline {
+        from: u32,
+        to: u32,
+        sequence: u64,
+        why: String,
+    },
+    #[error(
+        "the source server was promoted onto timeline {to}, whose history ends timeline {from} \
+         at {switch_point}, but this sink holds changes up to {committed} (commit entry \
+         {sequence}): the lake has the changes between {switch_point} and {committed}, which \
+         the new primary never had (they had not reached the standby when it was promoted). \
+         Resynchronise into a new sink prefix, or, to keep those changes in the lake and go on \
+         from the new primary, accept this move and no other with \
          --accept-gap \"timeline {from}..{to}\" (it is recorded in the commit log)"
     )]
-    Timeline { from: u32, to: u32, sequence: u64 },
+    FailoverAhead {
+        from: u32,
+        to: u32,
+        switch_point: Lsn,
+        committed: Lsn,
+        sequence: u64,
+    },
     #[error(
         "flush {sequence} covers commits {first}..{last}, but the sink already holds commits up to {committed}"
     )]
@@ -210,6 +234,11 @@ pub struct CommitEntry {
     /// On an open entry: the change of timeline an operator accepted (`--accept-gap`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted_timeline: Option<AcceptedTimeline>,
+    /// On the first entry after the pipeline followed a promotion of a standby (its failover
+    /// slot synchronised there): the move, and where the old timeline ended. Absent in entries
+    /// of older versions, which never followed one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<Failover>,
     /// On the first open entry: where the pipeline's first run started (`source.start_from`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_from: Option<StartedFrom>,
@@ -256,6 +285,62 @@ pub struct StartedFrom {
 pub struct AcceptedTimeline {
     pub from: u32,
     pub to: u32,
+}
+
+/// A promotion of a standby that the pipeline followed without an operator: the source moved
+/// from timeline `from` to `to`, the new primary's history says `from` ended at
+/// `switch_point`, and the lake ended at `lake_end`, at or before it, so the lake holds
+/// nothing the new primary lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failover {
+    pub from: u32,
+    pub to: u32,
+    pub switch_point: Lsn,
+    pub lake_end: Lsn,
+}
+
+/// Why a move to another timeline is not followed by itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotFollowed {
+    /// The lake ends past where the old timeline ended on the new primary: it holds changes
+    /// the new primary never had.
+    Ahead { switch_point: Lsn },
+    /// Not a promotion the pipeline can follow (no failover slot synchronised there, or the
+    /// old timeline is not in the server's history): why.
+    Unfollowable(String),
+}
+
+/// Whether a lake that ends at `lake_end` on timeline `from` may go on from a server on
+/// timeline `to`. `switch` is where `from` ended in that server's history when the move is a
+/// promotion the pipeline can follow (its failover slot synchronised to the promoted
+/// standby), or why it is not one.
+pub fn follow_promotion(
+    from: u32,
+    to: u32,
+    lake_end: Lsn,
+    switch: &Result<Lsn, String>,
+) -> Result<Failover, NotFollowed> {
+    match switch {
+        Ok(end) if lake_end <= *end => Ok(Failover {
+            from,
+            to,
+            switch_point: *end,
+            lake_end,
+        }),
+        Ok(end) => Err(NotFollowed::Ahead { switch_point: *end }),
+        Err(why) => Err(NotFollowed::Unfollowable(why.clone())),
+    }
+}
+
+/// How a start meets the source's timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimelineMove {
+    /// The timeline of the latest entry (or a lake that does not say).
+    Same,
+    /// Another one, accepted with `--accept-gap`.
+    Accepted,
+    /// Another one, a promotion the pipeline follows by itself.
+    Followed(Failover),
 }
 
 /// What `--accept-gap` must say to accept the source's move from timeline `from` to `to`.
@@ -367,23 +452,51 @@ impl Checkpoint {
         })
     }
 
-    /// Decide whether the pipeline may start against a server on `timeline`: `Ok(true)` when
-    /// it moved to another timeline since the latest entry and `accept` names that move
-    /// exactly (see [`timeline_token`]). Entries that do not say (older versions) accept any.
-    pub fn check_timeline(&self, timeline: u32, accept: Option<&str>) -> Result<bool, CommitError> {
-        match self.timeline {
-            Some(from) if self.sequence > 0 && from != timeline => {
-                if accept == Some(timeline_token(from, timeline).as_str()) {
-                    return Ok(true);
-                }
-                Err(CommitError::Timeline {
-                    from,
-                    to: timeline,
-                    sequence: self.sequence,
-                })
-            }
-            _ => Ok(false),
+    /// The source's timeline when the latest entry was written, if it says.
+    pub fn timeline(&self) -> Option<u32> {
+        self.timeline.filter(|_| self.sequence > 0)
+    }
+
+    /// Decide whether the pipeline may start against a server on `timeline`. When it moved to
+    /// another timeline since the latest entry, `switch` says where the entry's timeline ended
+    /// in the server's history if the move is a promotion the pipeline can follow, or why not
+    /// (see [`follow_promotion`]); `accept` may name the move (see [`timeline_token`]).
+    /// Entries that do not say (older versions) accept any.
+    pub fn judge_timeline(
+        &self,
+        timeline: u32,
+        switch: &Result<Lsn, String>,
+        accept: Option<&str>,
+    ) -> Result<TimelineMove, CommitError> {
+        let Some(from) = self.timeline().filter(|&from| from != timeline) else {
+            return Ok(TimelineMove::Same);
+        };
+        let accepted = accept == Some(timeline_token(from, timeline).as_str());
+        match follow_promotion(from, timeline, self.last_end_lsn, switch) {
+            Ok(failover) => Ok(TimelineMove::Followed(failover)),
+            Err(_) if accepted => Ok(TimelineMove::Accepted),
+            Err(NotFollowed::Ahead { switch_point }) => Err(CommitError::FailoverAhead {
+                from,
+                to: timeline,
+                switch_point,
+                committed: self.last_end_lsn,
+                sequence: self.sequence,
+            }),
+            Err(NotFollowed::Unfollowable(why)) => Err(CommitError::Timeline {
+                from,
+                to: timeline,
+                sequence: self.sequence,
+                why,
+            }),
         }
+    }
+
+    /// [`judge_timeline`](Self::judge_timeline) of a move that is no promotion the pipeline
+    /// follows: `Ok(true)` when `accept` names it.
+    pub fn check_timeline(&self, timeline: u32, accept: Option<&str>) -> Result<bool, CommitError> {
+        let not_followed = Err("no failover slot was checked".to_owned());
+        self.judge_timeline(timeline, &not_followed, accept)
+            .map(|judged| judged == TimelineMove::Accepted)
     }
 
     /// Dead letters landed up to the latest entry.
@@ -497,6 +610,7 @@ impl Checkpoint {
                 .timeline
                 .filter(|&from| self.sequence > 0 && from != timeline)
                 .map(|from| AcceptedTimeline { from, to: timeline }),
+            failover: None,
             started_from: None,
             load: None,
         }
@@ -557,6 +671,7 @@ mod tests {
             dead_letters: 0,
             timeline: None,
             accepted_timeline: None,
+            failover: None,
             started_from: None,
             load: None,
         }
@@ -631,7 +746,8 @@ mod tests {
                 CommitError::Timeline {
                     from: 1,
                     to: 2,
-                    sequence: 1
+                    sequence: 1,
+                    ..
                 }
             ),
             "{err:?}"
@@ -655,6 +771,89 @@ mod tests {
         // Entries of versions that did not record the timeline take any.
         c.advance(&entry(3, 0x600, 0x700, "b")).unwrap();
         assert!(!c.check_timeline(5, None).unwrap());
+    }
+
+    #[test]
+    fn a_promotion_is_followed_only_when_the_lake_ends_at_or_before_the_switch_point() {
+        let w = Writer::named("b");
+        let mut c = Checkpoint::default();
+        c.advance(&Checkpoint::default().open_entry(&w, "s", Lsn(0x500), false, 1))
+            .unwrap();
+        // The lake ends at 0x500 on timeline 1.
+        assert_eq!(c.timeline(), Some(1));
+        let same = c.judge_timeline(1, &Err("unused".into()), None).unwrap();
+        assert_eq!(same, TimelineMove::Same);
+        let followed = c.judge_timeline(2, &Ok(Lsn(0x500)), None).unwrap();
+        assert_eq!(
+            followed,
+            TimelineMove::Followed(Failover {
+                from: 1,
+                to: 2,
+                switch_point: Lsn(0x500),
+                lake_end: Lsn(0x500),
+            }),
+            "a lake that ends at the switch point holds nothing the new primary lacks"
+        );
+        let ahead = c.judge_timeline(2, &Ok(Lsn(0x4ff)), None).unwrap_err();
+        let said = ahead.to_string();
+        assert!(
+            matches!(
+                ahead,
+                CommitError::FailoverAhead {
+                    from: 1,
+                    to: 2,
+                    switch_point: Lsn(0x4ff),
+                    committed: Lsn(0x500),
+                    sequence: 1
+                }
+            ),
+            "{ahead:?}"
+        );
+        assert!(
+            said.contains("between 0/4FF and 0/500, which the new primary never had")
+                && said.contains("--accept-gap \"timeline 1..2\""),
+            "{said}"
+        );
+        assert_eq!(
+            c.judge_timeline(2, &Ok(Lsn(0x4ff)), Some("timeline 1..2"))
+                .unwrap(),
+            TimelineMove::Accepted,
+            "the operator may keep the lake's extra changes"
+        );
+        let refused = c
+            .judge_timeline(2, &Err("slot \"s\" is not a failover slot".into()), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("cannot be followed by itself: slot \"s\" is not a failover slot")
+                && refused.contains("The way back: resynchronise"),
+            "{refused}"
+        );
+        let entry = CommitEntry {
+            failover: match followed {
+                TimelineMove::Followed(f) => Some(f),
+                _ => None,
+            },
+            ..c.open_entry(&w, "s", Lsn(0x500), false, 2)
+        };
+        let json = serde_json::to_string(&entry).unwrap();
+        assert!(
+            json.contains(
+                r#""failover":{"from":1,"to":2,"switch_point":"0/500","lake_end":"0/500"}"#
+            ),
+            "{json}"
+        );
+        let read: CommitEntry = serde_json::from_str(&json).unwrap();
+        assert_eq!(read.failover, entry.failover);
+        let older = json.replace(
+            r#","failover":{"from":1,"to":2,"switch_point":"0/500","lake_end":"0/500"}"#,
+            "",
+        );
+        let read: CommitEntry = serde_json::from_str(&older).unwrap();
+        assert_eq!(
+            read.failover, None,
+            "entries of older versions stay readable"
+        );
     }
 
     #[test]

@@ -181,6 +181,13 @@ pub enum ProvisionError {
         sql: String,
         columns: String,
     },
+    #[error(
+        "source.failover = true needs PostgreSQL 17 or newer (failover slots), and the source runs {version}: set source.failover = false, or upgrade the server"
+    )]
+    FailoverNeedsNewerServer { version: String },
+    /// A finding about failover slots, a standby, or decoding on a standby, with its fix.
+    #[error("{0}")]
+    Failover(String),
 }
 
 /// What the server said (message, SQLSTATE, detail, hint), or the client's own text for

@@ -380,7 +380,7 @@ pub async fn table_columns(
     let rows = client
         .query(
             "SELECT n.nspname || '.' || c.relname, a.attname::text, a.atttypid, a.atttypmod,
-                    a.attndims
+                    a.attndims::int
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                   JOIN pg_attribute a ON a.attrelid = c.oid
              WHERE n.nspname || '.' || c.relname = ANY($1) AND c.relkind IN ('r', 'p')
@@ -406,7 +406,7 @@ pub async fn table_columns(
 pub async fn array_dims(client: &Client, relid: u32) -> Result<Vec<(String, i32)>, ProvisionError> {
     let rows = client
         .query(
-            "SELECT attname::text, attndims FROM pg_attribute
+            "SELECT attname::text, attndims::int FROM pg_attribute
              WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped",
             &[&relid],
         )
@@ -563,9 +563,15 @@ pub async fn current_database(client: &Client) -> Result<String, ProvisionError>
     Ok(row.get(0))
 }
 
+/// Where the server's WAL ends: on a standby (which may decode from PostgreSQL 16), how far
+/// it has replayed.
 pub async fn current_wal_lsn(client: &Client) -> Result<Lsn, ProvisionError> {
     let row = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .query_one(
+            "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                          ELSE pg_current_wal_lsn() END)::text",
+            &[],
+        )
         .await
         .map_err(query_error("reading the current WAL position"))?;
     let text: String = row.get(0);

@@ -19,6 +19,30 @@ pub fn create_logical_slot(slot: &str, temporary: bool, export_snapshot: bool) -
     )
 }
 
+/// `CREATE_REPLICATION_SLOT` of a failover slot, in the option-list grammar (PostgreSQL 15+;
+/// `FAILOVER` is from 17), which the bare keywords of [`create_logical_slot`] cannot be mixed
+/// with.
+pub fn create_failover_slot(slot: &str, export_snapshot: bool) -> String {
+    let snapshot = if export_snapshot { "export" } else { "nothing" };
+    format!(
+        "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT '{snapshot}', FAILOVER true)",
+        quote_ident(slot)
+    )
+}
+
+/// `ALTER_REPLICATION_SLOT ... (FAILOVER true)` (PostgreSQL 17+).
+pub fn alter_slot_failover(slot: &str) -> String {
+    format!(
+        "ALTER_REPLICATION_SLOT {} (FAILOVER true)",
+        quote_ident(slot)
+    )
+}
+
+/// `TIMELINE_HISTORY`: the history file of a timeline.
+pub fn timeline_history(timeline: u32) -> String {
+    format!("TIMELINE_HISTORY {timeline}")
+}
+
 pub fn drop_slot(slot: &str) -> String {
     format!("DROP_REPLICATION_SLOT {}", quote_ident(slot))
 }
@@ -81,5 +105,18 @@ mod tests {
             "CREATE_REPLICATION_SLOT \"s\" TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT"
         );
         assert_eq!(drop_slot("s\"x"), "DROP_REPLICATION_SLOT \"s\"\"x\"");
+        assert_eq!(
+            create_failover_slot("s", false),
+            "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput (SNAPSHOT 'nothing', FAILOVER true)"
+        );
+        assert_eq!(
+            create_failover_slot("s", true),
+            "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput (SNAPSHOT 'export', FAILOVER true)"
+        );
+        assert_eq!(
+            alter_slot_failover("s"),
+            "ALTER_REPLICATION_SLOT \"s\" (FAILOVER true)"
+        );
+        assert_eq!(timeline_history(2), "TIMELINE_HISTORY 2");
     }
 }

@@ -27,6 +27,7 @@
 mod command;
 mod conn;
 mod error;
+mod failover;
 pub mod frame;
 mod stream;
 
@@ -39,6 +40,7 @@ use crate::Lsn;
 
 pub use conn::ReplicationConnection;
 pub use error::{ReplicationError, ServerError};
+pub use failover::{TimelineHistory, TimelineSwitch};
 pub use stream::{Confirmer, ReplicationStream};
 
 /// The answer to `IDENTIFY_SYSTEM`.

@@ -167,20 +167,23 @@ impl Snapshot {
         pg: &crate::source::connect::PgConfig,
         slot: &str,
     ) -> Result<Snapshot, SnapshotError> {
-        Self::take_with(pg, slot, false).await
+        Self::take_with(pg, slot, false, false).await
     }
 
     /// [`take`](Self::take), the slot kept when `keep` (a pipeline's own slot, created for a
-    /// full load: it then streams from exactly where the snapshot stands).
+    /// full load: it then streams from exactly where the snapshot stands), and created as a
+    /// failover slot when `failover` too (`source.failover`).
     pub async fn take_with(
         pg: &crate::source::connect::PgConfig,
         slot: &str,
         keep: bool,
+        failover: bool,
     ) -> Result<Snapshot, SnapshotError> {
         let mut replication = crate::source::connect::replication(pg)
             .await
             .map_err(SnapshotError::Slot)?;
         let created = match keep {
+            true if failover => replication.create_failover_slot(slot, true).await,
             true => {
                 replication
                     .create_logical_slot_exporting_snapshot(slot)
@@ -306,11 +309,12 @@ impl Snapshot {
             Some(publication) => self.published(publication, schema, name, table).await?,
             None => (Vec::new(), None),
         };
-        // Generated columns are not published.
+        // Generated columns are not published. `attndims` is int2 from PostgreSQL 17, int4
+        // before.
         let rows = self
             .client
             .query(
-                "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attndims, t.typstorage <> 'p'
+                "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attndims::int, t.typstorage <> 'p'
                  FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
                  WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
                    AND a.attgenerated = ''
