@@ -292,6 +292,7 @@ mod tests {
                 Finding::Ok(text) => format!("ok {text}"),
                 Finding::Warning(e) => format!("warn {e}"),
                 Finding::Failure(e) => format!("FAIL {e}"),
+                Finding::Refused(text) => format!("FAIL {text}"),
             })
             .collect()
     }
