@@ -488,3 +488,45 @@ async fn teardown_drops_a_publication_tributary_created() {
     assert!(!exists(&db, "pg_replication_slots", "slot_name", &fx.name).await);
     let _ = std::fs::remove_dir_all(&fx.dir);
 }
+
+/// A stop asked for while a plugin compiles (half a minute for a Python plugin) is honoured at
+/// the next step: the process leaves the compile unfinished, exits cleanly and creates
+/// nothing, instead of finishing the compile and starting to stream first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_while_a_plugin_compiles_ends_the_start_there() {
+    let db = events_database("start_stop_compiling").await;
+    let mut fx = Fixture::new(&db.url, "start_stop_compiling", &[TABLE]).await;
+    fx.cfg.transforms = vec![tributary_tests::guest_plugin("python", "passthrough")];
+    let file = fx.cfg.write(&fx.dir);
+    // A cache of its own, so the plugin really compiles.
+    let cache = fx.dir.join("plugin-cache");
+    let mut service = Service::spawn_with(
+        &file,
+        &[],
+        &fx.dir.join("run.log"),
+        &[("TRIBUTARY_PLUGIN_CACHE", cache.to_str().unwrap())],
+    );
+    service
+        .wait_for_log("compiling the plugin", Duration::from_secs(60))
+        .await;
+    service.signal(libc::SIGINT);
+    let status = service.wait_exit(Duration::from_secs(60)).await;
+    let log = service.log();
+    assert!(status.success(), "exit {status}:\n{log}");
+    assert!(
+        log.contains(
+            "asked to stop while the plugins were loading: stopping before anything is created"
+        ),
+        "{log}"
+    );
+    assert!(
+        !log.contains("compiled the plugin") && !log.contains("streaming"),
+        "the start went on after the stop:\n{log}"
+    );
+    assert_eq!(
+        tributary_tests::pipeline::slot_and_publication(&db, &fx.name).await,
+        (false, false),
+        "nothing was created"
+    );
+    let _ = std::fs::remove_dir_all(&fx.dir);
+}

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use tributary::source::connect::{self, PgConfig};
 use tributary_tests::service::{Fixture, Service};
-use tributary_tests::tls::{CERT_ROLE, SCRAM_PASSWORD, SCRAM_ROLE, TlsServer, tls_server};
+use tributary_tests::tls::{
+    CERT_ROLE, SCRAM_PASSWORD, SCRAM_ROLE, TlsServer, tls_server, tls_server17,
+};
 
 /// A connection string read with no `PG*` variables and no home directory, so the machine's
 /// own settings play no part.
@@ -237,6 +239,39 @@ async fn channel_binding_require_fails_clearly_without_tls_or_without_scram() {
         error.contains("channel_binding=require, but the server at")
             && error.contains("authenticated with trust"),
         "{error}"
+    );
+}
+
+/// PostgreSQL 17 takes TLS from the first byte, without the `SSLRequest` round trip
+/// (`sslnegotiation=direct`, with ALPN `postgresql`); it needs `sslmode=require` or stricter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_tls_negotiation_on_postgresql_17() {
+    let server = tls_server17();
+    let url = server.url(
+        SCRAM_ROLE,
+        "localhost",
+        &params(
+            server,
+            "verify-full",
+            &server.ca,
+            "&sslnegotiation=direct&channel_binding=require",
+        ),
+    );
+    let (sql, replication) = both(&url).await;
+    assert!(sql.unwrap().starts_with("TLS 1.3 ("));
+    let replication = replication.unwrap();
+    assert!(
+        replication.starts_with("TLS 1.3 (") && replication.ends_with(", channel binding"),
+        "{replication}"
+    );
+    let url = server.url(
+        SCRAM_ROLE,
+        "localhost",
+        "sslmode=prefer&sslnegotiation=direct",
+    );
+    assert_eq!(
+        config(&url).unwrap_err(),
+        "sslnegotiation=direct starts TLS without asking, so it needs sslmode=require or stricter (not prefer)"
     );
 }
 

@@ -48,16 +48,26 @@ impl TlsServer {
 }
 
 static SERVER: OnceLock<Result<TlsServer, String>> = OnceLock::new();
+static SERVER17: OnceLock<Result<TlsServer, String>> = OnceLock::new();
 
 /// The process-wide TLS cluster, started on first use.
 pub fn tls_server() -> &'static TlsServer {
-    match SERVER.get_or_init(start) {
+    match SERVER.get_or_init(|| start(None)) {
         Ok(server) => server,
         Err(error) => panic!("the TLS cluster did not start: {error}"),
     }
 }
 
-fn start() -> Result<TlsServer, String> {
+/// The same on PostgreSQL 17, which also takes TLS from the first byte
+/// (`sslnegotiation=direct`).
+pub fn tls_server17() -> &'static TlsServer {
+    match SERVER17.get_or_init(|| start(Some(crate::postgres17_bin()))) {
+        Ok(server) => server,
+        Err(error) => panic!("the PostgreSQL 17 TLS cluster did not start: {error}"),
+    }
+}
+
+fn start(bin_dir: Option<PathBuf>) -> Result<TlsServer, String> {
     let dir = std::env::temp_dir().join(crate::unique_name("tls_files"));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let ca = authority("Tributary test CA")?;
@@ -83,16 +93,19 @@ fn start() -> Result<TlsServer, String> {
     let client_cert = write("client.crt", &client_cert, 0o644)?;
     let client_key = write("client.key", &client_key, 0o600)?;
 
-    let mut options = ClusterOptions::fast()
-        .setting("ssl", "on")
-        .setting("ssl_cert_file", "'server.crt'")
-        .setting("ssl_key_file", "'server.key'")
-        .setting("ssl_ca_file", "'ca.crt'")
-        .setting("max_replication_slots", "20")
-        .setting("max_wal_senders", "20")
-        .file("server.crt", server_cert)
-        .file("server.key", server_key)
-        .file("ca.crt", ca.pem());
+    let mut options = ClusterOptions {
+        bin_dir,
+        ..ClusterOptions::fast()
+    }
+    .setting("ssl", "on")
+    .setting("ssl_cert_file", "'server.crt'")
+    .setting("ssl_key_file", "'server.key'")
+    .setting("ssl_ca_file", "'ca.crt'")
+    .setting("max_replication_slots", "20")
+    .setting("max_wal_senders", "20")
+    .file("server.crt", server_cert)
+    .file("server.key", server_key)
+    .file("ca.crt", ca.pem());
     for database in ["all", "replication"] {
         options = options
             .hba_rule(format!("hostssl {database} {CERT_ROLE} 127.0.0.1/32 cert"))
@@ -151,13 +164,20 @@ fn leaf(
 
 fn register_exit_hook() {
     extern "C" fn stop_cluster() {
-        if let Some(Ok(server)) = SERVER.get() {
+        for server in [SERVER.get(), SERVER17.get()]
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             let _ = server.cluster.shutdown();
             let _ = std::fs::remove_dir_all(&server.dir);
         }
     }
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
     // SAFETY: registers a plain function; atexit has no other preconditions.
-    unsafe { libc::atexit(stop_cluster) };
+    REGISTERED.call_once(|| unsafe {
+        libc::atexit(stop_cluster);
+    });
 }
 
 /// Creates the roles the rules above name.

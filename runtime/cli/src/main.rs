@@ -169,14 +169,18 @@ fn main() -> ExitCode {
         Command::Verify { .. } | Command::Check { .. } => ExitCode::from(2),
         _ => ExitCode::FAILURE,
     };
-    match runtime.block_on(execute(cli.command)) {
+    let code = match runtime.block_on(execute(cli.command)) {
         Ok(code) => code,
         Err(e) => {
             // Not `{e:#}`: that repeats every cause a message already says.
             eprintln!("error: {}", tributary::error_chain(e.as_ref()));
             failure
         }
-    }
+    };
+    // Dropping the runtime would wait for every blocking task, and a plugin compile abandoned
+    // by a stop during start-up is one: everything that matters has finished by now.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    code
 }
 
 /// A full load's progress on the terminal, one line redrawn twice a second (a log file gets

@@ -107,7 +107,16 @@ pub(super) async fn start(
     if let Some(problem) = super::spill_dir_problem(&config.flush) {
         return Err(problem);
     }
-    let (transforms, plugins) = load_transforms(config).await?;
+    // Compiling a plugin can take half a minute: a stop asked for meanwhile is honoured at
+    // once, before anything is created (the compile is left to finish on its own thread).
+    let mut stopping = shutdown.clone();
+    let (transforms, plugins) = tokio::select! {
+        loaded = load_transforms(config) => loaded?,
+        _ = stopping.wait_for(|s| *s) => {
+            tracing::info!("asked to stop while the plugins were loading: stopping before anything is created");
+            return Ok(None);
+        }
+    };
     let sink = Sink::open(&config.sink.url, &config.sink.options)?;
     let log = CommitLog::new(sink.clone(), writer.clone());
     // An unreachable sink at start is waited for like one while running; a missing bucket or
