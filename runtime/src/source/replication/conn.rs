@@ -63,7 +63,7 @@ pub struct ReplicationConnection {
 
 /// A finished TLS handshake: what was agreed and the channel binding data it offers.
 struct Agreed {
-    /// "TLS 1.3 (TLS13_AES_256_GCM_SHA384), verify-full against ca.pem".
+    /// "TLS 1.3 (TLS_AES_256_GCM_SHA384), verify-full against ca.pem".
     summary: String,
     end_point: Option<Vec<u8>>,
 }
