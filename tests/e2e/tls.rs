@@ -7,7 +7,7 @@ use std::time::Duration;
 use tributary::source::connect::{self, PgConfig};
 use tributary_tests::service::{Fixture, Service};
 use tributary_tests::tls::{
-    CERT_ROLE, SCRAM_PASSWORD, SCRAM_ROLE, TlsServer, tls_server, tls_server17,
+    CERT_ROLE, KEY_PASSPHRASE, SCRAM_PASSWORD, SCRAM_ROLE, TlsServer, tls_server, tls_server17,
 };
 
 /// A connection string read with no `PG*` variables and no home directory, so the machine's
@@ -240,6 +240,69 @@ async fn channel_binding_require_fails_clearly_without_tls_or_without_scram() {
             && error.contains("authenticated with trust"),
         "{error}"
     );
+}
+
+/// A client key encrypted with a passphrase opens with `sslpassword`, on both kinds; without
+/// it, or with a wrong one, the key is named and the passphrase never shown. A pipeline file
+/// that takes the passphrase from the environment checks clean, and no output holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encrypted_client_key_opens_with_sslpassword() {
+    let server = tls_server();
+    let key = server.client_key_encrypted.display().to_string();
+    let with = |password: &str| {
+        server.url(
+            CERT_ROLE,
+            "localhost",
+            &params(
+                server,
+                "verify-full",
+                &server.ca,
+                &format!(
+                    "&sslcert={}&sslkey={key}{password}",
+                    server.client_cert.display()
+                ),
+            ),
+        )
+    };
+    let (sql, replication) = both(&with(&format!("&sslpassword={KEY_PASSPHRASE}"))).await;
+    assert!(sql.unwrap().starts_with("TLS 1.3"));
+    assert!(replication.unwrap().starts_with("TLS 1.3"));
+
+    assert_eq!(
+        config(&with("")).unwrap_err(),
+        format!(
+            "the client key {key} (sslkey) is encrypted: give its passphrase as sslpassword (in the pipeline file, sslpassword=${{NAME}} takes it from the environment)"
+        )
+    );
+    let wrong = config(&with("&sslpassword=not-the-one")).unwrap_err();
+    assert_eq!(
+        wrong,
+        format!(
+            "the client key {key} (sslkey) could not be decrypted with the sslpassword given: check the passphrase"
+        )
+    );
+
+    let mut fixture = Fixture::new(
+        &with("&sslpassword=${TLS_KEY_PASS}"),
+        "tls_key_pass",
+        &["public.events"],
+    )
+    .await;
+    fixture.file = fixture.cfg.write(&fixture.dir);
+    let (_, out, err) = tributary(
+        "check",
+        &fixture.file,
+        &[],
+        &[("TLS_KEY_PASS", KEY_PASSPHRASE)],
+    )
+    .await;
+    // (The table does not exist there: the check fails on that, after connecting.)
+    assert!(out.contains("connection (SQL): TLS 1.3 ("), "{out}{err}");
+    assert!(
+        !out.contains(KEY_PASSPHRASE) && !err.contains(KEY_PASSPHRASE),
+        "check showed the passphrase:\n{out}{err}"
+    );
+    let _ = std::fs::remove_dir_all(&fixture.dir);
 }
 
 /// PostgreSQL 17 takes TLS from the first byte, without the `SSLRequest` round trip

@@ -16,6 +16,8 @@ pub const CERT_ROLE: &str = "tls_cert";
 /// The role that authenticates with SCRAM-SHA-256, and its password.
 pub const SCRAM_ROLE: &str = "tls_scram";
 pub const SCRAM_PASSWORD: &str = "scram-pw-7f3a9c";
+/// The passphrase of [`TlsServer::client_key_encrypted`].
+pub const KEY_PASSPHRASE: &str = "key-pass-4e1d02";
 
 /// The cluster and the files a client needs.
 pub struct TlsServer {
@@ -27,6 +29,8 @@ pub struct TlsServer {
     /// `tls_cert`'s certificate and key (mode 0600).
     pub client_cert: PathBuf,
     pub client_key: PathBuf,
+    /// The same key encrypted with [`KEY_PASSPHRASE`] (PKCS#8, PBES2 with AES-256-CBC).
+    pub client_key_encrypted: PathBuf,
     /// Where the files are.
     pub dir: PathBuf,
 }
@@ -72,13 +76,15 @@ fn start(bin_dir: Option<PathBuf>) -> Result<TlsServer, String> {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let ca = authority("Tributary test CA")?;
     let other = authority("Another CA")?;
-    let (server_cert, server_key) = leaf(
+    let (server_cert, server_key, _) = leaf(
         &ca,
         "localhost",
         &["localhost"],
         ExtendedKeyUsagePurpose::ServerAuth,
     )?;
-    let (client_cert, client_key) = leaf(&ca, CERT_ROLE, &[], ExtendedKeyUsagePurpose::ClientAuth)?;
+    let (client_cert, client_key, client_key_der) =
+        leaf(&ca, CERT_ROLE, &[], ExtendedKeyUsagePurpose::ClientAuth)?;
+    let client_key_encrypted = encrypt(&client_key_der)?;
 
     let write = |name: &str, content: &str, mode: u32| -> Result<PathBuf, String> {
         use std::os::unix::fs::PermissionsExt;
@@ -92,6 +98,7 @@ fn start(bin_dir: Option<PathBuf>) -> Result<TlsServer, String> {
     let other_ca = write("other-ca.pem", &other.pem(), 0o644)?;
     let client_cert = write("client.crt", &client_cert, 0o644)?;
     let client_key = write("client.key", &client_key, 0o600)?;
+    let client_key_encrypted = write("client-encrypted.key", &client_key_encrypted, 0o600)?;
 
     let mut options = ClusterOptions {
         bin_dir,
@@ -132,6 +139,7 @@ fn start(bin_dir: Option<PathBuf>) -> Result<TlsServer, String> {
         other_ca,
         client_cert,
         client_key,
+        client_key_encrypted,
         dir,
     })
 }
@@ -144,13 +152,31 @@ fn authority(name: &str) -> Result<CertifiedIssuer<'static, KeyPair>, String> {
     CertifiedIssuer::self_signed(params, key).map_err(|e| e.to_string())
 }
 
-/// A certificate for `common_name` signed by `ca`, and its key, in PEM.
+/// A PKCS#8 key (DER) encrypted with [`KEY_PASSPHRASE`], in PEM.
+fn encrypt(der: &[u8]) -> Result<String, String> {
+    let info = pkcs8::PrivateKeyInfo::try_from(der).map_err(|e| e.to_string())?;
+    let params = pkcs8::pkcs5::pbes2::Parameters::pbkdf2_sha256_aes256cbc(
+        2048,
+        b"tributary tests.",
+        &[7; 16],
+    )
+    .map_err(|e| e.to_string())?;
+    let document = info
+        .encrypt_with_params(params, KEY_PASSPHRASE)
+        .map_err(|e| e.to_string())?;
+    document
+        .to_pem("ENCRYPTED PRIVATE KEY", pkcs8::LineEnding::LF)
+        .map(|pem| pem.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// A certificate for `common_name` signed by `ca`, and its key in PEM and DER.
 fn leaf(
     ca: &CertifiedIssuer<'static, KeyPair>,
     common_name: &str,
     names: &[&str],
     usage: ExtendedKeyUsagePurpose,
-) -> Result<(String, String), String> {
+) -> Result<(String, String, Vec<u8>), String> {
     let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
     let mut params = CertificateParams::new(names).map_err(|e| e.to_string())?;
     params
@@ -159,7 +185,7 @@ fn leaf(
     params.extended_key_usages = vec![usage];
     let key = KeyPair::generate().map_err(|e| e.to_string())?;
     let cert = params.signed_by(&key, ca).map_err(|e| e.to_string())?;
-    Ok((cert.pem(), key.serialize_pem()))
+    Ok((cert.pem(), key.serialize_pem(), key.serialize_der()))
 }
 
 fn register_exit_hook() {

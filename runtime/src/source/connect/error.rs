@@ -34,10 +34,22 @@ pub enum ConnectError {
     },
 
     #[error(
-        "the client key {} (sslkey) is encrypted, and encrypted keys cannot be read; decrypt it once (`openssl pkey -in <key> -out <plain key>`), keep the plain key readable by its owner only, and give that file as sslkey",
+        "the client key {} (sslkey) is encrypted: give its passphrase as sslpassword (in the pipeline file, sslpassword=${{NAME}} takes it from the environment)",
         .path.display()
     )]
     EncryptedKey { path: PathBuf },
+
+    #[error(
+        "the client key {} (sslkey) could not be decrypted with the sslpassword given: check the passphrase",
+        .path.display()
+    )]
+    KeyPassword { path: PathBuf },
+
+    #[error(
+        "the client key {} (sslkey) is encrypted in OpenSSL's older form, which cannot be read; convert it once to PKCS#8: openssl pkcs8 -topk8 -v2 aes-256-cbc -in <key> -out <new key>, and give the new file as sslkey",
+        .path.display()
+    )]
+    LegacyEncryptedKey { path: PathBuf },
 
     #[error(
         "the client key {} (sslkey) may be read by others (mode {mode:04o}); like libpq, tributary refuses such a key: run chmod 600 {} (or 640 if root owns it)",

@@ -79,6 +79,16 @@ pub enum TlsVersion {
     Tls13,
 }
 
+/// A value that must never be shown: its `Debug` says only that it is there.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
 /// The TLS half of a connection string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsSettings {
@@ -89,6 +99,8 @@ pub struct TlsSettings {
     pub cert: Option<PathBuf>,
     /// `sslkey`; `None` means `~/.postgresql/postgresql.key`.
     pub key: Option<PathBuf>,
+    /// `sslpassword`: the passphrase of an encrypted `sslkey`.
+    pub key_password: Option<Secret>,
     /// `sslnegotiation=direct`: TLS from the first byte (PostgreSQL 17), no `SSLRequest`.
     pub direct: bool,
     /// `sslsni`: send the host name in the handshake (on unless `sslsni=0`).
@@ -104,6 +116,7 @@ impl Default for TlsSettings {
             root_cert: None,
             cert: None,
             key: None,
+            key_password: None,
             direct: false,
             sni: true,
             min_version: None,
@@ -256,12 +269,7 @@ pub fn apply_tls(tls: &mut TlsSettings, key: &str, value: &str) -> Result<(), Pa
             tls.max_version = tls_version("ssl_max_protocol_version", value)?
         }
         "sslcompression" => {}
-        "sslpassword" => {
-            return Err(ParamError::Unsupported {
-                key: key.into(),
-                why: "encrypted client keys cannot be read; decrypt the key once (`openssl pkey -in <key> -out <plain key>`), keep it readable by its owner only, and give that file as sslkey",
-            });
-        }
+        "sslpassword" => tls.key_password = Some(Secret(value.into())),
         "sslcrl" | "sslcrldir" => {
             return Err(ParamError::Unsupported {
                 key: key.into(),
@@ -555,9 +563,13 @@ mod tests {
             error.to_string(),
             "invalid sslmode \"verify_full\"; libpq's values are disable, allow, prefer, require, verify-ca and verify-full"
         );
-        let error = split("host=h sslpassword=secret").unwrap_err().to_string();
-        assert!(error.starts_with("sslpassword is not supported"), "{error}");
-        assert!(!error.contains("secret"), "{error}");
+        let split_key = split("host=h sslkey=/k.pem sslpassword='p w'").unwrap();
+        assert_eq!(split_key.tls.key_password, Some(Secret("p w".into())));
+        assert!(
+            !format!("{split_key:?}").contains("p w"),
+            "Debug hides the passphrase"
+        );
+        assert!(split("host=h sslcrl=/crl.pem").is_err());
         assert!(split("host=h user='unterminated").is_err());
         assert!(split("host").is_err());
         assert_eq!(

@@ -159,7 +159,11 @@ pub fn context(
                 .or_else(|| default_file("postgresql.key"))
                 .unwrap_or_else(|| PathBuf::from("postgresql.key"));
             let certs = client_certs(&cert_path)?;
-            let key = client_key(&cert_path, &key_path)?;
+            let key = client_key(
+                &cert_path,
+                &key_path,
+                settings.key_password.as_ref().map(|p| p.0.as_str()),
+            )?;
             builder
                 .with_client_auth_cert(certs, key)
                 .map_err(|e| ConnectError::File {
@@ -265,7 +269,11 @@ fn client_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, ConnectErro
     pem_certs("client certificate", "sslcert", path)
 }
 
-fn client_key(cert: &Path, path: &Path) -> Result<PrivateKeyDer<'static>, ConnectError> {
+fn client_key(
+    cert: &Path,
+    path: &Path,
+    password: Option<&str>,
+) -> Result<PrivateKeyDer<'static>, ConnectError> {
     let metadata = std::fs::metadata(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => ConnectError::KeyMissing {
             cert: cert.to_owned(),
@@ -280,8 +288,15 @@ fn client_key(cert: &Path, path: &Path) -> Result<PrivateKeyDer<'static>, Connec
     })?;
     check_key_permissions(path, &metadata)?;
     let bytes = read_file("client key", "sslkey", path)?;
+    if bytes
+        .windows(30)
+        .any(|w| w == b"BEGIN ENCRYPTED PRIVATE KEY---")
+    {
+        return decrypt_key(path, &bytes, password);
+    }
     if bytes.windows(9).any(|w| w == b"ENCRYPTED") {
-        return Err(ConnectError::EncryptedKey {
+        // OpenSSL's older form, a PKCS#1 or SEC1 key with "Proc-Type: 4,ENCRYPTED".
+        return Err(ConnectError::LegacyEncryptedKey {
             path: path.to_owned(),
         });
     }
@@ -291,6 +306,45 @@ fn client_key(cert: &Path, path: &Path) -> Result<PrivateKeyDer<'static>, Connec
         path: path.to_owned(),
         expected: "private key (PKCS#8, PKCS#1 or SEC1)",
     })
+}
+
+/// A PKCS#8 key encrypted with a passphrase (PBES2), opened with `sslpassword`.
+fn decrypt_key(
+    path: &Path,
+    pem: &[u8],
+    password: Option<&str>,
+) -> Result<PrivateKeyDer<'static>, ConnectError> {
+    let Some(password) = password else {
+        return Err(ConnectError::EncryptedKey {
+            path: path.to_owned(),
+        });
+    };
+    let text = std::str::from_utf8(pem).map_err(|_| ConnectError::Empty {
+        what: "client key",
+        key: "sslkey",
+        path: path.to_owned(),
+        expected: "private key (PKCS#8, PKCS#1 or SEC1)",
+    })?;
+    let (_, document) = pkcs8::SecretDocument::from_pem(text).map_err(|e| ConnectError::File {
+        what: "client key",
+        key: "sslkey",
+        path: path.to_owned(),
+        reason: format!("not an encrypted PKCS#8 key: {e}"),
+    })?;
+    let encrypted = pkcs8::EncryptedPrivateKeyInfo::try_from(document.as_bytes()).map_err(|e| {
+        ConnectError::File {
+            what: "client key",
+            key: "sslkey",
+            path: path.to_owned(),
+            reason: format!("not an encrypted PKCS#8 key: {e}"),
+        }
+    })?;
+    let plain = encrypted
+        .decrypt(password)
+        .map_err(|_| ConnectError::KeyPassword {
+            path: path.to_owned(),
+        })?;
+    Ok(PrivateKeyDer::Pkcs8(plain.as_bytes().to_vec().into()))
 }
 
 /// libpq's rule: a key owned by this user may be read by no one else (0600 or less); a key
