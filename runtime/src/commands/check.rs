@@ -19,6 +19,7 @@ use crate::lake::sink::Sink;
 use crate::source::connect::{PgConfig, SslMode};
 use crate::source::prerequisites::{self, Report};
 use crate::source::provision::{self, ProvisionError, SlotState};
+use crate::source::replication::SystemIdentity;
 use crate::source::{connect, position};
 use crate::transform::TransformChain;
 
@@ -29,9 +30,9 @@ pub async fn check(config: &PipelineConfig) -> Result<Report, ProvisionError> {
     let pg = connect::parse_url(&source.url)?;
     let client = connect::sql(&pg).await?;
     let mut report = prerequisites::run(&client, &pg, source).await?;
-    check_connections(&mut report, &client, &pg).await?;
+    let system = check_connections(&mut report, &client, &pg).await?;
     check_plugins(&mut report, config).await;
-    if let Some(log) = check_sink(&mut report, config, &pg, &client).await {
+    if let Some(log) = check_sink(&mut report, config, system, &client).await {
         check_start(
             &mut report,
             &client,
@@ -75,7 +76,7 @@ struct LogRead {
 async fn check_sink(
     report: &mut Report,
     config: &PipelineConfig,
-    pg: &PgConfig,
+    system: Option<SystemIdentity>,
     client: &Client,
 ) -> Option<LogRead> {
     let url = &config.sink.url;
@@ -103,22 +104,13 @@ async fn check_sink(
         }
     };
     // The owner record names the server by its system identifier, which only a replication
-    // connection tells; without one (a role without REPLICATION is reported above) the owner
-    // is left uncompared.
-    let system = match connect::replication(pg).await {
-        Ok(mut replication) => replication.identify_system().await,
-        Err(e) => Err(e),
+    // connection tells; without one (refused, and said, above) the owner is left uncompared.
+    let Some(system) = system else {
+        return Some(read);
     };
-    let database = provision::current_database(client).await;
-    let (system, database) = match (system, database) {
-        (Ok(system), Ok(database)) => (system, database),
-        (Err(e), _) => {
-            if report.failures().next().is_none() {
-                report.refuse(crate::error_chain(&e));
-            }
-            return Some(read);
-        }
-        (_, Err(e)) => {
+    let database = match provision::current_database(client).await {
+        Ok(database) => database,
+        Err(e) => {
             report.refuse(crate::error_chain(&e));
             return Some(read);
         }
@@ -196,23 +188,32 @@ pub async fn check_start(
 
 /// How each kind of connection to the source is protected ("TLS 1.3 (...), verify-full against
 /// ca.pem, channel binding", or "unencrypted"), with a warning when `sslmode` lets a
-/// connection that crosses a network go unencrypted or unchecked.
+/// connection that crosses a network go unencrypted or unchecked. Returns what the replication
+/// connection says of the server, for the sink's owner check.
 pub async fn check_connections(
     report: &mut Report,
     client: &Client,
     pg: &PgConfig,
-) -> Result<(), ProvisionError> {
+) -> Result<Option<SystemIdentity>, ProvisionError> {
     report.ok(format!(
         "connection (SQL): {}",
         connect::describe_sql(client, pg).await?
     ));
     // A role the checks above refused (no REPLICATION, say) would only be refused again.
+    let mut system = None;
     if report.is_ready() {
-        match connect::replication(pg).await {
-            Ok(replication) => report.ok(format!(
-                "connection (replication): {}",
-                replication.protection()
-            )),
+        let identified = match connect::replication(pg).await {
+            Ok(mut replication) => {
+                report.ok(format!(
+                    "connection (replication): {}",
+                    replication.protection()
+                ));
+                replication.identify_system().await
+            }
+            Err(e) => Err(e),
+        };
+        match identified {
+            Ok(identity) => system = Some(identity),
             Err(e) => report.fail(ProvisionError::ReplicationConnection(Box::new(e))),
         }
     }
@@ -222,7 +223,7 @@ pub async fn check_connections(
             hosts: pg.hosts(),
         });
     }
-    Ok(())
+    Ok(system)
 }
 
 #[cfg(test)]
