@@ -8,23 +8,11 @@ use std::time::Duration;
 use tributary::lake::commit::{FORMAT, PipelineIdentity, Writer};
 use tributary_tests::pipeline::events_database;
 use tributary_tests::plugin;
-use tributary_tests::service::{Fixture, Service, tributary_bin};
+use tributary_tests::service::{Fixture, Service};
 
 /// `tributary <command> --config <file>`: exit code, stdout, stderr.
 async fn tributary(command: &str, file: &Path) -> (i32, String, String) {
-    let output = tokio::process::Command::new(tributary_bin())
-        .arg(command)
-        .arg("--config")
-        .arg(file)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .unwrap();
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    tributary_tests::service::command(command, file, &[], &[]).await
 }
 
 /// The check's one failure, which must also be the run's refusal: the check exits 1 with that
