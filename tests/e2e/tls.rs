@@ -376,14 +376,10 @@ async fn tributary(
     tributary_tests::service::command(command, file, args, &env).await
 }
 
-/// A whole pipeline (a real `tributary run` with a plugin) over verify-full with channel
-/// binding, the password only in `PGPASSWORD` or a password file: every change lands once, and
-/// no command's output (at debug level), no file in the lake, and no metric shows the password.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pipeline_lands_exactly_once_over_verify_full_and_never_shows_the_password() {
-    let server = tls_server();
+/// A new database on the TLS server with an `events` table: a client to it and its name.
+async fn events_database(server: &TlsServer, hint: &str) -> (tokio_postgres::Client, String) {
     let admin = tributary_tests::connect(&server.cluster.url("postgres")).await;
-    let db = tributary_tests::unique_name("tls_pipeline");
+    let db = tributary_tests::unique_name(hint);
     admin
         .batch_execute(&format!("CREATE DATABASE {db}"))
         .await
@@ -393,6 +389,16 @@ async fn a_pipeline_lands_exactly_once_over_verify_full_and_never_shows_the_pass
         .batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
         .await
         .unwrap();
+    (source, db)
+}
+
+/// A whole pipeline (a real `tributary run` with a plugin) over verify-full with channel
+/// binding, the password only in `PGPASSWORD` or a password file: every change lands once, and
+/// no command's output (at debug level), no file in the lake, and no metric shows the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_lands_exactly_once_over_verify_full_and_never_shows_the_password() {
+    let server = tls_server();
+    let (source, db) = events_database(server, "tls_pipeline").await;
     let url = format!(
         "postgres://{SCRAM_ROLE}@localhost:{}/{db}?{}",
         server.cluster.port(),
@@ -542,4 +548,66 @@ async fn a_pipeline_lands_exactly_once_over_verify_full_and_never_shows_the_pass
         "the lake holds the password"
     );
     let _ = std::fs::remove_dir_all(&fixture.dir);
+}
+
+/// A busy TLS stream is read in chunks (the socket's low-water mark raised), and once it slows
+/// down the last partial chunk and a lone transaction after it are still read at once: the
+/// mark comes down again instead of leaving them until the server's next keepalive (30 s with
+/// the default `wal_sender_timeout`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_tls_stream_is_read_in_chunks_and_a_lone_change_after_it_lands_at_once() {
+    let server = tls_server();
+    let (source, db) = events_database(server, "tls_paced").await;
+    let url = format!(
+        "postgres://{SCRAM_ROLE}@localhost:{}/{db}?{}",
+        server.cluster.port(),
+        params(server, "verify-full", &server.ca, "")
+    );
+    let fixture = Fixture::new(&url, "tls_paced", &["public.events"]).await;
+    let env = [
+        ("PGPASSWORD", SCRAM_PASSWORD),
+        ("RUST_LOG", "info,tributary::source::replication=debug"),
+    ];
+    let mut service = Service::spawn_with(&fixture.file, &[], &fixture.dir.join("run.log"), &env);
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    // About 10 MB of pgoutput in one transaction: far more than 32 KiB per 5 ms.
+    source
+        .batch_execute(
+            "INSERT INTO events SELECT g, repeat('x', 50) FROM generate_series(1, 100000) g",
+        )
+        .await
+        .unwrap();
+    service
+        .wait_for_landed(&fixture.log, 100_000, Duration::from_secs(120))
+        .await;
+    let log = service.log();
+    assert!(
+        log.contains("the stream is busy: the socket wakes the reader at 32768 bytes"),
+        "the bulk was not read in chunks:\n{log}"
+    );
+    let started = std::time::Instant::now();
+    source
+        .batch_execute("INSERT INTO events VALUES (0, 'alone')")
+        .await
+        .unwrap();
+    service
+        .wait_for_landed(&fixture.log, 100_001, Duration::from_secs(60))
+        .await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(15),
+        "a lone change after a busy stream took {took:?} to land"
+    );
+    assert!(
+        service
+            .log()
+            .contains("the stream is slow: the socket wakes the reader at 1 bytes"),
+        "{}",
+        service.log()
+    );
+    service.stop().await;
+    let landed = tributary_tests::lake::committed_rows(&fixture.sink, "public.events").await;
+    assert_eq!(landed.len(), 100_001, "every change once");
 }

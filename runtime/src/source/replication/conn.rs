@@ -2,6 +2,7 @@
 //! query protocol that replication commands use before streaming starts.
 
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use postgres_protocol::authentication::md5_hash;
 use postgres_protocol::authentication::sasl::{self, ChannelBinding, ScramSha256};
 use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_postgres::config::{ChannelBinding as BindingSetting, Host, TargetSessionAttrs};
 
@@ -54,6 +55,8 @@ pub struct ReplicationConnection {
     dbname: String,
     parameters: HashMap<String, String>,
     backend_pid: Option<i32>,
+    /// The TCP socket under a TLS `io`, for the stream's read pacing; `io` owns it.
+    socket: Option<RawFd>,
     /// What TLS agreed, when the connection is encrypted.
     tls: Option<Agreed>,
     binding: BindingSetting,
@@ -140,6 +143,10 @@ impl ReplicationConnection {
                 addr: target.label.clone(),
                 source,
             })?;
+        let fd = match &socket {
+            Socket::Tcp(stream, _) => Some(stream.as_raw_fd()),
+            Socket::Unix(_) => None,
+        };
         let (io, agreed) = match (socket, tls) {
             (Socket::Tcp(stream, host), Some(tls)) => {
                 negotiate(stream, &host, &target.label, tls, config.ssl_mode()).await?
@@ -161,6 +168,10 @@ impl ReplicationConnection {
             dbname: dbname.to_owned(),
             parameters: HashMap::new(),
             backend_pid: None,
+            // Paced only under TLS: there each wake-up costs a pass through rustls and the
+            // walsender is the bottleneck; unencrypted, the queue a raised mark lets build up
+            // cost the walsender more than the wake-ups saved (BENCHMARKS.md, W2).
+            socket: fd.filter(|_| agreed.is_some()),
             tls: agreed,
             binding,
             bound: false,
@@ -421,6 +432,7 @@ impl ReplicationConnection {
             self.buf,
             status_interval,
             confirmer,
+            self.socket,
         ))
     }
 
@@ -772,6 +784,8 @@ async fn negotiate(
         }
     })?;
     let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+    // rustls reads at most 4 KiB per call: under it, one socket read serves a whole chunk.
+    let stream = BufReader::with_capacity(READ_CHUNK, stream);
     let stream = connector.connect(name, stream).await.map_err(|e| {
         if let Some(failure) = VerifyFailure::find(&e) {
             return failure.to_error(label).into();

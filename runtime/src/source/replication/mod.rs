@@ -21,14 +21,16 @@
 //! is replayed by the server on the next start, so dropping a stream or losing the connection
 //! loses nothing.
 //!
-//! The connection runs over any `AsyncRead + AsyncWrite` transport; today that is TCP or a Unix
-//! socket, and `sslmode=require` is refused rather than silently downgraded.
+//! The connection runs over any `AsyncRead + AsyncWrite` transport: TCP, TLS over TCP, or a
+//! Unix socket. Under TLS the stream paces its reads (`pace`): a busy stream wakes the driver
+//! per chunk rather than per message.
 
 mod command;
 mod conn;
 mod error;
 mod failover;
 pub mod frame;
+mod pace;
 mod stream;
 
 #[cfg(test)]

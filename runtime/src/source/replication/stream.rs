@@ -7,11 +7,13 @@
 //! while the queue to the consumer is full; the timer and the confirm signal stay live meanwhile,
 //! so a slow consumer never makes the server hit `wal_sender_timeout`.
 
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use bytes::BytesMut;
+use futures::FutureExt as _;
 use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,6 +27,7 @@ use super::error::{ReplicationError, ServerError};
 use super::frame::{
     Backend, ServerFrame, StatusUpdate, decode_server_frame, encode_status_update, parse_backend,
 };
+use super::pace::{Pace, set_low_water};
 use crate::Lsn;
 
 /// Reads are at least this large, so that a busy walsender can batch its sends.
@@ -67,12 +70,14 @@ impl ReplicationStream {
     /// Hands `io` (already in CopyBoth mode) to a driver task. `buf` holds bytes read past the
     /// CopyBothResponse.
     /// `confirmer` carries the confirmed position over from an earlier stream of the same
-    /// consumer (a new one starts at zero).
+    /// consumer (a new one starts at zero). `socket` is the TCP socket under `io` when its reads
+    /// are to be paced.
     pub(crate) fn spawn(
         io: BoxTransport,
         buf: BytesMut,
         status_interval: Duration,
         confirmer: Confirmer,
+        socket: Option<RawFd>,
     ) -> Self {
         let shared = Arc::new(Shared {
             confirm: confirmer.cell,
@@ -92,6 +97,7 @@ impl ReplicationStream {
             // A zero period would spin; nothing useful is faster than a millisecond.
             status_interval: status_interval.max(Duration::from_millis(1)),
             last_reported: None,
+            pace: socket.map(|fd| (fd, Pace::new(Instant::now()))),
         };
         let driver = tokio::spawn(driver.run(stop_rx));
         ReplicationStream {
@@ -286,11 +292,15 @@ enum Flow {
 }
 
 enum Event {
-    Stop { requested: bool },
+    Stop {
+        requested: bool,
+    },
     Confirmed,
     Tick,
     ConsumerGone,
     Read(std::io::Result<usize>),
+    /// A busy stream did not fill a chunk in time.
+    Slowed,
 }
 
 struct Driver {
@@ -301,6 +311,8 @@ struct Driver {
     frames: mpsc::Sender<Vec<XLogData>>,
     status_interval: Duration,
     last_reported: Option<Lsn>,
+    /// The socket and its read pacing (TLS streams only, see `pace`).
+    pace: Option<(RawFd, Pace)>,
 }
 
 impl Driver {
@@ -343,9 +355,8 @@ impl Driver {
                     return Err(ReplicationError::Stream(error));
                 }
             }
-            if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
-                self.buf.reserve(READ_CHUNK);
-            }
+            self.reserve();
+            let slowed_at = self.pace.as_ref().and_then(|(_, pace)| pace.deadline());
             let event = tokio::select! {
                 biased;
                 request = &mut stop => Event::Stop { requested: request.is_ok() },
@@ -354,11 +365,17 @@ impl Driver {
                 permit = self.frames.reserve(), if pending.is_some() => match permit {
                     Ok(permit) => {
                         permit.send(pending.take().unwrap_or_default());
+                        // Time spent held back by the consumer is not the stream slowing.
+                        if let Some((_, pace)) = &mut self.pace {
+                            pace.resumed(Instant::now());
+                        }
                         continue;
                     }
                     Err(_) => Event::ConsumerGone,
                 },
                 read = self.io.read_buf(&mut self.buf), if pending.is_none() => Event::Read(read),
+                () = tokio::time::sleep_until(slowed_at.unwrap_or_else(Instant::now)),
+                    if pending.is_none() && slowed_at.is_some() => Event::Slowed,
             };
             match event {
                 // A dropped handle means nobody is listening: just close.
@@ -367,14 +384,62 @@ impl Driver {
                 Event::Confirmed => self.report(false).await?,
                 Event::Tick => self.report(true).await?,
                 Event::Read(read) => {
-                    if read? == 0 {
+                    let read = read?;
+                    if read == 0 {
                         return Err(ReplicationError::Closed {
                             during: "streaming",
                         });
                     }
+                    let read = read + self.read_ready()?;
+                    self.paced(|pace, now| pace.read(read, now));
                     flow = self.parse_buffered(&mut batch).await?;
                 }
+                Event::Slowed => self.paced(|pace, now| Some(pace.expired(now))),
             }
+        }
+    }
+
+    fn reserve(&mut self) {
+        if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
+            self.buf.reserve(READ_CHUNK);
+        }
+    }
+
+    /// Reads on while bytes are ready without waiting, so that one wake-up makes one batch for
+    /// the consumer (a TLS stream yields a record or two per read). An end of stream shows on
+    /// the next read.
+    fn read_ready(&mut self) -> std::io::Result<usize> {
+        let mut total = 0;
+        while self.buf.len() < READ_CHUNK {
+            self.reserve();
+            match self.io.read_buf(&mut self.buf).now_or_never() {
+                None | Some(Ok(0)) => break,
+                Some(Ok(read)) => total += read,
+                Some(Err(error)) => return Err(error),
+            }
+        }
+        Ok(total)
+    }
+
+    /// Moves the pacing on and sets the socket's low-water mark when it changes. A socket that
+    /// refuses the mark is read unpaced from then on, which is only slower.
+    fn paced(&mut self, step: impl FnOnce(&mut Pace, Instant) -> Option<usize>) {
+        let Some((fd, pace)) = &mut self.pace else {
+            return;
+        };
+        let Some(mark) = step(pace, Instant::now()) else {
+            return;
+        };
+        tracing::debug!(
+            "the stream is {}: the socket wakes the reader at {mark} bytes",
+            if mark > 1 { "busy" } else { "slow" }
+        );
+        if let Err(error) = set_low_water(*fd, mark) {
+            tracing::debug!(%error, "the socket refused a receive low-water mark; reading unpaced");
+            if mark > 1 {
+                let _ = set_low_water(*fd, 1);
+            }
+            self.pace = None;
         }
     }
 
@@ -502,6 +567,10 @@ impl Driver {
         &mut self,
         mut server_sent_copy_done: bool,
     ) -> Result<(), ReplicationError> {
+        // The last messages are small: a raised mark would leave them unread.
+        if let Some((fd, _)) = self.pace.take() {
+            let _ = set_low_water(fd, 1);
+        }
         loop {
             while let Some(message) = parse_backend(&mut self.buf)? {
                 match message {
@@ -525,9 +594,7 @@ impl Driver {
                     }
                 }
             }
-            if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
-                self.buf.reserve(READ_CHUNK);
-            }
+            self.reserve();
             if self.io.read_buf(&mut self.buf).await? == 0 {
                 // Closing after both sides sent CopyDone is an ending, if not a polite one.
                 return if server_sent_copy_done {

@@ -30,6 +30,7 @@ fn start(status_interval: Duration) -> (ReplicationStream, Server) {
         BytesMut::new(),
         status_interval,
         super::Confirmer::default(),
+        None,
     );
     let (reader, writer) = tokio::io::split(server);
     (
