@@ -199,27 +199,33 @@ build_plugins() {
     export TRIBUTARY_PLUGIN_DIR="$target/wasm32-wasip2/release"
 }
 
-# Independent Parquet readers for the tests: DuckDB and pyarrow in a virtual environment in the
-# tools cache. Exports TRIBUTARY_PYTHON, the interpreter that has them.
+# Independent readers for the tests: DuckDB and pyarrow (Parquet), and deltalake (delta-rs, for
+# Delta tables), in a virtual environment in the tools cache. Exports TRIBUTARY_PYTHON, the
+# interpreter that has them.
 DUCKDB_VERSION="1.4.1"
 PYARROW_VERSION="21.0.0"
+DELTALAKE_VERSION="1.6.6"
 ensure_python_readers() {
     local venv="$TOOLS/python"
     local python="$venv/bin/python"
-    if [ -x "$python" ] && "$python" -c "import duckdb, pyarrow" >/dev/null 2>&1; then
-        say "python readers: duckdb $("$python" -c 'import duckdb; print(duckdb.__version__)'), pyarrow $("$python" -c 'import pyarrow; print(pyarrow.__version__)')"
+    if [ -x "$python" ] && "$python" -c "import duckdb, pyarrow, deltalake" >/dev/null 2>&1; then
+        say "python readers: duckdb $("$python" -c 'import duckdb; print(duckdb.__version__)'), pyarrow $("$python" -c 'import pyarrow; print(pyarrow.__version__)'), deltalake $("$python" -c 'import deltalake; print(deltalake.__version__)')"
     else
         command -v python3 >/dev/null 2>&1 \
             || die "python3 not found; the tests read the landed Parquet with DuckDB and pyarrow (install python3 with its venv module)"
-        say "python readers: installing duckdb $DUCKDB_VERSION and pyarrow $PYARROW_VERSION into $venv"
-        python3 -m venv "$venv" \
+        say "python readers: installing duckdb $DUCKDB_VERSION, pyarrow $PYARROW_VERSION and deltalake $DELTALAKE_VERSION into $venv"
+        [ -x "$python" ] || python3 -m venv "$venv" \
             || die "could not create a Python virtual environment (on Debian: apt-get install python3-venv)"
         "$venv/bin/pip" install --quiet --disable-pip-version-check \
-            "duckdb==$DUCKDB_VERSION" "pyarrow==$PYARROW_VERSION"
+            "duckdb==$DUCKDB_VERSION" "pyarrow==$PYARROW_VERSION" "deltalake==$DELTALAKE_VERSION"
     fi
     export TRIBUTARY_PYTHON="$python"
 }
 
+
+# The packaging tests' tools: a container engine, promtool and kubernetes-validate.
+# shellcheck source=scripts/packaging.sh
+source "$ROOT/scripts/packaging.sh"
 
 # The example plugins in other languages (examples/plugins/<lang>/), each built by its own
 # toolchain: their install and build steps live in scripts/guest/.

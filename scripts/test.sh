@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on this machine, installing what it needs first: the wasm32-wasip2
 # target, PostgreSQL server binaries (and PostgreSQL 17 for the failover tests), the s3s-fs S3
-# server, DuckDB and pyarrow (independent Parquet readers), the plugins the tests load, and the
-# Python (componentize-py), JavaScript (jco) and C (clang, wasi-libc, wit-bindgen) toolchains
-# that build the example plugins.
+# server, DuckDB and pyarrow (independent Parquet readers), podman, promtool and
+# kubernetes-validate (the image, alert rules and manifest tests), the plugins the tests load,
+# and the Python (componentize-py), JavaScript (jco) and C (clang, wasi-libc, wit-bindgen)
+# toolchains that build the example plugins.
 # Safe to run again: every step skips what is already there. Extra arguments go to `cargo test`.
 # Without extra arguments the benchmark harness then runs once at its smallest size (debug
 # build), so it keeps working; its figures do not decide the outcome, only whether it runs.
@@ -17,6 +18,7 @@ ensure_postgres
 ensure_postgres17
 ensure_s3s_fs
 ensure_python_readers
+ensure_packaging_tools
 build_plugins
 build_guest_examples
 

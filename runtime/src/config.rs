@@ -13,6 +13,7 @@
 //!
 //! [sink]
 //! url = "s3://lake/shop"              # or file:///var/lake/shop
+//! format = "parquet"                  # or "delta": each output a Delta Lake table
 //! ```
 //!
 //! Every other setting has a default. Unknown keys are errors that name the key and the file:
@@ -326,6 +327,10 @@ pub struct SinkConfig {
     /// standard `AWS_*` environment variables apply too; these win.
     #[serde(default, deserialize_with = "option_values")]
     pub options: BTreeMap<String, String>,
+    /// How readers find what landed: `parquet` (data files and the commit log) or `delta`
+    /// (each output a Delta Lake table).
+    #[serde(default)]
+    pub format: crate::lake::TableFormat,
 }
 
 /// `sink.options` as object_store takes them, text: a TOML boolean or number
@@ -541,17 +546,41 @@ impl RetryConfig {
     }
 }
 
-/// The metrics endpoint (Prometheus text format at `GET /metrics`); off unless `listen` is set.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+/// The metrics endpoint (Prometheus text format at `GET /metrics`, and the probes `GET
+/// /healthz` and `GET /readyz`); off unless `listen` is set.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
     /// Address and port to serve on, such as `"127.0.0.1:9187"` (`"0.0.0.0:9187"` for every
     /// interface).
     #[serde(default)]
     pub listen: Option<String>,
+    /// How long a sink or source step may keep failing (and being retried) before `/readyz`
+    /// says the pipeline is not ready: long enough to ride out a blip without an orchestrator
+    /// taking notice.
+    #[serde(default = "default_ready_after_failing")]
+    pub ready_after_failing_secs: u64,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: None,
+            ready_after_failing_secs: default_ready_after_failing(),
+        }
+    }
+}
+
+fn default_ready_after_failing() -> u64 {
+    60
 }
 
 impl MetricsConfig {
+    /// How long a step may fail before the pipeline is not ready.
+    pub fn ready_after_failing(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.ready_after_failing_secs)
+    }
+
     /// The address to listen on, when set.
     pub fn address(&self) -> Result<Option<std::net::SocketAddr>, String> {
         self.listen
@@ -685,6 +714,13 @@ impl PipelineConfig {
             return Err("flush.max_rows and flush.max_mib must be at least 1".into());
         }
         self.metrics.address()?;
+        if self.metrics.ready_after_failing_secs == 0 {
+            return Err(
+                "metrics.ready_after_failing_secs must be at least 1 (60 by default): a step that \
+                 fails once and is retried at once is no reason to take the pipeline out of service"
+                    .into(),
+            );
+        }
         self.parquet.validate()?;
         if !(1..=64).contains(&self.load.parallelism) || self.load.chunk_mib == 0 {
             return Err("load.parallelism must be 1 to 64 and load.chunk_mib at least 1".into());
@@ -878,6 +914,28 @@ mod tests {
             err.contains("metrics.listen = \"localhost\" is not an address and port"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn readiness_tolerates_a_minute_of_failing_steps_unless_told_otherwise() {
+        let metrics = |extra: &str| parse(&format!("{MINIMAL}\n[metrics]\n{extra}\n"));
+        assert_eq!(
+            parse(MINIMAL).unwrap().metrics.ready_after_failing(),
+            std::time::Duration::from_secs(60)
+        );
+        let c = metrics("ready_after_failing_secs = 5").unwrap();
+        assert_eq!(c.metrics.ready_after_failing_secs, 5);
+        let err = metrics("ready_after_failing_secs = 0")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("metrics.ready_after_failing_secs must be at least 1"),
+            "{err}"
+        );
+        let err = metrics("ready_after_failing_secs = -1")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("ready_after_failing_secs"), "{err}");
     }
 
     #[test]

@@ -16,7 +16,10 @@
 //! | `flush.after-file` | one more data file is uploaded (`@k`: the k-th of the run) |
 //! | `flush.after-part` | every file of one part of a large transaction is up, more parts follow |
 //! | `flush.before-commit` | every data file is uploaded, the commit entry is not written |
-//! | `flush.after-commit` | the commit entry exists, the slot is not confirmed |
+//! | `flush.after-commit` | the commit entry exists, the slot is not confirmed (with Delta tables: no table has it yet) |
+//! | `delta.before-publish` | Delta tables only: the commit entry exists, the tables' commits are about to be written |
+//! | `delta.after-table` | Delta tables only: one more output's table has the flush (`@k`: the k-th of the run), the others may not |
+//! | `delta.after-publish` | Delta tables only: every output's table has the flush, the slot is not confirmed |
 //! | `flush.after-confirm` | the slot is confirmed, the intent is not removed |
 //! | `load.before-chunk` | a load's connection is about to read a chunk (`@k`: the k-th of the run); the stream and the other connections go on |
 
@@ -27,6 +30,9 @@ pub const POINTS: &[&str] = &[
     "flush.after-part",
     "flush.before-commit",
     "flush.after-commit",
+    "delta.before-publish",
+    "delta.after-table",
+    "delta.after-publish",
     "flush.after-confirm",
     "load.before-chunk",
 ];

@@ -35,6 +35,11 @@ const PURE: &[&str] = &[
     "lake/encode/",
     "lake/flush.rs",
     "lake/commit/mod.rs",
+    "lake/delta/actions.rs",
+    "lake/delta/audit.rs",
+    "lake/delta/checkpoint.rs",
+    "lake/delta/schema.rs",
+    "lake/delta/state.rs",
     "source/position.rs",
     "source/toast.rs",
 ];

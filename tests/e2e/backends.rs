@@ -226,6 +226,7 @@ fn flush_entry(sequence: u64, writer: &Writer, files: &[&str]) -> CommitEntry {
         failover: None,
         started_from: None,
         load: None,
+        tables_through: None,
     }
 }
 

@@ -298,6 +298,7 @@ async fn a_restart_confirms_what_the_sink_already_holds() {
         accepted_timeline: None,
         failover: None,
         started_from: None,
+        tables_through: None,
         load: None,
     };
     log.commit(&entry).await.unwrap();

@@ -14,11 +14,11 @@ use tributary_tests::pipeline::{confirmed_flush, wait_for_confirmed};
 use tributary_tests::service::{Fixture, Service};
 use tributary_tests::{TestDatabase, fresh_database};
 
-const TABLES: [&str; 3] = ["public.t1", "public.t2", "public.t3"];
+pub(crate) const TABLES: [&str; 3] = ["public.t1", "public.t2", "public.t3"];
 
 /// One transaction writing ids `from..from+10` to each of the three tables: three data files
 /// per flush.
-fn transaction(from: u32) -> String {
+pub(crate) fn transaction(from: u32) -> String {
     let to = from + 9;
     TABLES
         .iter()

@@ -164,11 +164,49 @@ fn s3_service(db: &TestDatabase, name: &str, bucket: &str) -> (ServiceConfig, Si
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restarts_hand_over_without_losing_doubling_or_rewriting_a_change() {
-    let db = events_database("rolling").await;
-    let bucket = s3().fresh_bucket("rolling").await;
-    let name = unique_name("rolling");
-    let (cfg, sink) = s3_service(&db, &name, &bucket);
-    let dir = temp_dir("rolling");
+    rolling_restarts("rolling", 20, false).await;
+}
+
+/// With Delta tables, the tables hand over too: each instance's first flush follows the last
+/// one's in the table's log, no flush is in it twice, and a reader sees every change once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restarts_hand_delta_tables_over_without_a_flush_twice() {
+    let (sink, cfg) = rolling_restarts("rolling_delta", 6, true).await;
+    let txns = tributary_tests::lake::delta_txn_versions(&sink, "public.events").await;
+    let log = CommitLog::new(sink.clone(), Writer::named("test"));
+    let mut with_files = Vec::new();
+    for sequence in log.sequences().await.unwrap() {
+        let entry = log.read_entry(sequence).await.unwrap().unwrap();
+        if !entry.files.is_empty() {
+            with_files.push(Some(sequence));
+        }
+    }
+    assert_eq!(txns, with_files, "each flush once, in order, in the table");
+    let read = tributary_tests::lake::read_delta(
+        &format!("{}/public.events", cfg.sink_url),
+        &cfg.sink_options,
+    );
+    let ids: Vec<u32> = read
+        .rows
+        .iter()
+        .map(|r| r["id"].as_deref().unwrap().parse().unwrap())
+        .collect();
+    let distinct: BTreeSet<u32> = ids.iter().copied().collect();
+    assert_eq!(distinct.len(), ids.len(), "a reader sees no change twice");
+    assert_eq!(distinct, (1..=ids.len() as u32).collect());
+}
+
+/// `rounds` rolling restarts under a steady workload (with `delta` tables or not): every
+/// change lands once, every file keeps its bytes, each instance opens the log once.
+async fn rolling_restarts(hint: &str, rounds: usize, delta: bool) -> (Sink, ServiceConfig) {
+    let db = events_database(hint).await;
+    let bucket = s3().fresh_bucket(&hint.replace('_', "-")).await;
+    let name = unique_name(hint);
+    let (mut cfg, sink) = s3_service(&db, &name, &bucket);
+    if delta {
+        cfg.sink.push(("format".into(), "\"delta\"".into()));
+    }
+    let dir = temp_dir(hint);
     let file = cfg.write(&dir);
 
     let mut current = Service::spawn(&file, &["--wait"], &dir.join("0.log"));
@@ -178,7 +216,7 @@ async fn rolling_restarts_hand_over_without_losing_doubling_or_rewriting_a_chang
     // The slot exists from here on: every change the workload makes reaches the lake.
     let workload = Workload::start(&db.url);
     let mut writers = BTreeSet::new();
-    for round in 1..=20 {
+    for round in 1..=rounds {
         // The next instance starts while this one runs, as a rollout does it, and waits.
         let mut next = Service::spawn(&file, &["--wait"], &dir.join(format!("{round}.log")));
         next.wait_for_log("held by another consumer", Duration::from_secs(60))
@@ -203,7 +241,11 @@ async fn rolling_restarts_hand_over_without_losing_doubling_or_rewriting_a_chang
     );
     let log = current.stop().await;
     writers.insert(writer_of(&log));
-    assert_eq!(writers.len(), 21, "every instance had its own writer id");
+    assert_eq!(
+        writers.len(),
+        rounds + 1,
+        "every instance had its own writer id"
+    );
 
     let ids = landed_ids(&sink).await;
     assert_eq!(ids.len(), written as usize, "no change landed twice");
@@ -221,9 +263,10 @@ async fn rolling_restarts_hand_over_without_losing_doubling_or_rewriting_a_chang
             opened_by.push(entry.writer.id);
         }
     }
-    assert_eq!(opened_by.len(), 21);
-    assert_eq!(opened_by.iter().collect::<BTreeSet<_>>().len(), 21);
+    assert_eq!(opened_by.len(), rounds + 1);
+    assert_eq!(opened_by.iter().collect::<BTreeSet<_>>().len(), rounds + 1);
     std::fs::remove_dir_all(&dir).unwrap();
+    (sink, cfg)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -53,7 +53,8 @@ pub async fn read_output(store: &dyn ObjectStore, output: &str) -> Vec<LandedRow
         .try_collect()
         .await
         .unwrap_or_else(|e| panic!("listing {output}: {e}"));
-    files.retain(|p| p.extension() == Some("parquet"));
+    // Not the Delta log's checkpoints.
+    files.retain(|p| p.extension() == Some("parquet") && !p.as_ref().contains("/_delta_log/"));
     files.sort();
     let mut rows = Vec::new();
     let mut fetched = futures::stream::iter(files)
@@ -132,7 +133,8 @@ pub async fn committed_rows(sink: &Sink, output: &str) -> Vec<LandedRow> {
         .try_collect()
         .await
         .unwrap();
-    for (path, size) in &sizes {
+    // The table log of a Delta output is no data file.
+    for (path, size) in sizes.iter().filter(|(p, _)| !p.contains("/_delta_log/")) {
         let Some((sequence, file)) = named.get(path) else {
             panic!("{path} is in the sink but no commit entry names it");
         };
@@ -170,11 +172,15 @@ fn rows_of(batch: &RecordBatch, file: &str) -> Vec<LandedRow> {
             .column_by_name(name)
             .unwrap_or_else(|| panic!("{file} has no column {name}"))
     };
+    // A Delta table's files hold the identities as Int64 (Delta has no unsigned types).
+    let unsigned = |name: &str, to: DataType| {
+        arrow_cast::cast(column(name), &to).unwrap_or_else(|e| panic!("{file} {name}: {e}"))
+    };
     let (op, lsn, seq, xid, time, fingerprint) = (
         column("_op"),
-        column("_commit_lsn"),
-        column("_seq"),
-        column("_xid"),
+        unsigned("_commit_lsn", DataType::UInt64),
+        unsigned("_seq", DataType::UInt32),
+        unsigned("_xid", DataType::UInt32),
         column("_commit_time"),
         column("_schema"),
     );
@@ -369,4 +375,101 @@ pub fn read_independently(pattern: &str, key: &str) -> IndependentRead {
         pyarrow_types: strings(&doc["pyarrow"]["types"]),
         pg_types: strings(&doc["pyarrow"]["pg_types"]),
     }
+}
+
+/// What the `deltalake` package (delta-rs) and pyarrow, reading a Delta table themselves, find.
+#[derive(Debug)]
+pub struct DeltaRead {
+    pub version: u64,
+    /// The data files a reader of the latest version reads.
+    pub files: Vec<String>,
+    /// Each column's name, Delta type and nullability, in order.
+    pub schema: Vec<(String, String, bool)>,
+    /// Every row, each column's value as text, in `(_commit_lsn, _seq)` order.
+    pub rows: Vec<BTreeMap<String, Option<String>>>,
+}
+
+/// Read the Delta table at `uri` (`s3://bucket/output`) through `tests/readers/read_delta.py`
+/// with the interpreter `TRIBUTARY_PYTHON` names; `options` are the sink's object_store settings.
+pub fn read_delta(uri: &str, options: &[(String, String)]) -> DeltaRead {
+    let python = std::env::var("TRIBUTARY_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("readers/read_delta.py");
+    let options: serde_json::Map<String, serde_json::Value> = options
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect();
+    let output = std::process::Command::new(&python)
+        .arg(&script)
+        .args([uri, &serde_json::Value::Object(options).to_string()])
+        .output()
+        .unwrap_or_else(|e| panic!("running {python}: {e} (run the tests through scripts/test.sh, which installs deltalake)"));
+    assert!(
+        output.status.success(),
+        "{} {uri} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    DeltaRead {
+        version: doc["version"].as_u64().unwrap(),
+        files: doc["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap().to_owned())
+            .collect(),
+        schema: doc["schema"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f[0].as_str().unwrap().to_owned(),
+                    f[1].as_str().unwrap().to_owned(),
+                    f[2].as_bool().unwrap(),
+                )
+            })
+            .collect(),
+        rows: doc["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| {
+                row.as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(c, v)| (c.clone(), v.as_str().map(str::to_owned)))
+                    .collect()
+            })
+            .collect(),
+    }
+}
+
+/// The `txn` version of each commit of `output`'s Delta log in `sink`, in version order, as
+/// the log's own JSON says: `None` for a version without one. Panics on a missing version.
+pub async fn delta_txn_versions(sink: &Sink, output: &str) -> Vec<Option<u64>> {
+    let names = object_names(sink.store().as_ref(), &format!("{output}/_delta_log")).await;
+    let mut versions: Vec<u64> = names
+        .iter()
+        .filter_map(|n| n.rsplit('/').next()?.strip_suffix(".json")?.parse().ok())
+        .collect();
+    versions.sort_unstable();
+    let mut txns = Vec::new();
+    for (expected, version) in versions.iter().enumerate() {
+        assert_eq!(
+            *version, expected as u64,
+            "{output}: a gap in the Delta log: {versions:?}"
+        );
+        let path =
+            object_store::path::Path::from(format!("{output}/_delta_log/{version:020}.json"));
+        let bytes = sink.get(&path).await.unwrap().unwrap();
+        let txn = std::str::from_utf8(&bytes)
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v.get("txn").and_then(|t| t["version"].as_u64()))
+            .next();
+        txns.push(txn);
+    }
+    txns
 }

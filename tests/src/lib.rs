@@ -15,6 +15,8 @@
 //! - [`proxy`] stands between a client and a server and misbehaves on demand; [`chaos`] holds
 //!   the seeded generator, the confirmed-position watch and the lake-equals-source check of the
 //!   chaos test.
+//! - [`container`] builds the Dockerfile's image from the binary the suite built and runs it
+//!   with podman; [`manifests`] reads and checks the deployment files with their own tools.
 //!
 //! Statics are never dropped, so the shared servers are stopped by an `atexit` hook: the test
 //! harness leaves through `std::process::exit`, which runs it.
@@ -23,7 +25,9 @@
 //! installs all of them.
 
 pub mod chaos;
+pub mod container;
 pub mod lake;
+pub mod manifests;
 pub mod pipeline;
 mod plugins;
 mod postgres;

@@ -43,6 +43,7 @@ pub fn config(
         sink: SinkConfig {
             url: sink_url.to_owned(),
             options: sink_options.into_iter().collect(),
+            format: Default::default(),
         },
         flush: FlushConfig {
             max_rows: 2_000,

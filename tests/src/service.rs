@@ -47,6 +47,8 @@ pub struct ServiceConfig {
     pub source: Vec<(String, String)>,
     /// `[load]` settings, as TOML values (`("parallelism", "2")`).
     pub load: Vec<(String, String)>,
+    /// More `[sink]` settings, as TOML values (`("format", "\"delta\"")`).
+    pub sink: Vec<(String, String)>,
 }
 
 impl ServiceConfig {
@@ -63,6 +65,7 @@ impl ServiceConfig {
             flush: Vec::new(),
             source: Vec::new(),
             load: Vec::new(),
+            sink: Vec::new(),
         }
     }
 
@@ -85,6 +88,9 @@ impl ServiceConfig {
                 .map(|(key, value)| format!("{key} = {value}\n"))
                 .collect();
             text = text.replacen("\n\n[sink]", &format!("\n{extra}\n[sink]"), 1);
+        }
+        for (key, value) in &self.sink {
+            text.push_str(&format!("{key} = {value}\n"));
         }
         for plugin in &self.transforms {
             text.push_str(&format!(

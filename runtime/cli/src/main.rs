@@ -13,10 +13,13 @@ use tributary::commands::status;
 use tributary::commands::teardown::Teardown;
 use tributary::commands::verify::{self, VerifyOptions};
 use tributary::config::PipelineConfig;
-use tributary::pipeline::{self, Progress, RunOptions};
+use tributary::pipeline::{self, Progress, RunOptions, metrics};
 
 mod demo;
+mod log;
 mod plugin;
+
+use log::LogFormat;
 
 /// Change data capture from PostgreSQL, through WebAssembly transforms, to Parquet in object
 /// storage — exactly once.
@@ -29,6 +32,16 @@ mod plugin;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines are written to stderr: text, or one JSON object per line (naming the
+    /// pipeline's slot in each). RUST_LOG chooses what is logged in both.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "TRIBUTARY_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: LogFormat,
 }
 
 #[derive(Subcommand)]
@@ -144,15 +157,7 @@ fn main() -> ExitCode {
         Command::Demo(_) => "warn",
         _ => "info,wasmtime=warn,cranelift=warn",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| default_filter.into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only for a person at a terminal, never in a log file or a journal.
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    log::init(cli.log_format, default_filter);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -173,7 +178,12 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // Not `{e:#}`: that repeats every cause a message already says.
-            eprintln!("error: {}", tributary::error_chain(e.as_ref()));
+            let error = tributary::error_chain(e.as_ref());
+            match cli.log_format {
+                LogFormat::Text => eprintln!("error: {error}"),
+                // Every line of a JSON log is an object, the last one too.
+                LogFormat::Json => tracing::error!("{error}"),
+            }
             failure
         }
     };
@@ -216,13 +226,16 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             wait,
         } => {
             let config = PipelineConfig::load(&config)?;
+            log::name_slot(&config.source.slot);
             let (stop, shutdown) = watch::channel(false);
+            let (progress, _) = watch::channel(Progress::default());
+            let stopping = progress.clone();
             tokio::spawn(async move {
                 wait_for_signal().await;
                 tracing::info!("stopping: finishing the flush in flight");
+                stopping.send_modify(|p| p.stopping = true);
                 let _ = stop.send(true);
             });
-            let (progress, _) = watch::channel(Progress::default());
             if std::io::stderr().is_terminal() {
                 tokio::spawn(load_bar(progress.subscribe()));
             }
@@ -238,16 +251,17 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
                         )
                     })?;
                 let address = listener.local_addr().unwrap_or(address);
-                tracing::info!("metrics at http://{address}/metrics");
-                let identity = tributary::pipeline::metrics::Identity {
-                    slot: config.source.slot.clone(),
-                    version: env!("CARGO_PKG_VERSION"),
+                tracing::info!(
+                    "metrics at http://{address}/metrics, probes at /healthz and /readyz"
+                );
+                let endpoint = metrics::Endpoint {
+                    identity: metrics::Identity {
+                        slot: config.source.slot.clone(),
+                        version: env!("CARGO_PKG_VERSION"),
+                    },
+                    ready_after_failing: config.metrics.ready_after_failing(),
                 };
-                tokio::spawn(tributary::pipeline::metrics::serve(
-                    listener,
-                    progress.subscribe(),
-                    identity,
-                ));
+                tokio::spawn(metrics::serve(listener, progress.subscribe(), endpoint));
             }
             let options = RunOptions {
                 accept_gap,
@@ -270,6 +284,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
         Command::Demo(options) => demo::run(options).await.map(|()| ExitCode::SUCCESS),
         Command::Status { config, json } => {
             let config = PipelineConfig::load(&config)?;
+            log::name_slot(&config.source.slot);
             let status = status::collect(&config).await?;
             if json {
                 println!(
@@ -289,6 +304,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             identities_only,
         } => {
             let config = PipelineConfig::load(&config)?;
+            log::name_slot(&config.source.slot);
             let options = VerifyOptions {
                 table,
                 show,
@@ -304,6 +320,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Check { config } => {
             let config = PipelineConfig::load(&config)?;
+            log::name_slot(&config.source.slot);
             for note in config.source.deprecations() {
                 tracing::warn!("{note}");
             }
@@ -316,12 +333,14 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Resync { config, table } => {
             let config = PipelineConfig::load(&config)?;
+            log::name_slot(&config.source.slot);
             let requested = tributary::commands::resync::request(&config, &table).await?;
             print!("{requested}");
             Ok(ExitCode::SUCCESS)
         }
         Command::Teardown { config, yes } => {
             let config = PipelineConfig::load(&config)?;
+            log::name_slot(&config.source.slot);
             let teardown = Teardown::prepare(&config).await?;
             print!("{teardown}");
             if teardown.is_empty() {

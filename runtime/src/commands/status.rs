@@ -8,8 +8,10 @@ use serde::Serialize;
 
 use crate::Lsn;
 use crate::config::PipelineConfig;
+use crate::lake::TableFormat;
 use crate::lake::commit::utc_text;
 use crate::lake::commit::{CommitError, CommitLog, Writer};
+use crate::lake::delta;
 use crate::lake::sink::{Sink, SinkError};
 use crate::source::provision::{self, ProvisionError, SlotHolder};
 use crate::units::human_bytes;
@@ -59,6 +61,20 @@ pub struct SinkStatus {
     pub dead_letters: u64,
     /// A full load (or resync) under way, as of the latest entry.
     pub load: Option<crate::stream::load::LoadState>,
+    /// With `sink.format = "delta"`: each output's table.
+    pub tables: Vec<TableStatus>,
+}
+
+/// One output's Delta table.
+#[derive(Debug, Clone, Serialize)]
+pub struct TableStatus {
+    pub output: String,
+    /// The table's latest version.
+    pub version: Option<u64>,
+    /// The latest commit entry the table holds (its `txn` version for this pipeline).
+    pub sequence: Option<u64>,
+    /// Data files a reader of the latest version reads.
+    pub files: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -92,9 +108,23 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
         safe_wal_size: slot.as_ref().and_then(|s| s.safe_wal_size),
     };
     let sink = Sink::open(&config.sink.url, &config.sink.options)?;
-    let latest = CommitLog::new(sink, Writer::named("status"))
+    let latest = CommitLog::new(sink.clone(), Writer::named("status"))
         .latest()
         .await?;
+    let mut tables = Vec::new();
+    if config.sink.format == TableFormat::Delta {
+        let database = provision::current_database(&client).await?;
+        let app = delta::app_id(&database, &config.source.slot);
+        for output in delta::table_names(&sink).await? {
+            let state = delta::read_table(&sink, &output, Default::default()).await?;
+            tables.push(TableStatus {
+                sequence: state.txn(&app),
+                version: state.version,
+                files: state.files.len(),
+                output,
+            });
+        }
+    }
     let sink = SinkStatus {
         url: config.sink.url.clone(),
         last_sequence: latest.as_ref().map(|e| e.sequence),
@@ -107,6 +137,7 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
             .and_then(|e| writer_running(&e.writer, holder.as_ref())),
         dead_letters: latest.as_ref().map_or(0, |e| e.dead_letters),
         load: latest.as_ref().and_then(|e| e.load.clone()),
+        tables,
     };
     Ok(Status {
         current_wal_lsn: current,
@@ -213,6 +244,21 @@ impl std::fmt::Display for Status {
                         )?;
                     }
                 }
+                if !self.sink.tables.is_empty() {
+                    writeln!(f, "  Delta tables")?;
+                }
+                for t in &self.sink.tables {
+                    let version = t.version.map_or_else(|| "-".to_owned(), |v| v.to_string());
+                    let holds = t.sequence.map_or_else(
+                        || "no commit entry".to_owned(),
+                        |s| format!("entries up to #{s}"),
+                    );
+                    writeln!(
+                        f,
+                        "    {:<15} version {version}, {holds}, {} files",
+                        t.output, t.files
+                    )?;
+                }
                 match self.sink.dead_letters {
                     0 => Ok(()),
                     n => writeln!(
@@ -269,6 +315,7 @@ mod tests {
                 writer_running,
                 dead_letters: 0,
                 load: None,
+                tables: Vec::new(),
             },
         }
     }

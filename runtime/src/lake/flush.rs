@@ -2,7 +2,9 @@
 //! out, time passed in.
 //!
 //! A flush is landed in five steps: its intent, its data files, its commit entry, the confirm
-//! to the slot, and removing the intent. [`FlushMachine`] decides which step of which flush
+//! to the slot, and removing the intent. With Delta tables (`sink.format = "delta"`) a sixth
+//! comes between the entry and the confirm: publishing, one Delta commit per output the flush
+//! touched, in sequence order like the entries (see [`crate::lake::delta`]). [`FlushMachine`] decides which step of which flush
 //! runs next and what a failure means; one IO task carries out its [`Action`]s and reports each
 //! result back with [`FlushMachine::handle`]. Following quinn-proto's shape: `push` and
 //! `handle` take inputs, `poll_action` yields what to do, `poll_timeout` says when to poll
@@ -38,6 +40,7 @@ use crate::lake::commit::{
     Checkpoint, CommitEntry, CommitError, EntryKind, FORMAT, Failover, FileEntry, PluginRecord,
     Writer,
 };
+use crate::lake::delta::TableFile;
 
 /// Uploads in flight at once, over all flushes.
 pub const MAX_UPLOADS: usize = 4;
@@ -75,6 +78,8 @@ pub struct EncodedFlush {
     pub chunk: bool,
     /// While a load runs: its progress as of this flush, which the entry records.
     pub load: Option<crate::stream::load::LoadState>,
+    /// With Delta tables: what each of `files` brings to its output's table.
+    pub tables: Vec<TableFile>,
 }
 
 /// Which step of which flush an action is; results are reported with it.
@@ -90,6 +95,8 @@ pub enum Step {
     Intent(u32),
     Upload(usize),
     Commit,
+    /// The Delta commits of the flush's outputs.
+    Publish,
     ClearIntent,
     Abandon,
 }
@@ -117,6 +124,8 @@ pub enum Action {
         part: u32,
         last: bool,
     },
+    /// Commit the flush's files to their outputs' Delta tables as transaction `id.sequence`.
+    Publish { id: ActionId, files: Vec<TableFile> },
     /// Tell the slot it may release WAL up to here (infallible; no result is reported).
     Confirm { lsn: Lsn },
     /// The flush is durable and confirmed: report it, release its memory.
@@ -226,6 +235,8 @@ struct Flight {
     parts: Vec<PartFlight>,
     uploads: Vec<State>,
     commit: State,
+    /// Done from the start unless the flush has files to publish to Delta tables.
+    publish: State,
     /// Built when the commit is first issued, so that every retry writes the same bytes.
     entry: Option<CommitEntry>,
     landed: bool,
@@ -269,7 +280,10 @@ impl Flight {
         self.parts
             .iter()
             .map(|p| ("writing the intent", p.intent))
-            .chain([("writing the commit entry", self.commit)])
+            .chain([
+                ("writing the commit entry", self.commit),
+                (PUBLISHING, self.publish),
+            ])
             .chain(self.uploads.iter().map(|s| ("uploading data files", *s)))
     }
 
@@ -281,6 +295,8 @@ impl Flight {
             .collect()
     }
 }
+
+const PUBLISHING: &str = "committing to the Delta tables";
 
 /// Lands encoded flushes in order. See the module docs.
 pub struct FlushMachine {
@@ -303,6 +319,12 @@ pub struct FlushMachine {
     timeline: Option<u32>,
     /// A promotion the reader followed, recorded in the next entry.
     failover: Option<Failover>,
+    /// With Delta tables: every entry up to this one is in its tables.
+    tables_through: Option<u64>,
+    /// The position confirmed so far: the end of the last flush landed (committed and, with
+    /// Delta tables, in its tables). The checkpoint runs ahead of it by flushes committed and
+    /// not yet in their tables.
+    confirmed: Lsn,
 }
 
 impl FlushMachine {
@@ -312,6 +334,7 @@ impl FlushMachine {
         slot: impl Into<String>,
         plugins: Vec<PluginRecord>,
     ) -> Self {
+        let confirmed = checkpoint.confirmed();
         FlushMachine {
             checkpoint,
             writer,
@@ -325,7 +348,15 @@ impl FlushMachine {
             retry_limit: None,
             timeline: None,
             failover: None,
+            tables_through: None,
+            confirmed,
         }
+    }
+
+    /// Publish every flush to Delta tables; the tables hold every entry up to `through`.
+    pub fn with_tables(mut self, through: u64) -> Self {
+        self.tables_through = Some(through);
+        self
     }
 
     /// Record the source server's `timeline` in every entry.
@@ -362,7 +393,7 @@ impl FlushMachine {
 
     /// The position confirmed so far.
     pub fn confirmed(&self) -> Lsn {
-        self.checkpoint.confirmed()
+        self.confirmed
     }
 
     /// Flushes not yet landed.
@@ -418,6 +449,7 @@ impl FlushMachine {
                 .uploads
                 .extend(std::iter::repeat_n(State::Waiting, flush.files.len()));
             flight.flush.files.extend(flush.files);
+            flight.flush.tables.extend(flush.tables);
             flight.flush.transactions += flush.transactions;
             flight.flush.changes += flush.changes;
             flight.flush.dead_letters += flush.dead_letters;
@@ -442,11 +474,16 @@ impl FlushMachine {
         let uploads = vec![State::Waiting; flush.files.len()];
         let parts = vec![PartFlight::new(0..flush.files.len())];
         let (sequence, last) = (flush.sequence, flush.last);
+        let publish = match self.tables_through {
+            Some(_) => State::Waiting,
+            None => State::Done,
+        };
         self.flights.push_back(Flight {
             flush,
             parts,
             uploads,
             commit: State::Waiting,
+            publish,
             entry: None,
             landed: false,
             clear: State::Waiting,
@@ -482,7 +519,7 @@ impl FlushMachine {
         if let Some(what) = retrying {
             self.stopped = Some(Stopped::Interrupted {
                 what,
-                confirmed: self.checkpoint.confirmed(),
+                confirmed: self.confirmed,
             });
         }
     }
@@ -507,6 +544,7 @@ impl FlushMachine {
             Step::Intent(_) => "writing the intent",
             Step::Upload(_) => "uploading data files",
             Step::Commit => "writing the commit entry",
+            Step::Publish => PUBLISHING,
             Step::ClearIntent => "removing a landed flush's intent",
             Step::Abandon => unreachable!(),
         };
@@ -515,6 +553,7 @@ impl FlushMachine {
             Step::Intent(part) => &mut flight.parts[part as usize].intent,
             Step::Upload(k) => &mut flight.uploads[k],
             Step::Commit => &mut flight.commit,
+            Step::Publish => &mut flight.publish,
             Step::ClearIntent => &mut flight.clear,
             Step::Abandon => unreachable!(),
         };
@@ -527,6 +566,7 @@ impl FlushMachine {
                 }
                 match id.step {
                     Step::Commit => self.committed(index),
+                    Step::Publish => self.published(index),
                     Step::Upload(k) => self.uploaded(index, k),
                     _ => {}
                 }
@@ -558,7 +598,7 @@ impl FlushMachine {
                         failing_for: now.duration_since(since),
                         attempts,
                         error: error.to_string(),
-                        confirmed: self.checkpoint.confirmed(),
+                        confirmed: self.confirmed,
                     });
                     return;
                 }
@@ -621,9 +661,38 @@ impl FlushMachine {
             self.fail(error);
             return;
         }
+        // With Delta tables the flush lands once its tables have it, in order (see
+        // `poll_action`).
+        if self.tables_through.is_none() {
+            self.land(index);
+        }
+    }
+
+    /// A flush's outputs hold its files in their tables (or it has none to publish).
+    fn published(&mut self, index: usize) {
+        if let Some(through) = &mut self.tables_through {
+            let done = self
+                .flights
+                .iter()
+                .take_while(|f| f.commit == State::Done && f.publish == State::Done);
+            if let Some(last) = done.last() {
+                *through = (*through).max(last.flush.sequence);
+            }
+        }
+        self.land(index);
+    }
+
+    /// The flush is in the log and, with Delta tables, in its tables: confirm it.
+    fn land(&mut self, index: usize) {
+        let flight = &mut self.flights[index];
+        let entry = flight
+            .entry
+            .clone()
+            .expect("a committed flight has its entry");
         flight.landed = true;
+        self.confirmed = entry.last_end_lsn;
         self.pending.push_back(Action::Confirm {
-            lsn: self.checkpoint.confirmed(),
+            lsn: entry.last_end_lsn,
         });
         self.pending.push_back(Action::Landed {
             entry: Box::new(entry),
@@ -634,9 +703,16 @@ impl FlushMachine {
         if self.stopped.is_some() {
             return;
         }
-        if matches!(error, CommitError::Conflict { .. }) {
+        if matches!(
+            error,
+            CommitError::Conflict { .. } | CommitError::TableAhead { .. }
+        ) {
             // Every flush not yet committed lost its sequence number: remove what it wrote.
-            for flight in self.flights.iter().filter(|f| !f.landed && !f.untouched()) {
+            for flight in self
+                .flights
+                .iter()
+                .filter(|f| f.commit != State::Done && !f.untouched())
+            {
                 self.abandon.push((
                     flight.flush.sequence,
                     flight.paths(),
@@ -674,6 +750,7 @@ impl FlushMachine {
             .filter(|s| s.is_issued())
             .count();
         let mut earlier_committed = true;
+        let mut earlier_published = true;
         for index in 0..self.flights.len() {
             let flight = &mut self.flights[index];
             let sequence = flight.flush.sequence;
@@ -744,6 +821,7 @@ impl FlushMachine {
                     failover: self.failover.take(),
                     started_from: None,
                     load: flight.flush.load.clone(),
+                    tables_through: self.tables_through,
                 });
                 return Some(Action::Commit {
                     id: ActionId {
@@ -751,6 +829,26 @@ impl FlushMachine {
                         step: Step::Commit,
                     },
                     entry: Box::new(entry.clone()),
+                });
+            }
+            if earlier_published
+                && flight.commit == State::Done
+                && flight.flush.tables.is_empty()
+                && flight.publish == State::Waiting
+            {
+                // Nothing to add to a table: in its tables once the flushes before it are.
+                flight.publish = State::Done;
+                self.published(index);
+                return self.pending.pop_front();
+            }
+            if earlier_published && flight.commit == State::Done && flight.publish.due(now) {
+                flight.publish.issue();
+                return Some(Action::Publish {
+                    id: ActionId {
+                        sequence,
+                        step: Step::Publish,
+                    },
+                    files: flight.flush.tables.clone(),
                 });
             }
             if flight.landed && flight.clear == State::Waiting && flight.flush.files.is_empty() {
@@ -768,6 +866,7 @@ impl FlushMachine {
                 });
             }
             earlier_committed &= flight.commit == State::Done;
+            earlier_published &= flight.publish == State::Done;
         }
         // Landed flights whose intent is handled are finished, in order.
         while self

@@ -3,15 +3,28 @@
 //! log and the fence ([`commit`]), and the flush machine that orders every step of landing
 //! ([`flush`]).
 //!
-//! The table format is Parquet data files plus the commit log under `_tributary/`; its file
-//! names are [`commit::data_file_path`]. A second format (a table log beside the data files)
-//! plugs in behind the commit, with the flush machine unchanged unless it needs a step.
+//! Two table formats ([`TableFormat`]) share the data files ([`commit::data_file_path`]) and the
+//! commit log under `_tributary/`: `parquet` is those alone; `delta` ([`delta`]) also makes each
+//! output a Delta Lake table, one Delta commit per output after each commit entry (the flush
+//! machine's publish step).
 //!
 //! Owns: every byte written to the sink. May import: [`crate::stream`], [`crate::wire`] and
 //! the crate root. [`encode`], [`flush`] and the protocol in [`commit`] are pure; [`sink`] and
 //! the commit log's reads and writes do the IO.
 
 pub mod commit;
+pub mod delta;
 pub mod encode;
 pub mod flush;
 pub mod sink;
+
+/// How landed flushes are made visible to readers (`sink.format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TableFormat {
+    /// Parquet files under `<output>/`, and the commit log that names the committed ones.
+    #[default]
+    Parquet,
+    /// The same, and each output a Delta Lake table whose log adds each flush's files.
+    Delta,
+}

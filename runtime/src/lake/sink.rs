@@ -380,6 +380,28 @@ impl Sink {
         }
     }
 
+    /// Write an object, replacing one there: only for pointers that say where something
+    /// else is (a Delta log's `_last_checkpoint`), never for what the pipeline lands.
+    pub async fn replace(&self, path: &Path, bytes: Bytes) -> Result<(), SinkError> {
+        self.store
+            .put(path, PutPayload::from(bytes))
+            .await
+            .map(|_| ())
+            .map_err(|e| self.error(e))
+    }
+
+    /// Bytes `range` of the object.
+    pub async fn get_range(
+        &self,
+        path: &Path,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, SinkError> {
+        self.store
+            .get_range(path, range)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
     /// Delete an object; deleting one that is not there is not an error.
     pub async fn delete(&self, path: &Path) -> Result<(), SinkError> {
         match self.store.delete(path).await {

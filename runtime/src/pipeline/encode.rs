@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use super::error::PipelineError;
 use super::messages::{Encoded, Transformed};
 use crate::lake::commit::{FileEntry, Writer, data_file_path};
+use crate::lake::delta::TableFile;
 use crate::lake::encode::{EncodeError, Encoder};
 
 const ENCODERS: usize = 2;
@@ -20,6 +21,7 @@ const ENCODERS: usize = 2;
 pub(super) async fn encode_stage(
     encoder: Encoder,
     writer: Writer,
+    delta: bool,
     mut input: mpsc::Receiver<Transformed>,
     output: mpsc::Sender<Encoded>,
 ) -> Result<(), PipelineError> {
@@ -71,7 +73,8 @@ pub(super) async fn encode_stage(
                 if numbering.0 != sequence {
                     numbering = (sequence, BTreeMap::new());
                 }
-                flush.files = name_files(files, sequence, &writer, &mut numbering.1);
+                (flush.files, flush.tables) =
+                    name_files(files, sequence, &writer, &mut numbering.1, delta);
                 // Only the files are left until they are uploaded.
                 share.shrink_to(flush.files.iter().map(|(_, b)| b.len()).sum());
                 let encoded = Encoded {
@@ -92,14 +95,16 @@ pub(super) async fn encode_stage(
 }
 
 /// Name the encoded files of a flush (or part of one); `ordinals` holds the next file ordinal
-/// of each output in this flush.
+/// of each output in this flush. With `delta`, also what each file brings to its table.
 fn name_files(
     outputs: Vec<(String, Vec<crate::lake::encode::EncodedFile>)>,
     sequence: u64,
     writer: &Writer,
     ordinals: &mut BTreeMap<String, usize>,
-) -> Vec<(FileEntry, Bytes)> {
+    delta: bool,
+) -> (Vec<(FileEntry, Bytes)>, Vec<TableFile>) {
     let mut files = Vec::new();
+    let mut tables = Vec::new();
     for (output, encoded) in outputs {
         for encoded in encoded {
             let part = ordinals.entry(output.clone()).or_default();
@@ -112,8 +117,17 @@ fn name_files(
                 bytes: encoded.bytes.len() as u64,
                 schema: encoded.schema,
             };
+            if delta {
+                tables.push(TableFile {
+                    output: output.clone(),
+                    path: file.path.clone(),
+                    size: file.bytes,
+                    rows: file.rows,
+                    schema: encoded.columns,
+                });
+            }
             files.push((file, encoded.bytes));
         }
     }
-    files
+    (files, tables)
 }

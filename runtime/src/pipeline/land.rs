@@ -11,11 +11,13 @@ use tokio::sync::{mpsc, watch};
 
 use super::budget::Share;
 use super::error::PipelineError;
+use super::health::{Failure, seconds_since};
 use super::messages::{Encoded, Progress, Shutdown};
 use super::retry::TELL_EVERY;
 use super::sleep_until;
 use crate::failpoint;
 use crate::lake::commit::{CommitError, CommitLog, EntryKind, Failover, unix_micros};
+use crate::lake::delta::Tables;
 use crate::lake::flush::{Action, ActionId, FlushMachine, Step, Stopped};
 use crate::lake::sink::{Created, Sink};
 use crate::source::replication::Confirmer;
@@ -28,11 +30,17 @@ const STOP_PATIENCE: Duration = Duration::from_secs(5);
 /// Actions being carried out: each yields its result and how long it took.
 type Running = FuturesUnordered<BoxFuture<'static, (ActionId, Result<(), CommitError>, Duration)>>;
 
+/// Where flushes land: the commit log, and with `sink.format = "delta"` the outputs' tables.
+pub(super) struct Lake {
+    pub log: CommitLog,
+    pub tables: Option<Tables>,
+}
+
 /// Land what arrives on `input` until it closes and everything has landed, or landing stops.
 pub(super) async fn land(
     mut machine: FlushMachine,
     mut input: mpsc::Receiver<Encoded>,
-    log: CommitLog,
+    Lake { log, tables }: Lake,
     confirmer: Confirmer,
     mut shutdown: Shutdown,
     progress: watch::Sender<Progress>,
@@ -104,20 +112,25 @@ pub(super) async fn land(
                     if let Some(message) = told {
                         tracing::warn!("{message}");
                     }
+                    let failure = failing.failure();
                     progress.send_modify(|p| {
                         p.sink_retries += 1;
                         p.sink_failing = true;
+                        p.faults.sink = failure;
                     });
                 }
                 Action::Recovered { what, attempts } => {
                     if let Some(message) = failing.recovered(what, attempts, Instant::now()) {
                         tracing::info!("{message}");
                     }
-                    let still = failing.any();
-                    progress.send_modify(|p| p.sink_failing = still);
+                    let (still, failure) = (failing.any(), failing.failure());
+                    progress.send_modify(|p| {
+                        p.sink_failing = still;
+                        p.faults.sink = failure;
+                    });
                 }
                 Action::Warning { message } => tracing::warn!("{message}"),
-                other => running.push(execute(other, &log, &sink)),
+                other => running.push(execute(other, &log, &sink, tables.as_ref())),
             }
         }
         if machine.is_stopped() && machine.is_idle() && running.is_empty() {
@@ -197,14 +210,22 @@ pub(super) async fn land(
     }
 }
 
-/// Sink steps failing now, by what they do: when they began failing and when the log last said
-/// so. An outage is told once when it begins, then every [`TELL_EVERY`], and once when it ends,
-/// not once per attempt of every upload. Returns what to log; time is passed in.
+/// Sink steps failing now, by what they do: when they began failing, when the log last said
+/// so, and what the latest attempt said. An outage is told once when it begins, then every
+/// [`TELL_EVERY`], and once when it ends, not once per attempt of every upload. Returns what to
+/// log; time is passed in.
 #[derive(Default)]
 struct Failing {
-    steps: Vec<(&'static str, Instant, Instant)>,
+    steps: Vec<FailingStep>,
     /// `retry.limit_secs`, for the log.
     limit: Option<Duration>,
+}
+
+struct FailingStep {
+    what: &'static str,
+    since: Instant,
+    told: Instant,
+    error: String,
 }
 
 impl Failing {
@@ -219,9 +240,14 @@ impl Failing {
         confirmed: crate::Lsn,
         now: Instant,
     ) -> Option<String> {
-        match self.steps.iter_mut().find(|(w, _, _)| *w == what) {
+        match self.steps.iter_mut().find(|s| s.what == what) {
             None => {
-                self.steps.push((what, now, now));
+                self.steps.push(FailingStep {
+                    what,
+                    since: now,
+                    told: now,
+                    error: error.to_owned(),
+                });
                 Some(format!(
                     "{what} failed (flush {sequence}): {error}; retrying with backoff {}, next in {retry_in:?}; nothing past {confirmed} is confirmed meanwhile",
                     match self.limit {
@@ -231,14 +257,17 @@ impl Failing {
                     }
                 ))
             }
-            Some((_, since, told)) if now.duration_since(*told) >= TELL_EVERY => {
-                *told = now;
+            Some(step) => {
+                error.clone_into(&mut step.error);
+                if now.duration_since(step.told) < TELL_EVERY {
+                    return None;
+                }
+                step.told = now;
                 Some(format!(
                     "{what} still failing after {:?} and {attempts} attempts (flush {sequence}): {error}; next attempt in {retry_in:?}; nothing past {confirmed} is confirmed",
-                    now.duration_since(*since)
+                    now.duration_since(step.since)
                 ))
             }
-            Some(_) => None,
         }
     }
 
@@ -247,9 +276,17 @@ impl Failing {
         !self.steps.is_empty()
     }
 
+    /// The step failing longest, for the readiness probe: since when, and what it said last.
+    fn failure(&self) -> Option<Failure> {
+        self.steps.iter().min_by_key(|s| s.since).map(|s| Failure {
+            since: s.since,
+            error: format!("{}: {}", s.what, s.error),
+        })
+    }
+
     fn recovered(&mut self, what: &'static str, attempts: u32, now: Instant) -> Option<String> {
-        let i = self.steps.iter().position(|(w, _, _)| *w == what)?;
-        let since = self.steps.remove(i).1;
+        let i = self.steps.iter().position(|s| s.what == what)?;
+        let since = self.steps.remove(i).since;
         Some(format!(
             "{what}: the sink is reachable again after {:?} ({attempts} attempts)",
             now.duration_since(since)
@@ -269,8 +306,9 @@ fn execute(
     action: Action,
     log: &CommitLog,
     sink: &Sink,
+    tables: Option<&Tables>,
 ) -> BoxFuture<'static, (ActionId, Result<(), CommitError>, Duration)> {
-    let (log, sink) = (log.clone(), sink.clone());
+    let (log, sink, tables) = (log.clone(), sink.clone(), tables.cloned());
     Box::pin(async move {
         let started = Instant::now();
         let (id, result) = match action {
@@ -301,6 +339,15 @@ fn execute(
                 let result = log.commit(&entry).await;
                 if result.is_ok() {
                     failpoint::reached("flush.after-commit").await;
+                }
+                (id, result)
+            }
+            Action::Publish { id, files } => {
+                let tables = tables.expect("only a pipeline with Delta tables publishes");
+                failpoint::reached("delta.before-publish").await;
+                let result = tables.publish(id.sequence, &files).await;
+                if result.is_ok() {
+                    failpoint::reached("delta.after-publish").await;
                 }
                 (id, result)
             }
@@ -361,17 +408,30 @@ fn report(
             confirmed = %entry.last_end_lsn,
             "nothing to land for a while; confirmed where the server's WAL moved on"
         );
-        progress.send_modify(|p| p.last_entry = Some(entry.clone()));
+        progress.send_modify(|p| {
+            p.backlog.landed(entry.last_end_lsn);
+            p.last_entry = Some(entry.clone());
+        });
         return;
     }
     let rows: u64 = entry.files.iter().map(|f| f.rows).sum();
     let bytes: u64 = entry.files.iter().map(|f| f.bytes).sum();
+    // How far behind the lake was until now: the age of the oldest transaction this commit
+    // made visible (a load chunk has none).
+    let mut oldest = None;
+    progress.send_if_modified(|p| {
+        oldest = p.backlog.landed(entry.last_end_lsn);
+        false
+    });
+    let lag_seconds =
+        oldest.map(|o| (seconds_since(o.commit_time, unix_micros()) * 1e3).round() / 1e3);
     tracing::info!(
         sequence = entry.sequence,
         transactions = entry.transactions,
         changes = entry.changes,
         files = entry.files.len(),
         bytes,
+        lag_seconds,
         confirmed = %entry.last_end_lsn,
         "committed"
     );
@@ -430,5 +490,48 @@ mod tests {
         assert!(back.contains("after 41s (7 attempts)"), "{back}");
         // The other uploads that recover with it say nothing more.
         assert_eq!(f.recovered("uploading data files", 1, t0), None);
+    }
+
+    #[test]
+    fn the_step_failing_longest_is_the_one_readiness_hears_of_with_its_latest_error() {
+        let t0 = Instant::now();
+        let mut f = Failing::default();
+        assert_eq!(f.failure(), None);
+        let lsn = crate::Lsn(0x10);
+        let secs = Duration::from_secs;
+        f.retrying("uploading data files", 7, 1, secs(1), "refused", lsn, t0);
+        f.retrying(
+            "writing the intent",
+            8,
+            1,
+            secs(1),
+            "timed out",
+            lsn,
+            t0 + secs(3),
+        );
+        f.retrying(
+            "uploading data files",
+            7,
+            2,
+            secs(2),
+            "reset",
+            lsn,
+            t0 + secs(4),
+        );
+        assert_eq!(
+            f.failure(),
+            Some(Failure {
+                since: t0,
+                error: "uploading data files: reset".into()
+            })
+        );
+        f.recovered("uploading data files", 2, t0 + secs(5));
+        assert_eq!(
+            f.failure(),
+            Some(Failure {
+                since: t0 + secs(3),
+                error: "writing the intent: timed out".into()
+            })
+        );
     }
 }

@@ -7,9 +7,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::budget::Share;
+use super::health::{Backlog, Faults};
 use crate::Lsn;
 use crate::lake::commit::CommitEntry;
 use crate::lake::flush::EncodedFlush;
+use crate::source::slot_wal::SlotWal;
 use crate::stream::change::{Batch, OutputBatch};
 use crate::stream::load::LoadState;
 use crate::transform::Tallies;
@@ -38,6 +40,17 @@ pub struct Progress {
     pub sink_failing: bool,
     /// A full load under way: what it has read so far.
     pub load: Option<crate::stream::load::LoadProgress>,
+    /// Steps failing now and being retried, for the readiness probe.
+    pub faults: Faults,
+    /// Transactions read and not yet landed, for `tributary_lag_seconds`.
+    pub backlog: Backlog,
+    /// The slot's WAL figures as the source last told them (sampled only while the metrics
+    /// endpoint is on); `None` before the first sample or when the slot is gone.
+    pub slot: Option<SlotWal>,
+    /// A stop was requested: the flush in flight is finishing.
+    pub stopping: bool,
+    /// The stages have ended, and why (an error, or the stop asked for).
+    pub ended: Option<String>,
 }
 
 /// Wall time spent in each stage, summed over a run: where a pipeline's time goes. The rest of

@@ -24,6 +24,7 @@
 mod budget;
 mod encode;
 mod error;
+pub mod health;
 mod land;
 mod load;
 mod messages;
@@ -32,6 +33,7 @@ mod read;
 mod reconnect;
 mod reload;
 mod retry;
+mod slot_watch;
 mod start;
 mod transform;
 
@@ -50,8 +52,9 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::PipelineConfig;
 use crate::failpoint;
+use crate::lake::TableFormat;
 use crate::lake::commit::PluginRecord;
-use crate::lake::encode::Encoder;
+use crate::lake::encode::{EncodeOptions, Encoder};
 use crate::lake::flush::FlushMachine;
 use crate::source::replication::ReplicationStream;
 use crate::stream::assemble::{SpillMedia, SpillMedium, SpillSettings};
@@ -101,8 +104,26 @@ impl Default for RunOptions {
     }
 }
 
-/// Run the pipeline until `shutdown` turns true or an error stops it.
+/// Run the pipeline until `shutdown` turns true or an error stops it. Its end, and why, is
+/// published in `progress` too, for the health probe.
 pub async fn run(
+    config: PipelineConfig,
+    options: RunOptions,
+    shutdown: Shutdown,
+    progress: watch::Sender<Progress>,
+) -> Result<Progress, PipelineError> {
+    let result = run_to_end(config, options, shutdown, progress.clone()).await;
+    progress.send_modify(|p| {
+        p.streaming = false;
+        p.ended = Some(match &result {
+            Ok(_) => "stopped as asked".to_owned(),
+            Err(e) => crate::error_chain(e),
+        });
+    });
+    result
+}
+
+async fn run_to_end(
     config: PipelineConfig,
     options: RunOptions,
     shutdown: Shutdown,
@@ -120,6 +141,16 @@ pub async fn run(
         p.last_entry = Some(started.opened.clone());
         p.streaming = true;
     });
+    // Only the metrics endpoint shows the slot's figures: without it, no session is spent on
+    // them.
+    let _slot_watch = config.metrics.listen.is_some().then(|| {
+        AbortOnDrop(tokio::spawn(slot_watch::watch(
+            started.reconnect.pg.clone(),
+            config.source.slot.clone(),
+            Duration::from_secs(config.source.status_interval_secs),
+            progress.clone(),
+        )))
+    });
     let stages: BoxFuture<'_, _> =
         Box::pin(run_stages(config, started, shutdown, progress.clone()));
     let stream = stages.await?;
@@ -127,6 +158,15 @@ pub async fn run(
     // A clean goodbye: the final status update carries the last confirmed position.
     stream.shutdown().await?;
     Ok(landed)
+}
+
+/// A task that ends with the scope holding it, however the scope is left.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The stages, each a future of its own, joined by bounded queues; the in-flight budget bounds
@@ -151,6 +191,10 @@ async fn run_stages(
     )
     .with_retry_limit(config.retry.limit())
     .with_timeline(started.timeline);
+    let machine = match &started.tables {
+        Some(_) => machine.with_tables(started.opened.sequence),
+        None => machine,
+    };
     let confirmer = started.stream.confirmer();
     let followed = started.reconnect.followed.subscribe();
     let load_settings = load::LoadSettings {
@@ -201,7 +245,11 @@ async fn run_stages(
         loading: None,
         to_load: resumed,
     };
-    let encoder = Encoder::new(&config.parquet.encode_options())?;
+    let delta = config.sink.format == TableFormat::Delta;
+    let encoder = Encoder::new(&EncodeOptions {
+        format: config.sink.format,
+        ..config.parquet.encode_options()
+    })?;
     let read = reader.stage(job);
     let (stream, _instances, (), ()) = tokio::try_join!(
         read,
@@ -212,11 +260,14 @@ async fn run_stages(
             transformed_tx,
             flush.parallel_transforms,
         ),
-        encode_stage(encoder, writer, transformed_rx, encoded_tx),
+        encode_stage(encoder, writer, delta, transformed_rx, encoded_tx),
         land::land(
             machine,
             encoded_rx,
-            started.log,
+            land::Lake {
+                log: started.log,
+                tables: started.tables,
+            },
             confirmer,
             shutdown,
             progress,

@@ -8,6 +8,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::budget::{Budget, PEAK_COPIES};
 use super::error::PipelineError;
+use super::health::Pending;
 use super::messages::{Advance, Cut, Progress, Shutdown};
 use super::{PROGRESS_EVERY, load, reconnect, sleep_until};
 use crate::Lsn;
@@ -15,7 +16,7 @@ use crate::lake::commit::Checkpoint;
 use crate::source::catalog::Catalog;
 use crate::source::replication::{ReplicationError, ReplicationStream, XLogData};
 use crate::stream::assemble::Spilled;
-use crate::stream::change::Batch;
+use crate::stream::change::{Batch, Transaction};
 use crate::stream::load::{LoadState, TableLoad};
 use crate::stream::read::{Frame, IdleFacts, Landed, ReadAction, ReadError, ReadMachine};
 
@@ -195,7 +196,7 @@ impl Reader {
         let handed_end = self.machine.handed_end();
         match self
             .reconnect
-            .reopen(lost, handed_end, &self.shutdown)
+            .reopen(lost, handed_end, &self.shutdown, &self.progress)
             .await?
         {
             Some(stream) => {
@@ -267,7 +268,25 @@ impl Reader {
                 return Ok(false);
             }
         }
+        self.note_gathering();
         Ok(true)
+    }
+
+    /// Tell the lag gauge which transaction the batch being gathered starts with.
+    fn note_gathering(&self) {
+        let first = self.machine.gathering().map(pending);
+        self.progress.send_if_modified(|p| {
+            p.backlog.gathering(first);
+            false
+        });
+    }
+
+    /// Tell the lag gauge that a flush starting with `first` was handed on.
+    fn note_handed_on(&self, first: Pending) {
+        self.progress.send_if_modified(|p| {
+            p.backlog.handed_on(first);
+            false
+        });
     }
 
     /// Hand on an advance: flush `sequence` records that the server's WAL moved on to `end`.
@@ -304,6 +323,10 @@ impl Reader {
             spilled_mib = spilled.spilled_bytes >> 20,
             "landing a large transaction from disk in parts; it becomes visible at once when the last is committed"
         );
+        self.note_handed_on(Pending {
+            end: spilled.end_lsn,
+            commit_time: spilled.commit_time,
+        });
         let mut messages = std::mem::take(&mut spilled.preceding);
         let (mut part, mut changes) = (0u32, 0u64);
         let mut said = Instant::now();
@@ -367,6 +390,9 @@ impl Reader {
         let share = self.budget.take(bytes.saturating_mul(PEAK_COPIES)).await;
         if waited.elapsed() > Duration::from_secs(1) {
             tracing::debug!(waited = ?waited.elapsed(), "reading paused while the in-flight budget was full");
+        }
+        if let Some(first) = batch.transactions.first() {
+            self.note_handed_on(pending(first));
         }
         let state = self.load_state();
         self.output
@@ -463,6 +489,14 @@ impl Reader {
                 &self.output,
             )
             .await
+    }
+}
+
+/// Where a transaction ends and when it committed, for the lag gauge.
+fn pending(transaction: &Transaction) -> Pending {
+    Pending {
+        end: transaction.end_lsn,
+        commit_time: transaction.commit_time,
     }
 }
 

@@ -11,7 +11,8 @@
 use std::time::{Duration, Instant};
 
 use super::error::PipelineError;
-use super::messages::Shutdown;
+use super::health::Failure;
+use super::messages::{Progress, Shutdown};
 use super::retry::{TELL_EVERY, doubled, gave_up, jittered};
 use tokio::sync::watch;
 
@@ -60,14 +61,41 @@ impl Reconnect {
     /// requested meanwhile.
     ///
     /// `handed_end` is the end of what the reader handed on: the lake ends there once it has
-    /// landed, so a promotion is followed only if the old timeline reached it.
+    /// landed, so a promotion is followed only if the old timeline reached it. While it fails,
+    /// `progress` says so, for the readiness probe.
     pub async fn reopen(
         &mut self,
         lost: &ReplicationError,
         handed_end: Lsn,
         shutdown: &Shutdown,
+        progress: &watch::Sender<Progress>,
     ) -> Result<Option<ReplicationStream>, PipelineError> {
         let since = Instant::now();
+        let failing = |error: String| {
+            progress.send_if_modified(|p| {
+                p.faults.source = Some(Failure { since, error });
+                false
+            });
+        };
+        failing(format!("lost the replication connection: {lost}"));
+        let opened = self
+            .reopen_from(since, lost, handed_end, shutdown, failing)
+            .await;
+        progress.send_if_modified(|p| {
+            p.faults.source = None;
+            false
+        });
+        opened
+    }
+
+    async fn reopen_from(
+        &mut self,
+        since: Instant,
+        lost: &ReplicationError,
+        handed_end: Lsn,
+        shutdown: &Shutdown,
+        failing: impl Fn(String),
+    ) -> Result<Option<ReplicationStream>, PipelineError> {
         tracing::warn!(
             error = %lost,
             confirmed = %self.confirmer.confirmed(),
@@ -94,6 +122,9 @@ impl Reconnect {
                 }
                 Err(OpenError::Moved(error)) => return Err(error),
                 Err(OpenError::Asking(error)) => {
+                    failing(format!(
+                        "asking the promoted source whether its move can be followed: {error}"
+                    ));
                     if let Some(gave_up) = gave_up(
                         "asking the promoted source whether its move can be followed",
                         since,
@@ -117,6 +148,7 @@ impl Reconnect {
                 Err(OpenError::Replication(error))
                     if error.is_transient() || error.code() == Some(SLOT_IN_USE) =>
                 {
+                    failing(format!("reopening the replication connection: {error}"));
                     if let Some(gave_up) = gave_up(
                         "reopening the replication connection",
                         since,

@@ -33,10 +33,12 @@ use super::retry::with_retry;
 use super::{RunOptions, load_transforms, proto_version};
 use crate::Lsn;
 use crate::config::{PipelineConfig, Provisioning, SourceConfig, StartFrom};
+use crate::lake::TableFormat;
 use crate::lake::commit::{
     Checkpoint, CommitEntry, CommitError, CommitLog, FORMAT, PipelineIdentity, PluginRecord,
     Provisioned, ProvisionedKind, TimelineMove, Writer, unix_micros,
 };
+use crate::lake::delta::{self, Tables};
 use crate::lake::sink::Sink;
 use crate::source::catalog::Catalog;
 use crate::source::position::{self, FirstStart};
@@ -74,6 +76,8 @@ pub(super) struct Started {
     pub load: Option<LoadJob>,
     /// The tables the pipeline tracks (`schema.table`).
     pub tracked: Vec<String>,
+    /// With `sink.format = "delta"`: the outputs' tables, up to date with the log.
+    pub tables: Option<Tables>,
 }
 
 /// Start a pipeline; `None` when a stop was requested while it waited for the slot.
@@ -302,6 +306,31 @@ pub(super) async fn start(
     .await?;
     let load = opened.load.clone().map(|state| LoadJob { anchor, state });
     recover(&log, opened.sequence).await?;
+    let tables = match config.sink.format {
+        TableFormat::Parquet => None,
+        TableFormat::Delta => {
+            let tables = Tables::new(
+                sink.clone(),
+                delta::app_id(&identity.database, &identity.slot),
+                writer.clone(),
+            );
+            let through = checkpoint.tables_through();
+            let caught_up = with_retry!(
+                "bringing the Delta tables up to the commit log",
+                checkpoint.confirmed(),
+                limit,
+                &mut stop,
+                delta::catch_up(&log, &tables, through, opened.sequence)
+            )?;
+            if caught_up > 0 {
+                tracing::info!(
+                    entries = caught_up,
+                    "the Delta tables hold every commit entry"
+                );
+            }
+            Some(tables)
+        }
+    };
     // A previous run may have stopped between its last commit and confirming it; what the
     // sink holds is durable, so the slot may release it now.
     stream.confirm(checkpoint.confirmed());
@@ -356,6 +385,7 @@ pub(super) async fn start(
         timeline: system.timeline,
         load,
         tracked,
+        tables,
     }))
 }
 

@@ -207,6 +207,7 @@ fn advanced(cut: Cut, advance: Advance) -> Transformed {
         plugins: None,
         chunk: false,
         load: cut.state,
+        tables: Vec::new(),
     };
     Transformed {
         flush,
@@ -351,6 +352,7 @@ impl Made {
             plugins: Some(plugins),
             chunk: self.chunk,
             load: self.state,
+            tables: Vec::new(),
         };
         Transformed {
             flush,

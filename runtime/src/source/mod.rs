@@ -1,7 +1,7 @@
 //! Everything that talks to the source database: the connection factory ([`connect`]), the
 //! replication socket ([`replication`]), the catalog queries that resolve types
 //! ([`catalog`]), failover slots and standbys ([`failover`]), the source-side set-up and its
-//! refusals ([`provision`]), the prerequisite report ([`prerequisites`]), a full load's
+//! refusals ([`provision`]), the WAL a slot holds back ([`slot_wal`]), the prerequisite report ([`prerequisites`]), a full load's
 //! snapshot reads ([`snapshot`]), where a first run starts reading ([`position`], a decision
 //! without IO), and which columns may be stored out of line as TOAST ([`toast`], without IO).
 //!
@@ -17,6 +17,7 @@ pub mod prerequisites;
 pub mod provision;
 mod quote;
 pub mod replication;
+pub mod slot_wal;
 pub mod snapshot;
 pub mod toast;
 

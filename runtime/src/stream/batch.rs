@@ -60,6 +60,11 @@ impl Batcher {
         self.pending.is_empty()
     }
 
+    /// The oldest transaction pending.
+    pub fn first(&self) -> Option<&Transaction> {
+        self.pending.first()
+    }
+
     /// Approximate decoded size of what is pending.
     pub fn held_bytes(&self) -> usize {
         self.bytes

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use crate::Lsn;
 use crate::stream::assemble::{AssembleError, Assembler, Completed, SpillSettings, Spilled};
 use crate::stream::batch::{BatchLimits, Batcher};
-use crate::stream::change::Batch;
+use crate::stream::change::{Batch, Transaction};
 use crate::stream::load::ResyncRequest;
 use crate::wire::pgoutput::{DecodeError, Decoder, LogicalMessage, Relation};
 use crate::wire::pgtype::ColumnType;
@@ -202,6 +202,11 @@ impl ReadMachine {
     /// on has landed.
     pub fn handed_end(&self) -> Lsn {
         self.handed_end
+    }
+
+    /// The oldest transaction of the batch being gathered: read, and not yet handed on.
+    pub fn gathering(&self) -> Option<&Transaction> {
+        self.batcher.first()
     }
 
     /// The sequence number the next flush takes.

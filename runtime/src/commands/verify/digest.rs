@@ -61,6 +61,9 @@ pub struct Shape {
     /// `_unchanged_toast` (`source.unchanged_toast = "null"` on a table that is not
     /// `REPLICA IDENTITY FULL`).
     pub toast: Vec<usize>,
+    /// The lake is Delta tables: the source's rows are compared in Delta's types
+    /// ([`conform_batch`](crate::lake::delta::schema::conform_batch)).
+    pub delta: bool,
 }
 
 /// One column's cells, read for digesting.
@@ -432,6 +435,7 @@ mod tests {
             columns: vec!["id".into(), "tags".into(), "body".into()],
             key: Some(vec![0]),
             toast: vec![],
+            delta: false,
         }
     }
 

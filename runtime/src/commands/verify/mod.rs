@@ -45,6 +45,7 @@ use tokio_postgres::Client;
 
 use crate::Lsn;
 use crate::config::{PipelineConfig, UnchangedToastPolicy};
+use crate::lake::TableFormat;
 use crate::lake::commit::{CommitError, CommitLog, EntryKind, Writer};
 use crate::lake::encode::{EncodeError, to_record_batch};
 use crate::lake::sink::{Sink, SinkError};
@@ -154,7 +155,11 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
     if options.identities_only {
         let survey = Survey::read(&log, options.table.as_deref(), None).await?;
         let lake = lake::read_lake(&log, &survey, &HashMap::new()).await?;
-        return Ok(finish(&survey, lake, Vec::new(), None, options.show));
+        let mut report = finish(&survey, lake, Vec::new(), None, options.show);
+        if config.sink.format == TableFormat::Delta {
+            report.delta = audit_tables(&log, &survey, options.table.as_deref()).await?;
+        }
+        return Ok(report);
     }
     if !config.transforms.is_empty() {
         let plugins: Vec<String> = config
@@ -186,7 +191,11 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         let table = snapshot
             .table(&mut catalog, table, Some(&config.source.publication))
             .await?;
-        let shape = Arc::new(shape_of(&table, config.source.unchanged_toast));
+        let shape = Arc::new(shape_of(
+            &table,
+            config.source.unchanged_toast,
+            config.sink.format == TableFormat::Delta,
+        ));
         sources.push((table, shape));
     }
     nudge(&client, at).await;
@@ -237,7 +246,11 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         });
     }
     snapshot.close().await?;
-    Ok(finish(&survey, lake, tables_out, Some(at), options.show))
+    let mut report = finish(&survey, lake, tables_out, Some(at), options.show);
+    if config.sink.format == TableFormat::Delta {
+        report.delta = audit_tables(&log, &survey, options.table.as_deref()).await?;
+    }
+    Ok(report)
 }
 
 /// The tracked tables, or the one asked for.
@@ -259,7 +272,7 @@ async fn tables(
 }
 
 /// How a source table is compared.
-fn shape_of(table: &SourceTable, policy: UnchangedToastPolicy) -> Shape {
+fn shape_of(table: &SourceTable, policy: UnchangedToastPolicy, delta: bool) -> Shape {
     let unchanged_toast =
         policy == UnchangedToastPolicy::Null && table.identity != ReplicaIdentity::Full;
     Shape {
@@ -270,6 +283,7 @@ fn shape_of(table: &SourceTable, policy: UnchangedToastPolicy) -> Shape {
             true => table.toastable.clone(),
             false => Vec::new(),
         },
+        delta,
     }
 }
 
@@ -317,6 +331,7 @@ fn source_batch(table: &SourceTable, rows: Vec<Vec<Value>>) -> OutputBatch {
 pub(super) async fn scan_source<T: Send + 'static>(
     snapshot: &Snapshot,
     table: &SourceTable,
+    delta: bool,
     mut acc: T,
     each: impl Fn(&mut T, &arrow_array::RecordBatch) -> Result<(), VerifyError> + Send + 'static,
 ) -> Result<T, VerifyError> {
@@ -325,6 +340,15 @@ pub(super) async fn scan_source<T: Send + 'static>(
     let worker = tokio::task::spawn_blocking(move || {
         while let Some(chunk) = received.blocking_recv() {
             let batch = to_record_batch(&source_batch(&source, chunk))?;
+            let batch = match delta {
+                true => {
+                    let schema = crate::lake::delta::schema::conform_schema(&batch.schema());
+                    crate::lake::delta::schema::conform_batch(&batch, &schema).map_err(|e| {
+                        VerifyError::Task(format!("taking the source's rows to Delta types: {e}"))
+                    })?
+                }
+                false => batch,
+            };
             each(&mut acc, &batch)?;
         }
         Ok::<_, VerifyError>(acc)
@@ -361,7 +385,7 @@ async fn digest_source(
 ) -> Result<SourceState, VerifyError> {
     let shape = Arc::clone(shape);
     let state = SourceState::new(shape.key.is_some());
-    scan_source(snapshot, table, state, move |state, batch| {
+    scan_source(snapshot, table, shape.delta, state, move |state, batch| {
         let mut cells = BatchCells::new(batch, &shape).map_err(digest_error(&shape))?;
         for i in 0..batch.num_rows() {
             let (key, row) = (cells.key(i), cells.row(i, None));
@@ -478,7 +502,45 @@ fn finish(
         files: lake.files,
         duplicates,
         notes,
+        delta: Vec::new(),
     }
+}
+
+/// Each output's Delta table held against the entries verify read.
+async fn audit_tables(
+    log: &CommitLog,
+    survey: &Survey,
+    only: Option<&str>,
+) -> Result<Vec<crate::lake::delta::TableAudit>, VerifyError> {
+    let Some(identity) = log.identity().await? else {
+        return Ok(Vec::new());
+    };
+    let app = crate::lake::delta::app_id(&identity.database, &identity.slot);
+    let mut outputs: std::collections::BTreeMap<&str, std::collections::BTreeMap<u64, _>> =
+        Default::default();
+    for entry in &survey.entries {
+        for file in &entry.files {
+            let relative = file
+                .path
+                .strip_prefix(&format!("{}/", file.output))
+                .unwrap_or(&file.path)
+                .to_owned();
+            outputs
+                .entry(file.output.as_str())
+                .or_default()
+                .entry(entry.sequence)
+                .or_insert_with(std::collections::BTreeSet::new)
+                .insert(relative);
+        }
+    }
+    let mut audits = Vec::new();
+    for (output, entries) in outputs {
+        if only.is_some_and(|o| o != output) {
+            continue;
+        }
+        audits.push(crate::lake::delta::audit_table(log.sink(), output, &app, &entries).await?);
+    }
+    Ok(audits)
 }
 
 /// Output batches for the unit tests of the pure parts.

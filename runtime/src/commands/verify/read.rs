@@ -99,34 +99,41 @@ fn column<'a>(batch: &'a RecordBatch, name: &'static str) -> Result<&'a ArrayRef
     batch.column_by_name(name).ok_or(ReadError::NoColumn(name))
 }
 
-fn typed<'a, T: arrow_array::ArrowPrimitiveType>(
-    batch: &'a RecordBatch,
+/// An identity column as unsigned numbers: a Delta table's files hold them as `Int64` (Delta
+/// has no unsigned types), never negative.
+fn unsigned<T: arrow_array::ArrowPrimitiveType>(
+    batch: &RecordBatch,
     name: &'static str,
     expected: &'static str,
-) -> Result<&'a arrow_array::PrimitiveArray<T>, ReadError> {
+) -> Result<arrow_array::PrimitiveArray<T>, ReadError> {
     let array = column(batch, name)?;
-    array
-        .as_primitive_opt::<T>()
-        .ok_or_else(|| ReadError::ColumnType {
-            column: name,
-            found: array.data_type().to_string(),
-            expected,
-        })
+    let wrong = || ReadError::ColumnType {
+        column: name,
+        found: array.data_type().to_string(),
+        expected,
+    };
+    let array = match array.data_type() {
+        arrow_schema::DataType::Int64 => {
+            arrow_cast::cast(array, &T::DATA_TYPE).map_err(|_| wrong())?
+        }
+        _ => array.clone(),
+    };
+    array.as_primitive_opt::<T>().cloned().ok_or_else(wrong)
 }
 
 /// The identities of a batch's rows; `_sub` is 0 where an output has none (tables').
 fn identities(batch: &RecordBatch) -> Result<Vec<ChangeId>, ReadError> {
-    let lsn = typed::<UInt64Type>(batch, "_commit_lsn", "UInt64")?;
-    let seq = typed::<UInt32Type>(batch, "_seq", "UInt32")?;
+    let lsn = unsigned::<UInt64Type>(batch, "_commit_lsn", "UInt64")?;
+    let seq = unsigned::<UInt32Type>(batch, "_seq", "UInt32")?;
     let sub = match batch.column_by_name(SUB_COLUMN) {
-        Some(_) => Some(typed::<UInt32Type>(batch, SUB_COLUMN, "UInt32")?),
+        Some(_) => Some(unsigned::<UInt32Type>(batch, SUB_COLUMN, "UInt32")?),
         None => None,
     };
     Ok((0..batch.num_rows())
         .map(|i| ChangeId {
             commit_lsn: lsn.value(i),
             seq: seq.value(i),
-            sub: sub.map_or(0, |s| s.value(i)),
+            sub: sub.as_ref().map_or(0, |s| s.value(i)),
         })
         .collect())
 }
@@ -315,6 +322,7 @@ mod tests {
             columns: vec!["id".into(), "body".into()],
             key: Some(vec![0]),
             toast,
+            delta: false,
         }
     }
 

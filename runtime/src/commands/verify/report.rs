@@ -11,6 +11,7 @@ use std::fmt;
 pub use super::digest::RowText;
 use super::replay::{ChangeId, Difference, TableDiff};
 use crate::Lsn;
+use crate::lake::delta::TableAudit;
 
 /// What verify found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +24,8 @@ pub struct Report {
     /// Facts that explain differences without being defects (an accepted gap, where the lake
     /// starts).
     pub notes: Vec<String>,
+    /// With `sink.format = "delta"`: each output's table held against the commit log.
+    pub delta: Vec<TableAudit>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,9 +129,16 @@ impl Report {
         self.duplicates.iter().map(|d| d.count).sum()
     }
 
-    /// Every difference and defect: rows, files, duplicates.
+    /// Every difference and defect: rows, files, duplicates, Delta table problems.
     pub fn differences(&self) -> u64 {
-        self.row_differences() + self.files.defects() as u64 + self.duplicate_count()
+        self.row_differences()
+            + self.files.defects() as u64
+            + self.duplicate_count()
+            + self.table_problems()
+    }
+
+    pub fn table_problems(&self) -> u64 {
+        self.delta.iter().map(|t| t.problems.len() as u64).sum()
     }
 
     pub fn is_equal(&self) -> bool {
@@ -165,6 +175,11 @@ impl Report {
             self.duplicate_count(),
             "duplicate change identity",
             "duplicate change identities",
+        );
+        part(
+            self.table_problems(),
+            "Delta table problem",
+            "Delta table problems",
         );
         let at = self.at.map_or_else(
             || " (content not compared)".to_owned(),
@@ -326,6 +341,30 @@ impl fmt::Display for Report {
                 writeln!(f, "  {}: {more} more", d.output)?;
             }
         }
+        for t in &self.delta {
+            let version = t
+                .version
+                .map_or_else(|| "no log".to_owned(), |v| format!("version {v}"));
+            let holds = t.holds.map_or_else(
+                || "no commit entry".to_owned(),
+                |s| format!("entries up to {s}"),
+            );
+            let state = match t.problems.len() {
+                0 => "intact".to_owned(),
+                n => plural(n as u64, "problem", "problems"),
+            };
+            writeln!(f, "delta table {}: {version}, {holds}, {state}", t.output)?;
+            for problem in &t.problems {
+                writeln!(f, "  {problem}")?;
+            }
+            if !t.behind.is_empty() {
+                writeln!(
+                    f,
+                    "  entries {:?} are not in it yet (a running pipeline is publishing them; a stopped one does at its next start)",
+                    t.behind
+                )?;
+            }
+        }
         writeln!(f, "{}", self.summary())
     }
 }
@@ -352,6 +391,7 @@ mod tests {
             files,
             duplicates,
             notes: vec![],
+            delta: Vec::new(),
         }
     }
 

@@ -77,6 +77,27 @@ pub enum CommitError {
         holder: Box<Writer>,
         ours: Box<Writer>,
     },
+    /// A flush's files cannot be appended to its output's Delta table.
+    #[error("output {output:?}: its Delta table cannot take flush {sequence}: {source}")]
+    Table {
+        output: String,
+        sequence: u64,
+        #[source]
+        source: crate::lake::delta::TableError,
+    },
+    #[error(
+        "output {output:?}: its Delta table already holds flush {theirs} of this pipeline, past this writer's flush {ours}: another tributary has taken over this pipeline, so this one ({writer}) stops and writes nothing more"
+    )]
+    TableAhead {
+        output: String,
+        ours: u64,
+        theirs: u64,
+        writer: Box<Writer>,
+    },
+    #[error(
+        "the sink holds flushes landed without Delta tables (commit entry {sequence} is the first): sink.format = \"delta\" is chosen when a sink is first written; land into a new sink prefix, or set sink.format = \"parquet\" again"
+    )]
+    NotTables { sequence: u64 },
     #[error(
         "another tributary keeps committing to this sink while this one starts (last entry {sequence} by {holder}): is a second instance reading the same slot from another server? stop it"
     )]
@@ -246,6 +267,11 @@ pub struct CommitEntry {
     /// chunk): every tracked table's progress, as of this entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<crate::stream::load::LoadState>,
+    /// With `sink.format = "delta"`: every entry up to this one had its files committed to
+    /// their outputs' Delta tables when this entry was written. A start brings the tables up
+    /// to the log from the entry after it; absent, from the first entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tables_through: Option<u64>,
 }
 
 impl CommitEntry {
@@ -439,6 +465,7 @@ pub struct Checkpoint {
     dead_letters: u64,
     /// The source's timeline when the latest entry was written, if it says.
     timeline: Option<u32>,
+    tables_through: Option<u64>,
 }
 
 impl Checkpoint {
@@ -449,7 +476,14 @@ impl Checkpoint {
             last_end_lsn: e.last_end_lsn,
             dead_letters: e.dead_letters,
             timeline: e.timeline,
+            tables_through: e.tables_through,
         })
+    }
+
+    /// Through which entry the Delta tables are known to be up to date (see
+    /// [`CommitEntry::tables_through`]).
+    pub fn tables_through(&self) -> Option<u64> {
+        self.tables_through
     }
 
     /// The source's timeline when the latest entry was written, if it says.
@@ -613,6 +647,7 @@ impl Checkpoint {
             failover: None,
             started_from: None,
             load: None,
+            tables_through: self.tables_through,
         }
     }
 
@@ -674,6 +709,7 @@ mod tests {
             failover: None,
             started_from: None,
             load: None,
+            tables_through: None,
         }
     }
 

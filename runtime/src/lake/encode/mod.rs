@@ -85,6 +85,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 use crate::Lsn;
+use crate::lake::delta;
 use crate::stream::change::{OutputBatch, OutputColumn, OutputRow, Value};
 
 pub use schema::{
@@ -128,6 +129,9 @@ pub struct EncodeOptions {
     /// A file is closed and the next one started once it reaches about this size.
     pub target_file_bytes: usize,
     pub compression: Codec,
+    /// The table format the files are for: a Delta output's columns take the types Delta has
+    /// ([`crate::lake::delta::schema`]).
+    pub format: crate::lake::TableFormat,
 }
 
 /// How the pages of a file are compressed.
@@ -147,6 +151,7 @@ impl Default for EncodeOptions {
             row_group_rows: 128 * 1024,
             target_file_bytes: 128 << 20,
             compression: Codec::Zstd(DEFAULT_ZSTD_LEVEL),
+            format: crate::lake::TableFormat::Parquet,
         }
     }
 }
@@ -202,6 +207,7 @@ pub struct Encoder {
     properties: WriterProperties,
     chunk_rows: usize,
     target_file_bytes: usize,
+    delta: bool,
 }
 
 impl Encoder {
@@ -231,6 +237,7 @@ impl Encoder {
             properties,
             chunk_rows: options.row_group_rows.min(MAX_CHUNK_ROWS),
             target_file_bytes: options.target_file_bytes,
+            delta: options.format == crate::lake::TableFormat::Delta,
         })
     }
 
@@ -240,6 +247,10 @@ impl Encoder {
         let output = &batch.output;
         check_arity(batch)?;
         let schema = arrow_schema(&batch.columns, batch.old_image);
+        let written = match self.delta {
+            true => delta::schema::conform_schema(&schema),
+            false => schema.clone(),
+        };
         let kinds: Vec<Kind> = batch.columns.iter().map(Kind::of).collect();
         let fingerprint = fingerprint(&batch.columns);
         let parquet_err = |source| EncodeError::Parquet {
@@ -260,11 +271,24 @@ impl Encoder {
                 &fingerprint,
                 &batch.rows[start..end],
             )?;
+            let record = match self.delta {
+                true => delta::schema::conform_batch(&record, &written).map_err(|source| {
+                    EncodeError::Arrow {
+                        output: output.clone(),
+                        source,
+                    }
+                })?,
+                false => record,
+            };
             let w = match &mut writer {
                 Some(w) => w,
                 None => writer.insert(
-                    ArrowWriter::try_new(Vec::new(), schema.clone(), Some(self.properties.clone()))
-                        .map_err(parquet_err)?,
+                    ArrowWriter::try_new(
+                        Vec::new(),
+                        written.clone(),
+                        Some(self.properties.clone()),
+                    )
+                    .map_err(parquet_err)?,
                 ),
             };
             w.write(&record).map_err(parquet_err)?;
@@ -276,6 +300,7 @@ impl Encoder {
                     bytes: Bytes::from(full.into_inner().map_err(parquet_err)?),
                     rows: std::mem::take(&mut rows_in_file),
                     schema: fingerprint.clone(),
+                    columns: written.clone(),
                 });
             }
             start = end;
@@ -285,6 +310,7 @@ impl Encoder {
                 bytes: Bytes::from(last.into_inner().map_err(parquet_err)?),
                 rows: rows_in_file,
                 schema: fingerprint.clone(),
+                columns: written.clone(),
             });
         }
         Ok(files)
@@ -326,6 +352,8 @@ pub struct EncodedFile {
     pub rows: u64,
     /// The fingerprint of the output's columns ([`fingerprint`]).
     pub schema: String,
+    /// The Arrow schema the file was written with.
+    pub columns: SchemaRef,
 }
 
 /// Encode one output batch as one or more Parquet files (more when it passes the target size).

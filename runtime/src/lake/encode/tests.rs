@@ -536,6 +536,7 @@ fn small_target_rolls_files_at_row_boundaries() {
         row_group_rows: 64,
         target_file_bytes: 1,
         compression: Codec::Zstd(1),
+        ..EncodeOptions::default()
     };
     let files = encode(&batch(columns, rows), &options).unwrap();
     assert_eq!(files.len(), 16, "1000 rows in chunks of 64");

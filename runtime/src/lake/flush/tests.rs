@@ -36,6 +36,7 @@ fn flush(sequence: u64, files: usize) -> EncodedFlush {
         plugins: None,
         chunk: false,
         load: None,
+        tables: Vec::new(),
     }
 }
 
@@ -66,6 +67,7 @@ fn ids(actions: &[Action]) -> Vec<(u64, Step)> {
             Action::WriteIntent { id, .. }
             | Action::Upload { id, .. }
             | Action::Commit { id, .. }
+            | Action::Publish { id, .. }
             | Action::ClearIntent { id, .. }
             | Action::Abandon { id, .. } => Some((id.sequence, id.step)),
             _ => None,
@@ -584,4 +586,110 @@ fn a_part_without_files_frees_its_memory_at_once_and_writes_no_intent() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// A flush of `files` files with what each brings to its Delta table.
+fn table_flush(sequence: u64, files: usize) -> EncodedFlush {
+    let mut f = flush(sequence, files);
+    let schema = std::sync::Arc::new(arrow_schema::Schema::empty());
+    f.tables = f
+        .files
+        .iter()
+        .map(|(file, _)| TableFile {
+            output: file.output.clone(),
+            path: file.path.clone(),
+            size: file.bytes,
+            rows: file.rows,
+            schema: schema.clone(),
+        })
+        .collect();
+    f
+}
+
+/// Upload everything of `sequences` (intents and files), in order.
+fn upload_all(m: &mut FlushMachine, now: Instant) {
+    loop {
+        let actions = drain(m, now);
+        let steps: Vec<(u64, Step)> = ids(&actions)
+            .into_iter()
+            .filter(|(_, s)| matches!(s, Step::Intent(_) | Step::Upload(_)))
+            .collect();
+        if steps.is_empty() {
+            return;
+        }
+        for (sequence, step) in steps {
+            ok(m, sequence, step, now);
+        }
+    }
+}
+
+#[test]
+fn with_delta_tables_a_flush_is_confirmed_only_after_its_tables_and_tables_go_in_order() {
+    let now = Instant::now();
+    let mut m = machine().with_tables(0);
+    m.push(table_flush(1, 2));
+    m.push(table_flush(2, 1));
+    m.push(flush(3, 0));
+    upload_all(&mut m, now);
+    // Flush 1's entry is written (the uploads' last round issued it).
+    ok(&mut m, 1, Step::Commit, now);
+    let actions = drain(&mut m, now);
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::Confirm { .. })),
+        "nothing is confirmed before the tables have the flush: {actions:?}"
+    );
+    assert_eq!(ids(&actions), [(1, Step::Publish), (2, Step::Commit)]);
+    let Action::Publish { files, .. } = &actions[0] else {
+        unreachable!()
+    };
+    assert_eq!(files.len(), 2);
+    let Action::Commit { entry, .. } = &actions[1] else {
+        unreachable!()
+    };
+    assert_eq!(
+        entry.tables_through,
+        Some(0),
+        "flush 1 is not in its tables yet"
+    );
+    ok(&mut m, 2, Step::Commit, now);
+    assert_eq!(
+        ids(&drain(&mut m, now)),
+        [(3, Step::Commit)],
+        "flush 2 waits for flush 1's tables"
+    );
+    // Flush 1's tables fail for a while: flush 2's wait on them.
+    m.handle(
+        ActionId {
+            sequence: 1,
+            step: Step::Publish,
+        },
+        Err(outage()),
+        now,
+    );
+    let actions = drain(&mut m, now);
+    assert!(
+        matches!(&actions[0], Action::Retrying { what, .. } if *what == PUBLISHING),
+        "{actions:?}"
+    );
+    ok(&mut m, 3, Step::Commit, now);
+    let later = now + RETRY_MIN;
+    assert_eq!(ids(&drain(&mut m, later)), [(1, Step::Publish)]);
+    ok(&mut m, 1, Step::Publish, later);
+    let actions = drain(&mut m, later);
+    let confirm = actions.iter().find(|a| matches!(a, Action::Confirm { .. }));
+    assert!(
+        matches!(confirm, Some(Action::Confirm { lsn }) if *lsn == Lsn(0x110)),
+        "flush 1 alone is confirmed: {actions:?}"
+    );
+    assert!(ids(&actions).contains(&(2, Step::Publish)), "{actions:?}");
+    ok(&mut m, 2, Step::Publish, later);
+    // Flush 3 has no files: once flush 2's tables are done it is confirmed too.
+    let confirms: Vec<Lsn> = drain(&mut m, later)
+        .iter()
+        .filter_map(|a| match a {
+            Action::Confirm { lsn } => Some(*lsn),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(confirms, [Lsn(0x210), Lsn(0x310)]);
 }

@@ -1,0 +1,23 @@
+//! Outputs as Delta Lake tables (`sink.format = "delta"`): the same data files the commit log
+//! names, made visible to table readers by one Delta commit per output and flush.
+//!
+//! The commit log stays the source of truth. After a flush's commit entry exists, each output
+//! it touched gets a Delta commit that adds its files and carries a `txn` action: application
+//! id the pipeline ([`app_id`]), version the entry's sequence number. A table's `txn` version
+//! says how far it has caught up with the log, so an append is idempotent (a version already
+//! there is not written again) and fenced (a table that holds a later flush than a writer's
+//! next one means another instance took over). A start brings every table up to the log.
+//!
+//! [`schema`] maps the files' Arrow types to Delta's and evolves a table's schema; [`actions`]
+//! is the log's JSON; [`state`] replays a log and plans an append; [`table`] does the IO.
+
+pub mod actions;
+pub mod audit;
+pub mod checkpoint;
+pub mod schema;
+pub mod state;
+pub mod table;
+
+pub use audit::TableAudit;
+pub use state::{TableError, TableFile, TableState};
+pub use table::{Tables, app_id, audit_table, catch_up, read_table, table_names};

@@ -1,0 +1,385 @@
+//! Delta tables (`sink.format = "delta"`), read back by the `deltalake` package (delta-rs) and
+//! pyarrow: every change once, the replayed log equal to the source, the documented schema
+//! through an added and a dropped column, and each table's log one version per flush with its
+//! `txn` version, also after a real process is killed between the commit entry and the tables.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use tributary::lake::commit::CommitLog;
+use tributary::lake::sink::Sink;
+use tributary_tests::lake::{committed_rows, delta_txn_versions, entries, read_delta};
+use tributary_tests::service::{Fixture, Service, command, verify};
+use tributary_tests::{TestDatabase, fresh_database};
+
+use super::crash::{TABLES, transaction};
+
+/// A fixture landing `tables` of `db` as Delta tables.
+async fn delta_fixture(db: &TestDatabase, hint: &str, tables: &[&str]) -> Fixture {
+    let mut fixture = Fixture::new(&db.url, hint, tables).await;
+    fixture.cfg.sink.push(("format".into(), "\"delta\"".into()));
+    fixture.file = fixture.cfg.write(&fixture.dir);
+    fixture
+}
+
+fn table_uri(fixture: &Fixture, output: &str) -> String {
+    format!("{}/{output}", fixture.cfg.sink_url)
+}
+
+/// The log's entries with files of `output`, by sequence.
+async fn entries_of(log: &CommitLog, output: &str) -> Vec<u64> {
+    entries(log)
+        .await
+        .iter()
+        .filter(|e| e.files.iter().any(|f| f.output == output))
+        .map(|e| e.sequence)
+        .collect()
+}
+
+/// The table's log has no gap, one `txn` version per version, each an entry of the commit log
+/// with files of the output, every such entry exactly once.
+async fn check_history(sink: &Sink, log: &CommitLog, output: &str) {
+    let txns = delta_txn_versions(sink, output).await;
+    let txns: Vec<u64> = txns
+        .iter()
+        .map(|t| t.unwrap_or_else(|| panic!("{output}: a version without txn: {txns:?}")))
+        .collect();
+    assert_eq!(
+        txns,
+        entries_of(log, output).await,
+        "{output}: the table's txn versions are the commit entries with its files, once each"
+    );
+}
+
+/// Key to the row's `columns` as of the last change, replaying the rows by (_commit_lsn, _seq)
+/// (they come in that order).
+fn replay(
+    rows: &[BTreeMap<String, Option<String>>],
+    columns: &[&str],
+) -> BTreeMap<String, Vec<Option<String>>> {
+    let mut state = BTreeMap::new();
+    for row in rows {
+        let op = row["_op"].as_deref().unwrap();
+        let key = match op {
+            "delete" => {
+                let old: serde_json::Value =
+                    serde_json::from_str(row["_old"].as_deref().unwrap()).unwrap();
+                old["id"].to_string()
+            }
+            _ => row["id"].clone().unwrap(),
+        };
+        match op {
+            "insert" | "update" => {
+                let values = columns
+                    .iter()
+                    .map(|c| row.get(*c).cloned().flatten())
+                    .collect();
+                state.insert(key, values);
+            }
+            "delete" => {
+                state.remove(&key);
+            }
+            other => panic!("unexpected _op {other}"),
+        }
+    }
+    state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_workload_with_a_column_added_and_dropped_reads_back_as_delta_tables() {
+    let db = fresh_database("delta_mixed").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, name text, amount numeric(10,2), at timestamp, u uuid);
+             CREATE TABLE side (k bigint PRIMARY KEY, v text);",
+        )
+        .await
+        .unwrap();
+    let fixture = delta_fixture(&db, "delta_mixed", &["public.t", "public.side"]).await;
+    let service = Service::spawn(&fixture.file, &[], &fixture.dir.join("run.log"));
+    let mut service = service;
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    let steps = [
+        "INSERT INTO t SELECT g, 'name ' || g, g * 1.5, '2026-01-01'::timestamp + g * interval '1 hour', gen_random_uuid() FROM generate_series(1, 20) g;
+         INSERT INTO side SELECT g, 'v' || g FROM generate_series(1, 5) g;",
+        "UPDATE t SET name = name || '!' WHERE id % 3 = 0; DELETE FROM t WHERE id % 5 = 0;",
+        "ALTER TABLE t ADD COLUMN note text;",
+        "INSERT INTO t (id, name, note) SELECT g, 'late ' || g, 'note ' || g FROM generate_series(21, 30) g;
+         UPDATE t SET note = 'n' || id WHERE id < 5;",
+        "ALTER TABLE t DROP COLUMN amount;",
+        "INSERT INTO t (id, name) SELECT g, 'last ' || g FROM generate_series(31, 35) g;
+         UPDATE t SET name = 'x' WHERE id = 31; DELETE FROM t WHERE id = 32;
+         UPDATE side SET v = 'w' WHERE k = 2;",
+    ];
+    for step in steps {
+        db.client.batch_execute(step).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // t: 20 + 6 + 4 + 10 + 4 + 5 + 1 + 1; side: 5 + 1.
+    let (t_changes, side_changes) = (51, 6);
+    service
+        .wait_for_landed(
+            &fixture.log,
+            t_changes + side_changes,
+            Duration::from_secs(60),
+        )
+        .await;
+    // verify holds the tables against the commit log and the lake against the source.
+    let verified = verify(&fixture.file, &[]).await;
+    assert_eq!(verified.code, 0, "{verified}");
+    assert!(
+        verified
+            .last_line()
+            .starts_with("verify: the lake equals the source"),
+        "{verified}"
+    );
+    for output in ["public.t", "public.side"] {
+        assert!(
+            verified
+                .stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("delta table {output}: version"))
+                    && l.ends_with("intact")),
+            "{verified}"
+        );
+    }
+    let (code, status, err) = command("status", &fixture.file, &[], &[]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(status.contains("  Delta tables\n"), "{status}");
+    let log = service.stop().await;
+
+    let read = read_delta(&table_uri(&fixture, "public.t"), &fixture.cfg.sink_options);
+    let through_log = committed_rows(&fixture.sink, "public.t").await;
+    assert_eq!(read.rows.len(), through_log.len(), "{log}");
+    assert_eq!(read.rows.len() as u64, t_changes, "every change once");
+    let positions: BTreeSet<(String, String)> = read
+        .rows
+        .iter()
+        .map(|r| {
+            (
+                r["_commit_lsn"].clone().unwrap(),
+                r["_seq"].clone().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(positions.len(), read.rows.len(), "no change twice");
+
+    // Replaying the log table gives the source's SELECT.
+    let source: BTreeMap<String, Vec<Option<String>>> = db
+        .client
+        .query("SELECT id::text, name, note FROM t", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), vec![r.get(0), r.get(1), r.get(2)]))
+        .collect();
+    assert_eq!(replay(&read.rows, &["id", "name", "note"]), source);
+
+    // The documented schema: the change metadata, the columns as they were added, the one
+    // dropped still there, `_old`, and the added column last and nullable.
+    let schema: Vec<(&str, &str, bool)> = read
+        .schema
+        .iter()
+        .map(|(n, t, null)| (n.as_str(), t.as_str(), *null))
+        .filter(|(n, ..)| *n != "_old" && *n != "_unchanged_toast")
+        .collect();
+    assert_eq!(
+        schema,
+        [
+            ("_op", "string", false),
+            ("_commit_lsn", "long", false),
+            ("_seq", "long", false),
+            ("_xid", "long", false),
+            ("_commit_time", "timestamp", false),
+            ("_schema", "string", false),
+            ("id", "integer", true),
+            ("name", "string", true),
+            ("amount", "decimal(10,2)", true),
+            ("at", "timestamp_ntz", true),
+            ("u", "string", true),
+            ("note", "string", true),
+        ]
+    );
+    let amounts: Vec<Option<&str>> = read
+        .rows
+        .iter()
+        .filter(|r| r["id"].as_deref() == Some("33"))
+        .map(|r| r["amount"].as_deref())
+        .collect();
+    assert_eq!(amounts, [None], "a dropped column is null for new rows");
+    let u = read.rows[0]["u"].as_deref().unwrap();
+    assert_eq!(
+        (u.len(), u.matches('-').count()),
+        (36, 4),
+        "uuid as text: {u}"
+    );
+
+    let side = read_delta(
+        &table_uri(&fixture, "public.side"),
+        &fixture.cfg.sink_options,
+    );
+    assert_eq!(side.rows.len() as u64, side_changes);
+    for output in ["public.t", "public.side"] {
+        check_history(&fixture.sink, &fixture.log, output).await;
+    }
+
+    // A table whose log lost a version is a defect verify names.
+    let first = object_store::path::Path::from("public.side/_delta_log/00000000000000000000.json");
+    fixture.sink.delete(&first).await.unwrap();
+    let verified = verify(&fixture.file, &["--identities-only"]).await;
+    assert_ne!(verified.code, 0, "{verified}");
+    assert!(
+        verified
+            .stdout
+            .contains("delta table public.side: version 1, no commit entry, 1 problem\n  versions [0] of its log are missing"),
+        "{verified}"
+    );
+    assert!(
+        verified.last_line().contains("1 Delta table problem"),
+        "{verified}"
+    );
+    std::fs::remove_dir_all(&fixture.dir).unwrap();
+}
+
+/// Land one transaction, kill the service at `point` (its `hit`-th pass) in the flush of the
+/// second, restart without failpoints, land a third: each table holds every change once and
+/// its log each flush once.
+async fn crash_at(point: &str, hit: u32) {
+    let hint = format!("delta_{}", point.replace(['.', '-'], "_"));
+    let db = fresh_database(&hint).await;
+    for table in TABLES {
+        db.client
+            .batch_execute(&format!(
+                "CREATE TABLE {table} (id int PRIMARY KEY, body text)"
+            ))
+            .await
+            .unwrap();
+    }
+    let fixture = delta_fixture(&db, &hint, &TABLES).await;
+    let armed = format!("{point}@{hit}");
+    let mut a = Service::spawn_with(
+        &fixture.file,
+        &[],
+        &fixture.dir.join("a.log"),
+        &[("TRIBUTARY_FAILPOINTS", &armed)],
+    );
+    a.wait_for_log("streaming", Duration::from_secs(120)).await;
+    db.client.batch_execute(&transaction(1)).await.unwrap();
+    a.wait_for_landed(&fixture.log, 30, Duration::from_secs(60))
+        .await;
+    db.client.batch_execute(&transaction(11)).await.unwrap();
+    a.wait_for_log(
+        &format!("failpoint {point} reached"),
+        Duration::from_secs(60),
+    )
+    .await;
+    let crashing = fixture.log.latest().await.unwrap().unwrap();
+    a.kill().await;
+    if point != "flush.before-commit" {
+        assert_eq!(crashing.files.len(), 3, "the second flush is committed");
+    }
+
+    let mut b = Service::spawn(&fixture.file, &[], &fixture.dir.join("b.log"));
+    b.wait_for_log("streaming", Duration::from_secs(120)).await;
+    db.client.batch_execute(&transaction(21)).await.unwrap();
+    b.wait_for_landed(&fixture.log, 90, Duration::from_secs(60))
+        .await;
+    let b_log = b.stop().await;
+    for table in TABLES {
+        check_history(&fixture.sink, &fixture.log, table).await;
+        let read = read_delta(&table_uri(&fixture, table), &fixture.cfg.sink_options);
+        let ids: Vec<u32> = read
+            .rows
+            .iter()
+            .map(|r| r["id"].as_deref().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(ids.len(), 30, "{table}: every change once: {b_log}");
+        assert_eq!(
+            ids.iter().copied().collect::<BTreeSet<_>>(),
+            (1..=30).collect()
+        );
+        assert_eq!(
+            read.files.len(),
+            entries_of(&fixture.log, table).await.len(),
+            "{table}: one file per flush"
+        );
+    }
+    std::fs::remove_dir_all(&fixture.dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_the_commit_entry_leaves_the_tables_without_the_flush_and_lands_it_once() {
+    crash_at("flush.before-commit", 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_the_commit_entry_and_the_tables_is_caught_up_at_the_next_start() {
+    crash_at("delta.before-publish", 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_one_table_of_three_has_the_flush_catches_up_the_other_two_once() {
+    // Three tables per flush: the fourth pass is the first table of the second flush.
+    crash_at("delta.after-table", 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_every_table_and_before_the_confirm_writes_no_version_twice() {
+    crash_at("delta.after-publish", 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_every_ten_versions_lets_a_reader_start_there() {
+    let db = fresh_database("delta_checkpoint").await;
+    db.client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, body text)")
+        .await
+        .unwrap();
+    let fixture = delta_fixture(&db, "delta_checkpoint", &["public.t"]).await;
+    let mut service = Service::spawn(&fixture.file, &[], &fixture.dir.join("run.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    // One flush, so one version, per transaction.
+    for id in 1..=12 {
+        db.client
+            .batch_execute(&format!("INSERT INTO t VALUES ({id}, 'row {id}')"))
+            .await
+            .unwrap();
+        service
+            .wait_for_landed(&fixture.log, id, Duration::from_secs(30))
+            .await;
+    }
+    service.stop().await;
+    let log_dir = "public.t/_delta_log";
+    let names = tributary_tests::lake::object_names(fixture.sink.store().as_ref(), log_dir).await;
+    let checkpoint = format!("{log_dir}/00000000000000000010.checkpoint.parquet");
+    assert!(names.contains(&checkpoint), "{names:?}");
+    let last = object_store::path::Path::from(format!("{log_dir}/_last_checkpoint"));
+    let last = fixture
+        .sink
+        .get(&last)
+        .await
+        .unwrap()
+        .expect("_last_checkpoint");
+    let last: serde_json::Value = serde_json::from_slice(&last).unwrap();
+    // The protocol, the metadata, the pipeline's txn and the files of versions 0 to 10.
+    assert_eq!(last, serde_json::json!({"version": 10, "size": 14}));
+
+    // With the commits before it gone, a reader has only the checkpoint to start from.
+    for version in 0..10 {
+        let path = object_store::path::Path::from(format!("{log_dir}/{version:020}.json"));
+        fixture.sink.delete(&path).await.unwrap();
+    }
+    let read = read_delta(&table_uri(&fixture, "public.t"), &fixture.cfg.sink_options);
+    assert_eq!(read.version, 11);
+    let ids: Vec<&str> = read
+        .rows
+        .iter()
+        .map(|r| r["id"].as_deref().unwrap())
+        .collect();
+    assert_eq!(ids, (1..=12).map(|i| i.to_string()).collect::<Vec<_>>());
+    std::fs::remove_dir_all(&fixture.dir).unwrap();
+}
