@@ -471,6 +471,14 @@ pub struct ParquetConfig {
     /// Rows per row group: readers skip and parallelise by row group.
     #[serde(default = "default_row_group_rows")]
     pub row_group_rows: usize,
+    /// The size a data file is cut at (a flush larger than this writes several files), and
+    /// the size `tributary compact` packs smaller files of a Delta table into, in MiB.
+    #[serde(default = "default_target_file_mb")]
+    pub target_file_mb: u64,
+}
+
+fn default_target_file_mb() -> u64 {
+    128
 }
 
 impl Default for ParquetConfig {
@@ -479,6 +487,7 @@ impl Default for ParquetConfig {
             compression: ParquetCompression::default(),
             zstd_level: None,
             row_group_rows: default_row_group_rows(),
+            target_file_mb: default_target_file_mb(),
         }
     }
 }
@@ -505,13 +514,25 @@ impl ParquetConfig {
                 ParquetCompression::Snappy => Codec::Snappy,
                 ParquetCompression::None => Codec::Uncompressed,
             },
+            target_file_bytes: self.target_file_bytes() as usize,
             ..EncodeOptions::default()
         }
+    }
+
+    /// [`target_file_mb`](Self::target_file_mb) in bytes.
+    pub fn target_file_bytes(&self) -> u64 {
+        self.target_file_mb << 20
     }
 
     fn validate(&self) -> Result<(), String> {
         if self.row_group_rows == 0 {
             return Err("parquet.row_group_rows must be at least 1".into());
+        }
+        if !(1..=4096).contains(&self.target_file_mb) {
+            return Err(format!(
+                "parquet.target_file_mb = {}: a data file's target size runs from 1 to 4096 MiB",
+                self.target_file_mb
+            ));
         }
         match (self.compression, self.zstd_level) {
             (ParquetCompression::Zstd, Some(level)) if !(1..=22).contains(&level) => Err(format!(

@@ -38,6 +38,7 @@ const PURE: &[&str] = &[
     "lake/delta/actions.rs",
     "lake/delta/audit.rs",
     "lake/delta/checkpoint.rs",
+    "lake/delta/compact.rs",
     "lake/delta/schema.rs",
     "lake/delta/state.rs",
     "source/position.rs",

@@ -377,6 +377,94 @@ pub fn read_independently(pattern: &str, key: &str) -> IndependentRead {
     }
 }
 
+/// The interpreter `TRIBUTARY_PYTHON` names and the reader script `name` of `tests/readers/`.
+fn delta_reader(name: &str) -> (String, std::path::PathBuf) {
+    let python = std::env::var("TRIBUTARY_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("readers")
+        .join(name);
+    (python, script)
+}
+
+/// The sink's object_store settings as the readers take them: a JSON object.
+fn options_json(options: &[(String, String)]) -> String {
+    let options: serde_json::Map<String, serde_json::Value> = options
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect();
+    serde_json::Value::Object(options).to_string()
+}
+
+/// A `deltalake` reader reading a table again and again while it is written to
+/// (`tests/readers/poll_delta.py`), until [`finish`](Self::finish).
+pub struct DeltaPoller {
+    child: std::process::Child,
+    stop: std::path::PathBuf,
+}
+
+/// What a [`DeltaPoller`] saw.
+#[derive(Debug)]
+pub struct Polled {
+    pub reads: u64,
+    /// The distinct versions read, in order.
+    pub versions: Vec<u64>,
+    /// The data files of each distinct version read.
+    pub files: Vec<(u64, usize)>,
+    /// One sentence per inconsistent read.
+    pub problems: Vec<String>,
+}
+
+impl DeltaPoller {
+    /// Start polling the table at `uri`; `dir` takes the stop file.
+    pub fn start(uri: &str, options: &[(String, String)], dir: &std::path::Path) -> DeltaPoller {
+        let (python, script) = delta_reader("poll_delta.py");
+        let stop = dir.join("stop-polling");
+        let child = std::process::Command::new(&python)
+            .arg(&script)
+            .args([uri, &options_json(options), &stop.to_string_lossy()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("running {python}: {e}"));
+        DeltaPoller { child, stop }
+    }
+
+    /// Stop after one more read, and say what it saw.
+    pub fn finish(self) -> Polled {
+        std::fs::write(&self.stop, b"").unwrap();
+        let output = self.child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "poll_delta.py failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let numbers = |v: &serde_json::Value| -> Vec<u64> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap())
+                .collect()
+        };
+        Polled {
+            reads: doc["reads"].as_u64().unwrap(),
+            versions: numbers(&doc["versions"]),
+            files: doc["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| (f[0].as_u64().unwrap(), f[1].as_u64().unwrap() as usize))
+                .collect(),
+            problems: doc["problems"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap().to_owned())
+                .collect(),
+        }
+    }
+}
+
 /// What the `deltalake` package (delta-rs) and pyarrow, reading a Delta table themselves, find.
 #[derive(Debug)]
 pub struct DeltaRead {
@@ -392,15 +480,10 @@ pub struct DeltaRead {
 /// Read the Delta table at `uri` (`s3://bucket/output`) through `tests/readers/read_delta.py`
 /// with the interpreter `TRIBUTARY_PYTHON` names; `options` are the sink's object_store settings.
 pub fn read_delta(uri: &str, options: &[(String, String)]) -> DeltaRead {
-    let python = std::env::var("TRIBUTARY_PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("readers/read_delta.py");
-    let options: serde_json::Map<String, serde_json::Value> = options
-        .iter()
-        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-        .collect();
+    let (python, script) = delta_reader("read_delta.py");
     let output = std::process::Command::new(&python)
         .arg(&script)
-        .args([uri, &serde_json::Value::Object(options).to_string()])
+        .args([uri, &options_json(options)])
         .output()
         .unwrap_or_else(|e| panic!("running {python}: {e} (run the tests through scripts/test.sh, which installs deltalake)"));
     assert!(

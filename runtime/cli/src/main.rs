@@ -130,6 +130,16 @@ enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Rewrite the small files of the pipeline's Delta tables (sink.format = "delta") into
+    /// files of parquet.target_file_mb, as a commit that changes no row, beside the running
+    /// pipeline. A compaction that meets another one stops without committing anything.
+    Compact {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Only this output's table (`schema.table`, or a plugin's output name).
+        #[arg(long, value_name = "OUTPUT")]
+        output: Option<String>,
+    },
     /// Tools for writing transform plugins.
     Plugin {
         #[command(subcommand)]
@@ -359,6 +369,13 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             for line in teardown.execute().await? {
                 println!("{line}");
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Compact { config, output } => {
+            let config = PipelineConfig::load(&config)?;
+            log::name_slot(&config.source.slot);
+            let done = tributary::commands::compact::run(&config, output.as_deref()).await?;
+            print!("{done}");
             Ok(ExitCode::SUCCESS)
         }
         // Plugin calls block (the guest's WASI streams wait on the runtime): off the async

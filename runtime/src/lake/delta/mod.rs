@@ -9,15 +9,20 @@
 //! next one means another instance took over). A start brings every table up to the log.
 //!
 //! [`schema`] maps the files' Arrow types to Delta's and evolves a table's schema; [`actions`]
-//! is the log's JSON; [`state`] replays a log and plans an append; [`table`] does the IO.
+//! is the log's JSON; [`state`] replays a log and plans an append; [`compact`] plans the
+//! rewrite of small files; [`table`] does the IO.
 
 pub mod actions;
 pub mod audit;
 pub mod checkpoint;
+pub mod compact;
 pub mod schema;
 pub mod state;
 pub mod table;
 
 pub use audit::TableAudit;
 pub use state::{TableError, TableFile, TableState};
-pub use table::{Tables, app_id, audit_table, catch_up, read_table, table_names};
+pub use table::{
+    CompactError, Compacted, Tables, app_id, audit_table, catch_up, compact_table, read_table,
+    table_names,
+};

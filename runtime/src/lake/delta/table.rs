@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex};
 
 use object_store::path::Path;
 
-use super::actions::{Action, commit_file, parse_commit};
+use super::actions::{Action, Add, commit_file, parse_commit};
 use super::audit;
 use super::checkpoint;
+use super::compact;
 use super::state::{Appender, TableError, TableFile, TableState};
 use crate::lake::commit::{CommitError, CommitLog, FileEntry, Writer};
 use crate::lake::sink::{Created, Sink};
@@ -167,25 +168,269 @@ impl Tables {
 }
 
 impl Tables {
-    /// Write the checkpoint of `output` at `version` (the state after it) and point
-    /// `_last_checkpoint` at it. A failure is told and otherwise ignored: readers replay the
-    /// commits instead, and the next checkpoint covers them.
     async fn checkpoint(&self, output: &str, version: u64, state: &TableState) {
-        let (bytes, size) = checkpoint::checkpoint(state);
-        let path = Path::from(format!(
-            "{output}/_delta_log/{version:020}.checkpoint.parquet"
-        ));
-        let last = Path::from(format!("{output}/_delta_log/_last_checkpoint"));
-        let written = match self.sink.create(&path, bytes).await {
-            Ok(_) => {
-                self.sink
-                    .replace(&last, checkpoint::last_checkpoint(version, size))
-                    .await
+        write_checkpoint(&self.sink, output, version, state).await;
+    }
+}
+
+/// Write the checkpoint of `output` at `version` (the state after it) and point
+/// `_last_checkpoint` at it. A failure is told and otherwise ignored: readers replay the
+/// commits instead, and the next checkpoint covers them.
+async fn write_checkpoint(sink: &Sink, output: &str, version: u64, state: &TableState) {
+    let (bytes, size) = checkpoint::checkpoint(state);
+    let path = Path::from(format!(
+        "{output}/_delta_log/{version:020}.checkpoint.parquet"
+    ));
+    let last = Path::from(format!("{output}/_delta_log/_last_checkpoint"));
+    let written = match sink.create(&path, bytes).await {
+        Ok(_) => {
+            sink.replace(&last, checkpoint::last_checkpoint(version, size))
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    if let Err(e) = written {
+        tracing::warn!(%output, version, error = %e, "could not write the Delta table's checkpoint; readers replay its commits instead");
+    }
+}
+
+/// What compacting one table did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compacted {
+    pub output: String,
+    /// The version of the compaction's commit; `None` when there was nothing to compact.
+    pub version: Option<u64>,
+    pub replaced: usize,
+    pub replaced_bytes: u64,
+    pub written: usize,
+    pub written_bytes: u64,
+    pub rows: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompactError {
+    #[error(transparent)]
+    Commit(#[from] CommitError),
+    #[error("compacting {output}: {path}: {reason}")]
+    File {
+        output: String,
+        path: String,
+        reason: String,
+    },
+    #[error(
+        "compacting {output}: another compaction committed meanwhile (the log is at version {version}) and replaced {path}, which this one rewrote: nothing of this compaction was committed; run tributary compact again if files are left to compact"
+    )]
+    Concurrent {
+        output: String,
+        version: u64,
+        path: String,
+    },
+}
+
+/// Rewrite `output`'s files smaller than `target` bytes into files of about `target` (see
+/// [`compact::plan`]), as one commit with `dataChange = false` beside a running pipeline. The
+/// new files go under `<output>/_compacted/`. The commit is put-if-absent like every other: a
+/// pipeline's append that took the version first is read and the commit tried at the next
+/// one, while a commit of another compaction that removed a file this one rewrote ends this
+/// one, its new files deleted. Each group's files are held in memory while rewritten.
+pub async fn compact_table(
+    sink: &Sink,
+    output: &str,
+    target: u64,
+    properties: &parquet::file::properties::WriterProperties,
+) -> Result<Compacted, CompactError> {
+    let rewritten = rewrite_table(sink, output, target, properties).await?;
+    commit_rewrite(sink, rewritten).await
+}
+
+/// A compaction's new files, written and not yet committed.
+pub struct Rewritten {
+    output: String,
+    target: u64,
+    /// The table as the rewrite read it.
+    state: TableState,
+    replaced: Vec<Add>,
+    written: Vec<Add>,
+    rows: u64,
+    now_ms: i64,
+}
+
+/// The first half of [`compact_table`]: read the table, plan, and write the new files.
+async fn rewrite_table(
+    sink: &Sink,
+    output: &str,
+    target: u64,
+    properties: &parquet::file::properties::WriterProperties,
+) -> Result<Rewritten, CompactError> {
+    let state = read_table(sink, output, TableState::default()).await?;
+    let groups = compact::plan(state.files.values(), target);
+    let now_ms = crate::clock::unix_micros() / 1000;
+    let mut rewritten = Rewritten {
+        output: output.to_owned(),
+        target,
+        state,
+        replaced: Vec::new(),
+        written: Vec::new(),
+        rows: 0,
+        now_ms,
+    };
+    for group in groups {
+        match rewrite(sink, output, &group, properties, now_ms).await {
+            Ok((add, rows)) => {
+                rewritten.rows += rows;
+                rewritten.written.push(add);
+                rewritten.replaced.extend(group);
             }
-            Err(e) => Err(e),
-        };
-        if let Err(e) = written {
-            tracing::warn!(%output, version, error = %e, "could not write the Delta table's checkpoint; readers replay its commits instead");
+            Err(e) => {
+                remove_written(sink, output, &rewritten.written).await;
+                return Err(e);
+            }
+        }
+    }
+    Ok(rewritten)
+}
+
+/// The second half of [`compact_table`]: commit the rewrite at the table's next version.
+async fn commit_rewrite(sink: &Sink, rewritten: Rewritten) -> Result<Compacted, CompactError> {
+    let Rewritten {
+        output,
+        target,
+        mut state,
+        replaced,
+        written,
+        rows,
+        now_ms,
+    } = rewritten;
+    let mut done = Compacted {
+        output: output.clone(),
+        version: None,
+        replaced: replaced.len(),
+        replaced_bytes: replaced.iter().map(|a| a.size).sum(),
+        written: written.len(),
+        written_bytes: written.iter().map(|a| a.size).sum(),
+        rows,
+    };
+    if written.is_empty() {
+        return Ok(done);
+    }
+    let actions = compact::commit(&replaced, &written, target, now_ms);
+    loop {
+        let version = state.next_version();
+        match sink
+            .create(&commit_path(&output, version), commit_file(&actions))
+            .await
+        {
+            Ok(Created::New) => {
+                if state.apply(version, actions).is_ok() && checkpoint::due(version) {
+                    write_checkpoint(sink, &output, version, &state).await;
+                }
+                done.version = Some(version);
+                return Ok(done);
+            }
+            Ok(Created::Existed) => {}
+            Err(e) => {
+                remove_written(sink, &output, &written).await;
+                return Err(CommitError::from(e).into());
+            }
+        }
+        // A pipeline's append took the version (read it and try the next one), or another
+        // compaction did: when it replaced a file this one rewrote, this one ends.
+        state = read_table(sink, &output, state).await?;
+        if let Some(gone) = replaced.iter().find(|a| !state.files.contains_key(&a.path)) {
+            remove_written(sink, &output, &written).await;
+            return Err(CompactError::Concurrent {
+                output,
+                version: state.version.unwrap_or_default(),
+                path: gone.path.clone(),
+            });
+        }
+    }
+}
+
+/// Rewrite one group of `output`'s files as one file: its `add` (path relative to the table)
+/// and its rows, which must be the group's.
+async fn rewrite(
+    sink: &Sink,
+    output: &str,
+    group: &[Add],
+    properties: &parquet::file::properties::WriterProperties,
+    now_ms: i64,
+) -> Result<(Add, u64), CompactError> {
+    use parquet::arrow::ArrowWriter;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    let bad = |path: &str, reason: String| CompactError::File {
+        output: output.to_owned(),
+        path: path.to_owned(),
+        reason,
+    };
+    let mut readers = Vec::new();
+    for add in group {
+        let path = Path::from(format!("{output}/{}", add.path));
+        let bytes = sink
+            .get(&path)
+            .await
+            .map_err(CommitError::from)?
+            .ok_or_else(|| {
+                bad(
+                    &add.path,
+                    "the table reads it, but it is not in the sink".into(),
+                )
+            })?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .map_err(|e| bad(&add.path, format!("not readable as Parquet: {e}")))?;
+        readers.push((add, reader));
+    }
+    let schemas: Vec<_> = readers.iter().map(|(_, r)| r.schema().clone()).collect();
+    let schema = compact::merged_schema(&schemas).map_err(|e| bad(output, e.to_string()))?;
+    let mut writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(properties.clone()))
+        .map_err(|e| bad(output, e.to_string()))?;
+    let (mut rows, mut expected) = (0u64, 0u64);
+    for (add, reader) in readers {
+        let reader = reader.build().map_err(|e| bad(&add.path, e.to_string()))?;
+        let before = rows;
+        for batch in reader {
+            let batch = batch.map_err(|e| bad(&add.path, e.to_string()))?;
+            let batch = compact::fit(&batch, &schema).map_err(|e| bad(&add.path, e.to_string()))?;
+            rows += batch.num_rows() as u64;
+            writer
+                .write(&batch)
+                .map_err(|e| bad(&add.path, e.to_string()))?;
+        }
+        expected += compact::records(add).unwrap_or(rows - before);
+    }
+    if rows != expected {
+        return Err(bad(
+            output,
+            format!("the files held {rows} rows where their statistics say {expected}"),
+        ));
+    }
+    let bytes = writer
+        .into_inner()
+        .map_err(|e| bad(output, e.to_string()))?;
+    let relative = format!("_compacted/{}.parquet", new_table_id());
+    let size = bytes.len() as u64;
+    sink.create(&Path::from(format!("{output}/{relative}")), bytes.into())
+        .await
+        .map_err(CommitError::from)?;
+    let add = Add {
+        path: relative,
+        partition_values: BTreeMap::new(),
+        size,
+        modification_time: now_ms,
+        data_change: false,
+        stats: Some(format!("{{\"numRecords\":{rows}}}")),
+    };
+    Ok((add, rows))
+}
+
+/// Delete the files of a compaction that did not commit (a failure to delete is only told:
+/// no table reads them).
+async fn remove_written(sink: &Sink, output: &str, written: &[Add]) {
+    for add in written {
+        let path = Path::from(format!("{output}/{}", add.path));
+        if let Err(e) = sink.delete(&path).await {
+            tracing::warn!(%path, error = %e, "could not delete a file of a compaction that did not commit; no table reads it");
         }
     }
 }
@@ -292,13 +537,17 @@ pub async fn audit_table(
             .map_err(|e: TableError| corrupt(e.to_string()))?;
         read.push(seen);
     }
-    let present = sink
+    let mut present: BTreeSet<String> = sink
         .list_dir(Some(&Path::from(output)))
         .await?
         .objects
         .into_iter()
         .map(|(name, _)| name)
         .collect();
+    let compacted = Path::from(format!("{output}/_compacted"));
+    for (name, _) in sink.list_dir(Some(&compacted)).await?.objects {
+        present.insert(format!("_compacted/{name}"));
+    }
     let live = state.files.keys().cloned().collect();
     Ok(audit::audit(
         output, &listed, &read, &live, &present, entries,
@@ -480,5 +729,115 @@ mod tests {
         );
         next.publish(4, &[file(4)]).await.unwrap();
         assert_eq!(txn(&sink).await, Some(4));
+    }
+
+    /// A Parquet file of `ids` at `public.t/part-<sequence>.parquet`, put in the sink.
+    async fn landed(sink: &Sink, sequence: u64, ids: &[i64]) -> TableFile {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]));
+        let batch = arrow_array::RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(arrow_array::Int64Array::from(ids.to_vec()))],
+        )
+        .unwrap();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(Vec::new(), schema, None).unwrap();
+        writer.write(&batch).unwrap();
+        let bytes = writer.into_inner().unwrap();
+        let mut file = file(sequence);
+        file.size = bytes.len() as u64;
+        file.rows = ids.len() as u64;
+        sink.create(&Path::from(file.path.as_str()), bytes.into())
+            .await
+            .unwrap();
+        file
+    }
+
+    /// Two compactions planned against the same version, a pipeline appending between: the
+    /// first to commit takes the version after the append; the other finds its files replaced,
+    /// commits nothing and deletes what it wrote.
+    #[tokio::test]
+    async fn a_compaction_steps_over_an_append_and_a_concurrent_one_commits_nothing() {
+        let sink = Sink::from_store(Arc::new(InMemory::new()), "memory://");
+        let tables = Tables::new(sink.clone(), app_id("db", "slot"), Writer::named("a"));
+        for sequence in 1..=3 {
+            let ids: Vec<i64> = (sequence as i64 * 10..sequence as i64 * 10 + 3).collect();
+            let file = landed(&sink, sequence, &ids).await;
+            tables.publish(sequence, &[file]).await.unwrap();
+        }
+        let properties = parquet::file::properties::WriterProperties::default();
+        let first = rewrite_table(&sink, "public.t", 1 << 20, &properties)
+            .await
+            .unwrap();
+        let second = rewrite_table(&sink, "public.t", 1 << 20, &properties)
+            .await
+            .unwrap();
+        assert_eq!((first.replaced.len(), first.written.len()), (3, 1));
+        let fourth = landed(&sink, 4, &[40]).await;
+        tables.publish(4, &[fourth]).await.unwrap();
+
+        let done = commit_rewrite(&sink, second).await.unwrap();
+        assert_eq!((done.version, done.replaced, done.rows), (Some(4), 3, 9));
+        let lost = first.written[0].path.clone();
+        let err = commit_rewrite(&sink, first).await.unwrap_err();
+        assert!(
+            matches!(&err, CompactError::Concurrent { version: 4, .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("nothing of this compaction was committed")
+        );
+        let lost = Path::from(format!("public.t/{lost}"));
+        assert!(
+            sink.get(&lost).await.unwrap().is_none(),
+            "its file is deleted"
+        );
+
+        let state = read_table(&sink, "public.t", TableState::default())
+            .await
+            .unwrap();
+        assert_eq!(state.version, Some(4));
+        assert_eq!(state.txn(&app_id("db", "slot")), Some(4));
+        let live: Vec<&String> = state.files.keys().collect();
+        assert_eq!(
+            live.len(),
+            2,
+            "the compacted file and the later append: {live:?}"
+        );
+        let compacted = state.files.values().find(|a| !a.data_change).unwrap();
+        let bytes = sink
+            .get(&Path::from(format!("public.t/{}", compacted.path)))
+            .await
+            .unwrap()
+            .unwrap();
+        let ids: Vec<i64> =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+                .unwrap()
+                .build()
+                .unwrap()
+                .flat_map(|b| {
+                    let b = b.unwrap();
+                    let a = b
+                        .column(0)
+                        .as_any()
+                        .downcast_ref::<arrow_array::Int64Array>()
+                        .unwrap();
+                    a.values().to_vec()
+                })
+                .collect();
+        assert_eq!(ids, [10, 11, 12, 20, 21, 22, 30, 31, 32]);
+
+        // A compacted file below the target is packed again with the files after it; then
+        // one file is left, and nothing to compact.
+        let again = compact_table(&sink, "public.t", 1 << 20, &properties)
+            .await
+            .unwrap();
+        assert_eq!(
+            (again.version, again.replaced, again.rows),
+            (Some(5), 2, 10)
+        );
+        let last = compact_table(&sink, "public.t", 1 << 20, &properties)
+            .await
+            .unwrap();
+        assert_eq!(last.version, None);
     }
 }

@@ -241,6 +241,11 @@ impl Encoder {
         })
     }
 
+    /// The Parquet writer properties every data file is written with.
+    pub fn properties(&self) -> &WriterProperties {
+        &self.properties
+    }
+
     /// Encode one output batch as one or more Parquet files (more when it passes the target
     /// size), in row order, each with its row count and schema fingerprint.
     pub fn encode(&self, batch: &OutputBatch) -> Result<Vec<EncodedFile>, EncodeError> {

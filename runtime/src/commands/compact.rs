@@ -1,0 +1,102 @@
+//! `tributary compact`: rewrite the small files of a pipeline's Delta tables into files of
+//! `parquet.target_file_mb`, beside the running pipeline (see [`delta::compact_table`]).
+//!
+//! A table's rows do not change, so the commit says `dataChange = false`; the files it
+//! replaced stay in the sink (the commit log names them, and `verify` reads them), and a
+//! reader of an older version of the table still finds them.
+
+use std::fmt;
+
+use crate::config::PipelineConfig;
+use crate::lake::TableFormat;
+use crate::lake::commit::CommitError;
+use crate::lake::delta::{self, CompactError, Compacted};
+use crate::lake::encode::{EncodeError, Encoder};
+use crate::lake::sink::{Sink, SinkError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompactCommandError {
+    #[error(
+        "tributary compact rewrites Delta tables, and this pipeline lands Parquet files with a commit log (sink.format = \"parquet\"): there is nothing to compact"
+    )]
+    NotDelta,
+    #[error(
+        "{output:?} is not a Delta table of this sink (its tables: {tables}); name one of them, or none for all"
+    )]
+    NoSuchTable { output: String, tables: String },
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    #[error(transparent)]
+    Commit(#[from] CommitError),
+    #[error(transparent)]
+    Compact(#[from] CompactError),
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+}
+
+/// What a compaction of the pipeline's tables did, one line per table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compaction {
+    pub tables: Vec<Compacted>,
+}
+
+/// Compact every Delta table of the pipeline's sink, or only `output`.
+pub async fn run(
+    config: &PipelineConfig,
+    output: Option<&str>,
+) -> Result<Compaction, CompactCommandError> {
+    if config.sink.format != TableFormat::Delta {
+        return Err(CompactCommandError::NotDelta);
+    }
+    let sink = Sink::open(&config.sink.url, &config.sink.options)?;
+    let mut names = delta::table_names(&sink).await?;
+    if let Some(output) = output {
+        if !names.iter().any(|n| n == output) {
+            return Err(CompactCommandError::NoSuchTable {
+                output: output.to_owned(),
+                tables: names.join(", "),
+            });
+        }
+        names.retain(|n| n == output);
+    }
+    let encoder = Encoder::new(&config.parquet.encode_options())?;
+    let target = config.parquet.target_file_bytes();
+    let mut tables = Vec::new();
+    for name in names {
+        tracing::info!(output = %name, target_mib = target >> 20, "compacting: rewriting the table's files smaller than the target size");
+        let done = delta::compact_table(&sink, &name, target, encoder.properties()).await?;
+        tracing::info!(
+            output = %name,
+            version = ?done.version,
+            replaced = done.replaced,
+            written = done.written,
+            rows = done.rows,
+            "compacted"
+        );
+        tables.push(done);
+    }
+    Ok(Compaction { tables })
+}
+
+impl fmt::Display for Compaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for t in &self.tables {
+            match t.version {
+                None => writeln!(
+                    f,
+                    "compact: {}: nothing to compact (no two files below the target size)",
+                    t.output
+                )?,
+                Some(version) => writeln!(
+                    f,
+                    "compact: {}: {} files ({} bytes) rewritten as {} ({} bytes), {} rows, version {version}",
+                    t.output, t.replaced, t.replaced_bytes, t.written, t.written_bytes, t.rows
+                )?,
+            }
+        }
+        if self.tables.is_empty() {
+            writeln!(f, "compact: the sink holds no Delta table yet")?;
+        }
+        Ok(())
+    }
+}
