@@ -18,6 +18,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use serde::Serialize;
 
+use crate::Lake;
 use crate::consume::{self, Measured};
 use crate::workload;
 
@@ -250,7 +251,13 @@ impl crate::Bench {
         // The pipeline, on a slot of its own that it creates with the snapshot.
         let slot = format!("bench_full_load_{run}");
         let (config, cleanup) = self
-            .pipeline_config(&slot, None, false, &format!("full-load-{run}"), None)
+            .pipeline_config(
+                &slot,
+                None,
+                Lake::default(),
+                &format!("full-load-{run}"),
+                None,
+            )
             .await?;
         let text = std::fs::read_to_string(&config)?
             .replace("slot_behavior = \"reuse\"", "slot_behavior = \"create\"")

@@ -24,7 +24,7 @@ use tributary::Lsn;
 use crate::consume::{self, Measured};
 use crate::report::{NONE_FILE, Spread, fixed2, rate};
 use crate::workload::{self, Workload};
-use crate::{Bench, PluginSpec};
+use crate::{Bench, Lake, PluginSpec};
 
 /// The columns every masker hashes: the inserts table's two text columns.
 const MASKED_COLUMNS: &str = "email,note";
@@ -356,7 +356,7 @@ impl Bench {
             );
         }
         let (config, cleanup) = self
-            .pipeline_config(slot, spec.as_ref(), false, "languages", None)
+            .pipeline_config(slot, spec.as_ref(), Lake::default(), "languages", None)
             .await?;
         let args = [
             "__pipeline".to_owned(),
@@ -396,7 +396,7 @@ impl Bench {
     ) -> anyhow::Result<f64> {
         self.create_slot(slot).await?;
         let (config, cleanup) = self
-            .pipeline_config(slot, spec, false, "languages", None)
+            .pipeline_config(slot, spec, Lake::default(), "languages", None)
             .await?;
         let args = ["__pipeline".to_owned(), config.display().to_string()];
         let measured = consume::measure_child(self.client.clone(), slot, &args, None, env).await;

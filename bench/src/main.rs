@@ -32,7 +32,8 @@ use tributary_tests::S3Server;
 
 use crate::consume::Measured;
 use crate::report::{
-    Facts, MASK_FILE, NONE_FILE, NONE_S3, PASSTHROUGH_FILE, PG_RECVLOGICAL, RAW, ScenarioResult,
+    DELTA_S3, Facts, MASK_FILE, NONE_FILE, NONE_S3, PASSTHROUGH_FILE, PG_RECVLOGICAL, RAW,
+    ScenarioResult,
 };
 use crate::workload::{Scenario, Workload};
 
@@ -79,6 +80,13 @@ struct Args {
     strict: bool,
 }
 
+/// Where a pipeline consumer lands: a local directory or S3, Parquet files or Delta tables.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Lake {
+    pub(crate) s3: bool,
+    pub(crate) delta: bool,
+}
+
 #[derive(Clone, Copy)]
 enum Consumer {
     PgRecvlogical,
@@ -86,10 +94,12 @@ enum Consumer {
     Pipeline {
         plugin: Option<&'static str>,
         s3: bool,
+        /// `sink.format = "delta"`.
+        delta: bool,
     },
 }
 
-const CONSUMERS: [(&str, Consumer); 6] = [
+const CONSUMERS: [(&str, Consumer); 7] = [
     (PG_RECVLOGICAL, Consumer::PgRecvlogical),
     (RAW, Consumer::Raw),
     (
@@ -97,6 +107,7 @@ const CONSUMERS: [(&str, Consumer); 6] = [
         Consumer::Pipeline {
             plugin: None,
             s3: false,
+            delta: false,
         },
     ),
     (
@@ -104,6 +115,7 @@ const CONSUMERS: [(&str, Consumer); 6] = [
         Consumer::Pipeline {
             plugin: Some("passthrough"),
             s3: false,
+            delta: false,
         },
     ),
     (
@@ -111,6 +123,7 @@ const CONSUMERS: [(&str, Consumer); 6] = [
         Consumer::Pipeline {
             plugin: Some("mask"),
             s3: false,
+            delta: false,
         },
     ),
     (
@@ -118,6 +131,15 @@ const CONSUMERS: [(&str, Consumer); 6] = [
         Consumer::Pipeline {
             plugin: None,
             s3: true,
+            delta: false,
+        },
+    ),
+    (
+        DELTA_S3,
+        Consumer::Pipeline {
+            plugin: None,
+            s3: true,
+            delta: true,
         },
     ),
 ];
@@ -473,13 +495,13 @@ impl Bench {
                 .map(str::to_owned);
                 consume::measure_child(self.client.clone(), slot, &args, None, &[]).await
             }
-            Consumer::Pipeline { plugin, s3 } => {
+            Consumer::Pipeline { plugin, s3, delta } => {
                 let transform = plugin.map(|name| self.plugin_spec(name));
                 let (config, cleanup) = self
                     .pipeline_config(
                         slot,
                         transform.as_ref(),
-                        s3,
+                        Lake { s3, delta },
                         &format!("{}-{run}", workload.scenario.name()),
                         None,
                     )
@@ -525,12 +547,13 @@ impl Bench {
         }
     }
 
-    /// Writes a pipeline file; returns it and the directory to remove afterwards.
+    /// Writes a pipeline file; returns it and the directory to remove afterwards. Delta tables
+    /// are written only into S3.
     async fn pipeline_config(
         &self,
         slot: &str,
         transform: Option<&PluginSpec>,
-        s3: bool,
+        lake: Lake,
         label: &str,
         max_delay: Option<u64>,
     ) -> anyhow::Result<(PathBuf, PathBuf)> {
@@ -559,7 +582,7 @@ impl Bench {
             text.push('\n');
         }
         let mut cleanup = base.clone();
-        if s3 {
+        if lake.s3 {
             let server = self.s3.as_ref().context("no S3 server")?;
             let bucket = server.fresh_bucket(&format!("bench-{label}")).await;
             let options: Vec<String> = server
@@ -571,6 +594,9 @@ impl Bench {
                 "[sink]\nurl = \"s3://{bucket}\"\noptions = {{ {} }}\n",
                 options.join(", ")
             ));
+            if lake.delta {
+                text.push_str("format = \"delta\"\n");
+            }
             cleanup = server.root().join(&bucket);
         } else {
             text.push_str(&format!(
@@ -641,7 +667,7 @@ impl Bench {
                 .pipeline_config(
                     &slot,
                     None,
-                    false,
+                    Lake::default(),
                     &format!("latency-{run}"),
                     self.args.max_delay_ms,
                 )

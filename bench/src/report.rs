@@ -174,6 +174,7 @@ pub const NONE_FILE: &str = "tributary none → file";
 pub const PASSTHROUGH_FILE: &str = "tributary passthrough → file";
 pub const MASK_FILE: &str = "tributary mask+filter → file";
 pub const NONE_S3: &str = "tributary none → s3";
+pub const DELTA_S3: &str = "tributary none → s3 delta";
 
 impl ScenarioResult {
     fn ok(&self, name: &str) -> Vec<(usize, &Measured)> {
@@ -274,6 +275,7 @@ impl ScenarioResult {
             (PASSTHROUGH_FILE, NONE_FILE, "passthrough wasm/none"),
             (MASK_FILE, NONE_FILE, "mask+filter wasm/none"),
             (NONE_S3, NONE_FILE, "s3/file"),
+            (DELTA_S3, NONE_S3, "delta/parquet (s3)"),
         ];
         let shown: Vec<String> = ratios
             .iter()
@@ -328,6 +330,32 @@ impl ScenarioResult {
                 ok[0].1.consumer.parquet_bytes as f64 / 1e6
             );
             let _ = writeln!(out, "{line}");
+        }
+        // What a flush's commit costs into S3, with and without its Delta commits (the commit
+        // stage: the commit entry, the intent's removal and, for Delta, one commit per table).
+        let per_flush: Vec<String> = [(NONE_S3, "parquet"), (DELTA_S3, "delta")]
+            .iter()
+            .filter_map(|(name, label)| {
+                let ok = self.ok(name);
+                let each: Vec<f64> = ok
+                    .iter()
+                    .filter(|(_, m)| m.consumer.flushes > 0)
+                    .map(|(_, m)| m.consumer.stages.commit / m.consumer.flushes as f64 * 1e3)
+                    .collect();
+                let spread = Spread::of(&each)?;
+                Some(format!(
+                    "{label} {} ms over {} flushes",
+                    spread.show(fixed1),
+                    ok[0].1.consumer.flushes
+                ))
+            })
+            .collect();
+        if !per_flush.is_empty() {
+            let _ = writeln!(
+                out,
+                "commit stage per flush into s3: {}",
+                per_flush.join("; ")
+            );
         }
         out
     }

@@ -65,7 +65,7 @@ pub struct StageTimes {
     pub encode: Duration,
     /// Writing the intent and uploading the data files.
     pub upload: Duration,
-    /// Writing the commit entry and removing the intent.
+    /// Writing the commit entry, removing the intent and, into Delta tables, their commits.
     pub commit: Duration,
 }
 
