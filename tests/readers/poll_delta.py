@@ -43,9 +43,8 @@ def main() -> None:
             break
     json.dump({"reads": reads, "versions": versions, "files": files, "problems": problems}, sys.stdout)
     sys.stdout.flush()
-    # After many tables opened, the interpreter's teardown can abort in the native threads
-    # the readers leave behind ("terminate called without an active exception"): the answer
-    # is out, so leave without it.
+    # The interpreter's teardown can abort in the native threads the reader leaves behind
+    # ("terminate called without an active exception"): the answer is out, so leave without it.
     os._exit(0)
 
 
