@@ -46,15 +46,6 @@ fn sample(metrics: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
-/// The metrics address a service logged.
-fn metrics_address(log: &str) -> String {
-    log.split("metrics at http://")
-        .nth(1)
-        .and_then(|rest| rest.split("/metrics").next())
-        .unwrap_or_else(|| panic!("no metrics address in the log:\n{log}"))
-        .to_owned()
-}
-
 /// Poll `path` until it answers `code`; returns the body.
 async fn wait_for_code(
     address: &str,
@@ -149,7 +140,7 @@ async fn readyz_turns_503_while_the_sink_is_down_and_back_to_200_while_healthz_s
     service
         .wait_for_log("streaming", Duration::from_secs(120))
         .await;
-    let address = metrics_address(&service.log());
+    let address = service.metrics_address();
 
     // /healthz is asked every 100 ms from here to the end; it must never say anything but 200.
     let watching = Arc::new(AtomicBool::new(true));
@@ -378,7 +369,7 @@ async fn a_source_that_stops_answering_turns_readyz_503_naming_the_source() {
     service
         .wait_for_log("streaming", Duration::from_secs(120))
         .await;
-    let address = metrics_address(&service.log());
+    let address = service.metrics_address();
     wait_for_code(&address, "/readyz", 200, Duration::from_secs(30), &log_file).await;
 
     proxy.freeze();

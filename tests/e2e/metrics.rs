@@ -56,13 +56,7 @@ async fn plugin_counters_and_dead_letters_reach_the_metrics_labelled_with_the_pl
     service
         .wait_for_log("streaming", Duration::from_secs(120))
         .await;
-    let log = service.log();
-    let address = log
-        .split("metrics at http://")
-        .nth(1)
-        .and_then(|rest| rest.split("/metrics").next())
-        .unwrap_or_else(|| panic!("no metrics address in the log:\n{log}"))
-        .to_owned();
+    let address = service.metrics_address();
 
     db.client
         .batch_execute(&format!(

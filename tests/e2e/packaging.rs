@@ -375,13 +375,7 @@ async fn the_alerts_and_the_dashboard_name_only_metrics_a_running_pipeline_serve
     service
         .wait_for_log("streaming", Duration::from_secs(120))
         .await;
-    let log = service.log();
-    let address = log
-        .split("metrics at http://")
-        .nth(1)
-        .and_then(|rest| rest.split("/metrics").next())
-        .unwrap_or_else(|| panic!("no metrics address in the log:\n{log}"))
-        .to_owned();
+    let address = service.metrics_address();
     db.client
         .batch_execute("INSERT INTO public.signups VALUES (1, 'ann@example.com')")
         .await

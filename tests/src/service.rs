@@ -214,6 +214,16 @@ impl Service {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The address of the metrics endpoint (`metrics.listen`) the service logged.
+    pub fn metrics_address(&self) -> String {
+        let log = self.log();
+        log.split("metrics at http://")
+            .nth(1)
+            .and_then(|rest| rest.split("/metrics").next())
+            .unwrap_or_else(|| panic!("no metrics address in the log:\n{log}"))
+            .to_owned()
+    }
+
     /// Wait until the commit log holds `changes` changes; panics with the service's log if it
     /// takes longer.
     pub async fn wait_for_landed(
