@@ -32,8 +32,8 @@ use tributary_tests::S3Server;
 
 use crate::consume::Measured;
 use crate::report::{
-    DELTA_S3, Facts, MASK_FILE, NONE_FILE, NONE_S3, PASSTHROUGH_FILE, PG_RECVLOGICAL, RAW,
-    ScenarioResult,
+    DELTA_S3, Facts, MASK_FILE, MIRROR_S3, NONE_FILE, NONE_S3, PASSTHROUGH_FILE, PG_RECVLOGICAL,
+    RAW, ScenarioResult,
 };
 use crate::workload::{Scenario, Workload};
 
@@ -85,6 +85,8 @@ struct Args {
 pub(crate) struct Lake {
     pub(crate) s3: bool,
     pub(crate) delta: bool,
+    /// Every table also keeps its current-state table (`mirror = true`).
+    pub(crate) mirror: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -93,53 +95,77 @@ enum Consumer {
     Raw,
     Pipeline {
         plugin: Option<&'static str>,
-        s3: bool,
-        /// `sink.format = "delta"`.
-        delta: bool,
+        lake: Lake,
     },
 }
 
-const CONSUMERS: [(&str, Consumer); 7] = [
+const CONSUMERS: [(&str, Consumer); 8] = [
     (PG_RECVLOGICAL, Consumer::PgRecvlogical),
     (RAW, Consumer::Raw),
     (
         NONE_FILE,
         Consumer::Pipeline {
             plugin: None,
-            s3: false,
-            delta: false,
+            lake: Lake {
+                s3: false,
+                delta: false,
+                mirror: false,
+            },
         },
     ),
     (
         PASSTHROUGH_FILE,
         Consumer::Pipeline {
             plugin: Some("passthrough"),
-            s3: false,
-            delta: false,
+            lake: Lake {
+                s3: false,
+                delta: false,
+                mirror: false,
+            },
         },
     ),
     (
         MASK_FILE,
         Consumer::Pipeline {
             plugin: Some("mask"),
-            s3: false,
-            delta: false,
+            lake: Lake {
+                s3: false,
+                delta: false,
+                mirror: false,
+            },
         },
     ),
     (
         NONE_S3,
         Consumer::Pipeline {
             plugin: None,
-            s3: true,
-            delta: false,
+            lake: Lake {
+                s3: true,
+                delta: false,
+                mirror: false,
+            },
         },
     ),
     (
         DELTA_S3,
         Consumer::Pipeline {
             plugin: None,
-            s3: true,
-            delta: true,
+            lake: Lake {
+                s3: true,
+                delta: true,
+                mirror: false,
+            },
+        },
+    ),
+    (
+        MIRROR_S3,
+        Consumer::Pipeline {
+            plugin: None,
+            lake: Lake {
+                s3: true,
+                delta: true,
+                mirror: true,
+            },
         },
     ),
 ];
@@ -405,7 +431,13 @@ impl Bench {
         let consumers: Vec<(&str, Consumer)> = CONSUMERS
             .iter()
             .copied()
-            .filter(|(_, c)| !matches!(c, Consumer::Pipeline { s3: true, .. }) || self.s3.is_some())
+            .filter(|(_, c)| match c {
+                Consumer::Pipeline { lake, .. } => {
+                    (!lake.s3 || self.s3.is_some())
+                        && (!lake.mirror || scenario == Scenario::Updates)
+                }
+                _ => true,
+            })
             .collect();
         let mut result = ScenarioResult {
             workload: workload.clone(),
@@ -495,13 +527,13 @@ impl Bench {
                 .map(str::to_owned);
                 consume::measure_child(self.client.clone(), slot, &args, None, &[]).await
             }
-            Consumer::Pipeline { plugin, s3, delta } => {
+            Consumer::Pipeline { plugin, lake } => {
                 let transform = plugin.map(|name| self.plugin_spec(name));
                 let (config, cleanup) = self
                     .pipeline_config(
                         slot,
                         transform.as_ref(),
-                        Lake { s3, delta },
+                        lake,
                         &format!("{}-{run}", workload.scenario.name()),
                         None,
                     )
@@ -596,6 +628,12 @@ impl Bench {
             ));
             if lake.delta {
                 text.push_str("format = \"delta\"\n");
+            }
+            if lake.mirror {
+                for table in workload::TABLES {
+                    text.push_str(&format!("\n[outputs.{table:?}]\nmirror = true\n"));
+                }
+                text.push('\n');
             }
             cleanup = server.root().join(&bucket);
         } else {

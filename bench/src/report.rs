@@ -175,6 +175,8 @@ pub const PASSTHROUGH_FILE: &str = "tributary passthrough → file";
 pub const MASK_FILE: &str = "tributary mask+filter → file";
 pub const NONE_S3: &str = "tributary none → s3";
 pub const DELTA_S3: &str = "tributary none → s3 delta";
+/// Delta tables with every table's current-state table (update mix only).
+pub const MIRROR_S3: &str = "tributary none → s3 delta+current";
 
 impl ScenarioResult {
     fn ok(&self, name: &str) -> Vec<(usize, &Measured)> {
@@ -276,6 +278,7 @@ impl ScenarioResult {
             (MASK_FILE, NONE_FILE, "mask+filter wasm/none"),
             (NONE_S3, NONE_FILE, "s3/file"),
             (DELTA_S3, NONE_S3, "delta/parquet (s3)"),
+            (MIRROR_S3, DELTA_S3, "delta+current/delta (s3)"),
         ];
         let shown: Vec<String> = ratios
             .iter()
@@ -333,23 +336,27 @@ impl ScenarioResult {
         }
         // What a flush's commit costs into S3, with and without its Delta commits (the commit
         // stage: the commit entry, the intent's removal and, for Delta, one commit per table).
-        let per_flush: Vec<String> = [(NONE_S3, "parquet"), (DELTA_S3, "delta")]
-            .iter()
-            .filter_map(|(name, label)| {
-                let ok = self.ok(name);
-                let each: Vec<f64> = ok
-                    .iter()
-                    .filter(|(_, m)| m.consumer.flushes > 0)
-                    .map(|(_, m)| m.consumer.stages.commit / m.consumer.flushes as f64 * 1e3)
-                    .collect();
-                let spread = Spread::of(&each)?;
-                Some(format!(
-                    "{label} {} ms over {} flushes",
-                    spread.show(fixed1),
-                    ok[0].1.consumer.flushes
-                ))
-            })
-            .collect();
+        let per_flush: Vec<String> = [
+            (NONE_S3, "parquet"),
+            (DELTA_S3, "delta"),
+            (MIRROR_S3, "delta+current"),
+        ]
+        .iter()
+        .filter_map(|(name, label)| {
+            let ok = self.ok(name);
+            let each: Vec<f64> = ok
+                .iter()
+                .filter(|(_, m)| m.consumer.flushes > 0)
+                .map(|(_, m)| m.consumer.stages.commit / m.consumer.flushes as f64 * 1e3)
+                .collect();
+            let spread = Spread::of(&each)?;
+            Some(format!(
+                "{label} {} ms over {} flushes",
+                spread.show(fixed1),
+                ok[0].1.consumer.flushes
+            ))
+        })
+        .collect();
         if !per_flush.is_empty() {
             let _ = writeln!(
                 out,

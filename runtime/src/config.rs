@@ -427,6 +427,30 @@ pub struct PipelineConfig {
     pub parquet: ParquetConfig,
     #[serde(default)]
     pub load: LoadConfig,
+    /// Settings of single outputs, by output name (`schema.table`, or a plugin's output).
+    #[serde(default)]
+    pub outputs: BTreeMap<String, OutputConfig>,
+}
+
+/// What one output's table gets beyond its change log (`[outputs."schema.table"]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputConfig {
+    /// Keep `<output>__current` beside the change log: a Delta table with one row per key as
+    /// of the last commit (`sink.format = "delta"` only).
+    #[serde(default)]
+    pub mirror: bool,
+}
+
+impl PipelineConfig {
+    /// The outputs that keep a current-state table.
+    pub fn mirrored(&self) -> std::collections::BTreeSet<String> {
+        self.outputs
+            .iter()
+            .filter(|(_, o)| o.mirror)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
 }
 
 /// How a full load (`source.start_from = "full"`) reads the tables.
@@ -743,6 +767,20 @@ impl PipelineConfig {
             );
         }
         self.parquet.validate()?;
+        for (name, output) in &self.outputs {
+            if output.mirror && self.sink.format != crate::lake::TableFormat::Delta {
+                return Err(format!(
+                    "outputs.{name:?}.mirror needs Delta tables: the current-state table is a \
+                     Delta table beside the change log; set sink.format = \"delta\" or leave mirror out"
+                ));
+            }
+            if name.ends_with(crate::lake::delta::MIRROR_SUFFIX) || name.is_empty() {
+                return Err(format!(
+                    "outputs.{name:?}: not an output's name (`schema.table` or a plugin's output; names ending in {} are those of the current-state tables)",
+                    crate::lake::delta::MIRROR_SUFFIX
+                ));
+            }
+        }
         if !(1..=64).contains(&self.load.parallelism) || self.load.chunk_mib == 0 {
             return Err("load.parallelism must be 1 to 64 and load.chunk_mib at least 1".into());
         }
@@ -849,6 +887,26 @@ mod tests {
 
     fn parse(text: &str) -> Result<PipelineConfig, ConfigError> {
         PipelineConfig::parse(text, Path::new("pipeline.toml"))
+    }
+
+    #[test]
+    fn a_mirror_needs_delta_tables_and_an_output_name() {
+        let mirrored = format!("{MINIMAL}\n[outputs.\"public.orders\"]\nmirror = true\n");
+        let err = parse(&mirrored).unwrap_err().to_string();
+        assert!(
+            err.contains("outputs.\"public.orders\".mirror needs Delta tables"),
+            "{err}"
+        );
+        let delta = mirrored.replace(
+            "url = \"s3://lake/shop\"",
+            "url = \"s3://lake/shop\"\nformat = \"delta\"",
+        );
+        let c = parse(&delta).unwrap();
+        assert_eq!(c.mirrored(), ["public.orders".to_owned()].into());
+        assert!(parse(MINIMAL).unwrap().mirrored().is_empty());
+        let named = delta.replace("public.orders\"]", "public.orders__current\"]");
+        let err = parse(&named).unwrap_err().to_string();
+        assert!(err.contains("not an output's name"), "{err}");
     }
 
     #[test]

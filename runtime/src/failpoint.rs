@@ -19,6 +19,7 @@
 //! | `flush.after-commit` | the commit entry exists, the slot is not confirmed (with Delta tables: no table has it yet) |
 //! | `delta.before-publish` | Delta tables only: the commit entry exists, the tables' commits are about to be written |
 //! | `delta.after-table` | Delta tables only: one more output's table has the flush (`@k`: the k-th of the run), the others may not |
+//! | `delta.before-current` | Delta tables only: an output's change-log table has the flush, its current-state table (`mirror = true`) not yet (`@k`: the k-th of the run) |
 //! | `delta.after-publish` | Delta tables only: every output's table has the flush, the slot is not confirmed |
 //! | `flush.after-confirm` | the slot is confirmed, the intent is not removed |
 //! | `load.before-chunk` | a load's connection is about to read a chunk (`@k`: the k-th of the run); the stream and the other connections go on |
@@ -32,6 +33,7 @@ pub const POINTS: &[&str] = &[
     "flush.after-commit",
     "delta.before-publish",
     "delta.after-table",
+    "delta.before-current",
     "delta.after-publish",
     "flush.after-confirm",
     "load.before-chunk",

@@ -51,6 +51,11 @@ async fn check_history(sink: &Sink, log: &CommitLog, output: &str) {
     );
 }
 
+/// The section that keeps `output`'s current-state table.
+fn mirror_section(output: &str) -> String {
+    format!("[outputs.{output:?}]\nmirror = true")
+}
+
 /// Key to the row's `columns` as of the last change, replaying the rows by (_commit_lsn, _seq)
 /// (they come in that order).
 fn replay(
@@ -90,19 +95,25 @@ async fn a_mixed_workload_with_a_column_added_and_dropped_reads_back_as_delta_ta
     let db = fresh_database("delta_mixed").await;
     db.client
         .batch_execute(
-            "CREATE TABLE t (id int PRIMARY KEY, name text, amount numeric(10,2), at timestamp, u uuid);
+            "CREATE TABLE t (id int PRIMARY KEY, name text, amount numeric(10,2), at timestamp, u uuid, big text);
              CREATE TABLE side (k bigint PRIMARY KEY, v text);",
         )
         .await
         .unwrap();
-    let fixture = delta_fixture(&db, "delta_mixed", &["public.t", "public.side"]).await;
+    let mut fixture = delta_fixture(&db, "delta_mixed", &["public.t", "public.side"]).await;
+    fixture.cfg.sections.push(mirror_section("public.t"));
+    fixture.file = fixture.cfg.write(&fixture.dir);
     let service = Service::spawn(&fixture.file, &[], &fixture.dir.join("run.log"));
     let mut service = service;
     service
         .wait_for_log("streaming", Duration::from_secs(120))
         .await;
     let steps = [
-        "INSERT INTO t SELECT g, 'name ' || g, g * 1.5, '2026-01-01'::timestamp + g * interval '1 hour', gen_random_uuid() FROM generate_series(1, 20) g;
+        // Rows 1 to 3 hold a value PostgreSQL stores out of line (TOAST), which the updates
+        // after do not send again.
+        "INSERT INTO t SELECT g, 'name ' || g, g * 1.5, '2026-01-01'::timestamp + g * interval '1 hour', gen_random_uuid(),
+                CASE WHEN g <= 3 THEN (SELECT string_agg(md5(random()::text || g || i), '') FROM generate_series(1, 200) i) END
+         FROM generate_series(1, 20) g;
          INSERT INTO side SELECT g, 'v' || g FROM generate_series(1, 5) g;",
         "UPDATE t SET name = name || '!' WHERE id % 3 = 0; DELETE FROM t WHERE id % 5 = 0;",
         "ALTER TABLE t ADD COLUMN note text;",
@@ -145,6 +156,20 @@ async fn a_mixed_workload_with_a_column_added_and_dropped_reads_back_as_delta_ta
             "{verified}"
         );
     }
+    let current = verified
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("current-state table public.t__current: version"))
+        .unwrap_or_else(|| panic!("{verified}"));
+    assert!(current.ends_with("rows, equal to the source"), "{current}");
+    assert!(
+        verified
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("delta table public.t__current: version")
+                && l.ends_with("intact")),
+        "{verified}"
+    );
     let (code, status, err) = command("status", &fixture.file, &[], &[]).await;
     assert_eq!(code, 0, "{err}");
     assert!(status.contains("  Delta tables\n"), "{status}");
@@ -169,13 +194,70 @@ async fn a_mixed_workload_with_a_column_added_and_dropped_reads_back_as_delta_ta
     // Replaying the log table gives the source's SELECT.
     let source: BTreeMap<String, Vec<Option<String>>> = db
         .client
-        .query("SELECT id::text, name, note FROM t", &[])
+        .query("SELECT id::text, name, note, big FROM t", &[])
         .await
         .unwrap()
         .iter()
-        .map(|r| (r.get(0), vec![r.get(0), r.get(1), r.get(2)]))
+        .map(|r| (r.get(0), vec![r.get(0), r.get(1), r.get(2), r.get(3)]))
         .collect();
-    assert_eq!(replay(&read.rows, &["id", "name", "note"]), source);
+    let without_big = |rows: &BTreeMap<String, Vec<Option<String>>>| {
+        rows.iter()
+            .map(|(k, v)| (k.clone(), v[..3].to_vec()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    assert_eq!(
+        replay(&read.rows, &["id", "name", "note"]),
+        without_big(&source)
+    );
+    let toasted = read
+        .rows
+        .iter()
+        .filter(|r| {
+            r["_unchanged_toast"]
+                .as_deref()
+                .is_some_and(|t| t.contains("big"))
+        })
+        .count();
+    assert!(toasted >= 3, "updates of rows 1 to 3 left big out");
+
+    // The current-state table equals the source's SELECT without a replay, the values the
+    // updates did not send again kept.
+    let current = read_delta(
+        &table_uri(&fixture, "public.t__current"),
+        &fixture.cfg.sink_options,
+    );
+    let by_key: BTreeMap<String, Vec<Option<String>>> = current
+        .rows
+        .iter()
+        .map(|r| {
+            let id = r["id"].clone().unwrap();
+            (
+                id,
+                ["id", "name", "note", "big"]
+                    .iter()
+                    .map(|c| r[*c].clone())
+                    .collect(),
+            )
+        })
+        .collect();
+    assert_eq!(by_key.len(), current.rows.len(), "one row per key");
+    assert_eq!(by_key, source);
+    let columns: Vec<&str> = current.schema.iter().map(|(n, ..)| n.as_str()).collect();
+    assert_eq!(
+        columns,
+        [
+            "_commit_lsn",
+            "_seq",
+            "_commit_time",
+            "id",
+            "name",
+            "amount",
+            "at",
+            "u",
+            "big",
+            "note"
+        ]
+    );
 
     // The documented schema: the change metadata, the columns as they were added, the one
     // dropped still there, `_old`, and the added column last and nullable.
@@ -199,6 +281,7 @@ async fn a_mixed_workload_with_a_column_added_and_dropped_reads_back_as_delta_ta
             ("amount", "decimal(10,2)", true),
             ("at", "timestamp_ntz", true),
             ("u", "string", true),
+            ("big", "string", true),
             ("note", "string", true),
         ]
     );
@@ -257,7 +340,9 @@ async fn crash_at(point: &str, hit: u32) {
             .await
             .unwrap();
     }
-    let fixture = delta_fixture(&db, &hint, &TABLES).await;
+    let mut fixture = delta_fixture(&db, &hint, &TABLES).await;
+    fixture.cfg.sections.push(mirror_section(TABLES[0]));
+    fixture.file = fixture.cfg.write(&fixture.dir);
     let armed = format!("{point}@{hit}");
     let mut a = Service::spawn_with(
         &fixture.file,
@@ -284,18 +369,70 @@ async fn crash_at(point: &str, hit: u32) {
     let mut b = Service::spawn(&fixture.file, &[], &fixture.dir.join("b.log"));
     b.wait_for_log("streaming", Duration::from_secs(120)).await;
     db.client.batch_execute(&transaction(21)).await.unwrap();
-    b.wait_for_landed(&fixture.log, 90, Duration::from_secs(60))
+    // Changes the current-state table of the first table applies in place.
+    let first = TABLES[0];
+    db.client
+        .batch_execute(&format!(
+            "UPDATE {first} SET body = 'changed' WHERE id % 4 = 0; DELETE FROM {first} WHERE id % 7 = 0;"
+        ))
+        .await
+        .unwrap();
+    b.wait_for_landed(&fixture.log, 90 + 7 + 4, Duration::from_secs(60))
         .await;
+    // verify holds the current-state table against the commit log (one version per flush,
+    // in order, none twice) and against the source.
+    let verified = verify(&fixture.file, &[]).await;
+    assert_eq!(verified.code, 0, "{verified}");
+    assert!(
+        verified
+            .stdout
+            .contains(&format!("current-state table {first}__current: version"))
+            && verified.stdout.contains("rows, equal to the source"),
+        "{verified}"
+    );
     let b_log = b.stop().await;
+    let current = read_delta(
+        &table_uri(&fixture, &format!("{first}__current")),
+        &fixture.cfg.sink_options,
+    );
+    let rows: BTreeMap<u32, String> = current
+        .rows
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_deref().unwrap().parse().unwrap(),
+                r["body"].clone().unwrap(),
+            )
+        })
+        .collect();
+    let expected: BTreeMap<u32, String> = (1..=30)
+        .filter(|id| id % 7 != 0)
+        .map(|id| {
+            let body = match id % 4 {
+                0 => "changed".to_owned(),
+                _ => format!("row {id}"),
+            };
+            (id, body)
+        })
+        .collect();
+    assert_eq!(rows, expected, "{b_log}");
+    assert_eq!(current.rows.len(), expected.len(), "one row per key");
     for table in TABLES {
         check_history(&fixture.sink, &fixture.log, table).await;
         let read = read_delta(&table_uri(&fixture, table), &fixture.cfg.sink_options);
         let ids: Vec<u32> = read
             .rows
             .iter()
+            .filter(|r| r["_op"].as_deref() == Some("insert"))
             .map(|r| r["id"].as_deref().unwrap().parse().unwrap())
             .collect();
-        assert_eq!(ids.len(), 30, "{table}: every change once: {b_log}");
+        let changes = if table == first { 30 + 7 + 4 } else { 30 };
+        assert_eq!(
+            read.rows.len(),
+            changes,
+            "{table}: every change once: {b_log}"
+        );
+        assert_eq!(ids.len(), 30, "{table}: every insert once: {b_log}");
         assert_eq!(
             ids.iter().copied().collect::<BTreeSet<_>>(),
             (1..=30).collect()
@@ -323,6 +460,11 @@ async fn a_crash_between_the_commit_entry_and_the_tables_is_caught_up_at_the_nex
 async fn a_crash_after_one_table_of_three_has_the_flush_catches_up_the_other_two_once() {
     // Three tables per flush: the fourth pass is the first table of the second flush.
     crash_at("delta.after-table", 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_a_change_log_table_and_its_current_state_table_applies_the_flush_once() {
+    crash_at("delta.before-current", 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

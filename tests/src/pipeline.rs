@@ -56,6 +56,7 @@ pub fn config(
         retry: Default::default(),
         parquet: Default::default(),
         load: Default::default(),
+        outputs: Default::default(),
     }
 }
 

@@ -49,6 +49,8 @@ pub struct ServiceConfig {
     pub load: Vec<(String, String)>,
     /// More `[sink]` settings, as TOML values (`("format", "\"delta\"")`).
     pub sink: Vec<(String, String)>,
+    /// Whole sections at the end of the file (`[outputs."public.t"]\nmirror = true`).
+    pub sections: Vec<String>,
 }
 
 impl ServiceConfig {
@@ -66,6 +68,7 @@ impl ServiceConfig {
             source: Vec::new(),
             load: Vec::new(),
             sink: Vec::new(),
+            sections: Vec::new(),
         }
     }
 
@@ -116,6 +119,9 @@ impl ServiceConfig {
             for (key, value) in &self.load {
                 text.push_str(&format!("{key} = {value}\n"));
             }
+        }
+        for section in &self.sections {
+            text.push_str(&format!("\n{section}\n"));
         }
         text
     }

@@ -164,6 +164,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
         retry: Default::default(),
         parquet: Default::default(),
         load: Default::default(),
+        outputs: Default::default(),
     };
 
     let (stop, shutdown) = watch::channel(false);

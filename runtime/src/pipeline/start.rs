@@ -309,11 +309,17 @@ pub(super) async fn start(
     let tables = match config.sink.format {
         TableFormat::Parquet => None,
         TableFormat::Delta => {
+            let encoder = crate::lake::encode::Encoder::new(&config.parquet.encode_options())?;
             let tables = Tables::new(
                 sink.clone(),
                 delta::app_id(&identity.database, &identity.slot),
                 writer.clone(),
-            );
+            )
+            .with_mirrors(delta::current::Mirrors {
+                outputs: config.mirrored(),
+                properties: encoder.properties().clone(),
+                target: config.parquet.target_file_bytes(),
+            });
             let through = checkpoint.tables_through();
             let caught_up = with_retry!(
                 "bringing the Delta tables up to the commit log",

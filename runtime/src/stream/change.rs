@@ -122,7 +122,9 @@ pub struct OutputColumn {
     pub ty: ColumnType,
     /// Whether the column may hold null (every column of a table's output may).
     pub nullable: bool,
-    /// Part of the output's key, as a plugin declared it (recorded in the file's schema).
+    /// Part of the output's key (recorded in the file's schema): as a plugin declared it, or,
+    /// for a table's output, as the replica identity sends it (every column under
+    /// `REPLICA IDENTITY FULL`).
     pub key: bool,
 }
 
@@ -204,7 +206,7 @@ impl OutputColumn {
                 type_modifier: c.type_modifier,
                 ty: c.ty.clone(),
                 nullable: true,
-                key: false,
+                key: c.key,
             })
             .collect()
     }

@@ -314,6 +314,19 @@ impl<'a> BatchCells<'a> {
         })
     }
 
+    /// The cells of a batch whose columns are found by name wherever they are (a
+    /// current-state table's file: some change metadata, the columns, no `_old`).
+    pub fn named(batch: &'a RecordBatch, shape: &'a Shape) -> Result<BatchCells<'a>, DigestError> {
+        let schema = batch.schema_ref();
+        let names = schema.fields().iter().map(|f| f.name().as_str());
+        Ok(BatchCells {
+            values: find(names, batch.columns(), shape)?,
+            old: None,
+            key: shape.key.as_deref(),
+            buf: Vec::with_capacity(256),
+        })
+    }
+
     /// The digest of column `col`'s cell in row `i`, as it adds to the row's digest.
     pub fn cell(&mut self, col: usize, i: usize) -> Digest {
         cell_digest(&self.values[col], col, i, &mut self.buf)

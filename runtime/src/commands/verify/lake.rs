@@ -51,6 +51,13 @@ impl Survey {
                 continue;
             }
             let listing = sink.list_dir(Some(&Path::from(folder.as_str()))).await?;
+            // A current-state table's files are its own, named by its Delta log, not by
+            // commit entries (the table's audit checks them).
+            if folder.ends_with(crate::lake::delta::MIRROR_SUFFIX)
+                && listing.folders.iter().any(|f| f == "_delta_log")
+            {
+                continue;
+            }
             for (name, size) in listing.objects {
                 if name.ends_with(".parquet") {
                     present.insert(format!("{folder}/{name}"), size);

@@ -32,6 +32,7 @@
 
 mod digest;
 mod lake;
+mod mirror;
 mod read;
 mod replay;
 mod report;
@@ -58,7 +59,10 @@ use crate::wire::pgoutput::ReplicaIdentity;
 pub use digest::{Digest, DigestError, Shape};
 pub use read::ReadError;
 pub use replay::{ChangeId, Difference, RowAt, TableDiff};
-pub use report::{Committed, Duplicates, Files, Outcome, Report, RowText, Shown, TableReport};
+pub use report::{
+    Committed, Duplicates, Files, MirrorOutcome, MirrorReport, Outcome, Report, RowText, Shown,
+    TableReport,
+};
 
 use digest::BatchCells;
 use lake::{Lake, Survey};
@@ -228,15 +232,25 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
     let (digested, (survey, mut lake)) = tokio::try_join!(source_side, lake_side)?;
 
     let mut tables_out = Vec::new();
+    let mut mirrors = Vec::new();
     for ((table, shape), source) in sources.iter().zip(digested) {
         let landed = lake.tables.remove(&table.name).unwrap_or_default();
         let (keyed, show_n) = (shape.key.is_some(), options.show);
-        let (diff, duplicates) = tokio::task::spawn_blocking(move || {
+        let (diff, duplicates, source) = tokio::task::spawn_blocking(move || {
             let (state, duplicates) = replay::replay(landed, at.0, keyed);
-            (replay::compare(&source, &state, show_n), duplicates)
+            (replay::compare(&source, &state, show_n), duplicates, source)
         })
         .await
         .map_err(|e| VerifyError::Task(e.to_string()))?;
+        if config.sink.format == TableFormat::Delta {
+            let started = Instant::now();
+            if let Some(mirror) =
+                mirror::compare(&log, &survey, table, shape, &source, at, options.timeout).await?
+            {
+                tracing::info!(table = %mirror.table, took = ?started.elapsed(), "read the current-state table");
+                mirrors.push(mirror);
+            }
+        }
         lake.duplicates.insert(table.name.clone(), duplicates);
         let shown = show::show(&snapshot, &log, &survey, table, shape, &diff.samples).await?;
         tables_out.push(TableReport {
@@ -247,6 +261,7 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
     }
     snapshot.close().await?;
     let mut report = finish(&survey, lake, tables_out, Some(at), options.show);
+    report.mirrors = mirrors;
     if config.sink.format == TableFormat::Delta {
         report.delta = audit_tables(&log, &survey, options.table.as_deref()).await?;
     }
@@ -503,6 +518,7 @@ fn finish(
         duplicates,
         notes,
         delta: Vec::new(),
+        mirrors: Vec::new(),
     }
 }
 
@@ -539,6 +555,12 @@ async fn audit_tables(
             continue;
         }
         audits.push(crate::lake::delta::audit_table(log.sink(), output, &app, &entries).await?);
+        let sequences = entries.keys().copied().collect();
+        if let Some(audit) =
+            crate::lake::delta::audit_mirror_table(log.sink(), output, &app, &sequences).await?
+        {
+            audits.push(audit);
+        }
     }
     Ok(audits)
 }

@@ -272,6 +272,35 @@ impl SourceState {
             SourceState::Rows(map) => map.values().map(|&n| u64::from(n)).sum(),
         }
     }
+
+    /// How `other` (a table read as it is, like a current-state table) differs from this:
+    /// `(missing, extra, changed)` keys, or rows without a key.
+    pub fn differences(&self, other: &SourceState) -> (u64, u64, u64) {
+        match (self, other) {
+            (SourceState::Keyed(ours), SourceState::Keyed(theirs)) => {
+                let missing = ours.keys().filter(|k| !theirs.contains_key(*k)).count();
+                let extra = theirs.keys().filter(|k| !ours.contains_key(*k)).count();
+                let changed = ours
+                    .iter()
+                    .filter(|(k, row)| theirs.get(*k).is_some_and(|r| r != *row))
+                    .count();
+                (missing as u64, extra as u64, changed as u64)
+            }
+            (SourceState::Rows(ours), SourceState::Rows(theirs)) => {
+                let count = |map: &DigestMap<u32>, row: &Digest| map.get(row).copied().unwrap_or(0);
+                let missing = ours
+                    .iter()
+                    .map(|(row, &n)| u64::from(n.saturating_sub(count(theirs, row))))
+                    .sum();
+                let extra = theirs
+                    .iter()
+                    .map(|(row, &n)| u64::from(n.saturating_sub(count(ours, row))))
+                    .sum();
+                (missing, extra, 0)
+            }
+            _ => (self.rows(), other.rows(), 0),
+        }
+    }
 }
 
 /// How a key (or, without a key, a row) differs.

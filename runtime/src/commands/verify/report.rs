@@ -26,6 +26,76 @@ pub struct Report {
     pub notes: Vec<String>,
     /// With `sink.format = "delta"`: each output's table held against the commit log.
     pub delta: Vec<TableAudit>,
+    /// Each current-state table compared with the source.
+    pub mirrors: Vec<MirrorReport>,
+}
+
+/// A current-state table (`<output>__current`) compared with the source directly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorReport {
+    pub table: String,
+    pub outcome: MirrorOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MirrorOutcome {
+    /// Its version that holds the commit entries up to the snapshot, against the source.
+    Compared {
+        version: u64,
+        rows: u64,
+        missing: u64,
+        extra: u64,
+        changed: u64,
+    },
+    /// No version of it is the source at the snapshot: a commit entry holds changes from both
+    /// sides of it (a busy source), or the table went past it in one commit. Not a defect.
+    NotAtSnapshot { reason: String },
+}
+
+impl MirrorReport {
+    fn differences(&self) -> u64 {
+        match self.outcome {
+            MirrorOutcome::Compared {
+                missing,
+                extra,
+                changed,
+                ..
+            } => missing + extra + changed,
+            MirrorOutcome::NotAtSnapshot { .. } => 0,
+        }
+    }
+}
+
+impl fmt::Display for MirrorReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.outcome {
+            MirrorOutcome::Compared {
+                version,
+                rows,
+                missing,
+                extra,
+                changed,
+            } => {
+                let state = match missing + extra + changed {
+                    0 => "equal to the source".to_owned(),
+                    _ => format!(
+                        "differs from the source: {missing} missing, {extra} extra, {changed} changed"
+                    ),
+                };
+                writeln!(
+                    f,
+                    "current-state table {}: version {version}, {}, {state}",
+                    self.table,
+                    plural(*rows, "row", "rows")
+                )
+            }
+            MirrorOutcome::NotAtSnapshot { reason } => writeln!(
+                f,
+                "current-state table {}: not compared: {reason}",
+                self.table
+            ),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,7 +192,12 @@ impl Report {
                 Outcome::Compared { diff, .. } => diff.missing + diff.extra + diff.changed,
                 Outcome::Landed { .. } => 0,
             })
-            .sum()
+            .sum::<u64>()
+            + self
+                .mirrors
+                .iter()
+                .map(MirrorReport::differences)
+                .sum::<u64>()
     }
 
     pub fn duplicate_count(&self) -> u64 {
@@ -341,6 +416,9 @@ impl fmt::Display for Report {
                 writeln!(f, "  {}: {more} more", d.output)?;
             }
         }
+        for m in &self.mirrors {
+            write!(f, "{m}")?;
+        }
         for t in &self.delta {
             let version = t
                 .version
@@ -392,6 +470,7 @@ mod tests {
             duplicates,
             notes: vec![],
             delta: Vec::new(),
+            mirrors: Vec::new(),
         }
     }
 

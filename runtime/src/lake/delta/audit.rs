@@ -41,15 +41,8 @@ pub fn audit(
     present: &BTreeSet<String>,
     entries: &BTreeMap<u64, BTreeSet<String>>,
 ) -> TableAudit {
-    let mut problems = Vec::new();
     let latest = listed.iter().max().copied();
-    if let Some(latest) = latest {
-        let have: BTreeSet<u64> = listed.iter().copied().collect();
-        let missing: Vec<u64> = (0..=latest).filter(|v| !have.contains(v)).collect();
-        if !missing.is_empty() {
-            problems.push(format!("versions {missing:?} of its log are missing"));
-        }
-    }
+    let mut problems = missing_versions(listed);
     let mut seen: BTreeMap<u64, u64> = BTreeMap::new();
     let mut holds = None;
     for v in read {
@@ -98,12 +91,7 @@ pub fn audit(
             behind.push(sequence);
         }
     }
-    for path in live.difference(present) {
-        problems.push(format!(
-            "{path}, which a reader of version {} reads, is not in the sink",
-            latest.unwrap_or_default()
-        ));
-    }
+    problems.extend(missing_files(live, present, latest));
     TableAudit {
         output: output.to_owned(),
         version: latest,
@@ -111,6 +99,84 @@ pub fn audit(
         behind,
         problems,
     }
+}
+
+/// Audit `output`'s current-state table (`table`): no missing version, its `txn` versions
+/// rising, each an entry with files of the output (the versions that build the table from
+/// the change log hold the entry the change log held then), every file a reader reads
+/// present; `entries` are the entries with files of the output.
+pub fn audit_mirror(
+    table: &str,
+    listed: &[u64],
+    read: &[Version],
+    live: &BTreeSet<String>,
+    present: &BTreeSet<String>,
+    entries: &BTreeSet<u64>,
+) -> TableAudit {
+    let latest = listed.iter().max().copied();
+    let mut problems = missing_versions(listed);
+    let mut holds: Option<u64> = None;
+    for v in read {
+        let Some(txn) = v.txn else {
+            continue;
+        };
+        if holds.is_some_and(|h| txn <= h) {
+            problems.push(format!(
+                "version {} holds commit entry {txn} after entry {} (the entries of a current-state table rise)",
+                v.version,
+                holds.unwrap_or_default()
+            ));
+        }
+        if !entries.contains(&txn) {
+            problems.push(format!(
+                "version {} holds commit entry {txn}, which has no files of its output",
+                v.version
+            ));
+        }
+        holds = holds.max(Some(txn));
+    }
+    let behind = entries
+        .iter()
+        .copied()
+        .filter(|&e| holds.is_none_or(|h| e > h))
+        .collect();
+    problems.extend(missing_files(live, present, latest));
+    TableAudit {
+        output: table.to_owned(),
+        version: latest,
+        holds,
+        behind,
+        problems,
+    }
+}
+
+/// The versions below the latest whose commit files are gone.
+fn missing_versions(listed: &[u64]) -> Vec<String> {
+    let Some(&latest) = listed.iter().max() else {
+        return Vec::new();
+    };
+    let have: BTreeSet<u64> = listed.iter().copied().collect();
+    let missing: Vec<u64> = (0..=latest).filter(|v| !have.contains(v)).collect();
+    match missing.is_empty() {
+        true => Vec::new(),
+        false => vec![format!("versions {missing:?} of its log are missing")],
+    }
+}
+
+/// The files a reader of the latest version reads that the sink lacks.
+fn missing_files(
+    live: &BTreeSet<String>,
+    present: &BTreeSet<String>,
+    latest: Option<u64>,
+) -> Vec<String> {
+    live.difference(present)
+        .map(|path| {
+            format!(
+                "{path}, which a reader of version {} reads, is not in the sink",
+                latest.unwrap_or_default()
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -179,5 +245,53 @@ mod tests {
             "{text}"
         );
         assert_eq!(audit.problems.len(), 5);
+    }
+
+    #[test]
+    fn a_current_state_table_holds_rising_entries_of_its_output() {
+        let entries = BTreeSet::from([2, 4, 5, 7]);
+        let files = set(&["m1", "m2"]);
+        let read = [version(0, 4, &["m1"]), version(1, 5, &["m2"])];
+        let audit = audit_mirror(
+            "public.t__current",
+            &[0, 1],
+            &read,
+            &files,
+            &files,
+            &entries,
+        );
+        assert_eq!(audit.problems, Vec::<String>::new());
+        assert_eq!((audit.holds, audit.behind.as_slice()), (Some(5), &[7][..]));
+
+        let read = [
+            version(0, 4, &["m1"]),
+            version(1, 3, &["m2"]),
+            version(2, 4, &[]),
+        ];
+        let audit = audit_mirror(
+            "public.t__current",
+            &[0, 1, 2],
+            &read,
+            &files,
+            &set(&["m1"]),
+            &entries,
+        );
+        let text = audit.problems.join("\n");
+        assert!(
+            text.contains("version 1 holds commit entry 3 after entry 4"),
+            "{text}"
+        );
+        assert!(
+            text.contains("version 1 holds commit entry 3, which has no files"),
+            "{text}"
+        );
+        assert!(
+            text.contains("version 2 holds commit entry 4 after entry 4"),
+            "{text}"
+        );
+        assert!(
+            text.contains("m2, which a reader of version 2 reads, is not in the sink"),
+            "{text}"
+        );
     }
 }

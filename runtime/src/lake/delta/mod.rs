@@ -10,19 +10,23 @@
 //!
 //! [`schema`] maps the files' Arrow types to Delta's and evolves a table's schema; [`actions`]
 //! is the log's JSON; [`state`] replays a log and plans an append; [`compact`] plans the
-//! rewrite of small files; [`table`] does the IO.
+//! rewrite of small files; [`mirror`] keeps an output's current-state table; [`table`] and
+//! [`current`] do the IO.
 
 pub mod actions;
 pub mod audit;
 pub mod checkpoint;
 pub mod compact;
+pub mod current;
+pub mod mirror;
 pub mod schema;
 pub mod state;
 pub mod table;
 
 pub use audit::TableAudit;
+pub use mirror::{MIRROR_SUFFIX, mirror_name};
 pub use state::{TableError, TableFile, TableState};
 pub use table::{
-    CompactError, Compacted, Tables, app_id, audit_table, catch_up, compact_table, read_table,
-    table_names,
+    CompactError, Compacted, Tables, app_id, audit_mirror_table, audit_table, catch_up,
+    compact_table, read_table, read_table_holding, table_names,
 };

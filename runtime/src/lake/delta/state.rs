@@ -29,6 +29,10 @@ pub enum TableError {
     Protocol(String),
     #[error("its log is not a Delta log this build can read: {0}")]
     Corrupt(String),
+    #[error("its current-state table: {0}")]
+    Mirror(#[from] super::mirror::MirrorError),
+    #[error("its current-state table: {path}: {reason}")]
+    Data { path: String, reason: String },
 }
 
 /// A table after replaying its log up to `version`.
@@ -125,50 +129,12 @@ impl Appender {
                 "numOutputBytes": files.iter().map(|f| f.size).sum::<u64>().to_string(),
             },
         }))];
-        if let Some(protocol) = &state.protocol {
-            protocol.writable().map_err(TableError::Protocol)?;
-        }
-        let mut schema = state.schema.clone();
-        for file in files {
-            let theirs = table_schema(&file.schema)?;
-            schema = match schema {
-                None => Some(theirs),
-                Some(ours) => Some(evolve(&ours, &theirs)?.unwrap_or(ours)),
-            };
-        }
-        let schema = schema.expect("a commit appends at least one file");
-        let needed = Protocol::needed(schema.needs_ntz());
-        let protocol = match &state.protocol {
-            None => Some(needed),
-            // A table that has no features yet gains the one a new column needs.
-            Some(p) if p.min_reader_version < needed.min_reader_version => Some(needed),
-            Some(_) => None,
-        };
-        if let Some(protocol) = protocol {
-            actions.push(Action::Protocol(protocol));
-        }
-        match &state.metadata {
-            None => actions.push(Action::Metadata(Metadata {
-                id: table_id(),
-                name: None,
-                description: None,
-                format: Format {
-                    provider: "parquet".into(),
-                    options: BTreeMap::new(),
-                },
-                schema_string: schema.to_json(),
-                partition_columns: Vec::new(),
-                created_time: Some(now_ms),
-                configuration: BTreeMap::new(),
-            })),
-            Some(m) if state.schema.as_ref() != Some(&schema) => {
-                actions.push(Action::Metadata(Metadata {
-                    schema_string: schema.to_json(),
-                    ..m.clone()
-                }));
-            }
-            Some(_) => {}
-        }
+        actions.extend(schema_actions(
+            state,
+            files.iter().map(|f| &f.schema),
+            now_ms,
+            table_id,
+        )?);
         for file in files {
             let path = file
                 .path
@@ -191,6 +157,65 @@ impl Appender {
         }));
         Ok(actions)
     }
+}
+
+/// The `protocol` and `metaData` actions a commit of files with `schemas` needs on the table
+/// in `state`: those of a new table (whose id `table_id` gives), a schema that gains the
+/// files' new columns, and the protocol a new column's type needs.
+pub fn schema_actions<'a>(
+    state: &TableState,
+    schemas: impl IntoIterator<Item = &'a SchemaRef>,
+    now_ms: i64,
+    table_id: impl FnOnce() -> String,
+) -> Result<Vec<Action>, TableError> {
+    let mut actions = Vec::new();
+    if let Some(protocol) = &state.protocol {
+        protocol.writable().map_err(TableError::Protocol)?;
+    }
+    let mut schema = state.schema.clone();
+    for file in schemas {
+        let theirs = table_schema(file)?;
+        schema = match schema {
+            None => Some(theirs),
+            Some(ours) => Some(evolve(&ours, &theirs)?.unwrap_or(ours)),
+        };
+    }
+    let Some(schema) = schema else {
+        return Ok(actions);
+    };
+    let needed = Protocol::needed(schema.needs_ntz());
+    let protocol = match &state.protocol {
+        None => Some(needed),
+        // A table that has no features yet gains the one a new column needs.
+        Some(p) if p.min_reader_version < needed.min_reader_version => Some(needed),
+        Some(_) => None,
+    };
+    if let Some(protocol) = protocol {
+        actions.push(Action::Protocol(protocol));
+    }
+    match &state.metadata {
+        None => actions.push(Action::Metadata(Metadata {
+            id: table_id(),
+            name: None,
+            description: None,
+            format: Format {
+                provider: "parquet".into(),
+                options: BTreeMap::new(),
+            },
+            schema_string: schema.to_json(),
+            partition_columns: Vec::new(),
+            created_time: Some(now_ms),
+            configuration: BTreeMap::new(),
+        })),
+        Some(m) if state.schema.as_ref() != Some(&schema) => {
+            actions.push(Action::Metadata(Metadata {
+                schema_string: schema.to_json(),
+                ..m.clone()
+            }));
+        }
+        Some(_) => {}
+    }
+    Ok(actions)
 }
 
 #[cfg(test)]

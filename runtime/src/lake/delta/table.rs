@@ -13,6 +13,8 @@ use super::actions::{Action, Add, commit_file, parse_commit};
 use super::audit;
 use super::checkpoint;
 use super::compact;
+use super::current::{self, Mirrors, Rows};
+use super::mirror::mirror_name;
 use super::state::{Appender, TableError, TableFile, TableState};
 use crate::lake::commit::{CommitError, CommitLog, FileEntry, Writer};
 use crate::lake::sink::{Created, Sink};
@@ -47,7 +49,9 @@ pub struct Tables {
     sink: Sink,
     appender: Appender,
     writer: Writer,
+    /// What each table was last read or written as, by table name.
     states: Arc<Mutex<BTreeMap<String, TableState>>>,
+    mirrors: Option<Arc<Mirrors>>,
 }
 
 impl Tables {
@@ -60,7 +64,29 @@ impl Tables {
             },
             writer,
             states: Arc::default(),
+            mirrors: None,
         }
+    }
+
+    /// Also keep the current-state tables of `mirrors.outputs`.
+    pub fn with_mirrors(mut self, mirrors: Mirrors) -> Tables {
+        self.mirrors = (!mirrors.outputs.is_empty()).then(|| Arc::new(mirrors));
+        self
+    }
+
+    fn cached(&self, table: &str) -> Option<TableState> {
+        self.states
+            .lock()
+            .expect("not poisoned")
+            .get(table)
+            .cloned()
+    }
+
+    fn remember(&self, table: &str, state: TableState) {
+        self.states
+            .lock()
+            .expect("not poisoned")
+            .insert(table.to_owned(), state);
     }
 
     pub fn app_id(&self) -> &str {
@@ -104,16 +130,12 @@ impl Tables {
         files: Vec<&TableFile>,
         later: Later,
     ) -> Result<(), CommitError> {
-        let cached = self
-            .states
-            .lock()
-            .expect("not poisoned")
-            .get(output)
-            .cloned();
-        let mut state = match cached {
+        let mut state = match self.cached(output) {
             Some(state) => state,
             None => self.read(output, TableState::default()).await?,
         };
+        // What the table held before this call appended to it (`None`: it held the flush).
+        let mut before = None;
         loop {
             match state.txn(self.app_id()) {
                 Some(v) if v == sequence => break,
@@ -139,6 +161,7 @@ impl Tables {
                 })?;
             let version = state.next_version();
             let path = commit_path(output, version);
+            let held = state.txn(self.app_id());
             match self.sink.create(&path, commit_file(&actions)).await? {
                 Created::New => {
                     state
@@ -148,6 +171,7 @@ impl Tables {
                             sequence,
                             source,
                         })?;
+                    before = Some(held);
                     crate::failpoint::reached("delta.after-table").await;
                     if checkpoint::due(version) {
                         self.checkpoint(output, version, &state).await;
@@ -159,10 +183,93 @@ impl Tables {
                 Created::Existed => state = self.read(output, state).await?,
             }
         }
-        self.states
-            .lock()
-            .expect("not poisoned")
-            .insert(output.to_owned(), state);
+        self.remember(output, state.clone());
+        self.mirror(output, sequence, &files, &state, before, later)
+            .await
+    }
+
+    /// Apply flush `sequence` (its `files` of `output`, now in the change-log table `log`)
+    /// to the output's current-state table, when it keeps one. `before` is what the change
+    /// log held before this flush was appended to it, when this writer appended it: a
+    /// current-state table behind that missed flushes and is built again.
+    async fn mirror(
+        &self,
+        output: &str,
+        sequence: u64,
+        files: &[&TableFile],
+        log: &TableState,
+        before: Option<Option<u64>>,
+        later: Later,
+    ) -> Result<(), CommitError> {
+        let Some(mirrors) = self.mirrors.as_deref() else {
+            return Ok(());
+        };
+        if !mirrors.outputs.contains(output) {
+            return Ok(());
+        }
+        crate::failpoint::reached("delta.before-current").await;
+        let name = mirror_name(output);
+        let mut state = match self.cached(&name) {
+            Some(state) => state,
+            None => self.read(&name, TableState::default()).await?,
+        };
+        let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        let failed = |source| CommitError::Table {
+            output: name.clone(),
+            sequence,
+            source,
+        };
+        loop {
+            let held = state.txn(self.app_id());
+            match held {
+                Some(v) if v == sequence => break,
+                Some(theirs) if theirs > sequence && later == Later::Holds => break,
+                Some(theirs) if theirs > sequence => {
+                    return Err(CommitError::TableAhead {
+                        output: name,
+                        ours: sequence,
+                        theirs,
+                        writer: Box::new(self.writer.clone()),
+                    });
+                }
+                _ => {}
+            }
+            let stale = state.version.is_none() || before.is_some_and(|prev| held < prev);
+            let (rows, txn) = match stale {
+                false => (Rows::Flush(&paths), sequence),
+                true => {
+                    let all = current::log_files(output, log);
+                    tracing::info!(table = %name, files = all.len(), "building the current-state table from the whole change log (it is new, or missed flushes while mirroring was off)");
+                    (
+                        Rows::Rebuild(all),
+                        log.txn(self.app_id()).unwrap_or(sequence),
+                    )
+                }
+            };
+            let now_ms = crate::clock::unix_micros() / 1000;
+            let applied = current::apply(
+                &self.sink,
+                mirrors,
+                output,
+                &state,
+                rows,
+                (self.app_id(), txn),
+                now_ms,
+            )
+            .await
+            .map_err(failed)?;
+            if current::commit(&self.sink, output, &mut state, applied).await? {
+                let version = state.version.unwrap_or_default();
+                if checkpoint::due(version) {
+                    self.checkpoint(&name, version, &state).await;
+                }
+                break;
+            }
+            // Another writer took the version (a compaction, another instance): read it and
+            // plan again.
+            state = self.read(&name, state).await?;
+        }
+        self.remember(&name, state);
         Ok(())
     }
 }
@@ -497,61 +604,143 @@ pub async fn audit_table(
     app_id: &str,
     entries: &BTreeMap<u64, BTreeSet<String>>,
 ) -> Result<audit::TableAudit, CommitError> {
-    let log_dir = Path::from(format!("{output}/_delta_log"));
-    let mut listed: Vec<u64> = sink
-        .list_names(&log_dir)
-        .await?
-        .iter()
-        .filter_map(|n| n.strip_suffix(".json")?.parse().ok())
-        .collect();
-    listed.sort_unstable();
+    let history = History::read(sink, output, app_id).await?;
+    let live = history.state.files.keys().cloned().collect();
+    Ok(audit::audit(
+        output,
+        &history.listed,
+        &history.read,
+        &live,
+        &history.present,
+        entries,
+    ))
+}
+
+/// Hold `output`'s current-state table against the commit log, whose entries with files of
+/// the output are `entries` (see [`audit::audit_mirror`]); `None` when it has none.
+pub async fn audit_mirror_table(
+    sink: &Sink,
+    output: &str,
+    app_id: &str,
+    entries: &BTreeSet<u64>,
+) -> Result<Option<audit::TableAudit>, CommitError> {
+    let name = mirror_name(output);
+    if sink.get(&commit_path(&name, 0)).await?.is_none() {
+        return Ok(None);
+    }
+    let history = History::read(sink, &name, app_id).await?;
+    let live = history.state.files.keys().cloned().collect();
+    Ok(Some(audit::audit_mirror(
+        &name,
+        &history.listed,
+        &history.read,
+        &live,
+        &history.present,
+        entries,
+    )))
+}
+
+/// A table's log as an audit reads it.
+struct History {
+    /// The versions whose commit files exist.
+    listed: Vec<u64>,
+    /// What each contiguous version from 0 did.
+    read: Vec<audit::Version>,
+    /// The table after them.
+    state: TableState,
+    /// The data files in the table's folder (and its `_compacted/`), relative to it.
+    present: BTreeSet<String>,
+}
+
+impl History {
+    async fn read(sink: &Sink, output: &str, app_id: &str) -> Result<History, CommitError> {
+        let log_dir = Path::from(format!("{output}/_delta_log"));
+        let mut listed: Vec<u64> = sink
+            .list_names(&log_dir)
+            .await?
+            .iter()
+            .filter_map(|n| n.strip_suffix(".json")?.parse().ok())
+            .collect();
+        listed.sort_unstable();
+        let mut state = TableState::default();
+        let mut read = Vec::new();
+        loop {
+            let version = state.next_version();
+            let path = commit_path(output, version);
+            let Some(bytes) = sink.get(&path).await? else {
+                break;
+            };
+            let corrupt = |reason: String| CommitError::Corrupt {
+                path: path.to_string(),
+                reason,
+            };
+            let actions = parse_commit(&bytes).map_err(corrupt)?;
+            let mut seen = audit::Version {
+                version,
+                txn: None,
+                adds: BTreeSet::new(),
+            };
+            for action in &actions {
+                match action {
+                    Action::Txn(t) if t.app_id == app_id => seen.txn = Some(t.version),
+                    Action::Add(a) if a.data_change => {
+                        seen.adds.insert(a.path.clone());
+                    }
+                    _ => {}
+                }
+            }
+            state
+                .apply(version, actions)
+                .map_err(|e: TableError| corrupt(e.to_string()))?;
+            read.push(seen);
+        }
+        let mut present: BTreeSet<String> = sink
+            .list_dir(Some(&Path::from(output)))
+            .await?
+            .objects
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        let compacted = Path::from(format!("{output}/_compacted"));
+        for (name, _) in sink.list_dir(Some(&compacted)).await?.objects {
+            present.insert(format!("_compacted/{name}"));
+        }
+        Ok(History {
+            listed,
+            read,
+            state,
+            present,
+        })
+    }
+}
+
+/// `table` as of the first version that holds flush `txn` of `app_id` (or a later one);
+/// `None` while no version does.
+pub async fn read_table_holding(
+    sink: &Sink,
+    table: &str,
+    app_id: &str,
+    txn: u64,
+) -> Result<Option<TableState>, CommitError> {
     let mut state = TableState::default();
-    let mut read = Vec::new();
     loop {
+        if state.txn(app_id).is_some_and(|t| t >= txn) {
+            return Ok(Some(state));
+        }
         let version = state.next_version();
-        let path = commit_path(output, version);
+        let path = commit_path(table, version);
         let Some(bytes) = sink.get(&path).await? else {
-            break;
+            return Ok(None);
         };
         let corrupt = |reason: String| CommitError::Corrupt {
             path: path.to_string(),
             reason,
         };
         let actions = parse_commit(&bytes).map_err(corrupt)?;
-        let mut seen = audit::Version {
-            version,
-            txn: None,
-            adds: BTreeSet::new(),
-        };
-        for action in &actions {
-            match action {
-                Action::Txn(t) if t.app_id == app_id => seen.txn = Some(t.version),
-                Action::Add(a) if a.data_change => {
-                    seen.adds.insert(a.path.clone());
-                }
-                _ => {}
-            }
-        }
         state
             .apply(version, actions)
             .map_err(|e: TableError| corrupt(e.to_string()))?;
-        read.push(seen);
     }
-    let mut present: BTreeSet<String> = sink
-        .list_dir(Some(&Path::from(output)))
-        .await?
-        .objects
-        .into_iter()
-        .map(|(name, _)| name)
-        .collect();
-    let compacted = Path::from(format!("{output}/_compacted"));
-    for (name, _) in sink.list_dir(Some(&compacted)).await?.objects {
-        present.insert(format!("_compacted/{name}"));
-    }
-    let live = state.files.keys().cloned().collect();
-    Ok(audit::audit(
-        output, &listed, &read, &live, &present, entries,
-    ))
 }
 
 /// Read `output`'s log on from `state`: each next version until one is missing.
@@ -611,7 +800,7 @@ pub async fn file_from_footer(sink: &Sink, file: &FileEntry) -> Result<TableFile
 }
 
 /// A random (version 4) UUID, the id a new table's metadata takes.
-fn new_table_id() -> String {
+pub(super) fn new_table_id() -> String {
     let mut b = [0u8; 16];
     getrandom::fill(&mut b).expect("the system's random source");
     b[6] = (b[6] & 0x0f) | 0x40;
@@ -839,5 +1028,231 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(last.version, None);
+    }
+
+    /// `(op, id, old id, v, v left out as an unchanged TOAST value)`.
+    type Change<'a> = (&'a str, i64, Option<i64>, Option<&'a str>, bool);
+
+    /// A change-log file of `public.t` (key `id`, a value `v`) holding `changes`, at
+    /// `_commit_lsn` `sequence`.
+    async fn changes(sink: &Sink, sequence: u64, changes: &[Change<'_>]) -> TableFile {
+        use arrow_array::builder::{ListBuilder, StringBuilder};
+        use arrow_array::{ArrayRef, Int64Array, StringArray, StructArray};
+        let key = Field::new("id", DataType::Int64, true).with_metadata(
+            std::collections::HashMap::from([("tributary.key".to_owned(), "true".to_owned())]),
+        );
+        let v = Field::new("v", DataType::Utf8, true);
+        let old_fields = vec![key.clone(), v.clone()];
+        let toast_item = Field::new("item", DataType::Utf8, false);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("_op", DataType::Utf8, false),
+            Field::new("_commit_lsn", DataType::Int64, false),
+            Field::new("_seq", DataType::Int64, false),
+            Field::new(
+                "_unchanged_toast",
+                DataType::List(Arc::new(toast_item.clone())),
+                true,
+            ),
+            key,
+            v,
+            Field::new("_old", DataType::Struct(old_fields.clone().into()), true),
+        ]));
+        let mut toast = ListBuilder::new(StringBuilder::new()).with_field(Arc::new(toast_item));
+        for c in changes {
+            if c.4 {
+                toast.values().append_value("v");
+                toast.append(true);
+            } else {
+                toast.append(false);
+            }
+        }
+        let old_ids: ArrayRef = Arc::new(Int64Array::from(
+            changes.iter().map(|c| c.2).collect::<Vec<_>>(),
+        ));
+        let old_v: ArrayRef = Arc::new(StringArray::from(vec![None::<&str>; changes.len()]));
+        let old_valid: Vec<bool> = changes.iter().map(|c| c.2.is_some()).collect();
+        let old = StructArray::try_new(
+            old_fields.into(),
+            vec![old_ids, old_v],
+            Some(old_valid.into()),
+        )
+        .unwrap();
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(
+                changes.iter().map(|c| c.0).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(vec![sequence as i64; changes.len()])),
+            Arc::new(Int64Array::from(
+                (0..changes.len() as i64).collect::<Vec<_>>(),
+            )),
+            Arc::new(toast.finish()),
+            Arc::new(Int64Array::from(
+                changes.iter().map(|c| c.1).collect::<Vec<_>>(),
+            )),
+            Arc::new(StringArray::from(
+                changes.iter().map(|c| c.3).collect::<Vec<_>>(),
+            )),
+            Arc::new(old),
+        ];
+        let batch = arrow_array::RecordBatch::try_new(schema.clone(), columns).unwrap();
+        let mut writer =
+            parquet::arrow::ArrowWriter::try_new(Vec::new(), schema.clone(), None).unwrap();
+        writer.write(&batch).unwrap();
+        let bytes = writer.into_inner().unwrap();
+        let file = TableFile {
+            output: "public.t".into(),
+            path: format!("public.t/part-{sequence}.parquet"),
+            size: bytes.len() as u64,
+            rows: changes.len() as u64,
+            schema,
+        };
+        sink.create(&Path::from(file.path.as_str()), bytes.into())
+            .await
+            .unwrap();
+        file
+    }
+
+    /// `public.t__current` as `id -> v`, and how many files it has.
+    async fn current(sink: &Sink) -> (BTreeMap<i64, Option<String>>, usize) {
+        use arrow_array::Array;
+        use arrow_array::cast::AsArray;
+        let state = read_table(sink, "public.t__current", TableState::default())
+            .await
+            .unwrap();
+        let mut rows = BTreeMap::new();
+        for add in state.files.values() {
+            let bytes = sink
+                .get(&Path::from(format!("public.t__current/{}", add.path)))
+                .await
+                .unwrap()
+                .unwrap();
+            let reader =
+                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+                    .unwrap()
+                    .build()
+                    .unwrap();
+            for batch in reader {
+                let batch = batch.unwrap();
+                let ids = batch.column_by_name("id").unwrap();
+                let ids = ids.as_primitive::<arrow_array::types::Int64Type>();
+                let vs = batch.column_by_name("v").unwrap().as_string::<i32>();
+                for i in 0..batch.num_rows() {
+                    let v = vs.is_valid(i).then(|| vs.value(i).to_owned());
+                    assert!(rows.insert(ids.value(i), v).is_none(), "one row per key");
+                }
+            }
+        }
+        (rows, state.files.len())
+    }
+
+    fn text(pairs: &[(i64, &str)]) -> BTreeMap<i64, Option<String>> {
+        pairs
+            .iter()
+            .map(|(k, v)| (*k, Some((*v).to_owned())))
+            .collect()
+    }
+
+    /// Flushes applied to a current-state table: inserts, an update that left its TOAST value
+    /// out, a key change, a delete; a file its keys do not touch is not rewritten; a table
+    /// turned on later is built from the whole change log.
+    #[tokio::test]
+    async fn a_current_state_table_follows_the_flushes_by_key() {
+        let sink = Sink::from_store(Arc::new(InMemory::new()), "memory://");
+        let mirrors = Mirrors {
+            outputs: ["public.t".to_owned()].into(),
+            properties: parquet::file::properties::WriterProperties::default(),
+            target: 1 << 20,
+        };
+        let tables = Tables::new(sink.clone(), app_id("db", "slot"), Writer::named("a"))
+            .with_mirrors(mirrors.clone());
+        let one = changes(
+            &sink,
+            1,
+            &[
+                ("insert", 1, None, Some("a"), false),
+                ("insert", 2, None, Some("b"), false),
+            ],
+        )
+        .await;
+        tables.publish(1, &[one]).await.unwrap();
+        let two = changes(
+            &sink,
+            2,
+            &[
+                ("insert", 10, None, Some("x"), false),
+                ("insert", 11, None, Some("y"), false),
+            ],
+        )
+        .await;
+        tables.publish(2, &[two]).await.unwrap();
+        assert_eq!(
+            current(&sink).await,
+            (text(&[(1, "a"), (2, "b"), (10, "x"), (11, "y")]), 2)
+        );
+
+        // Row 1's value is left out (unchanged TOAST) and its key becomes 3; row 2 goes.
+        let three = changes(
+            &sink,
+            3,
+            &[
+                ("update", 3, Some(1), None, true),
+                ("delete", 0, Some(2), None, false),
+            ],
+        )
+        .await;
+        tables.publish(3, &[three]).await.unwrap();
+        let (rows, files) = current(&sink).await;
+        assert_eq!(rows, text(&[(3, "a"), (10, "x"), (11, "y")]));
+        assert_eq!(
+            files, 2,
+            "the file of keys 1 and 2 rewritten, that of 10 and 11 left"
+        );
+        let state = read_table(&sink, "public.t__current", TableState::default())
+            .await
+            .unwrap();
+        assert_eq!(state.txn(&app_id("db", "slot")), Some(3));
+        assert!(
+            state.files.values().any(|a| a
+                .stats
+                .as_deref()
+                .is_some_and(|s| s.contains(r#""minValues":{"id":10}"#))),
+            "files carry their key bounds: {:?}",
+            state.files.values().map(|a| &a.stats).collect::<Vec<_>>()
+        );
+        // A flush applied again is left as it is.
+        let again = changes(
+            &sink,
+            3,
+            &[
+                ("update", 3, Some(1), None, true),
+                ("delete", 0, Some(2), None, false),
+            ],
+        )
+        .await;
+        tables.publish(3, &[again]).await.unwrap();
+        assert_eq!(
+            read_table(&sink, "public.t__current", TableState::default())
+                .await
+                .unwrap()
+                .version,
+            Some(2)
+        );
+
+        // Mirroring turned off for a flush, then on again at another instance's start: the
+        // table is built again from the change log.
+        let plain = Tables::new(sink.clone(), app_id("db", "slot"), Writer::named("b"));
+        let four = changes(&sink, 4, &[("update", 10, None, Some("z"), false)]).await;
+        plain.publish(4, &[four]).await.unwrap();
+        let back = Tables::new(sink.clone(), app_id("db", "slot"), Writer::named("c"))
+            .with_mirrors(mirrors);
+        let five = changes(&sink, 5, &[("insert", 20, None, Some("q"), false)]).await;
+        back.publish(5, &[five]).await.unwrap();
+        let (rows, _) = current(&sink).await;
+        assert_eq!(rows, text(&[(3, "a"), (10, "z"), (11, "y"), (20, "q")]));
+        assert!(
+            rows.values()
+                .all(|v| v.as_ref().is_some_and(|v| !v.is_empty()))
+        );
+        let _ = arrow_array::new_null_array(&DataType::Int64, 1).len();
     }
 }

@@ -377,6 +377,15 @@ impl Snapshot {
             .collect::<Option<Vec<usize>>>()
             // A key column the publication does not publish cannot key the landed rows.
             .unwrap_or_default();
+        // The landed files mark the columns the stream identifies rows by, as pgoutput flags
+        // them: the replica identity's key, or every column under REPLICA IDENTITY FULL.
+        for (i, column) in columns.iter_mut().enumerate() {
+            column.key = match identity {
+                ReplicaIdentity::Full => true,
+                ReplicaIdentity::Nothing => false,
+                _ => key.contains(&i),
+            };
+        }
         Ok(SourceTable {
             name: table.to_owned(),
             columns: columns.into(),

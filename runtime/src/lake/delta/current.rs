@@ -1,0 +1,502 @@
+//! The current-state tables (`<output>__current`) of a sink, kept through the object store:
+//! after a flush's files are in an output's change-log table, the same flush is applied to
+//! its current-state table by copy-on-write ([`mirror`] plans it) in one Delta commit with the
+//! same `txn` version. A table that does not exist yet, or that missed flushes (mirroring was
+//! off meanwhile), is built from the whole change-log table instead.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, ArrayRef, RecordBatch, new_null_array};
+use arrow_schema::{DataType, SchemaRef};
+use bytes::Bytes;
+use object_store::path::Path;
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::file::properties::WriterProperties;
+
+use super::actions::{Action, Add, Remove, Txn, commit_file};
+use super::compact::{fit, merged_schema};
+use super::mirror::{
+    self, Bounds, Cell, Change, ChangeOp, Key, Keys, MirrorError, Net, Reduced, mirror_name,
+};
+use super::state::{TableError, TableState, schema_actions};
+use crate::lake::commit::CommitError;
+use crate::lake::sink::{Created, Sink};
+
+/// Most rows put into one Arrow batch while a file is written.
+const CHUNK_ROWS: usize = 8192;
+
+/// How the current-state tables are written.
+#[derive(Clone)]
+pub struct Mirrors {
+    pub outputs: BTreeSet<String>,
+    pub properties: WriterProperties,
+    /// A file is cut once it reaches about this size.
+    pub target: u64,
+}
+
+/// What applying a flush to a current-state table writes: its commit's actions, and the new
+/// files (deleted again when the commit loses its version).
+pub(super) struct Applied {
+    pub actions: Vec<Action>,
+    pub written: Vec<Path>,
+}
+
+/// The rows to apply: one flush's files of the output, or (a new or stale current-state
+/// table) every file of its change-log table.
+pub(super) enum Rows<'a> {
+    Flush(&'a [&'a str]),
+    Rebuild(Vec<String>),
+}
+
+/// Plan and write the commit that applies `rows` (change-log files, paths relative to the
+/// sink) to `output`'s current-state table in `state`, as transaction `txn` of `app_id`.
+pub(super) async fn apply(
+    sink: &Sink,
+    mirrors: &Mirrors,
+    output: &str,
+    state: &TableState,
+    rows: Rows<'_>,
+    (app_id, txn): (&str, u64),
+    now_ms: i64,
+) -> Result<Applied, TableError> {
+    let name = mirror_name(output);
+    let (paths, rebuild): (Vec<String>, bool) = match rows {
+        Rows::Flush(paths) => (paths.iter().map(|p| (*p).to_owned()).collect(), false),
+        Rows::Rebuild(paths) => (paths, true),
+    };
+    let mut log_batches = Vec::new();
+    for path in &paths {
+        log_batches.extend(read_batches(sink, path).await?);
+    }
+    let keys = log_batches
+        .iter()
+        .map(|b| mirror::key_names(&b.schema()))
+        .find(|k| !k.is_empty())
+        .ok_or(MirrorError::NoKey)?;
+    let flush_schema = merged(
+        log_batches
+            .iter()
+            .map(|b| mirror::mirror_schema(&b.schema())),
+    )?;
+    let changes = changes(&log_batches, &keys, &flush_schema)?;
+    let reduced = mirror::reduce(changes, flush_schema.fields().len())?;
+
+    // The files the flush replaces: all of them when it rebuilds or truncates, else those
+    // whose key bounds may hold an affected key.
+    let affected = reduced.affected();
+    let emptied = rebuild || reduced.truncate;
+    let touched: Vec<&Add> = match emptied {
+        true => Vec::new(),
+        false => state
+            .files
+            .values()
+            .filter(|a| Bounds::of(a, &keys).may_hold_any(&affected))
+            .collect(),
+    };
+    let mut sources: Vec<RecordBatch> = log_batches;
+    let mut held = Vec::new();
+    let mut schemas = vec![flush_schema];
+    for add in &touched {
+        let path = format!("{name}/{}", add.path);
+        let batches = read_batches(sink, &path).await?;
+        let first = sources.len();
+        schemas.extend(batches.iter().map(|b| b.schema()));
+        sources.extend(batches);
+        held.push((*add, first..sources.len()));
+    }
+    // The flush's columns first, so the positions the reduction used stay valid.
+    let schema = merged(schemas)?;
+    let fitted = sources
+        .iter()
+        .map(|b| fit(b, &schema))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| data(&name, e.to_string()))?;
+
+    // Each touched file's rows: kept, or dropped for a key the flush changes (where the
+    // row's old values are found).
+    let mut found: BTreeMap<Key, (usize, Cell)> = BTreeMap::new();
+    let mut groups: Vec<Group> = Vec::new();
+    for (index, (add, range)) in held.iter().enumerate() {
+        let mut group = Group {
+            replaces: Some((*add).clone()),
+            rows: Vec::new(),
+            changed: false,
+        };
+        for source in range.clone() {
+            let batch = &fitted[source];
+            let arrays = key_columns(batch, &keys, &name)?;
+            let reader =
+                Keys::new(arrays.iter().collect()).map_err(|e| data(&name, e.to_string()))?;
+            for row in 0..batch.num_rows() {
+                let key = reader.key(row);
+                if affected.contains(&key) {
+                    group.changed = true;
+                    found.insert(key, (index, (source, row)));
+                } else {
+                    group
+                        .rows
+                        .push((key, whole_row((source, row), schema.fields().len())));
+                }
+            }
+        }
+        groups.push(group);
+    }
+    let mut fresh = Group {
+        replaces: None,
+        rows: Vec::new(),
+        changed: true,
+    };
+    let width = schema.fields().len();
+    let Reduced { net, .. } = reduced;
+    for (key, net) in net {
+        let Net::Upsert(upsert) = net else { continue };
+        let mut cells = upsert.cells;
+        cells.resize(width, None);
+        let mut home = found.get(&key).map(|(group, _)| *group);
+        if let Some((prior, columns)) = &upsert.prior {
+            let before = found.get(prior);
+            for &c in columns {
+                cells[c] = before.map(|(_, cell)| *cell);
+            }
+            home = home.or(before.map(|(group, _)| *group));
+        }
+        match home {
+            Some(group) => groups[group].rows.push((key, cells)),
+            None => fresh.rows.push((key, cells)),
+        }
+    }
+    groups.push(fresh);
+
+    let null_source = fitted.len();
+    let mut fitted = fitted;
+    fitted.push(
+        RecordBatch::try_new(
+            schema.clone(),
+            schema
+                .fields()
+                .iter()
+                .map(|f| new_null_array(f.data_type(), 1))
+                .collect(),
+        )
+        .map_err(|e| data(&name, e.to_string()))?,
+    );
+
+    let mut actions = vec![Action::CommitInfo(serde_json::json!({
+        "timestamp": now_ms,
+        "operation": "MERGE",
+        "operationParameters": { "source": output, "epochId": txn.to_string() },
+        "isBlindAppend": false,
+        "engineInfo": format!("tributary {}", env!("CARGO_PKG_VERSION")),
+    }))];
+    actions.extend(schema_actions(
+        state,
+        [&schema],
+        now_ms,
+        super::table::new_table_id,
+    )?);
+    let mut removed: Vec<&Add> = match emptied {
+        true => state.files.values().collect(),
+        false => Vec::new(),
+    };
+    let mut written = Vec::new();
+    let mut adds = Vec::new();
+    let result = async {
+        for mut group in groups {
+            if !group.changed {
+                continue;
+            }
+            if let Some(add) = &group.replaces {
+                removed.push(state.files.get(&add.path).expect("a touched file is live"));
+            }
+            group.rows.sort_by(|a, b| a.0.cmp(&b.0));
+            for (bytes, stats) in
+                write_rows(&fitted, &schema, &group.rows, &keys, null_source, mirrors)
+                    .map_err(|e| data(&name, e))?
+            {
+                let relative = format!("part-{txn:020}-{}.parquet", super::table::new_table_id());
+                let path = Path::from(format!("{name}/{relative}"));
+                let size = bytes.len() as u64;
+                sink.create(&path, bytes)
+                    .await
+                    .map_err(|e| data(&name, e.to_string()))?;
+                written.push(path);
+                adds.push(Add {
+                    path: relative,
+                    partition_values: BTreeMap::new(),
+                    size,
+                    modification_time: now_ms,
+                    data_change: true,
+                    stats: Some(stats),
+                });
+            }
+        }
+        Ok::<(), TableError>(())
+    }
+    .await;
+    if let Err(e) = result {
+        delete_written(sink, &written).await;
+        return Err(e);
+    }
+    for add in removed {
+        actions.push(Action::Remove(Remove {
+            path: add.path.clone(),
+            deletion_timestamp: Some(now_ms),
+            data_change: true,
+            size: Some(add.size),
+        }));
+    }
+    actions.extend(adds.into_iter().map(Action::Add));
+    actions.push(Action::Txn(Txn {
+        app_id: app_id.to_owned(),
+        version: txn,
+        last_updated: Some(now_ms),
+    }));
+    Ok(Applied { actions, written })
+}
+
+/// Rows bound for one new file (or files): those kept from the file it replaces, if any,
+/// and the flush's new rows whose keys it held.
+struct Group {
+    replaces: Option<Add>,
+    rows: Vec<(Key, Vec<Option<Cell>>)>,
+    /// Whether it differs from the file it replaces (a new group always does).
+    changed: bool,
+}
+
+fn whole_row(cell: Cell, width: usize) -> Vec<Option<Cell>> {
+    vec![Some(cell); width]
+}
+
+fn data(path: &str, reason: String) -> TableError {
+    TableError::Data {
+        path: path.to_owned(),
+        reason,
+    }
+}
+
+fn merged(schemas: impl IntoIterator<Item = SchemaRef>) -> Result<SchemaRef, TableError> {
+    let schemas: Vec<SchemaRef> = schemas.into_iter().collect();
+    merged_schema(&schemas).map_err(|e| data("", e.to_string()))
+}
+
+/// The key columns of `batch`.
+fn key_columns(
+    batch: &RecordBatch,
+    keys: &[String],
+    table: &str,
+) -> Result<Vec<ArrayRef>, TableError> {
+    keys.iter()
+        .map(|k| {
+            batch
+                .column_by_name(k)
+                .cloned()
+                .ok_or_else(|| data(table, format!("a file lacks the key column {k}")))
+        })
+        .collect()
+}
+
+/// The changes of the change-log `batches`, in change order: `(_commit_lsn, _seq, _sub)`.
+fn changes(
+    batches: &[RecordBatch],
+    keys: &[String],
+    schema: &SchemaRef,
+) -> Result<Vec<Change>, TableError> {
+    let mut changes = Vec::new();
+    let mut order = Vec::new();
+    for (b, batch) in batches.iter().enumerate() {
+        let bad = |reason: String| data("a change-log file", reason);
+        let column = |name: &str| -> Result<ArrayRef, TableError> {
+            batch
+                .column_by_name(name)
+                .cloned()
+                .ok_or_else(|| bad(format!("it has no {name} column")))
+        };
+        let ops =
+            arrow_cast::cast(&column("_op")?, &DataType::Utf8).map_err(|e| bad(e.to_string()))?;
+        let ops = ops.as_string::<i32>();
+        let long = |name: &str| -> Result<Option<ArrayRef>, TableError> {
+            batch
+                .column_by_name(name)
+                .map(|c| arrow_cast::cast(c, &DataType::Int64).map_err(|e| bad(e.to_string())))
+                .transpose()
+        };
+        let lsn = long("_commit_lsn")?.ok_or_else(|| bad("it has no _commit_lsn column".into()))?;
+        let seq = long("_seq")?.ok_or_else(|| bad("it has no _seq column".into()))?;
+        let sub = long("_sub")?;
+        let (lsn, seq) = (
+            lsn.as_primitive::<Int64Type>(),
+            seq.as_primitive::<Int64Type>(),
+        );
+        let sub = sub.as_ref().map(|s| s.as_primitive::<Int64Type>());
+        let new_keys = key_columns(batch, keys, "a change-log file")?;
+        let new_keys = Keys::new(new_keys.iter().collect()).map_err(|e| bad(e.to_string()))?;
+        let old = batch.column_by_name("_old").map(|o| o.as_struct());
+        let old_arrays: Option<Vec<ArrayRef>> =
+            old.and_then(|o| keys.iter().map(|k| o.column_by_name(k).cloned()).collect());
+        let old_keys = match &old_arrays {
+            Some(a) => Some(Keys::new(a.iter().collect()).map_err(|e| bad(e.to_string()))?),
+            None => None,
+        };
+        let toast = batch
+            .column_by_name("_unchanged_toast")
+            .map(|t| t.as_list::<i32>());
+        for row in 0..batch.num_rows() {
+            let op = match ops.value(row) {
+                "insert" => ChangeOp::Insert,
+                "update" => ChangeOp::Update,
+                "delete" => ChangeOp::Delete,
+                "truncate" => ChangeOp::Truncate,
+                other => return Err(bad(format!("a change of kind {other:?}"))),
+            };
+            let old_key = match (old, &old_keys) {
+                (Some(o), Some(k)) if o.is_valid(row) => Some(k.key(row)),
+                _ => None,
+            };
+            let unchanged = match toast {
+                Some(t) if t.is_valid(row) => {
+                    let names = t.value(row);
+                    let names = names.as_string::<i32>();
+                    (0..names.len())
+                        .filter_map(|i| schema.index_of(names.value(i)).ok())
+                        .collect()
+                }
+                _ => Vec::new(),
+            };
+            let key = matches!(op, ChangeOp::Insert | ChangeOp::Update).then(|| new_keys.key(row));
+            order.push((
+                lsn.value(row),
+                seq.value(row),
+                sub.map_or(0, |s| s.value(row)),
+                changes.len(),
+            ));
+            changes.push(Change {
+                op,
+                key,
+                old_key,
+                unchanged,
+                at: (b, row),
+            });
+        }
+    }
+    order.sort_unstable();
+    let mut slots: Vec<Option<Change>> = changes.into_iter().map(Some).collect();
+    Ok(order
+        .into_iter()
+        .map(|(.., i)| slots[i].take().expect("each change once"))
+        .collect())
+}
+
+/// Write `rows` (sorted by key) as Parquet files of about the target size: each file's bytes
+/// and statistics.
+fn write_rows(
+    sources: &[RecordBatch],
+    schema: &SchemaRef,
+    rows: &[(Key, Vec<Option<Cell>>)],
+    keys: &[String],
+    null_source: usize,
+    mirrors: &Mirrors,
+) -> Result<Vec<(Bytes, String)>, String> {
+    let mut files = Vec::new();
+    let arrays: Vec<Vec<&dyn Array>> = (0..schema.fields().len())
+        .map(|c| sources.iter().map(|b| b.column(c).as_ref()).collect())
+        .collect();
+    let mut start = 0;
+    while start < rows.len() {
+        let mut writer =
+            ArrowWriter::try_new(Vec::new(), schema.clone(), Some(mirrors.properties.clone()))
+                .map_err(|e| e.to_string())?;
+        let mut end = start;
+        while end < rows.len() {
+            let chunk = &rows[end..rows.len().min(end + CHUNK_ROWS)];
+            let columns = (0..schema.fields().len())
+                .map(|c| {
+                    let picks: Vec<(usize, usize)> = chunk
+                        .iter()
+                        .map(|(_, cells)| cells[c].unwrap_or((null_source, 0)))
+                        .collect();
+                    arrow_select::interleave::interleave(&arrays[c], &picks)
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+            let batch = RecordBatch::try_new(schema.clone(), columns).map_err(|e| e.to_string())?;
+            writer.write(&batch).map_err(|e| e.to_string())?;
+            end += chunk.len();
+            if writer.bytes_written() as u64 + writer.in_progress_size() as u64 >= mirrors.target {
+                break;
+            }
+        }
+        let bytes = writer.into_inner().map_err(|e| e.to_string())?;
+        let stats = mirror::stats(keys, rows[start..end].iter().map(|(k, _)| k));
+        files.push((Bytes::from(bytes), stats));
+        start = end;
+    }
+    Ok(files)
+}
+
+/// The record batches of the Parquet file at `path` (relative to the sink).
+async fn read_batches(sink: &Sink, path: &str) -> Result<Vec<RecordBatch>, TableError> {
+    let bytes = sink
+        .get(&Path::from(path))
+        .await
+        .map_err(|e| data(path, e.to_string()))?
+        .ok_or_else(|| data(path, "a file the table reads is not in the sink".into()))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .and_then(|b| b.build())
+        .map_err(|e| data(path, format!("not readable as Parquet: {e}")))?;
+    reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| data(path, e.to_string()))
+}
+
+pub(super) async fn delete_written(sink: &Sink, written: &[Path]) {
+    for path in written {
+        if let Err(e) = sink.delete(path).await {
+            tracing::warn!(%path, error = %e, "could not delete a file of a current-state commit that did not happen; no table reads it");
+        }
+    }
+}
+
+/// Commit `applied` at `state`'s next version of `output`'s current-state table: whether it
+/// took the version.
+pub(super) async fn commit(
+    sink: &Sink,
+    output: &str,
+    state: &mut TableState,
+    applied: Applied,
+) -> Result<bool, CommitError> {
+    let name = mirror_name(output);
+    let version = state.next_version();
+    let path = super::table::commit_path(&name, version);
+    match sink.create(&path, commit_file(&applied.actions)).await {
+        Ok(Created::New) => {
+            state
+                .apply(version, applied.actions)
+                .map_err(|e| CommitError::Corrupt {
+                    path: path.to_string(),
+                    reason: e.to_string(),
+                })?;
+            Ok(true)
+        }
+        Ok(Created::Existed) => {
+            delete_written(sink, &applied.written).await;
+            Ok(false)
+        }
+        Err(e) => {
+            delete_written(sink, &applied.written).await;
+            Err(e.into())
+        }
+    }
+}
+
+/// The sink paths of every file a change-log table's reader reads, oldest first.
+pub(super) fn log_files(output: &str, log: &TableState) -> Vec<String> {
+    let mut files: Vec<&Add> = log.files.values().collect();
+    files.sort_by(|a, b| (a.modification_time, &a.path).cmp(&(b.modification_time, &b.path)));
+    files
+        .into_iter()
+        .map(|a| format!("{output}/{}", a.path))
+        .collect()
+}

@@ -1,0 +1,624 @@
+//! The current-state table of an output (`[outputs."<output>"] mirror = true`):
+//! `<output>__current`, one row per key as of the last flush, kept by copy-on-write. No IO
+//! (`current` reads, writes and commits).
+//!
+//! A flush's rows of the output, in change order, are reduced to one net change per key
+//! ([`reduce`]): the row as it now is, or its deletion. The table's files whose key bounds
+//! may hold one of those keys ([`Bounds`]) are read, their rows of those keys dropped, and
+//! the new rows written with them: an updated row goes into the file that held its key, rows
+//! of new keys into a new file. Each file's rows are sorted by key and its statistics carry
+//! the key columns' bounds, so a flush reads only the files its keys fall in.
+//!
+//! The key is the columns the output's files mark `tributary.key`: the replica identity's
+//! key of a source table (every column under `REPLICA IDENTITY FULL`), or a plugin's declared
+//! key. A column PostgreSQL did not send because its TOASTed value was unchanged
+//! (`_unchanged_toast`) keeps the value the row had.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Date32Type, Date64Type, Decimal128Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type,
+    UInt16Type, UInt32Type, UInt64Type,
+};
+use arrow_array::{Array, ArrayRef};
+use arrow_cast::display::{ArrayFormatter, FormatOptions};
+use arrow_schema::{ArrowError, DataType, Schema, SchemaRef};
+
+use super::actions::Add;
+
+/// What an output's current-state table is called after it: `<output>__current`.
+pub const MIRROR_SUFFIX: &str = "__current";
+
+/// The change log's columns the current-state table leaves out: it holds rows, not changes.
+const LOG_ONLY: &[&str] = &["_op", "_xid", "_schema", "_unchanged_toast", "_old"];
+
+/// Field metadata that marks a key column.
+const KEY_FIELD: &str = "tributary.key";
+
+/// How key values of types without a native order here are printed.
+static PRINTED: FormatOptions<'static> = FormatOptions::new();
+
+/// Longest text whose bounds go into a file's statistics.
+const MAX_BOUND_BYTES: usize = 64;
+
+/// The name of `output`'s current-state table.
+pub fn mirror_name(output: &str) -> String {
+    format!("{output}{MIRROR_SUFFIX}")
+}
+
+/// The columns of the current-state table of a log file with `log`'s columns.
+pub fn mirror_schema(log: &Schema) -> SchemaRef {
+    let fields: Vec<_> = log
+        .fields()
+        .iter()
+        .filter(|f| !LOG_ONLY.contains(&f.name().as_str()))
+        .cloned()
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
+/// The key columns of a file with `schema`'s columns, in order.
+pub fn key_names(schema: &Schema) -> Vec<String> {
+    schema
+        .fields()
+        .iter()
+        .filter(|f| f.metadata().get(KEY_FIELD).map(String::as_str) == Some("true"))
+        .map(|f| f.name().clone())
+        .collect()
+}
+
+/// One column's value in a key, compared as the column's type orders it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Part {
+    Null,
+    /// Integers, dates, timestamps, decimals (unscaled), booleans.
+    Int(i128),
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+pub type Key = Vec<Part>;
+
+/// Reads keys out of one batch's key columns.
+pub struct Keys<'a> {
+    columns: Vec<KeyColumn<'a>>,
+}
+
+enum KeyColumn<'a> {
+    Native(&'a dyn Array),
+    /// A type without a native order here: its printed form tells keys apart.
+    Printed(&'a dyn Array, ArrayFormatter<'a>),
+}
+
+impl<'a> Keys<'a> {
+    /// Keys made of `arrays`' values, one array per key column.
+    pub fn new(arrays: Vec<&'a ArrayRef>) -> Result<Keys<'a>, ArrowError> {
+        let columns = arrays
+            .into_iter()
+            .map(|a| match native(a.data_type()) {
+                true => Ok(KeyColumn::Native(a.as_ref())),
+                false => Ok(KeyColumn::Printed(
+                    a.as_ref(),
+                    ArrayFormatter::try_new(a.as_ref(), &PRINTED)?,
+                )),
+            })
+            .collect::<Result<_, ArrowError>>()?;
+        Ok(Keys { columns })
+    }
+
+    /// The key of row `i`.
+    pub fn key(&self, i: usize) -> Key {
+        self.columns
+            .iter()
+            .map(|c| match c {
+                KeyColumn::Native(a) => part(*a, i),
+                KeyColumn::Printed(a, _) if a.is_null(i) => Part::Null,
+                KeyColumn::Printed(_, f) => Part::Text(f.value(i).to_string()),
+            })
+            .collect()
+    }
+}
+
+fn native(ty: &DataType) -> bool {
+    matches!(
+        ty,
+        DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64
+            | DataType::Date32
+            | DataType::Date64
+            | DataType::Timestamp(..)
+            | DataType::Decimal128(..)
+            | DataType::Boolean
+            | DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Utf8View
+            | DataType::Binary
+            | DataType::LargeBinary
+            | DataType::FixedSizeBinary(_)
+    )
+}
+
+fn part(a: &dyn Array, i: usize) -> Part {
+    if a.is_null(i) {
+        return Part::Null;
+    }
+    let int = |v: i128| Part::Int(v);
+    match a.data_type() {
+        DataType::Int8 => int(a.as_primitive::<Int8Type>().value(i).into()),
+        DataType::Int16 => int(a.as_primitive::<Int16Type>().value(i).into()),
+        DataType::Int32 => int(a.as_primitive::<Int32Type>().value(i).into()),
+        DataType::Int64 => int(a.as_primitive::<Int64Type>().value(i).into()),
+        DataType::UInt8 => int(a.as_primitive::<UInt8Type>().value(i).into()),
+        DataType::UInt16 => int(a.as_primitive::<UInt16Type>().value(i).into()),
+        DataType::UInt32 => int(a.as_primitive::<UInt32Type>().value(i).into()),
+        DataType::UInt64 => int(a.as_primitive::<UInt64Type>().value(i).into()),
+        DataType::Date32 => int(a.as_primitive::<Date32Type>().value(i).into()),
+        DataType::Date64 => int(a.as_primitive::<Date64Type>().value(i).into()),
+        DataType::Decimal128(..) => int(a.as_primitive::<Decimal128Type>().value(i)),
+        DataType::Timestamp(..) => {
+            let values = arrow_cast::cast(&a.slice(i, 1), &DataType::Int64)
+                .expect("a timestamp casts to its integer");
+            int(values.as_primitive::<Int64Type>().value(0).into())
+        }
+        DataType::Boolean => int(a.as_boolean().value(i).into()),
+        DataType::Utf8 => Part::Text(a.as_string::<i32>().value(i).to_owned()),
+        DataType::LargeUtf8 => Part::Text(a.as_string::<i64>().value(i).to_owned()),
+        DataType::Utf8View => Part::Text(a.as_string_view().value(i).to_owned()),
+        DataType::Binary => Part::Bytes(a.as_binary::<i32>().value(i).to_vec()),
+        DataType::LargeBinary => Part::Bytes(a.as_binary::<i64>().value(i).to_vec()),
+        DataType::FixedSizeBinary(_) => Part::Bytes(a.as_fixed_size_binary().value(i).to_vec()),
+        other => unreachable!("{other} is not a native key type"),
+    }
+}
+
+/// A row of a source batch: `(batch, row)`.
+pub type Cell = (usize, usize);
+
+/// What a change did, as the reduction needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeOp {
+    Insert,
+    Update,
+    Delete,
+    Truncate,
+}
+
+/// One change of a flush, in change order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub op: ChangeOp,
+    /// The new row's key (inserts and updates).
+    pub key: Option<Key>,
+    /// The old row's key, when the change sent the old row (deletes; updates of the key).
+    pub old_key: Option<Key>,
+    /// Columns (positions in the table's columns) whose value the change did not send.
+    pub unchanged: Vec<usize>,
+    pub at: Cell,
+}
+
+/// A key's row as the flush leaves it: where each column's value comes from (`None`: null),
+/// and which columns still take the value of the table's row of `prior`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Upsert {
+    pub cells: Vec<Option<Cell>>,
+    pub prior: Option<(Key, BTreeSet<usize>)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Net {
+    Upsert(Upsert),
+    Delete,
+}
+
+/// A flush's net effect on the table.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reduced {
+    /// The table was emptied first (a `TRUNCATE`).
+    pub truncate: bool,
+    pub net: BTreeMap<Key, Net>,
+}
+
+impl Reduced {
+    /// The keys whose rows in the table this flush replaces or reads.
+    pub fn affected(&self) -> BTreeSet<Key> {
+        let mut keys: BTreeSet<Key> = self.net.keys().cloned().collect();
+        for net in self.net.values() {
+            if let Net::Upsert(Upsert {
+                prior: Some((key, _)),
+                ..
+            }) = net
+            {
+                keys.insert(key.clone());
+            }
+        }
+        keys
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MirrorError {
+    #[error(
+        "it has no key: a current-state table needs the rows' key, which the files mark from the \
+         table's primary key or replica identity index (or a plugin's declared key); give the \
+         table a primary key, or leave mirror out for it"
+    )]
+    NoKey,
+    #[error("a {0} without the key of its row")]
+    Keyless(&'static str),
+}
+
+/// Reduce a flush's changes of one output, in change order, to one net change per key;
+/// `width` is the number of the table's columns.
+pub fn reduce(
+    changes: impl IntoIterator<Item = Change>,
+    width: usize,
+) -> Result<Reduced, MirrorError> {
+    let mut reduced = Reduced::default();
+    for change in changes {
+        match change.op {
+            ChangeOp::Truncate => {
+                reduced.net.clear();
+                reduced.truncate = true;
+            }
+            ChangeOp::Delete => {
+                let key = change
+                    .old_key
+                    .or(change.key)
+                    .ok_or(MirrorError::Keyless("delete"))?;
+                reduced.net.insert(key, Net::Delete);
+            }
+            ChangeOp::Insert => {
+                let key = change.key.ok_or(MirrorError::Keyless("insert"))?;
+                let cells = vec![Some(change.at); width];
+                reduced
+                    .net
+                    .insert(key, Net::Upsert(Upsert { cells, prior: None }));
+            }
+            ChangeOp::Update => {
+                let key = change.key.ok_or(MirrorError::Keyless("update"))?;
+                let before = change.old_key.unwrap_or_else(|| key.clone());
+                // The row as it was before this change: earlier in the flush, or in the table.
+                let earlier = match before == key {
+                    true => reduced.net.remove(&key),
+                    false => reduced.net.insert(before.clone(), Net::Delete),
+                };
+                let mut cells = vec![Some(change.at); width];
+                let mut prior = None;
+                if !change.unchanged.is_empty() {
+                    let unchanged: BTreeSet<usize> = change.unchanged.into_iter().collect();
+                    match earlier {
+                        Some(Net::Upsert(earlier)) => {
+                            for &c in &unchanged {
+                                cells[c] = earlier.cells[c];
+                            }
+                            if let Some((key, columns)) = earlier.prior {
+                                let still: BTreeSet<usize> =
+                                    columns.intersection(&unchanged).copied().collect();
+                                prior = (!still.is_empty()).then_some((key, still));
+                            }
+                        }
+                        // Deleted, or emptied by a truncate, earlier in the flush: no value
+                        // to keep.
+                        Some(Net::Delete) => unchanged.iter().for_each(|&c| cells[c] = None),
+                        None if reduced.truncate => unchanged.iter().for_each(|&c| cells[c] = None),
+                        None => prior = Some((before, unchanged)),
+                    }
+                }
+                reduced
+                    .net
+                    .insert(key, Net::Upsert(Upsert { cells, prior }));
+            }
+        }
+    }
+    Ok(reduced)
+}
+
+/// A file's bounds on each key column, from its statistics: `None` where it has none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bounds(Vec<Option<(Part, Part)>>);
+
+impl Bounds {
+    /// The bounds `add`'s statistics give the key columns `names`.
+    pub fn of(add: &Add, names: &[String]) -> Bounds {
+        let stats: Option<serde_json::Value> = add
+            .stats
+            .as_deref()
+            .and_then(|s| serde_json::from_str(s).ok());
+        let bound = |which: &str, name: &str| -> Option<Part> {
+            let value = stats.as_ref()?.get(which)?.get(name)?;
+            match value {
+                serde_json::Value::Number(n) => n
+                    .as_i64()
+                    .map(i128::from)
+                    .or_else(|| n.as_u64().map(i128::from))
+                    .map(Part::Int),
+                serde_json::Value::String(s) => Some(Part::Text(s.clone())),
+                _ => None,
+            }
+        };
+        Bounds(
+            names
+                .iter()
+                .map(|n| Some((bound("minValues", n)?, bound("maxValues", n)?)))
+                .collect(),
+        )
+    }
+
+    /// Whether a file with these bounds may hold a row of `key`.
+    pub fn may_hold(&self, key: &Key) -> bool {
+        self.0
+            .iter()
+            .zip(key)
+            .all(|(bound, part)| match (bound, part) {
+                (Some((Part::Int(lo), Part::Int(hi))), Part::Int(v)) => lo <= v && v <= hi,
+                (Some((Part::Text(lo), Part::Text(hi))), Part::Text(v)) => lo <= v && v <= hi,
+                _ => true,
+            })
+    }
+
+    /// Whether a file with these bounds may hold a row of one of `keys`.
+    pub fn may_hold_any(&self, keys: &BTreeSet<Key>) -> bool {
+        // Keys are sorted by their first column: only those within its bounds can match.
+        match (self.0.first(), keys.first().and_then(|k| k.first())) {
+            (Some(Some((lo, hi))), Some(_)) if same_kind(lo, hi) => {
+                let from: Key = vec![lo.clone()];
+                keys.range(from..)
+                    .take_while(|k| k.first().is_none_or(|p| !same_kind(p, hi) || p <= hi))
+                    .any(|k| self.may_hold(k))
+            }
+            _ => keys.iter().any(|k| self.may_hold(k)),
+        }
+    }
+}
+
+fn same_kind(a: &Part, b: &Part) -> bool {
+    matches!(
+        (a, b),
+        (Part::Int(_), Part::Int(_)) | (Part::Text(_), Part::Text(_))
+    )
+}
+
+/// A file's statistics: its row count and, for each key column of an integer or text type,
+/// the least and greatest value (text longer than a bound is given none).
+pub fn stats<'k>(names: &[String], keys: impl IntoIterator<Item = &'k Key>) -> String {
+    let mut rows = 0u64;
+    let mut bounds: Vec<Option<(Part, Part)>> = vec![None; names.len()];
+    let mut open = vec![true; names.len()];
+    let mut nulls = vec![0u64; names.len()];
+    for key in keys {
+        rows += 1;
+        for (c, part) in key.iter().enumerate() {
+            let fits = match part {
+                Part::Int(v) => i64::try_from(*v).is_ok(),
+                Part::Text(t) => t.len() <= MAX_BOUND_BYTES,
+                Part::Null => {
+                    nulls[c] += 1;
+                    continue;
+                }
+                Part::Bytes(_) => false,
+            };
+            if !fits {
+                open[c] = false;
+                continue;
+            }
+            bounds[c] = match bounds[c].take() {
+                None => Some((part.clone(), part.clone())),
+                Some((lo, hi)) if same_kind(&lo, part) => {
+                    Some((lo.min(part.clone()), hi.max(part.clone())))
+                }
+                Some(_) => {
+                    open[c] = false;
+                    None
+                }
+            };
+        }
+    }
+    let json = |p: &Part| match p {
+        Part::Int(v) => serde_json::json!(*v as i64),
+        Part::Text(t) => serde_json::json!(t),
+        _ => serde_json::Value::Null,
+    };
+    let (mut min, mut max, mut null_count) = (
+        serde_json::Map::new(),
+        serde_json::Map::new(),
+        serde_json::Map::new(),
+    );
+    for (c, name) in names.iter().enumerate() {
+        null_count.insert(name.clone(), serde_json::json!(nulls[c]));
+        if let (true, Some((lo, hi))) = (open[c], &bounds[c]) {
+            min.insert(name.clone(), json(lo));
+            max.insert(name.clone(), json(hi));
+        }
+    }
+    serde_json::json!({
+        "numRecords": rows,
+        "minValues": min,
+        "maxValues": max,
+        "nullCount": null_count,
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::{Int64Array, StringArray};
+    use arrow_schema::Field;
+
+    use super::*;
+
+    fn k(v: i128) -> Key {
+        vec![Part::Int(v)]
+    }
+
+    fn change(op: ChangeOp, key: Option<i128>, old: Option<i128>, row: usize) -> Change {
+        Change {
+            op,
+            key: key.map(k),
+            old_key: old.map(k),
+            unchanged: Vec::new(),
+            at: (0, row),
+        }
+    }
+
+    #[test]
+    fn a_flush_reduces_to_one_net_change_per_key() {
+        use ChangeOp::*;
+        let changes = [
+            change(Insert, Some(1), None, 0),
+            change(Insert, Some(2), None, 1),
+            change(Update, Some(1), None, 2),
+            change(Delete, None, Some(2), 3),
+            // The key of 3 changes to 4.
+            change(Update, Some(4), Some(3), 4),
+        ];
+        let reduced = reduce(changes, 2).unwrap();
+        assert_eq!(
+            reduced.net.get(&k(1)),
+            Some(&Net::Upsert(Upsert {
+                cells: vec![Some((0, 2)); 2],
+                prior: None
+            }))
+        );
+        assert_eq!(reduced.net.get(&k(2)), Some(&Net::Delete));
+        assert_eq!(reduced.net.get(&k(3)), Some(&Net::Delete));
+        assert!(matches!(reduced.net.get(&k(4)), Some(Net::Upsert(_))));
+        assert_eq!(reduced.affected(), [k(1), k(2), k(3), k(4)].into());
+
+        let truncated = reduce(
+            [
+                change(Insert, Some(1), None, 0),
+                change(Truncate, None, None, 1),
+                change(Insert, Some(5), None, 2),
+            ],
+            1,
+        )
+        .unwrap();
+        assert!(truncated.truncate);
+        assert_eq!(truncated.net.keys().collect::<Vec<_>>(), [&k(5)]);
+        let err = reduce([change(Delete, None, None, 0)], 1).unwrap_err();
+        assert_eq!(err, MirrorError::Keyless("delete"));
+    }
+
+    #[test]
+    fn an_unchanged_toast_value_is_taken_from_the_row_before() {
+        use ChangeOp::*;
+        let mut first = change(Update, Some(1), None, 0);
+        first.unchanged = vec![1];
+        // Within the table: column 1 comes from the table's row of key 1.
+        let reduced = reduce([first.clone()], 2).unwrap();
+        let Some(Net::Upsert(up)) = reduced.net.get(&k(1)) else {
+            panic!()
+        };
+        assert_eq!(up.prior, Some((k(1), [1].into())));
+        // After an insert in the same flush: from that row; a later change of the key carries
+        // the need along.
+        let reduced = reduce([change(Insert, Some(1), None, 0), first.clone()], 2).unwrap();
+        let Some(Net::Upsert(up)) = reduced.net.get(&k(1)) else {
+            panic!()
+        };
+        assert_eq!(
+            (up.cells[0], up.cells[1], &up.prior),
+            (Some((0, 0)), Some((0, 0)), &None)
+        );
+        let mut moved = change(Update, Some(2), Some(1), 1);
+        moved.unchanged = vec![1];
+        let reduced = reduce([first, moved], 2).unwrap();
+        let Some(Net::Upsert(up)) = reduced.net.get(&k(2)) else {
+            panic!()
+        };
+        assert_eq!(up.cells, [Some((0, 1)), Some((0, 0))]);
+        assert_eq!(up.prior, Some((k(1), [1].into())));
+        assert_eq!(reduced.net.get(&k(1)), Some(&Net::Delete));
+    }
+
+    #[test]
+    fn bounds_from_statistics_prune_the_files_a_key_cannot_be_in() {
+        let names = vec!["id".to_owned(), "name".to_owned()];
+        let keys = [
+            vec![Part::Int(10), Part::Text("b".into())],
+            vec![Part::Int(20), Part::Text("a".into())],
+            vec![Part::Int(15), Part::Null],
+        ];
+        let stats = stats(&names, keys.iter());
+        let value: serde_json::Value = serde_json::from_str(&stats).unwrap();
+        assert_eq!(value["numRecords"], 3);
+        assert_eq!(value["minValues"]["id"], 10);
+        assert_eq!(value["maxValues"]["name"], "b");
+        assert_eq!(value["nullCount"]["name"], 1);
+        let add = Add {
+            path: "f.parquet".into(),
+            partition_values: BTreeMap::new(),
+            size: 1,
+            modification_time: 0,
+            data_change: true,
+            stats: Some(stats),
+        };
+        let bounds = Bounds::of(&add, &names);
+        assert!(bounds.may_hold(&vec![Part::Int(12), Part::Text("a".into())]));
+        assert!(!bounds.may_hold(&vec![Part::Int(21), Part::Text("a".into())]));
+        assert!(!bounds.may_hold(&vec![Part::Int(12), Part::Text("c".into())]));
+        assert!(bounds.may_hold(&vec![Part::Int(12), Part::Null]));
+        let far: BTreeSet<Key> = [
+            vec![Part::Int(1), Part::Text("a".into())],
+            vec![Part::Int(30), Part::Text("a".into())],
+        ]
+        .into();
+        assert!(!bounds.may_hold_any(&far));
+        let near: BTreeSet<Key> = [
+            vec![Part::Int(1), Part::Text("a".into())],
+            vec![Part::Int(11), Part::Text("a".into())],
+        ]
+        .into();
+        assert!(bounds.may_hold_any(&near));
+        // A file without statistics may hold anything.
+        let bare = Bounds::of(&Add { stats: None, ..add }, &names);
+        assert!(bare.may_hold_any(&far));
+    }
+
+    #[test]
+    fn keys_read_native_and_printed_types_and_the_schema_drops_the_log_columns() {
+        let ids: ArrayRef = Arc::new(Int64Array::from(vec![Some(3), None]));
+        let names: ArrayRef = Arc::new(StringArray::from(vec!["x", "y"]));
+        let floats: ArrayRef = Arc::new(arrow_array::Float64Array::from(vec![1.5, 2.0]));
+        let keys = Keys::new(vec![&ids, &names, &floats]).unwrap();
+        assert_eq!(
+            keys.key(0),
+            [
+                Part::Int(3),
+                Part::Text("x".into()),
+                Part::Text("1.5".into())
+            ]
+        );
+        assert_eq!(keys.key(1)[0], Part::Null);
+
+        let key = |f: Field| {
+            f.with_metadata(std::collections::HashMap::from([(
+                KEY_FIELD.to_owned(),
+                "true".to_owned(),
+            )]))
+        };
+        let log = Schema::new(vec![
+            Field::new("_op", DataType::Utf8, false),
+            Field::new("_commit_lsn", DataType::Int64, false),
+            key(Field::new("id", DataType::Int64, true)),
+            Field::new("v", DataType::Utf8, true),
+            Field::new("_old", DataType::Utf8, true),
+        ]);
+        let names: Vec<String> = mirror_schema(&log)
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["_commit_lsn", "id", "v"]);
+        assert_eq!(key_names(&log), ["id"]);
+        assert_eq!(mirror_name("public.t"), "public.t__current");
+    }
+}
