@@ -212,10 +212,21 @@ pub(super) async fn apply(
                 removed.push(state.files.get(&add.path).expect("a touched file is live"));
             }
             group.rows.sort_by(|a, b| a.0.cmp(&b.0));
-            for (bytes, stats) in
-                write_rows(&fitted, &schema, &group.rows, &keys, null_source, mirrors)
-                    .map_err(|e| data(&name, e))?
-            {
+            // A file that is rewritten keeps its rows together; new keys are split where they
+            // lie far apart, so each file's bounds stay narrow.
+            let runs = match group.replaces {
+                Some(_) => std::iter::once(0..group.rows.len()).collect(),
+                None => mirror::runs(&group.rows.iter().map(|(k, _)| k).collect::<Vec<_>>()),
+            };
+            let mut files = Vec::new();
+            for run in runs {
+                let rows = &group.rows[run];
+                files.extend(
+                    write_rows(&fitted, &schema, rows, &keys, null_source, mirrors)
+                        .map_err(|e| data(&name, e))?,
+                );
+            }
+            for (bytes, stats) in files {
                 let relative = format!("part-{txn:020}-{}.parquet", super::table::new_table_id());
                 let path = Path::from(format!("{name}/{relative}"));
                 let size = bytes.len() as u64;

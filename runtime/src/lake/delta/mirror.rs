@@ -386,6 +386,42 @@ fn same_kind(a: &Part, b: &Part) -> bool {
     )
 }
 
+/// How far apart (in multiples of the median step between neighbours) two new keys must be
+/// to go into separate files.
+const RUN_GAP: i128 = 1000;
+
+/// Split sorted new `keys` into runs that each become their own file: a run ends where the
+/// next key's first column (an integer) is far from it, so rows of new keys at both ends of
+/// a table (inserts of rising ids beside the first updates of rows the table never had) do
+/// not make one file whose bounds span everything between them, which every later flush would
+/// have to read.
+pub fn runs(keys: &[&Key]) -> Vec<std::ops::Range<usize>> {
+    let first: Option<Vec<i128>> = keys
+        .iter()
+        .map(|k| match k.first() {
+            Some(Part::Int(v)) => Some(*v),
+            _ => None,
+        })
+        .collect();
+    let whole: Vec<_> = std::iter::once(0..keys.len()).collect();
+    let Some(first) = first.filter(|f| f.len() > 2) else {
+        return whole;
+    };
+    let mut steps: Vec<i128> = first.windows(2).map(|w| w[1] - w[0]).collect();
+    steps.sort_unstable();
+    let far = steps[steps.len() / 2].max(1).saturating_mul(RUN_GAP);
+    let mut runs = Vec::new();
+    let mut start = 0;
+    for i in 1..first.len() {
+        if first[i] - first[i - 1] > far {
+            runs.push(start..i);
+            start = i;
+        }
+    }
+    runs.push(start..first.len());
+    runs
+}
+
 /// A file's statistics: its row count and, for each key column of an integer or text type,
 /// the least and greatest value (text longer than a bound is given none).
 pub fn stats<'k>(names: &[String], keys: impl IntoIterator<Item = &'k Key>) -> String {
@@ -581,6 +617,26 @@ mod tests {
         // A file without statistics may hold anything.
         let bare = Bounds::of(&Add { stats: None, ..add }, &names);
         assert!(bare.may_hold_any(&far));
+    }
+
+    #[test]
+    fn new_keys_far_apart_go_into_separate_runs() {
+        let keys: Vec<Key> = (100..110)
+            .chain(5000..5005)
+            .chain(9_000_000..9_000_002)
+            .map(k)
+            .collect();
+        let refs: Vec<&Key> = keys.iter().collect();
+        assert_eq!(runs(&refs), [0..10, 10..15, 15..17]);
+        let close: Vec<Key> = (0..50).map(|i| k(i * 7)).collect();
+        let refs: Vec<&Key> = close.iter().collect();
+        assert_eq!(runs(&refs).len(), 1, "one run of close keys");
+        let text: Vec<Key> = ["a", "b", "zzz"]
+            .iter()
+            .map(|t| vec![Part::Text((*t).into())])
+            .collect();
+        let refs: Vec<&Key> = text.iter().collect();
+        assert_eq!(runs(&refs).len(), 1, "only integer keys are split");
     }
 
     #[test]
