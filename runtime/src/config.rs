@@ -331,6 +331,10 @@ pub struct SinkConfig {
     /// (each output a Delta Lake table).
     #[serde(default)]
     pub format: crate::lake::TableFormat,
+    /// With Delta tables, what a column whose new type its table cannot hold beside the old
+    /// one does: `stop` the pipeline (the default), or start a `new_version` of the table.
+    #[serde(default)]
+    pub on_type_change: crate::lake::delta::TypeChange,
 }
 
 /// `sink.options` as object_store takes them, text: a TOML boolean or number
@@ -440,9 +444,25 @@ pub struct OutputConfig {
     /// of the last commit (`sink.format = "delta"` only).
     #[serde(default)]
     pub mirror: bool,
+    /// Split the output's files by partition: `"day(_commit_time)"`, `"day(<column>)"` or a
+    /// column's name (`sink.format = "delta"` only; chosen when its table is created).
+    #[serde(default)]
+    pub partition_by: Option<String>,
 }
 
 impl PipelineConfig {
+    /// The outputs whose files each hold one partition, and how they are split.
+    pub fn partitions(&self) -> BTreeMap<String, crate::lake::encode::partition::Partition> {
+        self.outputs
+            .iter()
+            .filter_map(|(name, o)| {
+                let spec = o.partition_by.as_deref()?;
+                let partition = crate::lake::encode::partition::Partition::parse(spec).ok()?;
+                Some((name.clone(), partition))
+            })
+            .collect()
+    }
+
     /// The outputs that keep a current-state table.
     pub fn mirrored(&self) -> std::collections::BTreeSet<String> {
         self.outputs
@@ -767,12 +787,28 @@ impl PipelineConfig {
             );
         }
         self.parquet.validate()?;
+        if self.sink.on_type_change != crate::lake::delta::TypeChange::Stop
+            && self.sink.format != crate::lake::TableFormat::Delta
+        {
+            return Err(
+                "sink.on_type_change applies to Delta tables (sink.format = \"delta\"); Parquet files start new files at a schema change by themselves".into(),
+            );
+        }
         for (name, output) in &self.outputs {
             if output.mirror && self.sink.format != crate::lake::TableFormat::Delta {
                 return Err(format!(
                     "outputs.{name:?}.mirror needs Delta tables: the current-state table is a \
                      Delta table beside the change log; set sink.format = \"delta\" or leave mirror out"
                 ));
+            }
+            if let Some(spec) = &output.partition_by {
+                if self.sink.format != crate::lake::TableFormat::Delta {
+                    return Err(format!(
+                        "outputs.{name:?}.partition_by needs Delta tables, which record each file's partition; set sink.format = \"delta\" or leave partition_by out"
+                    ));
+                }
+                crate::lake::encode::partition::Partition::parse(spec)
+                    .map_err(|why| format!("outputs.{name:?}.partition_by = {why}"))?;
             }
             if name.ends_with(crate::lake::delta::MIRROR_SUFFIX) || name.is_empty() {
                 return Err(format!(
@@ -904,6 +940,15 @@ mod tests {
         let c = parse(&delta).unwrap();
         assert_eq!(c.mirrored(), ["public.orders".to_owned()].into());
         assert!(parse(MINIMAL).unwrap().mirrored().is_empty());
+        let partitioned = delta.replace("mirror = true", "partition_by = \"day(_commit_time)\"");
+        let c = parse(&partitioned).unwrap();
+        assert_eq!(c.partitions()["public.orders"].column(), "_commit_time_day");
+        let wrong = partitioned.replace("day(_commit_time)", "week(_commit_time)");
+        let err = parse(&wrong).unwrap_err().to_string();
+        assert!(
+            err.contains("partition_by = \"week(_commit_time)\" is not a partitioning"),
+            "{err}"
+        );
         let named = delta.replace("public.orders\"]", "public.orders__current\"]");
         let err = parse(&named).unwrap_err().to_string();
         assert!(err.contains("not an output's name"), "{err}");

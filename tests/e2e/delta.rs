@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use tributary::lake::commit::CommitLog;
 use tributary::lake::sink::Sink;
-use tributary_tests::lake::{DeltaPoller, committed_rows, delta_txn_versions, entries, read_delta};
+use tributary_tests::lake::{
+    DeltaPoller, committed_rows, delta_txn_versions, entries, read_delta, read_delta_version,
+};
 use tributary_tests::service::{Fixture, Service, command, verify};
 use tributary_tests::{TestDatabase, fresh_database};
 
@@ -668,4 +670,242 @@ async fn compact_names_what_it_cannot_compact() {
         err.contains("\"public.nope\" is not a Delta table of this sink"),
         "{err}"
     );
+}
+
+/// The region of each row of every file a reader of `output`'s table reads, by the file's
+/// partition value: read through the table's log and the files themselves.
+async fn regions_by_partition(
+    sink: &Sink,
+    output: &str,
+) -> Vec<(Option<String>, Vec<Option<String>>)> {
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    let state = tributary::lake::delta::read_table(sink, output, Default::default())
+        .await
+        .unwrap();
+    let mut files = Vec::new();
+    for add in state.files.values() {
+        let bytes = sink
+            .get(&object_store::path::Path::from(format!(
+                "{output}/{}",
+                add.path
+            )))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut regions = Vec::new();
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .unwrap()
+            .build()
+            .unwrap();
+        for batch in reader {
+            let batch = batch.unwrap();
+            let column = batch
+                .column_by_name("region")
+                .unwrap()
+                .as_string::<i32>()
+                .clone();
+            regions.extend(
+                (0..column.len()).map(|i| column.is_valid(i).then(|| column.value(i).to_owned())),
+            );
+        }
+        assert_eq!(add.partition_values.len(), 1, "{add:?}");
+        files.push((add.partition_values["region"].clone(), regions));
+    }
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_partitioned_by_a_column_and_by_commit_day_read_back_by_partition() {
+    let db = fresh_database("delta_partitions").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE pa (id int PRIMARY KEY, region text);
+             CREATE TABLE pb (id int PRIMARY KEY, v text);",
+        )
+        .await
+        .unwrap();
+    let mut fixture = delta_fixture(&db, "delta_partitions", &["public.pa", "public.pb"]).await;
+    fixture
+        .cfg
+        .sections
+        .push("[outputs.\"public.pa\"]\npartition_by = \"region\"".into());
+    fixture
+        .cfg
+        .sections
+        .push("[outputs.\"public.pb\"]\npartition_by = \"day(_commit_time)\"".into());
+    fixture.file = fixture.cfg.write(&fixture.dir);
+    let mut service = Service::spawn(&fixture.file, &[], &fixture.dir.join("run.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    // One transaction with rows of three regions and none; then a row moves.
+    db.client
+        .batch_execute(
+            "INSERT INTO pa SELECT g, (ARRAY['eu', 'us', 'ap', NULL])[1 + g % 4] FROM generate_series(1, 20) g;
+             INSERT INTO pb SELECT g, 'v' || g FROM generate_series(1, 10) g;",
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    db.client
+        .batch_execute(
+            "UPDATE pa SET region = 'eu' WHERE id = 2; INSERT INTO pa VALUES (21, 'us');",
+        )
+        .await
+        .unwrap();
+    service
+        .wait_for_landed(&fixture.log, 20 + 10 + 2, Duration::from_secs(60))
+        .await;
+    let verified = verify(&fixture.file, &[]).await;
+    assert_eq!(verified.code, 0, "{verified}");
+    let log = service.stop().await;
+
+    // Each file holds the rows of one region, the one its add action names.
+    let files = regions_by_partition(&fixture.sink, "public.pa").await;
+    for (partition, regions) in &files {
+        assert!(
+            regions.iter().all(|r| r == partition),
+            "{partition:?}: {regions:?}"
+        );
+    }
+    let partitions: BTreeSet<Option<String>> = files.iter().map(|(p, _)| p.clone()).collect();
+    assert_eq!(
+        partitions,
+        [
+            None,
+            Some("ap".into()),
+            Some("eu".into()),
+            Some("us".into())
+        ]
+        .into(),
+        "{log}"
+    );
+    assert!(files.len() >= 4, "a file per region and flush: {log}");
+
+    // delta-rs reads the partition column from the log, each row once.
+    let read = read_delta(&table_uri(&fixture, "public.pa"), &fixture.cfg.sink_options);
+    assert_eq!(read.partition_columns, ["region"]);
+    assert_eq!(read.rows.len(), 22);
+    let moved: Vec<Option<&str>> = read
+        .rows
+        .iter()
+        .filter(|r| r["id"].as_deref() == Some("2"))
+        .map(|r| r["region"].as_deref())
+        .collect();
+    assert_eq!(moved, [Some("ap"), Some("eu")]);
+
+    // By commit day: a column the files do not hold, which readers take from the log.
+    let read = read_delta(&table_uri(&fixture, "public.pb"), &fixture.cfg.sink_options);
+    assert_eq!(read.partition_columns, ["_commit_time_day"]);
+    assert_eq!(read.rows.len(), 10);
+    for row in &read.rows {
+        let day = row["_commit_time_day"].as_deref().unwrap();
+        let at = row["_commit_time"].as_deref().unwrap();
+        assert!(at.starts_with(day), "{day} is the day of {at}");
+    }
+    assert_eq!(
+        read.schema.last().map(|(n, t, _)| (n.as_str(), t.as_str())),
+        Some(("_commit_time_day", "date"))
+    );
+
+    // Compaction rewrites files within a partition only.
+    let (code, out, err) = command("compact", &fixture.file, &[], &[]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let files = regions_by_partition(&fixture.sink, "public.pa").await;
+    assert_eq!(
+        files.len(),
+        4,
+        "one file per region after compaction: {out}"
+    );
+    for (partition, regions) in &files {
+        assert!(
+            regions.iter().all(|r| r == partition),
+            "{partition:?}: {regions:?}"
+        );
+    }
+    let read = read_delta(&table_uri(&fixture, "public.pa"), &fixture.cfg.sink_options);
+    assert_eq!(read.rows.len(), 22);
+    std::fs::remove_dir_all(&fixture.dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_type_change_stops_the_pipeline_or_starts_a_new_version_of_the_table() {
+    let db = fresh_database("delta_type_change").await;
+    db.client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, amount int)")
+        .await
+        .unwrap();
+    let mut fixture = delta_fixture(&db, "delta_type_change", &["public.t"]).await;
+    let mut service = Service::spawn(&fixture.file, &[], &fixture.dir.join("a.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    db.client
+        .batch_execute("INSERT INTO t SELECT g, g * 10 FROM generate_series(1, 5) g")
+        .await
+        .unwrap();
+    service
+        .wait_for_landed(&fixture.log, 5, Duration::from_secs(60))
+        .await;
+    db.client
+        .batch_execute(
+            "ALTER TABLE t ALTER COLUMN amount TYPE text;
+             INSERT INTO t SELECT g, 'x' || g FROM generate_series(6, 8) g;",
+        )
+        .await
+        .unwrap();
+    // By default the pipeline stops, naming the column and both types.
+    let status = service.wait_exit(Duration::from_secs(60)).await;
+    assert!(!status.success());
+    let log = service.log();
+    assert!(
+        log.contains("column \"amount\" changed type from integer to string"),
+        "{log}"
+    );
+    let before = read_delta(&table_uri(&fixture, "public.t"), &fixture.cfg.sink_options);
+    assert_eq!(before.rows.len(), 5);
+
+    // Asked to, it starts a new version of the table instead.
+    fixture
+        .cfg
+        .sink
+        .push(("on_type_change".into(), "\"new_version\"".into()));
+    fixture.file = fixture.cfg.write(&fixture.dir);
+    let service = Service::spawn(&fixture.file, &[], &fixture.dir.join("b.log"));
+    service
+        .wait_for_landed(&fixture.log, 8, Duration::from_secs(120))
+        .await;
+    // The table's log against the commit log (the content differs from the source by design:
+    // ALTER TABLE rewrote rows 1 to 5 as text without sending a change).
+    let verified = verify(&fixture.file, &["--identities-only"]).await;
+    assert_eq!(verified.code, 0, "{verified}");
+    let log = service.stop().await;
+    assert!(
+        log.contains("this version of the table replaces its schema"),
+        "{log}"
+    );
+
+    let after = read_delta(&table_uri(&fixture, "public.t"), &fixture.cfg.sink_options);
+    let amounts: Vec<Option<&str>> = after.rows.iter().map(|r| r["amount"].as_deref()).collect();
+    assert_eq!(amounts, [Some("x6"), Some("x7"), Some("x8")]);
+    let amount = after.schema.iter().find(|(n, ..)| n == "amount").unwrap();
+    assert_eq!(amount.1, "string");
+    // The rows before the change are where they were, one version back.
+    let earlier = read_delta_version(
+        &table_uri(&fixture, "public.t"),
+        &fixture.cfg.sink_options,
+        Some(after.version - 1),
+    );
+    let amounts: Vec<Option<&str>> = earlier
+        .rows
+        .iter()
+        .map(|r| r["amount"].as_deref())
+        .collect();
+    assert_eq!(
+        amounts,
+        [Some("10"), Some("20"), Some("30"), Some("40"), Some("50")]
+    );
+    check_history(&fixture.sink, &fixture.log, "public.t").await;
+    std::fs::remove_dir_all(&fixture.dir).unwrap();
 }

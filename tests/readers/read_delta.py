@@ -1,10 +1,11 @@
 """Read a Delta table with the `deltalake` package (delta-rs) and pyarrow, independently of
 Tributary.
 
-Usage: read_delta.py <table uri> <storage options as JSON>
+Usage: read_delta.py <table uri> <storage options as JSON> [version]
 
 Prints one JSON document:
-  version   the table's latest version
+  version   the table's version read (the latest, unless one is given)
+  partition_columns  the table's partition columns
   files     the data files a reader of that version reads
   schema    [name, Delta type, nullable] of each column, in order (nested types as JSON)
   rows      every row, each column's value as text (null stays null), in (_commit_lsn, _seq)
@@ -29,7 +30,8 @@ def text(value):
 
 def main() -> None:
     uri, options = sys.argv[1], json.loads(sys.argv[2])
-    table = DeltaTable(uri, storage_options=options)
+    version = int(sys.argv[3]) if len(sys.argv) > 3 else None
+    table = DeltaTable(uri, storage_options=options, version=version)
     schema = json.loads(table.schema().to_json())
     data = table.to_pyarrow_table()
     order = pc.sort_indices(data, sort_keys=[("_commit_lsn", "ascending"), ("_seq", "ascending")])
@@ -38,6 +40,7 @@ def main() -> None:
     json.dump(
         {
             "version": table.version(),
+            "partition_columns": list(table.metadata().partition_columns),
             "files": table.file_uris(),
             "schema": [
                 [f["name"], f["type"] if isinstance(f["type"], str) else json.dumps(f["type"]), f["nullable"]]

@@ -475,15 +475,27 @@ pub struct DeltaRead {
     pub schema: Vec<(String, String, bool)>,
     /// Every row, each column's value as text, in `(_commit_lsn, _seq)` order.
     pub rows: Vec<BTreeMap<String, Option<String>>>,
+    /// The table's partition columns.
+    pub partition_columns: Vec<String>,
 }
 
 /// Read the Delta table at `uri` (`s3://bucket/output`) through `tests/readers/read_delta.py`
 /// with the interpreter `TRIBUTARY_PYTHON` names; `options` are the sink's object_store settings.
 pub fn read_delta(uri: &str, options: &[(String, String)]) -> DeltaRead {
+    read_delta_version(uri, options, None)
+}
+
+/// [`read_delta`] of the table as it was at `version` (the latest when `None`).
+pub fn read_delta_version(
+    uri: &str,
+    options: &[(String, String)],
+    version: Option<u64>,
+) -> DeltaRead {
     let (python, script) = delta_reader("read_delta.py");
     let output = std::process::Command::new(&python)
         .arg(&script)
         .args([uri, &options_json(options)])
+        .args(version.map(|v| v.to_string()))
         .output()
         .unwrap_or_else(|e| panic!("running {python}: {e} (run the tests through scripts/test.sh, which installs deltalake)"));
     assert!(
@@ -495,6 +507,12 @@ pub fn read_delta(uri: &str, options: &[(String, String)]) -> DeltaRead {
     let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     DeltaRead {
         version: doc["version"].as_u64().unwrap(),
+        partition_columns: doc["partition_columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap().to_owned())
+            .collect(),
         files: doc["files"]
             .as_array()
             .unwrap()

@@ -155,6 +155,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
             url: format!("file://{}", sink_dir.display()),
             options: BTreeMap::new(),
             format: Default::default(),
+            on_type_change: Default::default(),
         },
         flush: FlushConfig {
             max_rows: 1000,

@@ -123,7 +123,11 @@ fn name_files(
                     path: file.path.clone(),
                     size: file.bytes,
                     rows: file.rows,
-                    schema: encoded.columns,
+                    schema: crate::lake::delta::table::table_columns(
+                        encoded.columns,
+                        encoded.partition.as_ref(),
+                    ),
+                    partition: encoded.partition,
                 });
             }
             files.push((file, encoded.bytes));

@@ -248,6 +248,7 @@ async fn run_stages(
     let delta = config.sink.format == TableFormat::Delta;
     let encoder = Encoder::new(&EncodeOptions {
         format: config.sink.format,
+        partitions: config.partitions(),
         ..config.parquet.encode_options()
     })?;
     let read = reader.stage(job);

@@ -315,6 +315,7 @@ pub(super) async fn start(
                 delta::app_id(&identity.database, &identity.slot),
                 writer.clone(),
             )
+            .on_type_change(config.sink.on_type_change)
             .with_mirrors(delta::current::Mirrors {
                 outputs: config.mirrored(),
                 properties: encoder.properties().clone(),

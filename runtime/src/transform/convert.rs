@@ -304,18 +304,9 @@ macro_rules! scalar_from_wit {
     };
 }
 
-/// The canonical text of a uuid: lowercase hex in groups of 8-4-4-4-12.
+/// The canonical text of a uuid, as the plugin interface carries it.
 fn uuid_to_wit(bytes: &[u8; 16]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(36);
-    for (i, byte) in bytes.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            text.push('-');
-        }
-        text.push(HEX[usize::from(byte >> 4)] as char);
-        text.push(HEX[usize::from(byte & 15)] as char);
-    }
-    text
+    pgtype::uuid_text(bytes)
 }
 
 /// A uuid back from its canonical text (either case), or why it is not one.

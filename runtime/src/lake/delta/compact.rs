@@ -19,20 +19,29 @@ use super::actions::{Action, Add, Remove};
 /// first (by modification time, then path), cut when a group reaches `target`. A group of one
 /// file is left alone: rewriting it would gain nothing.
 pub fn plan<'a>(files: impl IntoIterator<Item = &'a Add>, target: u64) -> Vec<Vec<Add>> {
-    let mut small: Vec<&Add> = files.into_iter().filter(|a| a.size < target).collect();
-    small.sort_by(|a, b| (a.modification_time, &a.path).cmp(&(b.modification_time, &b.path)));
-    let mut groups = Vec::new();
-    let mut group: Vec<Add> = Vec::new();
-    let mut bytes = 0;
-    for add in small {
-        group.push(add.clone());
-        bytes += add.size;
-        if bytes >= target {
-            groups.push(std::mem::take(&mut group));
-            bytes = 0;
-        }
+    // Files of one partition only are rewritten together.
+    let mut partitions: std::collections::BTreeMap<_, Vec<&Add>> = Default::default();
+    for add in files.into_iter().filter(|a| a.size < target) {
+        partitions
+            .entry(&add.partition_values)
+            .or_default()
+            .push(add);
     }
-    groups.push(group);
+    let mut groups = Vec::new();
+    for mut small in partitions.into_values() {
+        small.sort_by(|a, b| (a.modification_time, &a.path).cmp(&(b.modification_time, &b.path)));
+        let mut group: Vec<Add> = Vec::new();
+        let mut bytes = 0;
+        for add in small {
+            group.push(add.clone());
+            bytes += add.size;
+            if bytes >= target {
+                groups.push(std::mem::take(&mut group));
+                bytes = 0;
+            }
+        }
+        groups.push(group);
+    }
     groups.retain(|g| g.len() > 1);
     groups
 }

@@ -15,7 +15,6 @@
 //! table's schema.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -233,20 +232,12 @@ fn conform_array(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowError
 /// UUIDs as their canonical text (`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`).
 fn uuid_text(array: &ArrayRef) -> ArrayRef {
     let bytes = array.as_fixed_size_binary();
-    let mut text = String::with_capacity(36);
     let values: StringArray = (0..bytes.len())
         .map(|i| {
-            if bytes.is_null(i) {
-                return None;
-            }
-            text.clear();
-            for (k, b) in bytes.value(i).iter().enumerate() {
-                if matches!(k, 4 | 6 | 8 | 10) {
-                    text.push('-');
-                }
-                let _ = write!(text, "{b:02x}");
-            }
-            Some(text.clone())
+            let value: &[u8; 16] = bytes.value(i).try_into().ok()?;
+            bytes
+                .is_valid(i)
+                .then(|| crate::wire::pgtype::uuid_text(value))
         })
         .collect();
     Arc::new(values)

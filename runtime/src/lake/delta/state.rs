@@ -16,8 +16,11 @@ pub struct TableFile {
     pub path: String,
     pub size: u64,
     pub rows: u64,
-    /// The file's columns, as written (conformed to Delta's types).
+    /// The file's columns, as written (conformed to Delta's types), and a derived partition
+    /// column the table has beside them.
     pub schema: SchemaRef,
+    /// The partition whose rows the file holds, when its output is partitioned.
+    pub partition: Option<crate::lake::encode::partition::FilePartition>,
 }
 
 /// Why a flush cannot be appended to a table.
@@ -31,6 +34,13 @@ pub enum TableError {
     Corrupt(String),
     #[error("its current-state table: {0}")]
     Mirror(#[from] super::mirror::MirrorError),
+    #[error(
+        "the table is partitioned by {table:?} and this flush's files by {files:?}: a table's partitioning is chosen when it is created; set partition_by back, or land the new partitioning under a new sink prefix"
+    )]
+    Partitioning {
+        table: Vec<String>,
+        files: Vec<String>,
+    },
     #[error("its current-state table: {path}: {reason}")]
     Data { path: String, reason: String },
 }
@@ -101,6 +111,21 @@ pub struct Appender {
     pub app_id: String,
     /// `tributary <version>`.
     pub engine: String,
+    /// What a column whose type changed does to its table.
+    pub on_type_change: TypeChange,
+}
+
+/// What a column whose new type a table cannot hold beside the old one does
+/// (`sink.on_type_change`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TypeChange {
+    /// The pipeline stops, naming the column and both types.
+    #[default]
+    Stop,
+    /// The table starts a new version: the flush's commit replaces the schema with the files'
+    /// and removes every earlier file, which readers still find by time travel.
+    NewVersion,
 }
 
 impl Appender {
@@ -129,12 +154,59 @@ impl Appender {
                 "numOutputBytes": files.iter().map(|f| f.size).sum::<u64>().to_string(),
             },
         }))];
-        actions.extend(schema_actions(
-            state,
-            files.iter().map(|f| &f.schema),
-            now_ms,
-            table_id,
-        )?);
+        let partitioning: Vec<String> = files
+            .iter()
+            .filter_map(|f| f.partition.as_ref().map(|p| p.column.clone()))
+            .take(1)
+            .collect();
+        if let Some(m) = &state.metadata
+            && m.partition_columns != partitioning
+        {
+            return Err(TableError::Partitioning {
+                table: m.partition_columns.clone(),
+                files: partitioning,
+            });
+        }
+        let schemas = || files.iter().map(|f| &f.schema);
+        let (mut created, replaced) = match schema_actions(state, schemas(), now_ms, table_id) {
+            Err(TableError::Schema(SchemaError::TypeChange { column, from, to }))
+                if self.on_type_change == TypeChange::NewVersion && state.metadata.is_some() =>
+            {
+                // The schema the files have, as if the table were new, under the same id.
+                let fresh = TableState {
+                    schema: None,
+                    ..state.clone()
+                };
+                let created = schema_actions(&fresh, schemas(), now_ms, || {
+                    unreachable!("the table has its id")
+                })?;
+                let reason = format!("column {column:?} changed type from {from} to {to}");
+                (created, Some(reason))
+            }
+            other => (other?, None),
+        };
+        for action in &mut created {
+            if let Action::Metadata(m) = action
+                && state.metadata.is_none()
+            {
+                m.partition_columns = partitioning.clone();
+            }
+        }
+        actions.extend(created);
+        if let Some(reason) = &replaced {
+            if let Action::CommitInfo(info) = &mut actions[0] {
+                info["operationParameters"]["newVersion"] = serde_json::json!(reason);
+                info["isBlindAppend"] = serde_json::json!(false);
+            }
+            actions.extend(state.files.values().map(|f| {
+                Action::Remove(super::actions::Remove {
+                    path: f.path.clone(),
+                    deletion_timestamp: Some(now_ms),
+                    data_change: true,
+                    size: Some(f.size),
+                })
+            }));
+        }
         for file in files {
             let path = file
                 .path
@@ -143,7 +215,11 @@ impl Appender {
                 .unwrap_or(&file.path);
             actions.push(Action::Add(Add {
                 path: path.to_owned(),
-                partition_values: BTreeMap::new(),
+                partition_values: file
+                    .partition
+                    .iter()
+                    .map(|p| (p.column.clone(), p.value.clone()))
+                    .collect(),
                 size: file.size,
                 modification_time: now_ms,
                 data_change: true,
@@ -233,6 +309,7 @@ mod tests {
             size: 100,
             rows: 3,
             schema: Arc::new(Schema::new(fields)),
+            partition: None,
         }
     }
 
@@ -240,6 +317,7 @@ mod tests {
         Appender {
             app_id: "tributary:db/slot".into(),
             engine: "tributary test".into(),
+            on_type_change: TypeChange::Stop,
         }
     }
 
@@ -304,6 +382,64 @@ mod tests {
         assert_eq!(state.protocol.as_ref().unwrap().min_reader_version, 3);
         assert_eq!(state.files.len(), 3);
         assert_eq!(state.txn("tributary:db/slot"), Some(3));
+    }
+
+    #[test]
+    fn a_type_change_stops_or_starts_a_new_version_of_the_table() {
+        let first = file(
+            "part-1.parquet",
+            vec![Field::new("a", DataType::Int64, true)],
+        );
+        let mut state = TableState::default();
+        let actions = appender()
+            .append(&state, 1, &[&first], "public.t", 10, || "id-1".into())
+            .unwrap();
+        state.apply(0, actions).unwrap();
+        let text = file(
+            "part-2.parquet",
+            vec![Field::new("a", DataType::Utf8, true)],
+        );
+        let err = appender()
+            .append(&state, 2, &[&text], "public.t", 11, || unreachable!())
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("changed type from long to string"),
+            "{err}"
+        );
+
+        let renewing = Appender {
+            on_type_change: TypeChange::NewVersion,
+            ..appender()
+        };
+        let actions = renewing
+            .append(&state, 2, &[&text], "public.t", 11, || unreachable!())
+            .unwrap();
+        assert_eq!(
+            kinds(&actions),
+            ["commitInfo", "metaData", "remove", "add", "txn"]
+        );
+        let Action::CommitInfo(info) = &actions[0] else {
+            unreachable!()
+        };
+        assert!(
+            info["operationParameters"]["newVersion"]
+                .as_str()
+                .unwrap()
+                .contains("column \"a\" changed type"),
+            "{info}"
+        );
+        state.apply(1, actions).unwrap();
+        assert_eq!(
+            state.metadata.as_ref().unwrap().id,
+            "id-1",
+            "the same table"
+        );
+        assert_eq!(state.files.keys().collect::<Vec<_>>(), ["part-2.parquet"]);
+        let schema = state.schema.as_ref().unwrap();
+        assert_eq!(
+            schema.to_json(),
+            table_schema(&text.schema).unwrap().to_json()
+        );
     }
 
     #[test]

@@ -15,8 +15,9 @@ use super::checkpoint;
 use super::compact;
 use super::current::{self, Mirrors, Rows};
 use super::mirror::mirror_name;
-use super::state::{Appender, TableError, TableFile, TableState};
+use super::state::{Appender, TableError, TableFile, TableState, TypeChange};
 use crate::lake::commit::{CommitError, CommitLog, FileEntry, Writer};
+use crate::lake::encode::partition::{FilePartition, PARTITION_KEY};
 use crate::lake::sink::{Created, Sink};
 
 /// The object that holds version `version` of `output`'s log.
@@ -61,11 +62,18 @@ impl Tables {
             appender: Appender {
                 app_id,
                 engine: format!("tributary {}", env!("CARGO_PKG_VERSION")),
+                on_type_change: TypeChange::Stop,
             },
             writer,
             states: Arc::default(),
             mirrors: None,
         }
+    }
+
+    /// What a column whose type changed does to its table (stop, by default).
+    pub fn on_type_change(mut self, policy: TypeChange) -> Tables {
+        self.appender.on_type_change = policy;
+        self
     }
 
     /// Also keep the current-state tables of `mirrors.outputs`.
@@ -162,6 +170,9 @@ impl Tables {
             let version = state.next_version();
             let path = commit_path(output, version);
             let held = state.txn(self.app_id());
+            if actions.iter().any(|a| matches!(a, Action::Remove(_))) {
+                tracing::warn!(%output, version, sequence, "a column changed type (sink.on_type_change = \"new_version\"): this version of the table replaces its schema and holds the rows from this flush on; the earlier rows stay readable at version {} and before (time travel)", version.saturating_sub(1));
+            }
             match self.sink.create(&path, commit_file(&actions)).await? {
                 Created::New => {
                     state
@@ -522,7 +533,7 @@ async fn rewrite(
         .map_err(CommitError::from)?;
     let add = Add {
         path: relative,
-        partition_values: BTreeMap::new(),
+        partition_values: group[0].partition_values.clone(),
         size,
         modification_time: now_ms,
         data_change: false,
@@ -790,13 +801,41 @@ pub async fn file_from_footer(sink: &Sink, file: &FileEntry) -> Result<TableFile
     let schema =
         parquet::arrow::parquet_to_arrow_schema(meta.schema_descr(), meta.key_value_metadata())
             .map_err(|e| corrupt(format!("its Parquet schema: {e}")))?;
+    let partition: Option<FilePartition> = meta
+        .key_value_metadata()
+        .into_iter()
+        .flatten()
+        .find(|kv| kv.key == PARTITION_KEY)
+        .and_then(|kv| kv.value.as_deref())
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|e| corrupt(format!("its partition: {e}")))?;
     Ok(TableFile {
         output: file.output.clone(),
         path: file.path.clone(),
         size,
         rows: file.rows,
-        schema: Arc::new(schema),
+        schema: table_columns(Arc::new(schema), partition.as_ref()),
+        partition,
     })
+}
+
+/// The columns a file brings to its table: its own, and a derived partition column.
+pub fn table_columns(
+    columns: arrow_schema::SchemaRef,
+    partition: Option<&FilePartition>,
+) -> arrow_schema::SchemaRef {
+    match partition.and_then(FilePartition::derived_field) {
+        None => columns,
+        Some(field) => {
+            let mut fields: Vec<_> = columns.fields().iter().cloned().collect();
+            fields.push(field);
+            Arc::new(arrow_schema::Schema::new_with_metadata(
+                fields,
+                columns.metadata().clone(),
+            ))
+        }
+    }
 }
 
 /// A random (version 4) UUID, the id a new table's metadata takes.
@@ -805,15 +844,7 @@ pub(super) fn new_table_id() -> String {
     getrandom::fill(&mut b).expect("the system's random source");
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    crate::wire::pgtype::uuid_text(&b)
 }
 
 #[cfg(test)]
@@ -832,6 +863,7 @@ mod tests {
             size: 10,
             rows: 1,
             schema: Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)])),
+            partition: None,
         }
     }
 
@@ -1105,6 +1137,7 @@ mod tests {
             size: bytes.len() as u64,
             rows: changes.len() as u64,
             schema,
+            partition: None,
         };
         sink.create(&Path::from(file.path.as_str()), bytes.into())
             .await

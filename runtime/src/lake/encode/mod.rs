@@ -69,6 +69,7 @@
 
 mod columns;
 mod decimal;
+pub mod partition;
 mod schema;
 mod values;
 
@@ -132,6 +133,8 @@ pub struct EncodeOptions {
     /// The table format the files are for: a Delta output's columns take the types Delta has
     /// ([`crate::lake::delta::schema`]).
     pub format: crate::lake::TableFormat,
+    /// Outputs whose files each hold one partition's rows, by output.
+    pub partitions: std::collections::BTreeMap<String, partition::Partition>,
 }
 
 /// How the pages of a file are compressed.
@@ -152,6 +155,7 @@ impl Default for EncodeOptions {
             target_file_bytes: 128 << 20,
             compression: Codec::Zstd(DEFAULT_ZSTD_LEVEL),
             format: crate::lake::TableFormat::Parquet,
+            partitions: Default::default(),
         }
     }
 }
@@ -160,6 +164,11 @@ impl Default for EncodeOptions {
 pub enum EncodeError {
     #[error("output {output:?}: {message}")]
     Invalid { output: String, message: String },
+    /// A row cannot be given a partition (`[outputs."<output>"] partition_by`).
+    #[error(
+        "output {output:?}: {reason} (see partition_by in [outputs.{output:?}] of the pipeline file)"
+    )]
+    Partition { output: String, reason: String },
     /// A value does not fit its column.
     #[error(
         "output {output:?} column {column:?} ({pg_type}): change at commit lsn {commit_lsn} \
@@ -208,6 +217,7 @@ pub struct Encoder {
     chunk_rows: usize,
     target_file_bytes: usize,
     delta: bool,
+    partitions: Arc<std::collections::BTreeMap<String, partition::Partition>>,
 }
 
 impl Encoder {
@@ -238,6 +248,7 @@ impl Encoder {
             chunk_rows: options.row_group_rows.min(MAX_CHUNK_ROWS),
             target_file_bytes: options.target_file_bytes,
             delta: options.format == crate::lake::TableFormat::Delta,
+            partitions: Arc::new(options.partitions.clone()),
         })
     }
 
@@ -249,8 +260,55 @@ impl Encoder {
     /// Encode one output batch as one or more Parquet files (more when it passes the target
     /// size), in row order, each with its row count and schema fingerprint.
     pub fn encode(&self, batch: &OutputBatch) -> Result<Vec<EncodedFile>, EncodeError> {
-        let output = &batch.output;
         check_arity(batch)?;
+        let Some(partition) = self.partitions.get(&batch.output) else {
+            return self.encode_rows(batch, &batch.rows, None);
+        };
+        let refused = |reason: String| EncodeError::Partition {
+            output: batch.output.clone(),
+            reason,
+        };
+        let at = partition.locate(&batch.columns).map_err(refused)?;
+        let parts = batch
+            .rows
+            .iter()
+            .map(|r| partition.of(r, at))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(refused)?;
+        let Some(first) = parts.first() else {
+            return Ok(Vec::new());
+        };
+        if parts.iter().all(|p| p == first) {
+            return self.encode_rows(batch, &batch.rows, Some(first));
+        }
+        // Rows of several partitions: each partition's rows, in order, into files of their own.
+        let mut groups: std::collections::BTreeMap<Option<&str>, Vec<OutputRow>> =
+            std::collections::BTreeMap::new();
+        for (row, part) in batch.rows.iter().zip(&parts) {
+            groups
+                .entry(part.value.as_deref())
+                .or_default()
+                .push(row.clone());
+        }
+        let mut files = Vec::new();
+        for (value, rows) in groups {
+            let part = parts
+                .iter()
+                .find(|p| p.value.as_deref() == value)
+                .expect("a group's partition");
+            files.extend(self.encode_rows(batch, &rows, Some(part))?);
+        }
+        Ok(files)
+    }
+
+    /// Encode `rows` (of `batch`) into files, each recording `partition` when there is one.
+    fn encode_rows(
+        &self,
+        batch: &OutputBatch,
+        rows: &[OutputRow],
+        partition: Option<&partition::FilePartition>,
+    ) -> Result<Vec<EncodedFile>, EncodeError> {
+        let output = &batch.output;
         let schema = arrow_schema(&batch.columns, batch.old_image);
         let written = match self.delta {
             true => delta::schema::conform_schema(&schema),
@@ -267,15 +325,21 @@ impl Encoder {
         let mut writer: Option<ArrowWriter<Vec<u8>>> = None;
         let mut rows_in_file = 0u64;
         let mut start = 0;
-        while start < batch.rows.len() {
-            let end = self.chunk_end(batch, start)?;
-            let record = record_batch(
-                batch,
-                &schema,
-                &kinds,
-                &fingerprint,
-                &batch.rows[start..end],
-            )?;
+        let tag = partition.map(|p| {
+            parquet::file::metadata::KeyValue::new(
+                partition::PARTITION_KEY.to_owned(),
+                serde_json::to_string(p).expect("a partition serializes"),
+            )
+        });
+        let finish = |mut w: ArrowWriter<Vec<u8>>| {
+            if let Some(tag) = &tag {
+                w.append_key_value_metadata(tag.clone());
+            }
+            w.into_inner().map_err(parquet_err)
+        };
+        while start < rows.len() {
+            let end = self.chunk_end(batch, rows, start)?;
+            let record = record_batch(batch, &schema, &kinds, &fingerprint, &rows[start..end])?;
             let record = match self.delta {
                 true => delta::schema::conform_batch(&record, &written).map_err(|source| {
                     EncodeError::Arrow {
@@ -302,20 +366,22 @@ impl Encoder {
                 && let Some(full) = writer.take()
             {
                 files.push(EncodedFile {
-                    bytes: Bytes::from(full.into_inner().map_err(parquet_err)?),
+                    bytes: Bytes::from(finish(full)?),
                     rows: std::mem::take(&mut rows_in_file),
                     schema: fingerprint.clone(),
                     columns: written.clone(),
+                    partition: partition.cloned(),
                 });
             }
             start = end;
         }
         if let Some(last) = writer {
             files.push(EncodedFile {
-                bytes: Bytes::from(last.into_inner().map_err(parquet_err)?),
+                bytes: Bytes::from(finish(last)?),
                 rows: rows_in_file,
                 schema: fingerprint.clone(),
                 columns: written.clone(),
+                partition: partition.cloned(),
             });
         }
         Ok(files)
@@ -323,8 +389,12 @@ impl Encoder {
 
     /// The end of the chunk that starts at `start`: at least one row, then up to the row and
     /// byte bounds.
-    fn chunk_end(&self, batch: &OutputBatch, start: usize) -> Result<usize, EncodeError> {
-        let rows = &batch.rows;
+    fn chunk_end(
+        &self,
+        batch: &OutputBatch,
+        rows: &[OutputRow],
+        start: usize,
+    ) -> Result<usize, EncodeError> {
         let mut bytes = 0;
         let mut end = start;
         while end < rows.len() && end - start < self.chunk_rows && bytes < MAX_CHUNK_BYTES {
@@ -359,6 +429,8 @@ pub struct EncodedFile {
     pub schema: String,
     /// The Arrow schema the file was written with.
     pub columns: SchemaRef,
+    /// The partition whose rows it holds, when its output is partitioned.
+    pub partition: Option<partition::FilePartition>,
 }
 
 /// Encode one output batch as one or more Parquet files (more when it passes the target size).

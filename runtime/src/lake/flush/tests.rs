@@ -601,6 +601,7 @@ fn table_flush(sequence: u64, files: usize) -> EncodedFlush {
             size: file.bytes,
             rows: file.rows,
             schema: schema.clone(),
+            partition: None,
         })
         .collect();
     f

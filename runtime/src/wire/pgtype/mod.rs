@@ -42,7 +42,7 @@ mod value;
 
 pub use column::{ColumnType, DEFAULT_MONEY_DIGITS, TypeCatalog, TypeRow};
 pub use datetime::days_from_civil;
-pub use value::{Array, Value};
+pub use value::{Array, Value, uuid_text};
 
 /// How much of an offending value an error message quotes.
 const QUOTED_CHARS: usize = 64;

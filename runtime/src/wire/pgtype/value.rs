@@ -50,6 +50,20 @@ pub enum Value {
     Other(String),
 }
 
+/// The canonical text of a uuid: lowercase hex in groups of 8-4-4-4-12.
+pub fn uuid_text(bytes: &[u8; 16]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(36);
+    for (i, byte) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            text.push('-');
+        }
+        text.push(HEX[usize::from(byte >> 4)] as char);
+        text.push(HEX[usize::from(byte & 15)] as char);
+    }
+    text
+}
+
 /// A PostgreSQL array: its shape and its elements in row-major order.
 ///
 /// `{{1,2,3},{4,5,6}}` has `dims == [2, 3]` and six elements. An empty array (`{}`) has no
