@@ -3,8 +3,9 @@
 //!
 //! A table's rows do not change, so the commit says `dataChange = false`; the files it
 //! replaced stay in the sink (the commit log names them, and `verify` reads them), and a
-//! reader of an older version of the table still finds them. Current-state tables
-//! (`<output>__current`) are left alone: their files are cut by key, not by flush.
+//! reader of an older version of the table still finds them. A current-state table
+//! (`<output>__current`) is compacted by key: neighbouring small files are merged, their rows
+//! sorted by key, so each new file's key bounds stay narrow.
 
 use std::fmt;
 
@@ -25,10 +26,6 @@ pub enum CompactCommandError {
         "{output:?} is not a Delta table of this sink (its tables: {tables}); name one of them, or none for all"
     )]
     NoSuchTable { output: String, tables: String },
-    #[error(
-        "{output:?} is a current-state table: the pipeline keeps its files sorted by key, each with its key bounds, so a flush rewrites only the files its keys fall in; compaction leaves it alone"
-    )]
-    Mirror { output: String },
     #[error(transparent)]
     Sink(#[from] SinkError),
     #[error(transparent)]
@@ -62,14 +59,8 @@ pub async fn run(
                 tables: names.join(", "),
             });
         }
-        if output.ends_with(delta::MIRROR_SUFFIX) {
-            return Err(CompactCommandError::Mirror {
-                output: output.to_owned(),
-            });
-        }
         names.retain(|n| n == output);
     }
-    names.retain(|n| !n.ends_with(delta::MIRROR_SUFFIX));
     let encoder = Encoder::new(&config.parquet.encode_options())?;
     let target = config.parquet.target_file_bytes();
     let mut tables = Vec::new();

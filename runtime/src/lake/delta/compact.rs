@@ -30,18 +30,26 @@ pub fn plan<'a>(files: impl IntoIterator<Item = &'a Add>, target: u64) -> Vec<Ve
     let mut groups = Vec::new();
     for mut small in partitions.into_values() {
         small.sort_by(|a, b| (a.modification_time, &a.path).cmp(&(b.modification_time, &b.path)));
-        let mut group: Vec<Add> = Vec::new();
-        let mut bytes = 0;
-        for add in small {
-            group.push(add.clone());
-            bytes += add.size;
-            if bytes >= target {
-                groups.push(std::mem::take(&mut group));
-                bytes = 0;
-            }
-        }
-        groups.push(group);
+        groups.extend(pack(small, target));
     }
+    groups
+}
+
+/// Files in the order given, cut into groups when one reaches `target` bytes; groups of one
+/// file are left out (rewriting it alone would gain nothing).
+pub fn pack<'a>(files: impl IntoIterator<Item = &'a Add>, target: u64) -> Vec<Vec<Add>> {
+    let mut groups = Vec::new();
+    let mut group: Vec<Add> = Vec::new();
+    let mut bytes = 0;
+    for add in files {
+        group.push(add.clone());
+        bytes += add.size;
+        if bytes >= target {
+            groups.push(std::mem::take(&mut group));
+            bytes = 0;
+        }
+    }
+    groups.push(group);
     groups.retain(|g| g.len() > 1);
     groups
 }

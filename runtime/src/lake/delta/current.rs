@@ -222,8 +222,15 @@ pub(super) async fn apply(
             for run in runs {
                 let rows = &group.rows[run];
                 files.extend(
-                    write_rows(&fitted, &schema, rows, &keys, null_source, mirrors)
-                        .map_err(|e| data(&name, e))?,
+                    write_rows(
+                        &fitted,
+                        &schema,
+                        rows,
+                        &keys,
+                        null_source,
+                        (&mirrors.properties, mirrors.target),
+                    )
+                    .map_err(|e| data(&name, e))?,
                 );
             }
             for (bytes, stats) in files {
@@ -277,7 +284,7 @@ struct Group {
     changed: bool,
 }
 
-fn whole_row(cell: Cell, width: usize) -> Vec<Option<Cell>> {
+pub(super) fn whole_row(cell: Cell, width: usize) -> Vec<Option<Cell>> {
     vec![Some(cell); width]
 }
 
@@ -294,7 +301,7 @@ fn merged(schemas: impl IntoIterator<Item = SchemaRef>) -> Result<SchemaRef, Tab
 }
 
 /// The key columns of `batch`.
-fn key_columns(
+pub(super) fn key_columns(
     batch: &RecordBatch,
     keys: &[String],
     table: &str,
@@ -402,13 +409,13 @@ fn changes(
 
 /// Write `rows` (sorted by key) as Parquet files of about the target size: each file's bytes
 /// and statistics.
-fn write_rows(
+pub(super) fn write_rows(
     sources: &[RecordBatch],
     schema: &SchemaRef,
     rows: &[(Key, Vec<Option<Cell>>)],
     keys: &[String],
     null_source: usize,
-    mirrors: &Mirrors,
+    (properties, target): (&WriterProperties, u64),
 ) -> Result<Vec<(Bytes, String)>, String> {
     let mut files = Vec::new();
     let arrays: Vec<Vec<&dyn Array>> = (0..schema.fields().len())
@@ -416,9 +423,8 @@ fn write_rows(
         .collect();
     let mut start = 0;
     while start < rows.len() {
-        let mut writer =
-            ArrowWriter::try_new(Vec::new(), schema.clone(), Some(mirrors.properties.clone()))
-                .map_err(|e| e.to_string())?;
+        let mut writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(properties.clone()))
+            .map_err(|e| e.to_string())?;
         let mut end = start;
         while end < rows.len() {
             let chunk = &rows[end..rows.len().min(end + CHUNK_ROWS)];
@@ -435,7 +441,7 @@ fn write_rows(
             let batch = RecordBatch::try_new(schema.clone(), columns).map_err(|e| e.to_string())?;
             writer.write(&batch).map_err(|e| e.to_string())?;
             end += chunk.len();
-            if writer.bytes_written() as u64 + writer.in_progress_size() as u64 >= mirrors.target {
+            if writer.bytes_written() as u64 + writer.in_progress_size() as u64 >= target {
                 break;
             }
         }
@@ -448,7 +454,7 @@ fn write_rows(
 }
 
 /// The record batches of the Parquet file at `path` (relative to the sink).
-async fn read_batches(sink: &Sink, path: &str) -> Result<Vec<RecordBatch>, TableError> {
+pub(super) async fn read_batches(sink: &Sink, path: &str) -> Result<Vec<RecordBatch>, TableError> {
     let bytes = sink
         .get(&Path::from(path))
         .await

@@ -364,6 +364,11 @@ impl Bounds {
             })
     }
 
+    /// The least value of the first key column, if the statistics give one.
+    pub fn lower(&self) -> Option<Part> {
+        self.0.first()?.as_ref().map(|(lo, _)| lo.clone())
+    }
+
     /// Whether a file with these bounds may hold a row of one of `keys`.
     pub fn may_hold_any(&self, keys: &BTreeSet<Key>) -> bool {
         // Keys are sorted by their first column: only those within its bounds can match.
@@ -384,6 +389,34 @@ fn same_kind(a: &Part, b: &Part) -> bool {
         (a, b),
         (Part::Int(_), Part::Int(_)) | (Part::Text(_), Part::Text(_))
     )
+}
+
+/// The key columns of a current-state table, as its schema marks them.
+pub fn key_columns(schema: &super::schema::StructType) -> Vec<String> {
+    schema
+        .fields
+        .iter()
+        .filter(|f| f.metadata.get(KEY_FIELD).and_then(|v| v.as_str()) == Some("true"))
+        .map(|f| f.name.clone())
+        .collect()
+}
+
+/// Groups of a current-state table's files to rewrite together, each into files sorted by
+/// key: files below `target` bytes in the order of their first key column's lower bound
+/// (files without one last), cut when a group reaches `target`, so a group holds neighbouring
+/// keys and its files' bounds stay narrow. A group of one file is left alone.
+pub fn plan_compaction<'a>(
+    files: impl IntoIterator<Item = &'a Add>,
+    keys: &[String],
+    target: u64,
+) -> Vec<Vec<Add>> {
+    let mut small: Vec<(Option<Part>, &Add)> = files
+        .into_iter()
+        .filter(|a| a.size < target)
+        .map(|a| (Bounds::of(a, keys).lower(), a))
+        .collect();
+    small.sort_by(|(a, x), (b, y)| (a.is_none(), a, &x.path).cmp(&(b.is_none(), b, &y.path)));
+    super::compact::pack(small.into_iter().map(|(_, add)| add), target)
 }
 
 /// How far apart (in multiples of the median step between neighbours) two new keys must be
@@ -617,6 +650,36 @@ mod tests {
         // A file without statistics may hold anything.
         let bare = Bounds::of(&Add { stats: None, ..add }, &names);
         assert!(bare.may_hold_any(&far));
+    }
+
+    #[test]
+    fn compaction_groups_small_files_by_their_keys() {
+        let names = vec!["id".to_owned()];
+        let file = |path: &str, size: u64, ids: Option<[i128; 2]>| Add {
+            path: path.into(),
+            partition_values: BTreeMap::new(),
+            size,
+            modification_time: 0,
+            data_change: true,
+            stats: ids.map(|ids| stats(&names, ids.map(k).iter())),
+        };
+        let files = [
+            file("c", 10, Some([200, 300])),
+            file("a", 10, Some([1, 100])),
+            file("big", 1000, Some([101, 199])),
+            file("d", 10, None),
+            file("b", 10, Some([150, 160])),
+        ];
+        let groups = plan_compaction(&files, &names, 25);
+        let paths: Vec<Vec<&str>> = groups
+            .iter()
+            .map(|g| g.iter().map(|a| a.path.as_str()).collect())
+            .collect();
+        assert_eq!(
+            paths,
+            [vec!["a", "b", "c"]],
+            "by key; d left alone, big too"
+        );
     }
 
     #[test]

@@ -357,7 +357,10 @@ pub async fn compact_table(
     target: u64,
     properties: &parquet::file::properties::WriterProperties,
 ) -> Result<Compacted, CompactError> {
-    let rewritten = rewrite_table(sink, output, target, properties).await?;
+    let rewritten = match output.ends_with(super::MIRROR_SUFFIX) {
+        true => rewrite_current(sink, output, target, properties).await?,
+        false => rewrite_table(sink, output, target, properties).await?,
+    };
     commit_rewrite(sink, rewritten).await
 }
 
@@ -373,6 +376,42 @@ pub struct Rewritten {
     now_ms: i64,
 }
 
+impl Rewritten {
+    fn new(output: &str, target: u64, state: TableState) -> Rewritten {
+        Rewritten {
+            output: output.to_owned(),
+            target,
+            state,
+            replaced: Vec::new(),
+            written: Vec::new(),
+            rows: 0,
+            now_ms: crate::clock::unix_micros() / 1000,
+        }
+    }
+
+    /// Take in the rewrite of `group` (its new files and rows); on failure, delete every file
+    /// this compaction wrote and pass the error on.
+    async fn take(
+        &mut self,
+        sink: &Sink,
+        group: Vec<Add>,
+        result: Result<(Vec<Add>, u64), CompactError>,
+    ) -> Result<(), CompactError> {
+        match result {
+            Ok((written, rows)) => {
+                self.rows += rows;
+                self.written.extend(written);
+                self.replaced.extend(group);
+                Ok(())
+            }
+            Err(e) => {
+                remove_written(sink, &self.output, &self.written).await;
+                Err(e)
+            }
+        }
+    }
+}
+
 /// The first half of [`compact_table`]: read the table, plan, and write the new files.
 async fn rewrite_table(
     sink: &Sink,
@@ -382,28 +421,110 @@ async fn rewrite_table(
 ) -> Result<Rewritten, CompactError> {
     let state = read_table(sink, output, TableState::default()).await?;
     let groups = compact::plan(state.files.values(), target);
-    let now_ms = crate::clock::unix_micros() / 1000;
-    let mut rewritten = Rewritten {
-        output: output.to_owned(),
-        target,
-        state,
-        replaced: Vec::new(),
-        written: Vec::new(),
-        rows: 0,
-        now_ms,
+    let mut rewritten = Rewritten::new(output, target, state);
+    let now_ms = rewritten.now_ms;
+    for group in groups {
+        let result = rewrite(sink, output, &group, properties, now_ms)
+            .await
+            .map(|(add, rows)| (vec![add], rows));
+        rewritten.take(sink, group, result).await?;
+    }
+    Ok(rewritten)
+}
+
+/// The first half of [`compact_table`] for a current-state table: its small files, grouped by
+/// key ([`super::mirror::plan_compaction`]), each group's rows sorted by key and written with
+/// their key bounds, as the pipeline writes that table's files.
+async fn rewrite_current(
+    sink: &Sink,
+    table: &str,
+    target: u64,
+    properties: &parquet::file::properties::WriterProperties,
+) -> Result<Rewritten, CompactError> {
+    use super::mirror::{Keys, key_columns, plan_compaction};
+    let state = read_table(sink, table, TableState::default()).await?;
+    let keys = state.schema.as_ref().map(key_columns).unwrap_or_default();
+    let groups = match keys.is_empty() {
+        true => Vec::new(),
+        false => plan_compaction(state.files.values(), &keys, target),
+    };
+    let mut rewritten = Rewritten::new(table, target, state);
+    let now_ms = rewritten.now_ms;
+    let bad = |path: &str, reason: String| CompactError::File {
+        output: table.to_owned(),
+        path: path.to_owned(),
+        reason,
     };
     for group in groups {
-        match rewrite(sink, output, &group, properties, now_ms).await {
-            Ok((add, rows)) => {
-                rewritten.rows += rows;
-                rewritten.written.push(add);
-                rewritten.replaced.extend(group);
+        let result = async {
+            let mut batches = Vec::new();
+            for add in &group {
+                batches.extend(
+                    current::read_batches(sink, &format!("{table}/{}", add.path))
+                        .await
+                        .map_err(|e| bad(&add.path, e.to_string()))?,
+                );
             }
-            Err(e) => {
-                remove_written(sink, output, &rewritten.written).await;
-                return Err(e);
+            let schemas: Vec<_> = batches.iter().map(|b| b.schema()).collect();
+            let schema = compact::merged_schema(&schemas).map_err(|e| bad(table, e.to_string()))?;
+            let mut fitted = batches
+                .iter()
+                .map(|b| compact::fit(b, &schema))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| bad(table, e.to_string()))?;
+            let mut rows = Vec::new();
+            for (source, batch) in fitted.iter().enumerate() {
+                let arrays = current::key_columns(batch, &keys, table)
+                    .map_err(|e| bad(table, e.to_string()))?;
+                let reader =
+                    Keys::new(arrays.iter().collect()).map_err(|e| bad(table, e.to_string()))?;
+                for row in 0..batch.num_rows() {
+                    let cells = current::whole_row((source, row), schema.fields().len());
+                    rows.push((reader.key(row), cells));
+                }
             }
+            rows.sort_by(|a, b| a.0.cmp(&b.0));
+            let expected: u64 = group.iter().filter_map(compact::records).sum();
+            if rows.len() as u64 != expected {
+                return Err(bad(
+                    table,
+                    format!(
+                        "the files held {} rows where their statistics say {expected}",
+                        rows.len()
+                    ),
+                ));
+            }
+            let null_source = fitted.len();
+            fitted.push(arrow_array::RecordBatch::new_empty(schema.clone()));
+            let files = current::write_rows(
+                &fitted,
+                &schema,
+                &rows,
+                &keys,
+                null_source,
+                (properties, target),
+            )
+            .map_err(|e| bad(table, e))?;
+            let mut written = Vec::new();
+            for (bytes, stats) in files {
+                let relative = format!("_compacted/{}.parquet", new_table_id());
+                let size = bytes.len() as u64;
+                sink.create(&Path::from(format!("{table}/{relative}")), bytes)
+                    .await
+                    .map_err(CommitError::from)?;
+                written.push(Add {
+                    path: relative,
+                    partition_values: BTreeMap::new(),
+                    size,
+                    modification_time: now_ms,
+                    data_change: false,
+                    stats: Some(stats),
+                });
+            }
+            Ok((written, rows.len() as u64))
         }
+        .await;
+        rewritten.take(sink, group, result).await?;
     }
     Ok(rewritten)
 }
@@ -1282,10 +1403,27 @@ mod tests {
         back.publish(5, &[five]).await.unwrap();
         let (rows, _) = current(&sink).await;
         assert_eq!(rows, text(&[(3, "a"), (10, "z"), (11, "y"), (20, "q")]));
+        for (sequence, id) in [(6, 30), (7, 40)] {
+            let flush = changes(&sink, sequence, &[("insert", id, None, Some("n"), false)]).await;
+            back.publish(sequence, &[flush]).await.unwrap();
+        }
+        let (rows, files) = current(&sink).await;
+        assert_eq!((rows.len(), files), (6, 3), "a file per flush of new keys");
+
+        // Compaction merges the small files by key and keeps their bounds.
+        let properties = parquet::file::properties::WriterProperties::default();
+        let done = compact_table(&sink, "public.t__current", 1 << 20, &properties)
+            .await
+            .unwrap();
+        assert_eq!((done.replaced, done.written, done.rows), (files, 1, 6));
+        assert_eq!(current(&sink).await, (rows, 1));
+        let state = read_table(&sink, "public.t__current", TableState::default())
+            .await
+            .unwrap();
+        let stats = state.files.values().next().unwrap().stats.clone().unwrap();
         assert!(
-            rows.values()
-                .all(|v| v.as_ref().is_some_and(|v| !v.is_empty()))
+            stats.contains(r#""minValues":{"id":3}"#) && stats.contains(r#""maxValues":{"id":40}"#),
+            "{stats}"
         );
-        let _ = arrow_array::new_null_array(&DataType::Int64, 1).len();
     }
 }
