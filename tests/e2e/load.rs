@@ -319,6 +319,21 @@ async fn a_resync_lands_its_chunks_between_the_streams_batches_and_resumes_after
         Duration::from_secs(60),
     )
     .await;
+    // The chunks are read on two connections: the second can reach its failpoint while the
+    // first is still landing, so wait for the first chunk's entry before writing.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !entries(&fx.log)
+        .await
+        .iter()
+        .any(|e| e.kind == EntryKind::Load)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the load's first chunk did not land:\n{}",
+            run.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // Streamed changes land while the load waits for its chunk, in entries that say the load
     // is unfinished.
