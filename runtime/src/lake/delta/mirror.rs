@@ -19,12 +19,13 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    Date32Type, Date64Type, Decimal128Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type,
-    UInt16Type, UInt32Type, UInt64Type,
+    Date32Type, Date64Type, Decimal128Type, Int8Type, Int16Type, Int32Type, Int64Type,
+    TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    TimestampSecondType, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use arrow_array::{Array, ArrayRef};
 use arrow_cast::display::{ArrayFormatter, FormatOptions};
-use arrow_schema::{ArrowError, DataType, Schema, SchemaRef};
+use arrow_schema::{ArrowError, DataType, Schema, SchemaRef, TimeUnit};
 
 use super::actions::Add;
 
@@ -163,11 +164,13 @@ fn part(a: &dyn Array, i: usize) -> Part {
         DataType::Date32 => int(a.as_primitive::<Date32Type>().value(i).into()),
         DataType::Date64 => int(a.as_primitive::<Date64Type>().value(i).into()),
         DataType::Decimal128(..) => int(a.as_primitive::<Decimal128Type>().value(i)),
-        DataType::Timestamp(..) => {
-            let values = arrow_cast::cast(&a.slice(i, 1), &DataType::Int64)
-                .expect("a timestamp casts to its integer");
-            int(values.as_primitive::<Int64Type>().value(0).into())
+        DataType::Timestamp(unit, _) => int(match unit {
+            TimeUnit::Second => a.as_primitive::<TimestampSecondType>().value(i),
+            TimeUnit::Millisecond => a.as_primitive::<TimestampMillisecondType>().value(i),
+            TimeUnit::Microsecond => a.as_primitive::<TimestampMicrosecondType>().value(i),
+            TimeUnit::Nanosecond => a.as_primitive::<TimestampNanosecondType>().value(i),
         }
+        .into()),
         DataType::Boolean => int(a.as_boolean().value(i).into()),
         DataType::Utf8 => Part::Text(a.as_string::<i32>().value(i).to_owned()),
         DataType::LargeUtf8 => Part::Text(a.as_string::<i64>().value(i).to_owned()),

@@ -145,18 +145,8 @@ impl Tables {
         // What the table held before this call appended to it (`None`: it held the flush).
         let mut before = None;
         loop {
-            match state.txn(self.app_id()) {
-                Some(v) if v == sequence => break,
-                Some(theirs) if theirs > sequence && later == Later::Holds => break,
-                Some(theirs) if theirs > sequence => {
-                    return Err(CommitError::TableAhead {
-                        output: output.to_owned(),
-                        ours: sequence,
-                        theirs,
-                        writer: Box::new(self.writer.clone()),
-                    });
-                }
-                _ => {}
+            if self.holds(&state, output, sequence, later)? {
+                break;
             }
             let now_ms = crate::clock::unix_micros() / 1000;
             let actions = self
@@ -199,6 +189,28 @@ impl Tables {
             .await
     }
 
+    /// Whether `table` (as `state` has it) holds flush `sequence` already; a table that holds
+    /// a later flush means another instance took over, unless `later` says a catch-up met it.
+    fn holds(
+        &self,
+        state: &TableState,
+        table: &str,
+        sequence: u64,
+        later: Later,
+    ) -> Result<bool, CommitError> {
+        match state.txn(self.app_id()) {
+            Some(v) if v == sequence => Ok(true),
+            Some(theirs) if theirs > sequence && later == Later::Holds => Ok(true),
+            Some(theirs) if theirs > sequence => Err(CommitError::TableAhead {
+                output: table.to_owned(),
+                ours: sequence,
+                theirs,
+                writer: Box::new(self.writer.clone()),
+            }),
+            _ => Ok(false),
+        }
+    }
+
     /// Apply flush `sequence` (its `files` of `output`, now in the change-log table `log`)
     /// to the output's current-state table, when it keeps one. `before` is what the change
     /// log held before this flush was appended to it, when this writer appended it: a
@@ -231,20 +243,10 @@ impl Tables {
             source,
         };
         loop {
-            let held = state.txn(self.app_id());
-            match held {
-                Some(v) if v == sequence => break,
-                Some(theirs) if theirs > sequence && later == Later::Holds => break,
-                Some(theirs) if theirs > sequence => {
-                    return Err(CommitError::TableAhead {
-                        output: name,
-                        ours: sequence,
-                        theirs,
-                        writer: Box::new(self.writer.clone()),
-                    });
-                }
-                _ => {}
+            if self.holds(&state, &name, sequence, later)? {
+                break;
             }
+            let held = state.txn(self.app_id());
             let stale = state.version.is_none() || before.is_some_and(|prev| held < prev);
             let (rows, txn) = match stale {
                 false => (Rows::Flush(&paths), sequence),
