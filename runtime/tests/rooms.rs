@@ -39,6 +39,7 @@ const PURE: &[&str] = &[
     "lake/delta/audit.rs",
     "lake/delta/checkpoint.rs",
     "lake/delta/compact.rs",
+    "lake/delta/vacuum.rs",
     "lake/delta/mirror.rs",
     "lake/delta/schema.rs",
     "lake/delta/state.rs",

@@ -139,6 +139,17 @@ async fn a_mixed_workload_with_a_column_added_and_dropped_reads_back_as_delta_ta
             Duration::from_secs(60),
         )
         .await;
+    // The current-state table's updates and deletes rewrote its files: a vacuum with no
+    // retention deletes the ones no version reads any more, and everything below still reads.
+    let (code, out, err) = command("vacuum", &fixture.file, &["--retain", "0s"], &[]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let rewritten: usize = out
+        .lines()
+        .find_map(|l| l.strip_prefix("vacuum: public.t__current: deleted "))
+        .and_then(|rest| rest.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(rewritten > 0, "{out}");
+    assert!(out.contains("vacuum: public.t: deleted 0 files"), "{out}");
     // verify holds the tables against the commit log and the lake against the source.
     let verified = verify(&fixture.file, &[]).await;
     assert_eq!(verified.code, 0, "{verified}");
@@ -647,6 +658,94 @@ async fn compaction_beside_a_running_pipeline_keeps_every_row_once_in_fewer_file
             && verified.stdout.contains("intact"),
         "{verified}"
     );
+
+    // The files the compaction replaced stay for the retention (seven days unless told) ...
+    let replaced: usize = out
+        .split("compact: public.events: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("how many files the compaction replaced: {out}"));
+    let files = || async {
+        let mut names = Vec::new();
+        for folder in ["public.events", "public.events/_compacted"] {
+            let listing = fixture
+                .sink
+                .list_dir(Some(&object_store::path::Path::from(folder)))
+                .await
+                .unwrap();
+            names.extend(listing.objects.into_iter().map(|(n, _)| n));
+        }
+        names.retain(|n| n.ends_with(".parquet"));
+        names.len()
+    };
+    assert_eq!(files().await, after.files.len() + replaced);
+    let (code, out, err) = command("vacuum", &fixture.file, &[], &[]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "vacuum: public.events: deleted 0 files (0 B); {replaced} removed files ("
+        )) && out.contains("stay until their removal is 7d old"),
+        "{out}"
+    );
+    let (code, out, err) = command(
+        "vacuum",
+        &fixture.file,
+        &["--retain", "0s", "--dry-run"],
+        &[],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("would delete {replaced} files")),
+        "{out}"
+    );
+    assert_eq!(
+        files().await,
+        after.files.len() + replaced,
+        "a dry run deletes nothing"
+    );
+    // ... and go when it is over, beside the running pipeline, which keeps landing.
+    let (code, out, err) = command("vacuum", &fixture.file, &["--retain", "0s"], &[]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("vacuum: public.events: deleted {replaced} files")),
+        "{out}"
+    );
+    assert!(
+        err.contains("a reader of a version older than that"),
+        "{err}"
+    );
+    assert_eq!(
+        files().await,
+        after.files.len(),
+        "only the files readers read are left"
+    );
+    db.client
+        .batch_execute(&format!(
+            "INSERT INTO events SELECT g, 'e' || g FROM generate_series({}, {}) g",
+            written + 1,
+            written + 5
+        ))
+        .await
+        .unwrap();
+    let written = written + 5;
+    service
+        .wait_for_landed(&fixture.log, written, Duration::from_secs(60))
+        .await;
+    let vacuumed = read_delta(&uri, &fixture.cfg.sink_options);
+    assert_eq!(vacuumed.rows.len(), written as usize);
+    // Verify reads the table's rows through the files its log names, not through the commit
+    // entries' files, of which the vacuum deleted most.
+    let verified = verify(&fixture.file, &[]).await;
+    assert_eq!(verified.code, 0, "{verified}");
+    assert!(verified.stdout.contains("intact"), "{verified}");
+    service.stop().await;
+    // A start reads no file of a flush its tables hold.
+    let mut service = Service::spawn(&fixture.file, &[], &fixture.dir.join("run2.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
     service.stop().await;
     std::fs::remove_dir_all(&fixture.dir).unwrap();
 }

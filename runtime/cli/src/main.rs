@@ -140,6 +140,23 @@ enum Command {
         #[arg(long, value_name = "OUTPUT")]
         output: Option<String>,
     },
+    /// Delete the data files the pipeline's Delta tables no longer read (replaced by a
+    /// compaction, rewritten by a current-state table, dropped by a new version) once the
+    /// commit that removed them is older than the retention, beside the running pipeline.
+    Vacuum {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Only this table (`schema.table`, a plugin's output name, or `<output>__current`).
+        #[arg(long, value_name = "OUTPUT")]
+        output: Option<String>,
+        /// Keep files whose removal is younger than this: a whole number and s, m, h or d.
+        /// A reader of a table version older than it may find files gone.
+        #[arg(long, value_name = "DURATION", default_value = "7d")]
+        retain: String,
+        /// Say what would be deleted, and delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Tools for writing transform plugins.
     Plugin {
         #[command(subcommand)]
@@ -375,6 +392,25 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             let config = PipelineConfig::load(&config)?;
             log::name_slot(&config.source.slot);
             let done = tributary::commands::compact::run(&config, output.as_deref()).await?;
+            print!("{done}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Vacuum {
+            config,
+            output,
+            retain,
+            dry_run,
+        } => {
+            let config = PipelineConfig::load(&config)?;
+            log::name_slot(&config.source.slot);
+            let retention_ms = tributary::lake::delta::vacuum::parse_retention(&retain)
+                .map_err(|e| anyhow::anyhow!("--retain {e}"))?;
+            let options = tributary::commands::vacuum::VacuumOptions {
+                output,
+                retention_ms,
+                dry_run,
+            };
+            let done = tributary::commands::vacuum::run(&config, &options).await?;
             print!("{done}");
             Ok(ExitCode::SUCCESS)
         }

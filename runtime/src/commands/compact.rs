@@ -22,18 +22,40 @@ pub enum CompactCommandError {
         "tributary compact rewrites Delta tables, and this pipeline lands Parquet files with a commit log (sink.format = \"parquet\"): there is nothing to compact"
     )]
     NotDelta,
+    #[error(transparent)]
+    Tables(#[from] TablesError),
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    #[error(transparent)]
+    Compact(#[from] CompactError),
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+}
+
+/// Why the tables of a command cannot be chosen.
+#[derive(Debug, thiserror::Error)]
+pub enum TablesError {
     #[error(
         "{output:?} is not a Delta table of this sink (its tables: {tables}); name one of them, or none for all"
     )]
     NoSuchTable { output: String, tables: String },
     #[error(transparent)]
-    Sink(#[from] SinkError),
-    #[error(transparent)]
     Commit(#[from] CommitError),
-    #[error(transparent)]
-    Compact(#[from] CompactError),
-    #[error(transparent)]
-    Encode(#[from] EncodeError),
+}
+
+/// The sink's Delta tables, or only `output`, which must be one.
+pub(super) async fn tables(sink: &Sink, output: Option<&str>) -> Result<Vec<String>, TablesError> {
+    let mut names = delta::table_names(sink).await?;
+    if let Some(output) = output {
+        if !names.iter().any(|n| n == output) {
+            return Err(TablesError::NoSuchTable {
+                output: output.to_owned(),
+                tables: names.join(", "),
+            });
+        }
+        names.retain(|n| n == output);
+    }
+    Ok(names)
 }
 
 /// What a compaction of the pipeline's tables did, one line per table.
@@ -51,16 +73,7 @@ pub async fn run(
         return Err(CompactCommandError::NotDelta);
     }
     let sink = Sink::open(&config.sink.url, &config.sink.options)?;
-    let mut names = delta::table_names(&sink).await?;
-    if let Some(output) = output {
-        if !names.iter().any(|n| n == output) {
-            return Err(CompactCommandError::NoSuchTable {
-                output: output.to_owned(),
-                tables: names.join(", "),
-            });
-        }
-        names.retain(|n| n == output);
-    }
+    let names = tables(&sink, output).await?;
     let encoder = Encoder::new(&config.parquet.encode_options())?;
     let target = config.parquet.target_file_bytes();
     let mut tables = Vec::new();

@@ -421,17 +421,42 @@ impl Sink {
             .collect())
     }
 
+    /// The objects directly under `prefix` (none when it is not there): name, size, and when each was last written
+    /// (milliseconds since the epoch).
+    pub async fn list_dated(&self, prefix: &Path) -> Result<Vec<(String, u64, i64)>, SinkError> {
+        let Some(listing) = self.list_with_delimiter(Some(prefix)).await? else {
+            return Ok(Vec::new());
+        };
+        Ok(listing
+            .objects
+            .into_iter()
+            .filter_map(|o| {
+                let name = o.location.filename()?.to_owned();
+                Some((name, o.size, o.last_modified.timestamp_millis()))
+            })
+            .collect())
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&Path>,
+    ) -> Result<Option<object_store::ListResult>, SinkError> {
+        match self.store.list_with_delimiter(prefix).await {
+            Ok(listing) => Ok(Some(listing)),
+            // A directory not made yet; but a missing bucket is no empty sink.
+            Err(e @ object_store::Error::NotFound { .. }) => match self.error(e) {
+                refused @ SinkError::Refused { .. } => Err(refused),
+                _ => Ok(None),
+            },
+            Err(e) => Err(self.error(e)),
+        }
+    }
+
     /// What lies directly under `prefix` (the sink's root for `None`): folders and objects
     /// with their sizes, by name.
     pub async fn list_dir(&self, prefix: Option<&Path>) -> Result<Listing, SinkError> {
-        let listing = match self.store.list_with_delimiter(prefix).await {
-            Ok(listing) => listing,
-            // A directory not made yet; but a missing bucket is no empty sink.
-            Err(e @ object_store::Error::NotFound { .. }) => match self.error(e) {
-                refused @ SinkError::Refused { .. } => return Err(refused),
-                _ => return Ok(Listing::default()),
-            },
-            Err(e) => return Err(self.error(e)),
+        let Some(listing) = self.list_with_delimiter(prefix).await? else {
+            return Ok(Listing::default());
         };
         Ok(Listing {
             folders: listing

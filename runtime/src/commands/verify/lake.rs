@@ -15,36 +15,53 @@ use super::read::{self, IdentityFile, ReadError, TableFile};
 use super::replay::{self, ChangeId, Duplicate, Landed, RowAt};
 use super::report::{Committed, Files};
 use crate::lake::commit::{CommitEntry, CommitError, CommitLog, STATE_PREFIX};
+use crate::lake::delta::vacuum::COMPACTED;
 use crate::lake::sink::SinkError;
 
 /// How many entries or files are fetched at once.
 pub(super) const FETCH_AHEAD: usize = 8;
 
 /// What the sink holds, read in the order that keeps a running pipeline from making a file
-/// look orphaned: data files first, then intents, then entries. A file listed before its
-/// flush commits is named by its intent (written before any data file) or, if the intent is
-/// gone, by its entry (written before the intent is deleted).
+/// look orphaned: Delta tables' logs first, then data files, then intents, then entries. A
+/// file listed before its flush commits is named by its intent (written before any data file)
+/// or, if the intent is gone, by its entry (written before the intent is deleted).
+///
+/// A Delta output's rows are read through its table: the files a reader of its latest
+/// version reads (a compaction's among them), and the files of entries the table does not
+/// hold yet. The files a compaction replaced are not read again (their rows are in the files
+/// that replaced them) and need not be there: `tributary vacuum` deletes them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Survey {
     pub entries: Vec<CommitEntry>,
-    /// Every data file the entries name, in log order.
+    /// Every data file whose rows are read: the entries' files in log order (but those of
+    /// entries a Delta table holds), then each Delta table's live files.
     pub committed: Vec<Committed>,
-    /// Data files in the sink (`<output>/*.parquet`), path to size.
+    /// Data files in the sink (`<output>/*.parquet`, and a Delta table's
+    /// `<output>/_compacted/*.parquet`), path to size.
     pub present: BTreeMap<String, u64>,
     /// Files intents name.
     pub intended: BTreeSet<String>,
+    /// Files named by an entry that a Delta table holds and no longer reads: replaced by a
+    /// compaction, or dropped by a new version of the table.
+    pub replaced: BTreeSet<String>,
 }
 
 impl Survey {
     /// Read the sink of `log`; only `output`'s files when it is given. Entries after `upto`
     /// (committed while the sink is read, by a pipeline that goes on running) are left out,
-    /// their files counted as in flight: the listing, made first, may lack them.
+    /// their files counted as in flight: the listing, made first, may lack them. With `delta`,
+    /// outputs that are Delta tables are read through their tables.
     pub async fn read(
         log: &CommitLog,
         output: Option<&str>,
         upto: Option<u64>,
+        delta: bool,
     ) -> Result<Survey, CommitError> {
         let sink = log.sink();
+        let tables = match delta {
+            true => read_tables(log, output).await?,
+            false => BTreeMap::new(),
+        };
         let mut present = BTreeMap::new();
         for folder in sink.list_dir(None).await?.folders {
             if folder == STATE_PREFIX || output.is_some_and(|o| o != folder) {
@@ -58,7 +75,18 @@ impl Survey {
             {
                 continue;
             }
-            for (name, size) in listing.objects {
+            let mut objects = listing.objects;
+            if tables.contains_key(&folder) {
+                let compacted = Path::from(format!("{folder}/{COMPACTED}"));
+                let listing = sink.list_dir(Some(&compacted)).await?;
+                objects.extend(
+                    listing
+                        .objects
+                        .into_iter()
+                        .map(|(name, size)| (format!("{COMPACTED}/{name}"), size)),
+                );
+            }
+            for (name, size) in objects {
                 if name.ends_with(".parquet") {
                     present.insert(format!("{folder}/{name}"), size);
                 }
@@ -76,32 +104,70 @@ impl Survey {
             .try_filter_map(|entry| async move { Ok(entry) })
             .try_collect()
             .await?;
+        // The entry that names each file, for reports (entries after `upto` included: a
+        // table may hold them already).
+        let named: HashMap<&str, u64> = entries
+            .iter()
+            .flat_map(|e| e.files.iter().map(move |f| (f.path.as_str(), e.sequence)))
+            .collect();
+        let held = |output: &str, sequence: u64| {
+            tables
+                .get(output)
+                .is_some_and(|t| t.holds.is_some_and(|h| h >= sequence))
+        };
+        let mut committed = Vec::new();
+        let mut replaced = BTreeSet::new();
+        for e in &entries {
+            for f in e
+                .files
+                .iter()
+                .filter(|f| output.is_none_or(|o| f.output == o))
+            {
+                if held(&f.output, e.sequence) {
+                    replaced.insert(f.path.clone());
+                    continue;
+                }
+                if upto.is_some_and(|u| e.sequence > u) {
+                    continue;
+                }
+                committed.push(Committed {
+                    path: f.path.clone(),
+                    output: f.output.clone(),
+                    rows: f.rows,
+                    bytes: f.bytes,
+                    sequence: e.sequence,
+                });
+            }
+        }
+        for (name, table) in &tables {
+            for add in table.files.values() {
+                let path = format!("{name}/{}", add.path);
+                replaced.remove(&path);
+                committed.push(Committed {
+                    sequence: named
+                        .get(path.as_str())
+                        .copied()
+                        .unwrap_or(table.holds.unwrap_or(0)),
+                    path,
+                    output: name.clone(),
+                    rows: crate::lake::delta::compact::records(add).unwrap_or(0),
+                    bytes: add.size,
+                });
+            }
+        }
+        drop(named);
         if let Some(upto) = upto {
             let later = entries.iter().position(|e| e.sequence > upto);
             for entry in entries.drain(later.unwrap_or(entries.len())..) {
                 intended.extend(entry.files.into_iter().map(|f| f.path));
             }
         }
-        let committed = entries
-            .iter()
-            .flat_map(|e| {
-                e.files
-                    .iter()
-                    .filter(|f| output.is_none_or(|o| f.output == o))
-                    .map(|f| Committed {
-                        path: f.path.clone(),
-                        output: f.output.clone(),
-                        rows: f.rows,
-                        bytes: f.bytes,
-                        sequence: e.sequence,
-                    })
-            })
-            .collect();
         Ok(Survey {
             entries,
             committed,
             present,
             intended,
+            replaced,
         })
     }
 
@@ -117,7 +183,12 @@ impl Survey {
     /// The defects visible without reading a file: committed files missing or of another
     /// size, files named by no entry; and the files in flight.
     pub fn files(&self) -> Files {
-        let named: BTreeSet<&str> = self.committed.iter().map(|c| c.path.as_str()).collect();
+        let named: BTreeSet<&str> = self
+            .committed
+            .iter()
+            .map(|c| c.path.as_str())
+            .chain(self.replaced.iter().map(String::as_str))
+            .collect();
         let mut files = Files {
             committed: self.committed.len(),
             ..Files::default()
@@ -130,7 +201,9 @@ impl Survey {
             }
         }
         for (path, &size) in &self.present {
-            if named.contains(path.as_str()) {
+            // A compaction's file that is no longer read: replaced by a later compaction, or
+            // left by one that did not commit. `tributary vacuum` deletes both.
+            if named.contains(path.as_str()) || path.contains(&format!("/{COMPACTED}/")) {
                 continue;
             }
             match self.intended.contains(path) {
@@ -140,6 +213,40 @@ impl Survey {
         }
         files
     }
+}
+
+/// A Delta table as verify reads it: the live files of its latest version, and the latest
+/// commit entry it holds.
+struct Table {
+    files: BTreeMap<String, crate::lake::delta::actions::Add>,
+    holds: Option<u64>,
+}
+
+/// The sink's Delta tables of outputs (not current-state tables), or only `output`'s.
+async fn read_tables(
+    log: &CommitLog,
+    output: Option<&str>,
+) -> Result<BTreeMap<String, Table>, CommitError> {
+    let Some(identity) = log.identity().await? else {
+        return Ok(BTreeMap::new());
+    };
+    let app = crate::lake::delta::app_id(&identity.database, &identity.slot);
+    let mut tables = BTreeMap::new();
+    for name in crate::lake::delta::table_names(log.sink()).await? {
+        if name.ends_with(crate::lake::delta::MIRROR_SUFFIX) || output.is_some_and(|o| o != name) {
+            continue;
+        }
+        let state = crate::lake::delta::read_table(log.sink(), &name, Default::default()).await?;
+        let holds = state.txn(&app);
+        tables.insert(
+            name,
+            Table {
+                files: state.files,
+                holds,
+            },
+        );
+    }
+    Ok(tables)
 }
 
 /// A file's bytes, `None` when it is not there.
@@ -317,8 +424,11 @@ mod tests {
                 ("public.t/c.parquet".to_owned(), 9),
                 ("public.t/d.parquet".to_owned(), 10),
                 ("public.t/e.parquet".to_owned(), 10),
+                ("public.t/f.parquet".to_owned(), 10),
+                ("public.t/_compacted/g.parquet".to_owned(), 10),
             ]),
             intended: BTreeSet::from(["public.t/e.parquet".to_owned()]),
+            replaced: BTreeSet::from(["public.t/f.parquet".to_owned()]),
         };
         let files = survey.files();
         assert_eq!(files.committed, 3);

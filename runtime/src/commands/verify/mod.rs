@@ -20,7 +20,10 @@
 //!    the pipeline's own [`Sink`] and [`CommitLog`] ([`lake`]), every committed file with the
 //!    Parquet reader ([`read`]). Files are checked against their entries (present, size, row
 //!    count), files named by no entry are reported (those an intent names are in flight), and
-//!    every identity `(_commit_lsn, _seq, _sub)` must be unique in its output.
+//!    every identity `(_commit_lsn, _seq, _sub)` must be unique in its output. A Delta output
+//!    is read through its table: the files its latest version reads, and the files of entries
+//!    it does not hold yet (a compaction's files replace the ones they rewrote, which a
+//!    vacuum may have deleted).
 //! 5. **Replay and compare.** A table's changes committed before `P` are replayed in identity
 //!    order ([`replay`]) and the result compared with the source's digests: missing, extra
 //!    and changed keys, of which the first `show` of each kind are read again on both sides
@@ -156,8 +159,9 @@ impl Default for VerifyOptions {
 pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Report, VerifyError> {
     let sink = Sink::open(&config.sink.url, &config.sink.options)?;
     let log = CommitLog::new(sink, Writer::named("verify"));
+    let delta = config.sink.format == TableFormat::Delta;
     if options.identities_only {
-        let survey = Survey::read(&log, options.table.as_deref(), None).await?;
+        let survey = Survey::read(&log, options.table.as_deref(), None, delta).await?;
         let lake = lake::read_lake(&log, &survey, &HashMap::new()).await?;
         let mut report = finish(&survey, lake, Vec::new(), None, options.show);
         if config.sink.format == TableFormat::Delta {
@@ -224,7 +228,7 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         let (committed, upto) = wait_for_lake(&log, &client, slot, at, options.timeout).await?;
         tracing::info!(%committed, %at, "the lake has reached the snapshot; reading it");
         let started = Instant::now();
-        let survey = Survey::read(&log, options.table.as_deref(), Some(upto)).await?;
+        let survey = Survey::read(&log, options.table.as_deref(), Some(upto), delta).await?;
         let lake = lake::read_lake(&log, &survey, &shapes).await?;
         tracing::info!(files = survey.committed.len(), took = ?started.elapsed(), "read the lake");
         Ok::<_, VerifyError>((survey, lake))

@@ -1,8 +1,9 @@
 //! Checkpoints of a table's log: the state at one version as a Parquet file
 //! (`_delta_log/<version>.checkpoint.parquet`), one row per action that state holds (the
-//! protocol, the metadata, each application's `txn`, each live file's `add`), so a reader starts
-//! from it instead of replaying every commit before. `_delta_log/_last_checkpoint` names the
-//! latest. No IO.
+//! protocol, the metadata, each application's `txn`, each live file's `add`, and a `remove`
+//! tombstone for each file removed within the default retention, which a vacuum reading from
+//! the checkpoint needs), so a reader starts from it instead of replaying every commit before.
+//! `_delta_log/_last_checkpoint` names the latest. No IO.
 
 use std::sync::Arc;
 
@@ -32,6 +33,7 @@ enum Row<'a> {
     Metadata,
     Txn(&'a str, u64),
     Add(&'a super::actions::Add),
+    Remove(&'a super::actions::Remove),
 }
 
 fn text(name: &str) -> Field {
@@ -98,14 +100,22 @@ fn structure(fields: Vec<(Field, ArrayRef)>, present: &[bool]) -> (DataType, Arr
     (DataType::Struct(fields), Arc::new(array))
 }
 
-/// The checkpoint of `state` (which must hold a protocol and metadata): the Parquet file and
-/// its number of rows.
-pub fn checkpoint(state: &TableState) -> (Bytes, u64) {
+/// The checkpoint of `state` (which must hold a protocol and metadata) written at `now_ms`:
+/// the Parquet file and its number of rows.
+pub fn checkpoint(state: &TableState, now_ms: i64) -> (Bytes, u64) {
     let protocol = state.protocol.as_ref().expect("a table has a protocol");
     let metadata = state.metadata.as_ref().expect("a table has metadata");
     let mut rows = vec![Row::Protocol, Row::Metadata];
     rows.extend(state.txns.iter().map(|(app, v)| Row::Txn(app, *v)));
     rows.extend(state.files.values().map(Row::Add));
+    let expired = now_ms.saturating_sub(super::vacuum::DEFAULT_RETENTION_MS);
+    rows.extend(
+        state
+            .tombstones
+            .values()
+            .filter(|r| r.deletion_timestamp.is_none_or(|at| at > expired))
+            .map(Row::Remove),
+    );
     let is = |f: fn(&Row) -> bool| rows.iter().map(f).collect::<Vec<bool>>();
 
     let add = |f: &dyn Fn(&super::actions::Add) -> Option<i64>| -> ArrayRef {
@@ -151,6 +161,34 @@ pub fn checkpoint(state: &TableState) -> (Bytes, u64) {
             (text("stats"), add_text(&|a| a.stats.clone())),
         ],
         &is(|r| matches!(r, Row::Add(_))),
+    );
+
+    let remove = |f: &dyn Fn(&super::actions::Remove) -> Option<i64>| -> ArrayRef {
+        Arc::new(Int64Array::from_iter(rows.iter().map(|r| match r {
+            Row::Remove(a) => f(a),
+            _ => None,
+        })))
+    };
+    let (remove_type, remove_array) = structure(
+        vec![
+            (
+                text("path"),
+                Arc::new(StringArray::from_iter(rows.iter().map(|r| match r {
+                    Row::Remove(a) => Some(a.path.as_str()),
+                    _ => None,
+                }))),
+            ),
+            (long("deletionTimestamp"), remove(&|r| r.deletion_timestamp)),
+            (
+                Field::new("dataChange", DataType::Boolean, true),
+                Arc::new(BooleanArray::from_iter(rows.iter().map(|r| match r {
+                    Row::Remove(a) => Some(a.data_change),
+                    _ => None,
+                }))),
+            ),
+            (long("size"), remove(&|r| r.size.map(|s| s as i64))),
+        ],
+        &is(|r| matches!(r, Row::Remove(_))),
     );
 
     let (txn_type, txn_array) = structure(
@@ -291,12 +329,19 @@ pub fn checkpoint(state: &TableState) -> (Bytes, u64) {
     let schema = Arc::new(Schema::new(vec![
         Field::new("txn", txn_type, true),
         Field::new("add", add_type, true),
+        Field::new("remove", remove_type, true),
         Field::new("metaData", metadata_type, true),
         Field::new("protocol", protocol_type, true),
     ]));
     let batch = RecordBatch::try_new(
         schema.clone(),
-        vec![txn_array, add_array, metadata_array, protocol_array],
+        vec![
+            txn_array,
+            add_array,
+            remove_array,
+            metadata_array,
+            protocol_array,
+        ],
     )
     .expect("the checkpoint's columns line up");
     let mut writer = ArrowWriter::try_new(Vec::new(), schema, None).expect("a Parquet writer");
@@ -359,8 +404,29 @@ mod tests {
                 ],
             )
             .unwrap();
-        let (bytes, size) = checkpoint(&state);
-        assert_eq!(size, 5);
+        let remove = |path: &str, at: i64| {
+            Action::Remove(crate::lake::delta::actions::Remove {
+                path: path.into(),
+                deletion_timestamp: Some(at),
+                data_change: false,
+                size: Some(7),
+            })
+        };
+        let day = 86_400_000;
+        state
+            .apply(
+                1,
+                vec![
+                    add("c.parquet"),
+                    add("d.parquet"),
+                    remove("c.parquet", day),
+                    remove("d.parquet", 9 * day),
+                ],
+            )
+            .unwrap();
+        // At day 10, c's removal is past the default retention of seven days, d's is not.
+        let (bytes, size) = checkpoint(&state, 10 * day);
+        assert_eq!(size, 6);
         let batches: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .unwrap()
             .build()
@@ -375,6 +441,9 @@ mod tests {
             paths.iter().flatten().collect::<Vec<_>>(),
             ["a.parquet", "b.parquet"]
         );
+        let removes = batch.column_by_name("remove").unwrap().as_struct();
+        let paths = removes.column_by_name("path").unwrap().as_string::<i32>();
+        assert_eq!(paths.iter().flatten().collect::<Vec<_>>(), ["d.parquet"]);
         let protocol = batch.column_by_name("protocol").unwrap().as_struct();
         assert_eq!(protocol.len() - protocol.null_count(), 1);
         assert!(due(10) && due(20) && !due(0) && !due(11));

@@ -10,7 +10,7 @@
 //!
 //! [`schema`] maps the files' Arrow types to Delta's and evolves a table's schema; [`actions`]
 //! is the log's JSON; [`state`] replays a log and plans an append; [`compact`] plans the
-//! rewrite of small files; [`mirror`] keeps an output's current-state table; [`table`] and
+//! rewrite of small files; [`vacuum`] which files may go; [`mirror`] keeps an output's current-state table; [`table`] and
 //! [`current`] do the IO.
 
 pub mod actions;
@@ -22,6 +22,7 @@ pub mod mirror;
 pub mod schema;
 pub mod state;
 pub mod table;
+pub mod vacuum;
 
 pub use audit::TableAudit;
 pub use mirror::{MIRROR_SUFFIX, mirror_name};

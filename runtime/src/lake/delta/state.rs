@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use arrow_schema::SchemaRef;
 
-use super::actions::{Action, Add, Format, Metadata, Protocol, Txn};
+use super::actions::{Action, Add, Format, Metadata, Protocol, Remove, Txn};
 use super::schema::{SchemaError, StructType, evolve, table_schema};
 
 /// What one data file of a flush brings to its output's table.
@@ -57,6 +57,9 @@ pub struct TableState {
     pub txns: BTreeMap<String, u64>,
     /// The files a reader of this version reads, by path.
     pub files: BTreeMap<String, Add>,
+    /// The files a commit removed and none added again, by path: what `vacuum` may delete
+    /// once their retention has passed.
+    pub tombstones: BTreeMap<String, Remove>,
 }
 
 impl TableState {
@@ -78,10 +81,12 @@ impl TableState {
                     self.metadata = Some(m);
                 }
                 Action::Add(a) => {
+                    self.tombstones.remove(&a.path);
                     self.files.insert(a.path.clone(), a);
                 }
                 Action::Remove(r) => {
                     self.files.remove(&r.path);
+                    self.tombstones.insert(r.path.clone(), r);
                 }
                 Action::Txn(t) => {
                     self.txns.insert(t.app_id, t.version);
@@ -199,7 +204,7 @@ impl Appender {
                 info["isBlindAppend"] = serde_json::json!(false);
             }
             actions.extend(state.files.values().map(|f| {
-                Action::Remove(super::actions::Remove {
+                Action::Remove(Remove {
                     path: f.path.clone(),
                     deletion_timestamp: Some(now_ms),
                     data_change: true,

@@ -16,6 +16,7 @@ use super::compact;
 use super::current::{self, Mirrors, Rows};
 use super::mirror::mirror_name;
 use super::state::{Appender, TableError, TableFile, TableState, TypeChange};
+use super::vacuum::COMPACTED;
 use crate::lake::commit::{CommitError, CommitLog, FileEntry, Writer};
 use crate::lake::encode::partition::{FilePartition, PARTITION_KEY};
 use crate::lake::sink::{Created, Sink};
@@ -189,6 +190,33 @@ impl Tables {
             .await
     }
 
+    /// Whether `output`'s tables (its change log, and its current-state table when it keeps
+    /// one) hold flush `sequence` of this pipeline, or a later one.
+    async fn hold(&self, output: &str, sequence: u64) -> Result<bool, CommitError> {
+        let mut tables = vec![output.to_owned()];
+        if self
+            .mirrors
+            .as_deref()
+            .is_some_and(|m| m.outputs.contains(output))
+        {
+            tables.push(mirror_name(output));
+        }
+        for table in tables {
+            let state = match self.cached(&table) {
+                Some(state) => state,
+                None => {
+                    let state = self.read(&table, TableState::default()).await?;
+                    self.remember(&table, state.clone());
+                    state
+                }
+            };
+            if state.txn(self.app_id()).is_none_or(|held| held < sequence) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Whether `table` (as `state` has it) holds flush `sequence` already; a table that holds
     /// a later flush means another instance took over, unless `later` says a catch-up met it.
     fn holds(
@@ -297,7 +325,7 @@ impl Tables {
 /// `_last_checkpoint` at it. A failure is told and otherwise ignored: readers replay the
 /// commits instead, and the next checkpoint covers them.
 async fn write_checkpoint(sink: &Sink, output: &str, version: u64, state: &TableState) {
-    let (bytes, size) = checkpoint::checkpoint(state);
+    let (bytes, size) = checkpoint::checkpoint(state, crate::clock::unix_micros() / 1000);
     let path = Path::from(format!(
         "{output}/_delta_log/{version:020}.checkpoint.parquet"
     ));
@@ -509,7 +537,7 @@ async fn rewrite_current(
             .map_err(|e| bad(table, e))?;
             let mut written = Vec::new();
             for (bytes, stats) in files {
-                let relative = format!("_compacted/{}.parquet", new_table_id());
+                let relative = format!("{COMPACTED}/{}.parquet", new_table_id());
                 let size = bytes.len() as u64;
                 sink.create(&Path::from(format!("{table}/{relative}")), bytes)
                     .await
@@ -649,7 +677,7 @@ async fn rewrite(
     let bytes = writer
         .into_inner()
         .map_err(|e| bad(output, e.to_string()))?;
-    let relative = format!("_compacted/{}.parquet", new_table_id());
+    let relative = format!("{COMPACTED}/{}.parquet", new_table_id());
     let size = bytes.len() as u64;
     sink.create(&Path::from(format!("{output}/{relative}")), bytes.into())
         .await
@@ -705,8 +733,21 @@ pub async fn catch_up(
                 "bringing the Delta tables up to the commit log: the last run stopped between a commit entry and its tables"
             );
         }
+        // Only the files of outputs whose tables miss the entry are read: a table that holds
+        // it may have compacted them away, and vacuumed them.
+        let mut missing = BTreeMap::new();
+        for file in &entry.files {
+            if !missing.contains_key(file.output.as_str()) {
+                let held = tables.hold(&file.output, sequence).await?;
+                missing.insert(file.output.as_str(), !held);
+            }
+        }
         let sink = log.sink();
-        let files = entry.files.iter().map(|f| file_from_footer(sink, f));
+        let files = entry
+            .files
+            .iter()
+            .filter(|f| missing[f.output.as_str()])
+            .map(|f| file_from_footer(sink, f));
         let files = futures::future::try_join_all(files).await?;
         tables.publish_as(sequence, &files, Later::Holds).await?;
         published += 1;
@@ -835,9 +876,9 @@ impl History {
             .into_iter()
             .map(|(name, _)| name)
             .collect();
-        let compacted = Path::from(format!("{output}/_compacted"));
+        let compacted = Path::from(format!("{output}/{COMPACTED}"));
         for (name, _) in sink.list_dir(Some(&compacted)).await?.objects {
-            present.insert(format!("_compacted/{name}"));
+            present.insert(format!("{COMPACTED}/{name}"));
         }
         Ok(History {
             listed,
