@@ -29,6 +29,7 @@ mod schema;
 mod start;
 mod streaming;
 mod tls;
+mod triggers;
 mod two_phase;
 mod types;
 mod verify;

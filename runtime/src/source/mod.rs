@@ -3,7 +3,8 @@
 //! ([`catalog`]), failover slots and standbys ([`failover`]), the source-side set-up and its
 //! refusals ([`provision`]), the WAL a slot holds back ([`slot_wal`]), the prerequisite report ([`prerequisites`]), a full load's
 //! snapshot reads ([`snapshot`]), where a first run starts reading ([`position`], a decision
-//! without IO), and which columns may be stored out of line as TOAST ([`toast`], without IO).
+//! without IO), which columns may be stored out of line as TOAST ([`toast`], without IO), and capture
+//! through triggers where no slot can be had ([`trigger`]).
 //!
 //! Owns: every socket to PostgreSQL; TLS and credentials belong in [`connect`]. May import:
 //! [`crate::wire`], [`crate::stream`], the record types of [`crate::lake::commit`] (a first
@@ -20,5 +21,6 @@ pub mod replication;
 pub mod slot_wal;
 pub mod snapshot;
 pub mod toast;
+pub mod trigger;
 
 pub use quote::{quote_ident, quote_literal};

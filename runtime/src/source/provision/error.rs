@@ -30,6 +30,9 @@ pub enum ProvisionError {
         what: String,
         error: tokio_postgres::Error,
     },
+    /// A journal row trigger capture cannot read: a defect of the source's journal.
+    #[error("the trigger capture journal: {0}")]
+    Journal(String),
     #[error(
         "the source server runs with wal_level = {0}; logical replication needs wal_level = logical (set it in postgresql.conf and restart the server)"
     )]

@@ -20,6 +20,7 @@
 //! as views into it, so a row costs one allocation (its tuple) rather than one per column.
 
 mod decode;
+pub mod encode;
 #[cfg(test)]
 pub(crate) mod fixture;
 mod message;

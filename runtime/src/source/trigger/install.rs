@@ -1,0 +1,196 @@
+//! Installing trigger capture on a source and removing it ([`sql`](super::sql) says what).
+
+use tokio_postgres::Client;
+
+use super::sql;
+use crate::source::provision::ProvisionError;
+use crate::source::quote::{quote_ident, quote_literal};
+
+/// What an installation put in place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Installed {
+    /// The tables whose triggers call the capture function: each captured table, and each
+    /// partition of a partitioned one (`schema.table`).
+    pub tables: Vec<String>,
+    pub triggers: usize,
+}
+
+/// What a removal took away.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Removed {
+    pub triggers: usize,
+    pub tables: usize,
+    pub functions: usize,
+    /// Journal rows that had not landed, dropped with it.
+    pub journal_rows: i64,
+    pub schema: bool,
+}
+
+fn query(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> ProvisionError {
+    let what = what.into();
+    move |error| ProvisionError::Query { what, error }
+}
+
+/// Install capture of `tables` (`schema.table`) in `schema`, in one transaction: the schema's
+/// tables when missing, the capture function replaced, and the triggers on each table and
+/// each of its partitions replaced. Running it again changes nothing but the function, so a
+/// start of a newer Tributary upgrades it.
+pub async fn install(
+    client: &mut Client,
+    schema: &str,
+    tables: &[String],
+) -> Result<Installed, ProvisionError> {
+    let tx = client
+        .transaction()
+        .await
+        .map_err(query("starting the installation's transaction"))?;
+    // Two starts installing at once would race on CREATE ... IF NOT EXISTS.
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext('tributary.capture'), hashtext($1))",
+        &[&schema],
+    )
+    .await
+    .map_err(query("locking the installation"))?;
+    for statement in sql::install_schema(schema) {
+        tx.batch_execute(&statement).await.map_err(query(format!(
+            "installing trigger capture in schema {schema:?}"
+        )))?;
+    }
+    let mut installed = Installed {
+        tables: Vec::new(),
+        triggers: 0,
+    };
+    for table in tables {
+        // The table and, when it is partitioned, every partition under it (the tree of a
+        // table that is not partitioned is empty).
+        let rows = tx
+            .query(
+                "WITH tree AS (
+                    SELECT t.relid, t.level FROM pg_partition_tree($1::text::regclass) t
+                    UNION ALL
+                    SELECT $1::text::regclass, 0
+                     WHERE NOT EXISTS (SELECT 1 FROM pg_partition_tree($1::text::regclass))
+                 )
+                 SELECT n.nspname::text, c.relname::text
+                   FROM tree t
+                   JOIN pg_class c ON c.oid = t.relid
+                   JOIN pg_namespace n ON n.oid = c.relnamespace
+                  ORDER BY t.level, c.relname",
+                &[table],
+            )
+            .await
+            .map_err(query(format!("listing the partitions of {table}")))?;
+        for row in rows {
+            let (namespace, name): (String, String) = (row.get(0), row.get(1));
+            let target = format!("{}.{}", quote_ident(&namespace), quote_ident(&name));
+            for statement in sql::install_triggers(schema, &target) {
+                tx.batch_execute(&statement).await.map_err(query(format!(
+                    "creating the capture triggers on {namespace}.{name}"
+                )))?;
+                installed.triggers += 1;
+            }
+            installed.tables.push(format!("{namespace}.{name}"));
+        }
+        tx.query_one(&sql::record_layout(schema, table), &[])
+            .await
+            .map_err(query(format!("recording the columns of {table}")))?;
+    }
+    tx.commit()
+        .await
+        .map_err(query("committing the installation"))?;
+    Ok(installed)
+}
+
+/// The tables (`schema.table`) whose triggers call `schema`'s capture function, with how many
+/// each has.
+pub async fn triggered_tables(
+    client: &Client,
+    schema: &str,
+) -> Result<Vec<(String, usize)>, ProvisionError> {
+    let rows = client
+        .query(
+            "SELECT n.nspname::text || '.' || c.relname::text, count(*)
+               FROM pg_trigger t
+               JOIN pg_proc p ON p.oid = t.tgfoid
+               JOIN pg_namespace pn ON pn.oid = p.pronamespace
+               JOIN pg_class c ON c.oid = t.tgrelid
+               JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE pn.nspname = $1 AND p.proname = $2
+              GROUP BY 1 ORDER BY 1",
+            &[&schema, &sql::CAPTURE_FUNCTION],
+        )
+        .await
+        .map_err(query(format!(
+            "listing the capture triggers of schema {schema:?}"
+        )))?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get::<_, i64>(1) as usize))
+        .collect())
+}
+
+/// Remove capture: every trigger that calls `schema`'s capture function, then the schema
+/// with the function, the journal and the rest. Nothing else is touched.
+pub async fn remove(client: &mut Client, schema: &str) -> Result<Removed, ProvisionError> {
+    let mut removed = Removed::default();
+    let exists: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+            &[&schema],
+        )
+        .await
+        .map_err(query("looking for the capture schema"))?
+        .get(0);
+    if !exists {
+        return Ok(removed);
+    }
+    let tables = triggered_tables(client, schema).await?;
+    let journal = format!("{}.journal", quote_ident(schema));
+    let has_journal: bool = client
+        .query_one(
+            "SELECT to_regclass($1) IS NOT NULL",
+            &[&format!("{}.journal", quote_ident(schema))],
+        )
+        .await
+        .map_err(query("looking for the journal"))?
+        .get(0);
+    let tx = client
+        .transaction()
+        .await
+        .map_err(query("starting the removal's transaction"))?;
+    if has_journal {
+        removed.journal_rows = tx
+            .query_one(&format!("SELECT count(*) FROM {journal}"), &[])
+            .await
+            .map_err(query("counting the journal's rows"))?
+            .get(0);
+    }
+    for (table, count) in &tables {
+        let (namespace, name) = table.split_once('.').unwrap_or(("public", table));
+        let target = format!("{}.{}", quote_ident(namespace), quote_ident(name));
+        for statement in sql::drop_triggers(&target) {
+            tx.batch_execute(&statement)
+                .await
+                .map_err(query(format!("dropping the capture triggers on {table}")))?;
+        }
+        removed.triggers += count;
+        removed.tables += 1;
+    }
+    removed.functions = tx
+        .query_one(
+            "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1",
+            &[&schema],
+        )
+        .await
+        .map_err(query("counting the schema's functions"))?
+        .get::<_, i64>(0) as usize;
+    tx.batch_execute(&sql::drop_schema(schema))
+        .await
+        .map_err(query(format!(
+            "dropping schema {schema:?} (run as its owner, {})",
+            quote_literal(schema)
+        )))?;
+    tx.commit().await.map_err(query("committing the removal"))?;
+    removed.schema = true;
+    Ok(removed)
+}

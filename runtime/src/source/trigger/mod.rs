@@ -1,0 +1,9 @@
+//! Capture through triggers, for a source that cannot serve a slot (docs/design.md, Capture
+//! without a slot): what is installed ([`sql`], without IO), installing and removing it
+//! ([`install`]), and journal rows as the pgoutput frames a slot would send ([`journal`],
+//! without IO), which the read machine takes as it takes a slot's, read in ticks ([`poll`]).
+
+pub mod install;
+pub mod journal;
+pub mod poll;
+pub mod sql;

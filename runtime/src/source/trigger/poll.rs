@@ -1,0 +1,143 @@
+//! Reading the journal in ticks (docs/design.md, Capture without a slot): a tick is the
+//! server's snapshot, and a batch is the rows of the transactions visible in one tick and not
+//! in the one before. Every such transaction has ended, so its rows are all there, and the
+//! same two ticks give the same batch however often it is read.
+
+use std::collections::{BTreeMap, HashMap};
+
+use tokio_postgres::Client;
+
+use super::journal::{JournalRow, JournalTxn, Layout, LayoutColumn, Op};
+use crate::source::provision::ProvisionError;
+use crate::source::quote::quote_ident;
+
+/// A tick: a snapshot of the server, as `pg_snapshot`'s text (`xmin:xmax:xip,...`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tick(pub String);
+
+fn query(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> ProvisionError {
+    let what = what.into();
+    move |error| ProvisionError::Query { what, error }
+}
+
+/// The server's snapshot now.
+pub async fn take_tick(client: &Client) -> Result<Tick, ProvisionError> {
+    let row = client
+        .query_one("SELECT pg_current_snapshot()::text", &[])
+        .await
+        .map_err(query("taking a tick (pg_current_snapshot)"))?;
+    Ok(Tick(row.get(0)))
+}
+
+/// The transactions visible in `tick` and not in `after` (every one before `tick` when
+/// `after` is `None`), ordered by their last journal `seq`, each with its rows in `seq` order.
+pub async fn read_batch(
+    client: &Client,
+    schema: &str,
+    after: Option<&Tick>,
+    tick: &Tick,
+) -> Result<Vec<JournalTxn>, ProvisionError> {
+    let journal = format!("{}.journal", quote_ident(schema));
+    let rows = client
+        .query(
+            &format!(
+                "SELECT seq, xid::text::bigint, rel::bigint, op::text, layout, old, new
+                   FROM {journal}
+                  WHERE pg_visible_in_snapshot(xid, $1::text::pg_snapshot)
+                    AND NOT coalesce(pg_visible_in_snapshot(xid, $2::text::pg_snapshot), false)
+                  ORDER BY max(seq) OVER (PARTITION BY xid), seq"
+            ),
+            &[&tick.0, &after.map(|t| t.0.as_str())],
+        )
+        .await
+        .map_err(query(format!("reading the journal {journal}")))?;
+    let mut txns: Vec<JournalTxn> = Vec::new();
+    for row in rows {
+        let xid = row.get::<_, i64>(1) as u64;
+        let op: String = row.get(3);
+        let op = Op::from_letter(op.as_bytes().first().copied().unwrap_or(0)).ok_or_else(|| {
+            ProvisionError::Journal(format!(
+                "row {} has op {op:?}, which is none of I, U, D, T",
+                row.get::<_, i64>(0)
+            ))
+        })?;
+        let journal_row = JournalRow {
+            seq: row.get(0),
+            rel: row.get::<_, i64>(2) as u32,
+            op,
+            layout: row.get(4),
+            old: row.get(5),
+            new: row.get(6),
+        };
+        match txns.last_mut() {
+            Some(txn) if txn.xid == xid => txn.rows.push(journal_row),
+            _ => txns.push(JournalTxn {
+                xid,
+                rows: vec![journal_row],
+            }),
+        }
+    }
+    Ok(txns)
+}
+
+/// The layouts `ids`, with their tables' names as they are now.
+pub async fn read_layouts(
+    client: &Client,
+    schema: &str,
+    ids: &[i32],
+) -> Result<HashMap<i32, Layout>, ProvisionError> {
+    let layouts = format!("{}.layouts", quote_ident(schema));
+    let rows = client
+        .query(
+            &format!(
+                "SELECT l.id, l.rel::bigint, n.nspname::text, c.relname::text, l.identity::text,
+                        l.names, l.types::bigint[], l.modifiers, l.keys
+                   FROM {layouts} l
+                   JOIN pg_class c ON c.oid = l.rel
+                   JOIN pg_namespace n ON n.oid = c.relnamespace
+                  WHERE l.id = ANY($1)"
+            ),
+            &[&ids],
+        )
+        .await
+        .map_err(query(format!("reading the layouts {layouts}")))?;
+    let mut out = HashMap::new();
+    for row in rows {
+        let names: Vec<String> = row.get(5);
+        let types: Vec<i64> = row.get(6);
+        let modifiers: Vec<i32> = row.get(7);
+        let keys: Vec<bool> = row.get(8);
+        let identity: String = row.get(4);
+        let layout = Layout {
+            id: row.get(0),
+            rel: row.get::<_, i64>(1) as u32,
+            namespace: row.get(2),
+            name: row.get(3),
+            identity: identity.as_bytes().first().copied().unwrap_or(b'd'),
+            columns: names
+                .into_iter()
+                .zip(types)
+                .zip(modifiers)
+                .zip(keys)
+                .map(|(((name, type_oid), modifier), key)| LayoutColumn {
+                    name,
+                    type_oid: type_oid as u32,
+                    modifier,
+                    key,
+                })
+                .collect(),
+        };
+        out.insert(layout.id, layout);
+    }
+    Ok(out)
+}
+
+/// The layouts the rows of `txns` name.
+pub fn layout_ids(txns: &[JournalTxn]) -> Vec<i32> {
+    let ids: BTreeMap<i32, ()> = txns
+        .iter()
+        .flat_map(|t| t.rows.iter().filter_map(|r| r.layout))
+        .map(|id| (id, ()))
+        .collect();
+    ids.into_keys().collect()
+}

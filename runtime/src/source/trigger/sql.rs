@@ -1,0 +1,298 @@
+//! The SQL of trigger capture: what a start installs, what `teardown` drops. No IO.
+//!
+//! Everything lives in one schema of Tributary's own: the journal, the layouts of the captured
+//! tables, the poller's ticks, and one capture function every captured table's triggers call.
+//! Names are always quoted ([`quote_ident`]), never pasted.
+
+use crate::source::quote::{quote_ident, quote_literal};
+
+/// The function every captured table's triggers call.
+pub const CAPTURE_FUNCTION: &str = "capture";
+/// The function that finds (or records) a table's layout.
+pub const LAYOUT_FUNCTION: &str = "layout";
+/// The name every trigger Tributary installs starts with; the event follows.
+pub const TRIGGER_PREFIX: &str = "tributary_capture_";
+/// The events captured, one trigger each (PostgreSQL allows transition tables only on a
+/// trigger of one event).
+pub const EVENTS: [Event; 4] = [Event::Insert, Event::Update, Event::Delete, Event::Truncate];
+/// The settings the capture function runs with, so each value's text is the form pgoutput
+/// sends and the text decoders read, whatever the writing session set.
+const SETTINGS: [(&str, &str); 6] = [
+    ("search_path", "pg_catalog, pg_temp"),
+    ("DateStyle", "ISO"),
+    ("TimeZone", "UTC"),
+    ("IntervalStyle", "postgres"),
+    ("extra_float_digits", "3"),
+    ("bytea_output", "hex"),
+];
+
+/// A captured event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    Insert,
+    Update,
+    Delete,
+    Truncate,
+}
+
+impl Event {
+    pub fn keyword(self) -> &'static str {
+        match self {
+            Event::Insert => "INSERT",
+            Event::Update => "UPDATE",
+            Event::Delete => "DELETE",
+            Event::Truncate => "TRUNCATE",
+        }
+    }
+
+    /// The name of the trigger for this event.
+    pub fn trigger(self) -> String {
+        format!("{TRIGGER_PREFIX}{}", self.keyword().to_ascii_lowercase())
+    }
+
+    /// The transition tables the trigger declares.
+    fn referencing(self) -> &'static str {
+        match self {
+            Event::Insert => " REFERENCING NEW TABLE AS tributary_new",
+            Event::Update => " REFERENCING OLD TABLE AS tributary_old NEW TABLE AS tributary_new",
+            Event::Delete => " REFERENCING OLD TABLE AS tributary_old",
+            Event::Truncate => "",
+        }
+    }
+}
+
+/// `schema.name`, quoted.
+pub fn qualified(schema: &str, name: &str) -> String {
+    format!("{}.{}", quote_ident(schema), quote_ident(name))
+}
+
+/// The statements that create the schema's tables when missing and replace the capture
+/// function, in order. Run in one transaction: a start either has all of it or none.
+pub fn install_schema(schema: &str) -> Vec<String> {
+    let s = quote_ident(schema);
+    let settings: String = SETTINGS
+        .iter()
+        .map(|(name, value)| format!(" SET {name} TO {}", quote_literal(value)))
+        .collect();
+    vec![
+        format!("CREATE SCHEMA IF NOT EXISTS {s}"),
+        format!(
+            "COMMENT ON SCHEMA {s} IS {}",
+            quote_literal(
+                "Tributary's trigger capture: the journal of captured changes and what reads it. `tributary teardown` removes it."
+            )
+        ),
+        // `seq` orders rows; `xid` is the writing transaction, 64 bits so that wraparound
+        // cannot reorder; `rel` the table (a partition's root); `layout` the columns `old`
+        // and `new` hold, one text per column.
+        format!(
+            "CREATE TABLE IF NOT EXISTS {s}.journal (
+                seq bigint GENERATED ALWAYS AS IDENTITY,
+                xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+                rel oid NOT NULL,
+                op \"char\" NOT NULL,
+                layout integer,
+                old text[],
+                new text[]
+            )"
+        ),
+        // Not unique: two transactions that meet a new layout at once each record it (a
+        // unique constraint would make the second wait for the first to end).
+        format!(
+            "CREATE TABLE IF NOT EXISTS {s}.layouts (
+                id integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                rel oid NOT NULL,
+                shape text NOT NULL,
+                identity \"char\" NOT NULL,
+                names text[] NOT NULL,
+                types oid[] NOT NULL,
+                modifiers integer[] NOT NULL,
+                keys boolean[] NOT NULL
+            )"
+        ),
+        format!("CREATE INDEX IF NOT EXISTS layouts_by_shape ON {s}.layouts (rel, md5(shape))"),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {s}.ticks (
+                id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                snapshot pg_snapshot NOT NULL,
+                first_position bigint NOT NULL,
+                taken timestamptz NOT NULL DEFAULT now()
+            )"
+        ),
+        format!(
+            "CREATE OR REPLACE FUNCTION {s}.{layout}(v_root oid, OUT id integer, OUT new_cols text, OUT old_cols text)
+             LANGUAGE plpgsql SECURITY DEFINER{settings}
+             AS $tributary$\n{body}\n$tributary$",
+            layout = quote_ident(LAYOUT_FUNCTION),
+            body = layout_body(schema),
+        ),
+        format!(
+            "CREATE OR REPLACE FUNCTION {s}.{function}() RETURNS trigger
+             LANGUAGE plpgsql SECURITY DEFINER{settings}
+             AS $tributary$\n{body}\n$tributary$",
+            function = quote_ident(CAPTURE_FUNCTION),
+            body = capture_body(schema),
+        ),
+        format!(
+            "COMMENT ON FUNCTION {s}.{}() IS {}",
+            quote_ident(CAPTURE_FUNCTION),
+            quote_literal("Writes each captured statement's rows to the journal (Tributary).")
+        ),
+    ]
+}
+
+/// The layout function's body: a table's columns as a statement sees them now (name, type,
+/// modifier, in the key), found among the recorded layouts or recorded, with the expressions
+/// that cast a transition table's rows to text: every column of a new row; of an old row the
+/// key (every column under `REPLICA IDENTITY FULL`), as pgoutput sends it.
+fn layout_body(schema: &str) -> String {
+    let s = quote_ident(schema);
+    format!(
+        r#"DECLARE
+    v_ident "char";
+    v_shape text;
+    v_names text[];
+    v_types oid[];
+    v_mods integer[];
+    v_keys boolean[];
+BEGIN
+    SELECT c.relreplident INTO v_ident FROM pg_class c WHERE c.oid = v_root;
+    WITH key AS (
+        SELECT i.indkey::int2[] AS attnums FROM pg_index i
+        WHERE i.indrelid = v_root
+          AND CASE v_ident WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END
+    ), cols AS (
+        SELECT a.attnum, a.attname, a.atttypid, a.atttypmod,
+               v_ident = 'f' OR EXISTS (SELECT 1 FROM key WHERE a.attnum = ANY (key.attnums)) AS is_key
+        FROM pg_attribute a
+        WHERE a.attrelid = v_root AND a.attnum > 0 AND NOT a.attisdropped
+    )
+    SELECT v_ident::text || ':' || string_agg(format('%s %s %s %s', quote_ident(attname), atttypid, atttypmod, is_key), ',' ORDER BY attnum),
+           string_agg(format('(r.r).%I::text', attname), ', ' ORDER BY attnum),
+           string_agg(CASE WHEN is_key THEN format('(o.r).%I::text', attname) ELSE 'NULL' END, ', ' ORDER BY attnum),
+           array_agg(attname::text ORDER BY attnum), array_agg(atttypid ORDER BY attnum),
+           array_agg(atttypmod ORDER BY attnum), array_agg(is_key ORDER BY attnum)
+      INTO v_shape, new_cols, old_cols, v_names, v_types, v_mods, v_keys
+      FROM cols;
+    SELECT l.id INTO id FROM {s}.layouts l
+     WHERE l.rel = v_root AND md5(l.shape) = md5(v_shape) AND l.shape = v_shape
+     ORDER BY l.id LIMIT 1;
+    IF id IS NULL THEN
+        INSERT INTO {s}.layouts (rel, shape, identity, names, types, modifiers, keys)
+        VALUES (v_root, v_shape, v_ident, v_names, v_types, v_mods, v_keys)
+        RETURNING layouts.id INTO id;
+    END IF;
+END"#
+    )
+}
+
+/// The capture function's body. Per statement (a truncate too, so the reader can name its
+/// table): the table's root (a partition's rows are its root's, as the publication of the slot
+/// mode has them), its layout, then the rows with one `INSERT … SELECT` from the transition
+/// tables. An update's old and new rows are paired by position: the trigger machinery appends
+/// each row's two images together.
+fn capture_body(schema: &str) -> String {
+    let s = quote_ident(schema);
+    let layout = qualified(schema, LAYOUT_FUNCTION);
+    format!(
+        r#"DECLARE
+    v_root oid := coalesce(pg_partition_root(TG_RELID), TG_RELID);
+    v_layout integer;
+    v_new text;
+    v_old text;
+BEGIN
+    SELECT l.id, l.new_cols, l.old_cols INTO v_layout, v_new, v_old FROM {layout}(v_root) l;
+    IF TG_OP = 'TRUNCATE' THEN
+        INSERT INTO {s}.journal (rel, op, layout) VALUES (v_root, 'T', v_layout);
+    ELSIF TG_OP = 'INSERT' THEN
+        EXECUTE format('INSERT INTO {s}.journal (rel, op, layout, new) SELECT %s, ''I'', %s, ARRAY[%s] FROM (SELECT r FROM tributary_new r) r',
+                       v_root, v_layout, v_new);
+    ELSIF TG_OP = 'DELETE' THEN
+        EXECUTE format('INSERT INTO {s}.journal (rel, op, layout, old) SELECT %s, ''D'', %s, ARRAY[%s]::text[] FROM (SELECT r FROM tributary_old r) o',
+                       v_root, v_layout, v_old);
+    ELSE
+        EXECUTE format('INSERT INTO {s}.journal (rel, op, layout, old, new) SELECT %s, ''U'', %s, ARRAY[%s]::text[], ARRAY[%s] FROM (SELECT row_number() OVER () AS n, r FROM tributary_old r) o JOIN (SELECT row_number() OVER () AS n, r FROM tributary_new r) r USING (n) ORDER BY n',
+                       v_root, v_layout, v_old, v_new);
+    END IF;
+    RETURN NULL;
+END"#
+    )
+}
+
+/// The statement that records `table`'s layout now (`table` quoted already), so writers find
+/// it recorded rather than each recording it in their own transaction.
+pub fn record_layout(schema: &str, table: &str) -> String {
+    format!(
+        "SELECT id FROM {}({}::regclass)",
+        qualified(schema, LAYOUT_FUNCTION),
+        quote_literal(table)
+    )
+}
+
+/// The statements that put the capture triggers on `table` (`schema.table`, quoted
+/// already), replacing those a start before installed.
+pub fn install_triggers(schema: &str, table: &str) -> Vec<String> {
+    let function = qualified(schema, CAPTURE_FUNCTION);
+    EVENTS
+        .iter()
+        .map(|event| {
+            let name = quote_ident(&event.trigger());
+            format!(
+                "CREATE OR REPLACE TRIGGER {name} AFTER {} ON {table}{} FOR EACH STATEMENT EXECUTE FUNCTION {function}()",
+                event.keyword(),
+                event.referencing()
+            )
+        })
+        .collect()
+}
+
+/// The statements that drop the capture triggers of `table` (quoted already).
+pub fn drop_triggers(table: &str) -> Vec<String> {
+    EVENTS
+        .iter()
+        .map(|event| {
+            format!(
+                "DROP TRIGGER IF EXISTS {} ON {table}",
+                quote_ident(&event.trigger())
+            )
+        })
+        .collect()
+}
+
+/// The statement that drops the schema and everything in it.
+pub fn drop_schema(schema: &str) -> String {
+    format!("DROP SCHEMA IF EXISTS {} CASCADE", quote_ident(schema))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_event_has_its_trigger_with_the_transition_tables_it_may_have() {
+        let sql = install_triggers("tributary", "\"public\".\"t\"");
+        assert_eq!(sql.len(), 4);
+        assert_eq!(
+            sql[1],
+            "CREATE OR REPLACE TRIGGER \"tributary_capture_update\" AFTER UPDATE ON \"public\".\"t\" \
+             REFERENCING OLD TABLE AS tributary_old NEW TABLE AS tributary_new FOR EACH STATEMENT \
+             EXECUTE FUNCTION \"tributary\".\"capture\"()"
+        );
+        assert!(sql[3].contains("AFTER TRUNCATE ON \"public\".\"t\" FOR EACH STATEMENT"));
+        assert_eq!(
+            drop_triggers("\"public\".\"t\"")[0],
+            "DROP TRIGGER IF EXISTS \"tributary_capture_insert\" ON \"public\".\"t\""
+        );
+    }
+
+    #[test]
+    fn the_schema_is_quoted_everywhere_and_the_function_fixes_its_settings() {
+        let sql = install_schema("we\"ird").join(";\n");
+        assert!(sql.contains("CREATE SCHEMA IF NOT EXISTS \"we\"\"ird\""));
+        assert!(!sql.contains(" we\"ird"), "never pasted unquoted");
+        assert!(sql.contains("SECURITY DEFINER SET search_path TO 'pg_catalog, pg_temp'"));
+        assert!(sql.contains("SET TimeZone TO 'UTC'"));
+        assert!(sql.contains("INSERT INTO \"we\"\"ird\".journal"));
+        assert_eq!(drop_schema("t"), "DROP SCHEMA IF EXISTS \"t\" CASCADE");
+    }
+}

@@ -1,0 +1,297 @@
+//! Trigger capture against a server that cannot serve a slot (`wal_level = replica`) and a role
+//! without `REPLICATION` that owns its tables: the installation, what the journal records for
+//! each kind of statement, reading it in ticks, the frames the read machine would take, and a
+//! removal that leaves nothing behind.
+
+use std::collections::HashMap;
+
+use tributary::Lsn;
+use tributary::source::trigger::journal::{JournalTxn, Layout, Op, Synthesizer};
+use tributary::source::trigger::{install, poll};
+use tributary::wire::pgoutput::{Decoder, LogicalMessage};
+use tributary_cluster::{ClusterOptions, TempCluster};
+use tributary_tests::connect;
+
+const SCHEMA: &str = "tributary";
+
+/// A `wal_level = replica` cluster with database `shop` owned by role `app`, which may log in
+/// and nothing more; `app`'s URL.
+async fn replica_server() -> (TempCluster, String) {
+    let cluster = TempCluster::start(ClusterOptions::fast().setting("wal_level", "replica"))
+        .expect("a PostgreSQL cluster");
+    let admin = connect(&cluster.url("postgres")).await;
+    for statement in [
+        "CREATE ROLE app LOGIN",
+        "CREATE ROLE clerk LOGIN",
+        "CREATE DATABASE shop OWNER app",
+    ] {
+        admin.batch_execute(statement).await.unwrap();
+    }
+    let url = format!("postgres://app@{}:{}/shop", cluster.host(), cluster.port());
+    (cluster, url)
+}
+
+/// Each row of `txns` as `table op old new`, values joined by `|` (`-` for NULL).
+fn rendered(txns: &[JournalTxn], layouts: &HashMap<i32, Layout>) -> Vec<Vec<String>> {
+    let values = |v: &Option<Vec<Option<String>>>| match v {
+        None => "()".to_owned(),
+        Some(v) => v
+            .iter()
+            .map(|x| x.as_deref().unwrap_or("-"))
+            .collect::<Vec<_>>()
+            .join("|"),
+    };
+    txns.iter()
+        .map(|t| {
+            t.rows
+                .iter()
+                .map(|r| {
+                    let layout = &layouts[&r.layout.expect("every row names its layout")];
+                    let op = match r.op {
+                        Op::Insert => "I",
+                        Op::Update => "U",
+                        Op::Delete => "D",
+                        Op::Truncate => "T",
+                    };
+                    format!(
+                        "{}.{} {op} {} {}",
+                        layout.namespace,
+                        layout.name,
+                        values(&r.old),
+                        values(&r.new)
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trigger_capture_journals_every_statement_once_in_ticks_and_is_removed_without_a_trace() {
+    let (cluster, url) = replica_server().await;
+    let mut app = connect(&url).await;
+    let facts = app
+        .query_one(
+            "SELECT current_setting('wal_level'), rolreplication FROM pg_roles WHERE rolname = current_user",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (facts.get::<_, String>(0), facts.get::<_, bool>(1)),
+        ("replica".to_owned(), false),
+        "no slot can be had here"
+    );
+    app.batch_execute(
+        "CREATE TABLE t (id int PRIMARY KEY, name text, amount numeric(10,2), at timestamptz, tags text[], b bytea);
+         CREATE TABLE f (id int, v text);
+         ALTER TABLE f REPLICA IDENTITY FULL;
+         CREATE TABLE p (id int, region text, v int, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+         CREATE TABLE p_eu PARTITION OF p FOR VALUES IN ('eu');
+         CREATE TABLE p_us PARTITION OF p FOR VALUES IN ('us');
+         GRANT INSERT ON t TO clerk;",
+    )
+    .await
+    .unwrap();
+    let tables: Vec<String> = ["public.t", "public.f", "public.p"]
+        .map(str::to_owned)
+        .to_vec();
+    let installed = install::install(&mut app, SCHEMA, &tables).await.unwrap();
+    assert_eq!(
+        installed.tables,
+        [
+            "public.t",
+            "public.f",
+            "public.p",
+            "public.p_eu",
+            "public.p_us"
+        ]
+    );
+    assert_eq!(
+        installed.triggers, 20,
+        "four events on each table and partition"
+    );
+    // A second start installs the same, replacing the function.
+    let again = install::install(&mut app, SCHEMA, &tables).await.unwrap();
+    assert_eq!(again, installed);
+
+    // A transaction that starts first and commits last.
+    let long = connect(&url).await;
+    long.batch_execute("BEGIN; INSERT INTO t (id, name) VALUES (10, 'long')")
+        .await
+        .unwrap();
+
+    // The writer's own settings do not change the text the journal keeps.
+    app.batch_execute(
+        "SET DateStyle = 'SQL, DMY'; SET TimeZone = 'America/New_York';
+         INSERT INTO t VALUES (1, 'a', 1.50, '2026-12-03 10:00:00+00', '{x,\"y z\"}', '\\x0102'), (2, 'b', NULL, NULL, NULL, NULL)",
+    )
+    .await
+    .unwrap();
+    for statement in [
+        "UPDATE t SET name = 'a2' WHERE id = 1",
+        "UPDATE t SET id = 3 WHERE id = 2",
+        "DELETE FROM t WHERE id = 1",
+        "BEGIN; INSERT INTO t (id, name) VALUES (9, 'rolled back'); ROLLBACK",
+        "INSERT INTO f VALUES (1, 'x'); UPDATE f SET v = 'y'; DELETE FROM f",
+        "INSERT INTO p VALUES (1, 'eu', 1), (2, 'us', 2)",
+        "INSERT INTO p_eu VALUES (3, 'eu', 3)",
+        "UPDATE p SET region = 'us' WHERE id = 1",
+        "TRUNCATE f",
+    ] {
+        app.batch_execute(statement).await.unwrap();
+    }
+    // Another role writes: it needs no privilege on the journal.
+    let clerk = connect(&format!(
+        "postgres://clerk@{}:{}/shop",
+        cluster.host(),
+        cluster.port()
+    ))
+    .await;
+    clerk
+        .batch_execute("INSERT INTO public.t (id, name) VALUES (4, 'by clerk')")
+        .await
+        .unwrap();
+
+    let first = poll::take_tick(&app).await.unwrap();
+    let batch = poll::read_batch(&app, SCHEMA, None, &first).await.unwrap();
+    let layouts = poll::read_layouts(&app, SCHEMA, &poll::layout_ids(&batch))
+        .await
+        .unwrap();
+    let t_row = "1|a|1.50|2026-12-03 10:00:00+00|{x,\"y z\"}|\\x0102";
+    assert_eq!(
+        rendered(&batch, &layouts),
+        [
+            vec![
+                format!("public.t I () {t_row}"),
+                "public.t I () 2|b|-|-|-|-".to_owned(),
+            ],
+            vec![format!(
+                "public.t U 1|-|-|-|-|- {}",
+                t_row.replacen("|a|", "|a2|", 1)
+            )],
+            vec!["public.t U 2|-|-|-|-|- 3|b|-|-|-|-".to_owned()],
+            vec!["public.t D 1|-|-|-|-|- ()".to_owned()],
+            // Under REPLICA IDENTITY FULL the old row is whole.
+            vec![
+                "public.f I () 1|x".to_owned(),
+                "public.f U 1|x 1|y".to_owned(),
+                "public.f D 1|y ()".to_owned(),
+            ],
+            // A partition's rows are its root's, whichever table the statement named.
+            vec![
+                "public.p I () 1|eu|1".to_owned(),
+                "public.p I () 2|us|2".to_owned(),
+            ],
+            vec!["public.p I () 3|eu|3".to_owned()],
+            vec!["public.p U 1|eu|- 1|us|1".to_owned()],
+            vec!["public.f T () ()".to_owned()],
+            vec!["public.t I () 4|by clerk|-|-|-|-".to_owned()],
+        ]
+    );
+    let long_xid: i64 = long
+        .query_one("SELECT pg_current_xact_id()::text::bigint", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        batch.iter().all(|t| t.xid != long_xid as u64),
+        "a transaction still running is not read"
+    );
+    // Ordered by their last seq, rows by seq.
+    let lasts: Vec<i64> = batch.iter().map(JournalTxn::last_seq).collect();
+    assert!(lasts.windows(2).all(|w| w[0] < w[1]), "{lasts:?}");
+
+    // The same two ticks give the same batch.
+    let reread = poll::read_batch(&app, SCHEMA, None, &first).await.unwrap();
+    assert_eq!(reread, batch);
+
+    // The long transaction commits: the next tick reads it, and only it.
+    long.batch_execute("COMMIT").await.unwrap();
+    let second = poll::take_tick(&app).await.unwrap();
+    let late = poll::read_batch(&app, SCHEMA, Some(&first), &second)
+        .await
+        .unwrap();
+    assert_eq!(late.len(), 1);
+    assert_eq!(late[0].xid, long_xid as u64);
+
+    // Every transaction decodes as the messages a slot would have sent.
+    let mut synth = Synthesizer::default();
+    let mut decoder = Decoder::new(1);
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for (i, txn) in batch.iter().chain(&late).enumerate() {
+        let frames = synth
+            .frames(
+                txn,
+                Lsn(i as u64 + 1),
+                0,
+                &layouts_for(&app, txn, &layouts).await,
+            )
+            .unwrap();
+        for frame in frames {
+            let kind = match decoder.decode_bytes(frame.data).unwrap() {
+                LogicalMessage::Begin { .. } => "begin",
+                LogicalMessage::Commit { .. } => "commit",
+                LogicalMessage::Relation { .. } => "relation",
+                LogicalMessage::Insert { .. } => "insert",
+                LogicalMessage::Update { .. } => "update",
+                LogicalMessage::Delete { .. } => "delete",
+                LogicalMessage::Truncate { .. } => "truncate",
+                other => panic!("{other:?}"),
+            };
+            *counts.entry(kind).or_default() += 1;
+        }
+    }
+    assert_eq!(counts["begin"], 11);
+    assert_eq!(counts["commit"], 11);
+    assert_eq!(counts["relation"], 3);
+    assert_eq!(
+        (
+            counts["insert"],
+            counts["update"],
+            counts["delete"],
+            counts["truncate"]
+        ),
+        (8, 4, 2, 1)
+    );
+
+    // Removal takes every trigger, the function and the schema, and nothing else.
+    let removed = install::remove(&mut app, SCHEMA).await.unwrap();
+    assert_eq!(
+        (removed.triggers, removed.tables, removed.functions),
+        (20, 5, 2)
+    );
+    assert_eq!(removed.journal_rows, 15);
+    let left = app
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_namespace WHERE nspname = $1),
+                    (SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'tributary%'),
+                    (SELECT count(*) FROM pg_proc WHERE proname IN ('capture', 'layout')),
+                    (SELECT count(*) FROM pg_class WHERE relname IN ('journal', 'layouts', 'ticks')),
+                    (SELECT count(*) FROM t)",
+            &[&SCHEMA],
+        )
+        .await
+        .unwrap();
+    let left: Vec<i64> = (0..5).map(|i| left.get(i)).collect();
+    assert_eq!(
+        left,
+        [0, 0, 0, 0, 3],
+        "nothing of Tributary's, the user's rows kept"
+    );
+    let nothing = install::remove(&mut app, SCHEMA).await.unwrap();
+    assert_eq!(nothing, install::Removed::default());
+}
+
+/// The layouts `txn` names, read again when the batch's did not hold them.
+async fn layouts_for(
+    client: &tokio_postgres::Client,
+    txn: &JournalTxn,
+    known: &HashMap<i32, Layout>,
+) -> HashMap<i32, Layout> {
+    let ids = poll::layout_ids(std::slice::from_ref(txn));
+    if ids.iter().all(|id| known.contains_key(id)) {
+        return known.clone();
+    }
+    poll::read_layouts(client, SCHEMA, &ids).await.unwrap()
+}
