@@ -295,3 +295,128 @@ async fn layouts_for(
     }
     poll::read_layouts(client, SCHEMA, &ids).await.unwrap()
 }
+
+/// The positions and the inserted `id`s of each transaction in `frames`.
+fn transactions(
+    decoder: &mut Decoder,
+    frames: &[tributary::stream::read::Frame],
+) -> Vec<(u64, Vec<String>)> {
+    let mut out: Vec<(u64, Vec<String>)> = Vec::new();
+    for frame in frames {
+        match decoder.decode_bytes(frame.data.clone()).unwrap() {
+            LogicalMessage::Begin { final_lsn, .. } => out.push((final_lsn.0, Vec::new())),
+            LogicalMessage::Insert { new, .. } => {
+                let id = format!("{:?}", new.0[0]);
+                out.last_mut().unwrap().1.push(id);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+async fn journal_rows(client: &tokio_postgres::Client) -> i64 {
+    client
+        .query_one("SELECT count(*) FROM tributary.journal", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Reading tick by tick: each batch's transactions take the positions after the last, a
+/// start reads again every tick that did not land whole (at the same positions, which the read
+/// machine drops as replays), and a confirmed position deletes the rows of the ticks that
+/// landed whole. A transaction that commits late is read at the tick after it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_is_read_in_ticks_resumed_after_a_restart_and_deleted_once_landed() {
+    use tributary::source::trigger::capture::TriggerCapture;
+    let (_cluster, url) = replica_server().await;
+    let mut app = connect(&url).await;
+    app.batch_execute("CREATE TABLE t (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    install::install(&mut app, SCHEMA, &["public.t".to_owned()])
+        .await
+        .unwrap();
+    let insert = |ids: &'static str| {
+        let app = &app;
+        async move {
+            app.batch_execute(&format!("INSERT INTO t SELECT unnest('{{{ids}}}'::int[])"))
+                .await
+                .unwrap()
+        }
+    };
+    // A decoder for each capture, as the read machine starts afresh with each stream.
+    let mut capture = TriggerCapture::open(connect(&url).await, SCHEMA, 0)
+        .await
+        .unwrap();
+    let mut decoder = Decoder::new(1);
+    assert!(capture.poll().await.unwrap().is_empty(), "nothing yet");
+    insert("1,2").await;
+    let first = transactions(&mut decoder, &capture.poll().await.unwrap());
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].0, 1);
+    insert("3").await;
+    app.batch_execute("BEGIN; INSERT INTO t VALUES (99); ROLLBACK")
+        .await
+        .unwrap();
+    insert("4").await;
+    let second = transactions(&mut decoder, &capture.poll().await.unwrap());
+    assert_eq!(
+        second.iter().map(|t| t.0).collect::<Vec<_>>(),
+        [2, 3],
+        "the rolled-back transaction left nothing"
+    );
+
+    // A restart after positions 1 and 2 landed: the first tick landed whole and its rows go;
+    // the second is read again at the same positions.
+    drop(capture);
+    let mut capture = TriggerCapture::open(connect(&url).await, SCHEMA, 2)
+        .await
+        .unwrap();
+    let mut decoder = Decoder::new(1);
+    assert_eq!(journal_rows(&app).await, 2, "the rows of ids 1 and 2 went");
+    let again = transactions(&mut decoder, &capture.poll().await.unwrap());
+    assert_eq!(again, second, "the same batch at the same positions");
+
+    // A transaction that began before id 5's and commits after it.
+    let long = connect(&url).await;
+    long.batch_execute("BEGIN; INSERT INTO t VALUES (10)")
+        .await
+        .unwrap();
+    insert("5").await;
+    let third = transactions(&mut decoder, &capture.poll().await.unwrap());
+    assert_eq!(third.iter().map(|t| t.0).collect::<Vec<_>>(), [4]);
+    assert!(third[0].1[0].contains('5'), "{third:?}");
+    long.batch_execute("COMMIT").await.unwrap();
+    let fourth = transactions(&mut decoder, &capture.poll().await.unwrap());
+    assert_eq!(fourth.iter().map(|t| t.0).collect::<Vec<_>>(), [5]);
+    assert!(fourth[0].1[0].contains("10"), "{fourth:?}");
+
+    // Confirming position 4: the ticks through id 5's landed whole, and their rows go.
+    assert_eq!(capture.confirm(4).await.unwrap(), 3);
+    assert_eq!(journal_rows(&app).await, 1, "id 10 waits");
+    assert_eq!(capture.confirm(4).await.unwrap(), 0);
+
+    // A restart with everything landed reads the last tick again (its end is not recorded)
+    // and then nothing new.
+    drop(capture);
+    let mut capture = TriggerCapture::open(connect(&url).await, SCHEMA, 5)
+        .await
+        .unwrap();
+    let mut decoder = Decoder::new(1);
+    assert_eq!(
+        journal_rows(&app).await,
+        1,
+        "id 10's tick is not known to have landed whole: it is read again"
+    );
+    assert_eq!(
+        transactions(&mut decoder, &capture.poll().await.unwrap()),
+        fourth
+    );
+    assert!(capture.poll().await.unwrap().is_empty());
+    assert_eq!(capture.next_position(), 6);
+    insert("6").await;
+    let fifth = transactions(&mut decoder, &capture.poll().await.unwrap());
+    assert_eq!(fifth.iter().map(|t| t.0).collect::<Vec<_>>(), [6]);
+}

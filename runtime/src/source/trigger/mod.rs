@@ -1,9 +1,12 @@
 //! Capture through triggers, for a source that cannot serve a slot (docs/design.md, Capture
 //! without a slot): what is installed ([`sql`], without IO), installing and removing it
 //! ([`install`]), and journal rows as the pgoutput frames a slot would send ([`journal`],
-//! without IO), which the read machine takes as it takes a slot's, read in ticks ([`poll`]).
+//! without IO), which the read machine takes as it takes a slot's, read in ticks ([`poll`];
+//! [`ticks`] says which landed, without IO) by [`capture`], which deletes what landed.
 
+pub mod capture;
 pub mod install;
 pub mod journal;
 pub mod poll;
 pub mod sql;
+pub mod ticks;

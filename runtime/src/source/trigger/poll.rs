@@ -11,9 +11,14 @@ use super::journal::{JournalRow, JournalTxn, Layout, LayoutColumn, Op};
 use crate::source::provision::ProvisionError;
 use crate::source::quote::quote_ident;
 
-/// A tick: a snapshot of the server, as `pg_snapshot`'s text (`xmin:xmax:xip,...`).
+/// A tick: a snapshot of the server, as `pg_snapshot`'s text (`xmin:xmax:xip,...`), and the
+/// server's time when it was taken (microseconds since the Unix epoch): what its batch's
+/// transactions give as their commit time, which they committed before.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tick(pub String);
+pub struct Tick {
+    pub snapshot: String,
+    pub taken_us: i64,
+}
 
 fn query(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> ProvisionError {
     let what = what.into();
@@ -23,10 +28,16 @@ fn query(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> Provi
 /// The server's snapshot now.
 pub async fn take_tick(client: &Client) -> Result<Tick, ProvisionError> {
     let row = client
-        .query_one("SELECT pg_current_snapshot()::text", &[])
+        .query_one(
+            "SELECT pg_current_snapshot()::text, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
+            &[],
+        )
         .await
         .map_err(query("taking a tick (pg_current_snapshot)"))?;
-    Ok(Tick(row.get(0)))
+    Ok(Tick {
+        snapshot: row.get(0),
+        taken_us: row.get(1),
+    })
 }
 
 /// The transactions visible in `tick` and not in `after` (every one before `tick` when
@@ -47,7 +58,7 @@ pub async fn read_batch(
                     AND NOT coalesce(pg_visible_in_snapshot(xid, $2::text::pg_snapshot), false)
                   ORDER BY max(seq) OVER (PARTITION BY xid), seq"
             ),
-            &[&tick.0, &after.map(|t| t.0.as_str())],
+            &[&tick.snapshot, &after.map(|t| t.snapshot.as_str())],
         )
         .await
         .map_err(query(format!("reading the journal {journal}")))?;

@@ -1,0 +1,209 @@
+//! The trigger capture's frames: the journal read tick by tick ([`poll`](super::poll)), each
+//! batch's transactions at the positions that follow the last, as pgoutput frames
+//! ([`journal`](super::journal)); and, as the lake confirms positions, the journal rows of the
+//! ticks that landed whole deleted ([`ticks`](super::ticks) decides which).
+
+use std::collections::HashMap;
+
+use tokio_postgres::Client;
+
+use super::journal::{Layout, Synthesizer};
+use super::poll::{self, Tick};
+use super::ticks::{self, TickRecord};
+use crate::Lsn;
+use crate::source::provision::ProvisionError;
+use crate::source::quote::quote_ident;
+use crate::stream::read::Frame;
+
+/// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01), which pgoutput counts from.
+const PG_EPOCH_US: i64 = 946_684_800_000_000;
+
+fn query(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> ProvisionError {
+    let what = what.into();
+    move |error| ProvisionError::Query { what, error }
+}
+
+/// Reads the journal of `schema` as frames, and deletes what landed.
+pub struct TriggerCapture {
+    client: Client,
+    schema: String,
+    synth: Synthesizer,
+    layouts: HashMap<i32, Layout>,
+    /// The recorded ticks not known to have landed whole, after the latest that did.
+    ticks: Vec<TickRecord>,
+    /// Recorded ticks to read again (after a start), in order.
+    again: std::collections::VecDeque<TickRecord>,
+    /// The lower bound of the next batch: the last tick read.
+    previous: Option<Tick>,
+    next_position: u64,
+    /// The tick whose rows were deleted last.
+    cleared: Option<i64>,
+}
+
+impl TriggerCapture {
+    /// Resume reading `schema`'s journal when positions through `landed` (0: none) are in the
+    /// lake: the rows of the ticks that landed whole are deleted first, and the ticks after
+    /// them are read again.
+    pub async fn open(
+        client: Client,
+        schema: &str,
+        landed: u64,
+    ) -> Result<TriggerCapture, ProvisionError> {
+        let s = quote_ident(schema);
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT id, snapshot::text, (extract(epoch FROM taken) * 1000000)::bigint, first_position
+                       FROM {s}.ticks ORDER BY id"
+                ),
+                &[],
+            )
+            .await
+            .map_err(query(format!("reading the ticks of schema {schema:?}")))?;
+        let recorded: Vec<TickRecord> = rows
+            .iter()
+            .map(|r| TickRecord {
+                id: r.get(0),
+                snapshot: r.get(1),
+                taken_us: r.get(2),
+                first_position: r.get::<_, i64>(3) as u64,
+            })
+            .collect();
+        let resume =
+            ticks::resume(&recorded, landed).map_err(|e| ProvisionError::Journal(e.to_string()))?;
+        let mut capture = TriggerCapture {
+            client,
+            schema: schema.to_owned(),
+            synth: Synthesizer::default(),
+            layouts: HashMap::new(),
+            ticks: Vec::new(),
+            again: resume.again.iter().cloned().collect(),
+            previous: None,
+            next_position: resume.next_position,
+            cleared: None,
+        };
+        if let Some(landed) = resume.landed {
+            capture.delete_through(&landed).await?;
+            capture.cleared = Some(landed.id);
+            capture.previous = Some(Tick {
+                snapshot: landed.snapshot.clone(),
+                taken_us: landed.taken_us,
+            });
+            capture.ticks.push(landed);
+        }
+        capture.ticks.extend(resume.again);
+        Ok(capture)
+    }
+
+    /// The frames of the next batch: a tick recorded before (after a start), or a new one. An
+    /// empty batch records nothing and gives no frames.
+    pub async fn poll(&mut self) -> Result<Vec<Frame>, ProvisionError> {
+        let (tick, first_position, recorded) = match self.again.pop_front() {
+            Some(t) => (
+                Tick {
+                    snapshot: t.snapshot,
+                    taken_us: t.taken_us,
+                },
+                t.first_position,
+                true,
+            ),
+            None => (
+                poll::take_tick(&self.client).await?,
+                self.next_position,
+                false,
+            ),
+        };
+        let txns =
+            poll::read_batch(&self.client, &self.schema, self.previous.as_ref(), &tick).await?;
+        if txns.is_empty() {
+            // Nothing became visible: the next batch may start here without a record, since
+            // no transaction lies between.
+            self.previous = Some(tick);
+            return Ok(Vec::new());
+        }
+        if !recorded {
+            let id: i64 = self
+                .client
+                .query_one(
+                    &format!(
+                        "INSERT INTO {}.ticks (snapshot, first_position, taken)
+                         VALUES ($1::text::pg_snapshot, $2, to_timestamp($3::double precision / 1000000))
+                         RETURNING id",
+                        quote_ident(&self.schema)
+                    ),
+                    &[&tick.snapshot, &(first_position as i64), &(tick.taken_us as f64)],
+                )
+                .await
+                .map_err(query("recording a tick"))?
+                .get(0);
+            self.ticks.push(TickRecord {
+                id,
+                snapshot: tick.snapshot.clone(),
+                taken_us: tick.taken_us,
+                first_position,
+            });
+        }
+        let missing: Vec<i32> = poll::layout_ids(&txns)
+            .into_iter()
+            .filter(|id| !self.layouts.contains_key(id))
+            .collect();
+        if !missing.is_empty() {
+            let read = poll::read_layouts(&self.client, &self.schema, &missing).await?;
+            self.layouts.extend(read);
+        }
+        let mut frames = Vec::new();
+        let pg_time = tick.taken_us - PG_EPOCH_US;
+        for (i, txn) in txns.iter().enumerate() {
+            let position = Lsn(first_position + i as u64);
+            let txn_frames = self
+                .synth
+                .frames(txn, position, pg_time, &self.layouts)
+                .map_err(|e| ProvisionError::Journal(e.to_string()))?;
+            frames.extend(txn_frames);
+        }
+        self.next_position = first_position + txns.len() as u64;
+        self.previous = Some(tick);
+        Ok(frames)
+    }
+
+    /// Positions through `landed` are durable in the lake: delete the journal rows of the
+    /// ticks that landed whole. Returns how many rows went.
+    pub async fn confirm(&mut self, landed: u64) -> Result<u64, ProvisionError> {
+        let Some(whole) = ticks::landed_whole(&self.ticks, landed) else {
+            return Ok(0);
+        };
+        let tick = self.ticks[whole].clone();
+        if self.cleared == Some(tick.id) {
+            return Ok(0);
+        }
+        let deleted = self.delete_through(&tick).await?;
+        self.cleared = Some(tick.id);
+        self.ticks.drain(..whole);
+        Ok(deleted)
+    }
+
+    /// Delete the journal rows visible in `tick`, and the ticks before it.
+    async fn delete_through(&self, tick: &TickRecord) -> Result<u64, ProvisionError> {
+        let s = quote_ident(&self.schema);
+        let deleted = self
+            .client
+            .execute(
+                &format!(
+                    "DELETE FROM {s}.journal WHERE pg_visible_in_snapshot(xid, $1::text::pg_snapshot)"
+                ),
+                &[&tick.snapshot],
+            )
+            .await
+            .map_err(query("deleting the journal rows that landed"))?;
+        self.client
+            .execute(&format!("DELETE FROM {s}.ticks WHERE id < $1"), &[&tick.id])
+            .await
+            .map_err(query("deleting the ticks that landed"))?;
+        Ok(deleted)
+    }
+
+    /// The position the next new transaction takes.
+    pub fn next_position(&self) -> u64 {
+        self.next_position
+    }
+}

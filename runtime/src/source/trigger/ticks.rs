@@ -1,0 +1,125 @@
+//! Which ticks have landed, and where a start resumes. No IO.
+//!
+//! A tick is recorded (its snapshot and the position of its first transaction) before its
+//! batch is read, and only once the batch before it was read whole. So tick `k` has landed
+//! whole when the tick after it begins at or below the landed position plus one: its own
+//! transactions took the positions between. The journal rows of a tick that has landed whole
+//! can go, with every older tick's (their transactions are visible in its snapshot too); the
+//! last tick is never known to have landed whole, and is read again at a start (the read
+//! machine drops what it landed already, as it drops a slot's replays).
+
+/// A tick as the `ticks` table holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TickRecord {
+    pub id: i64,
+    /// The snapshot, as `pg_snapshot`'s text.
+    pub snapshot: String,
+    /// When it was taken, in microseconds since the Unix epoch.
+    pub taken_us: i64,
+    /// The position its batch's first transaction takes.
+    pub first_position: u64,
+}
+
+/// Where a start resumes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resume {
+    /// The latest tick that landed whole: the journal rows visible in it, and the ticks
+    /// before it, go. Its snapshot bounds the next batch from below.
+    pub landed: Option<TickRecord>,
+    /// Ticks recorded after it, to read again in order, each from the one before.
+    pub again: Vec<TickRecord>,
+    /// The position the first transaction of a new tick takes, when nothing is read again.
+    pub next_position: u64,
+}
+
+/// Why the recorded ticks do not fit the lake.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TickError {
+    #[error(
+        "the journal's first recorded tick begins at position {first}, but the lake has landed only through position {landed}: the journal's rows between were deleted without landing (a journal of another lake?); remove trigger capture with `tributary teardown` and start with a full load"
+    )]
+    Gap { first: u64, landed: u64 },
+}
+
+/// The index in `ticks` (in `id` order) of the latest tick that landed whole when positions
+/// through `landed` have landed.
+pub fn landed_whole(ticks: &[TickRecord], landed: u64) -> Option<usize> {
+    ticks
+        .windows(2)
+        .rposition(|pair| pair[1].first_position <= landed.saturating_add(1))
+}
+
+/// Where to resume when positions through `landed` (0: none) are in the lake and `ticks` (in
+/// `id` order) are recorded.
+pub fn resume(ticks: &[TickRecord], landed: u64) -> Result<Resume, TickError> {
+    if let Some(first) = ticks.first()
+        && first.first_position > landed.saturating_add(1)
+    {
+        return Err(TickError::Gap {
+            first: first.first_position,
+            landed,
+        });
+    }
+    let whole = landed_whole(ticks, landed);
+    let again_from = whole.map_or(0, |w| w + 1);
+    Ok(Resume {
+        landed: whole.map(|w| ticks[w].clone()),
+        again: ticks[again_from..].to_vec(),
+        next_position: landed + 1,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tick(id: i64, first_position: u64) -> TickRecord {
+        TickRecord {
+            id,
+            snapshot: format!("{id}:{id}:"),
+            taken_us: id,
+            first_position,
+        }
+    }
+
+    #[test]
+    fn a_tick_has_landed_whole_once_the_next_one_begins_within_what_landed() {
+        // Tick 1 holds positions 1..=3, tick 2 holds 4..=9, tick 3 begins at 10.
+        let ticks = [tick(1, 1), tick(2, 4), tick(3, 10)];
+        assert_eq!(landed_whole(&ticks, 2), None);
+        assert_eq!(landed_whole(&ticks, 3), Some(0));
+        assert_eq!(landed_whole(&ticks, 8), Some(0));
+        assert_eq!(landed_whole(&ticks, 9), Some(1));
+        // The last tick's end is not known: it is read again.
+        assert_eq!(landed_whole(&ticks, 500), Some(1));
+    }
+
+    #[test]
+    fn a_start_reads_again_every_tick_after_the_last_that_landed_whole() {
+        let ticks = [tick(1, 1), tick(2, 4), tick(3, 10)];
+        let resume = super::resume(&ticks, 5).unwrap();
+        assert_eq!(resume.landed, Some(tick(1, 1)));
+        assert_eq!(resume.again, [tick(2, 4), tick(3, 10)]);
+        assert_eq!(resume.next_position, 6);
+        let fresh = super::resume(&[], 0).unwrap();
+        assert_eq!(
+            (fresh.landed, fresh.again, fresh.next_position),
+            (None, vec![], 1)
+        );
+        let nothing_landed = super::resume(&ticks[..1], 0).unwrap();
+        assert_eq!(nothing_landed.again, [tick(1, 1)]);
+    }
+
+    #[test]
+    fn ticks_past_what_the_lake_holds_are_refused() {
+        let error = resume(&[tick(7, 40)], 20).unwrap_err();
+        assert_eq!(
+            error,
+            TickError::Gap {
+                first: 40,
+                landed: 20
+            }
+        );
+        assert!(error.to_string().contains("start with a full load"));
+    }
+}
