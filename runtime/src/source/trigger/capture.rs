@@ -9,6 +9,7 @@ use tokio_postgres::Client;
 
 use super::journal::{Layout, Synthesizer};
 use super::poll::{self, Tick};
+use super::query;
 use super::ticks::{self, TickRecord};
 use crate::Lsn;
 use crate::source::provision::ProvisionError;
@@ -17,11 +18,6 @@ use crate::stream::read::Frame;
 
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01), which pgoutput counts from.
 const PG_EPOCH_US: i64 = 946_684_800_000_000;
-
-fn query(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> ProvisionError {
-    let what = what.into();
-    move |error| ProvisionError::Query { what, error }
-}
 
 /// Reads the journal of `schema` as frames, and deletes what landed.
 pub struct TriggerCapture {

@@ -2,6 +2,7 @@
 
 use tokio_postgres::Client;
 
+use super::query;
 use super::sql;
 use crate::source::provision::ProvisionError;
 use crate::source::quote::{quote_ident, quote_literal};
@@ -24,11 +25,6 @@ pub struct Removed {
     /// Journal rows that had not landed, dropped with it.
     pub journal_rows: i64,
     pub schema: bool,
-}
-
-fn query(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> ProvisionError {
-    let what = what.into();
-    move |error| ProvisionError::Query { what, error }
 }
 
 /// Install capture of `tables` (`schema.table`) in `schema`, in one transaction: the schema's

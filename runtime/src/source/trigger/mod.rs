@@ -10,3 +10,11 @@ pub mod journal;
 pub mod poll;
 pub mod sql;
 pub mod ticks;
+
+use crate::source::provision::ProvisionError;
+
+/// A failed query of `what`, with the server's words.
+fn query(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> ProvisionError {
+    let what = what.into();
+    move |error| ProvisionError::Query { what, error }
+}

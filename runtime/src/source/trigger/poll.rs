@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use tokio_postgres::Client;
 
 use super::journal::{JournalRow, JournalTxn, Layout, LayoutColumn, Op};
+use super::query;
 use crate::source::provision::ProvisionError;
 use crate::source::quote::quote_ident;
 
@@ -18,11 +19,6 @@ use crate::source::quote::quote_ident;
 pub struct Tick {
     pub snapshot: String,
     pub taken_us: i64,
-}
-
-fn query(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> ProvisionError {
-    let what = what.into();
-    move |error| ProvisionError::Query { what, error }
 }
 
 /// The server's snapshot now.
