@@ -215,6 +215,39 @@ async fn trigger_capture_journals_every_statement_once_in_ticks_and_is_removed_w
     assert_eq!(late.len(), 1);
     assert_eq!(late[0].xid, long_xid as u64);
 
+    // Columns added and dropped after the capture function was written: it takes the general
+    // path, and each row names the layout it was written with.
+    for statement in [
+        "ALTER TABLE t ADD COLUMN note text",
+        "INSERT INTO t (id, name, note) VALUES (5, 'e', 'n5')",
+        "ALTER TABLE t DROP COLUMN b",
+        "INSERT INTO t (id, name, note) VALUES (6, 'f', 'n6')",
+    ] {
+        app.batch_execute(statement).await.unwrap();
+    }
+    let third = poll::take_tick(&app).await.unwrap();
+    let changed = poll::read_batch(&app, SCHEMA, Some(&second), &third)
+        .await
+        .unwrap();
+    let changed_layouts = poll::read_layouts(&app, SCHEMA, &poll::layout_ids(&changed))
+        .await
+        .unwrap();
+    assert_eq!(
+        rendered(&changed, &changed_layouts),
+        [
+            vec!["public.t I () 5|e|-|-|-|-|n5".to_owned()],
+            vec!["public.t I () 6|f|-|-|-|n6".to_owned()],
+        ]
+    );
+    let names: Vec<Vec<&str>> = changed
+        .iter()
+        .map(|t| {
+            let layout = &changed_layouts[&t.rows[0].layout.unwrap()];
+            layout.columns.iter().map(|c| c.name.as_str()).collect()
+        })
+        .collect();
+    assert_eq!(names[1], ["id", "name", "amount", "at", "tags", "note"]);
+
     // Every transaction decodes as the messages a slot would have sent.
     let mut synth = Synthesizer::default();
     let mut decoder = Decoder::new(1);
@@ -259,14 +292,14 @@ async fn trigger_capture_journals_every_statement_once_in_ticks_and_is_removed_w
     let removed = install::remove(&mut app, SCHEMA).await.unwrap();
     assert_eq!(
         (removed.triggers, removed.tables, removed.functions),
-        (20, 5, 2)
+        (20, 5, 4)
     );
-    assert_eq!(removed.journal_rows, 15);
+    assert_eq!(removed.journal_rows, 17);
     let left = app
         .query_one(
             "SELECT (SELECT count(*) FROM pg_namespace WHERE nspname = $1),
                     (SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'tributary%'),
-                    (SELECT count(*) FROM pg_proc WHERE proname IN ('capture', 'layout')),
+                    (SELECT count(*) FROM pg_proc WHERE proname LIKE 'capture%' OR proname = 'layout'),
                     (SELECT count(*) FROM pg_class WHERE relname IN ('journal', 'layouts', 'ticks')),
                     (SELECT count(*) FROM t)",
             &[&SCHEMA],
@@ -276,7 +309,7 @@ async fn trigger_capture_journals_every_statement_once_in_ticks_and_is_removed_w
     let left: Vec<i64> = (0..5).map(|i| left.get(i)).collect();
     assert_eq!(
         left,
-        [0, 0, 0, 0, 3],
+        [0, 0, 0, 0, 5],
         "nothing of Tributary's, the user's rows kept"
     );
     let nothing = install::remove(&mut app, SCHEMA).await.unwrap();

@@ -28,9 +28,9 @@ pub struct Removed {
 }
 
 /// Install capture of `tables` (`schema.table`) in `schema`, in one transaction: the schema's
-/// tables when missing, the capture function replaced, and the triggers on each table and
-/// each of its partitions replaced. Running it again changes nothing but the function, so a
-/// start of a newer Tributary upgrades it.
+/// tables when missing, each table's capture function written for its columns now, and the
+/// triggers on each table and each of its partitions, all replaced. Running it again changes
+/// nothing but the functions, so a start of a newer Tributary upgrades them.
 pub async fn install(
     client: &mut Client,
     schema: &str,
@@ -57,29 +57,53 @@ pub async fn install(
         triggers: 0,
     };
     for table in tables {
+        let found = tx
+            .query_one("SELECT c.oid, c.oid::regclass::text FROM pg_class c WHERE c.oid = $1::text::regclass", &[table])
+            .await
+            .map_err(query(format!("finding table {table}")))?;
+        let (root, quoted): (u32, String) = (found.get(0), found.get(1));
+        // The lock CREATE TRIGGER takes, taken first: the columns cannot change between the
+        // function written for them and its triggers.
+        tx.batch_execute(&format!("LOCK TABLE {quoted} IN SHARE ROW EXCLUSIVE MODE"))
+            .await
+            .map_err(query(format!("locking {table}")))?;
+        let now = tx
+            .query_one(&sql::layout_now(schema, root), &[])
+            .await
+            .map_err(query(format!("recording the columns of {table}")))?;
+        let written = sql::Written {
+            root,
+            layout: now.get(0),
+            new_cols: now.get(1),
+            old_cols: now.get(2),
+            signature: now.get(3),
+        };
+        tx.batch_execute(&sql::capture_function_sql(schema, &written))
+            .await
+            .map_err(query(format!("writing the capture function of {table}")))?;
         // The table and, when it is partitioned, every partition under it (the tree of a
         // table that is not partitioned is empty).
         let rows = tx
             .query(
                 "WITH tree AS (
-                    SELECT t.relid, t.level FROM pg_partition_tree($1::text::regclass) t
+                    SELECT t.relid, t.level FROM pg_partition_tree($1::oid) t
                     UNION ALL
-                    SELECT $1::text::regclass, 0
-                     WHERE NOT EXISTS (SELECT 1 FROM pg_partition_tree($1::text::regclass))
+                    SELECT $1::oid::regclass, 0
+                     WHERE NOT EXISTS (SELECT 1 FROM pg_partition_tree($1::oid))
                  )
                  SELECT n.nspname::text, c.relname::text
                    FROM tree t
                    JOIN pg_class c ON c.oid = t.relid
                    JOIN pg_namespace n ON n.oid = c.relnamespace
                   ORDER BY t.level, c.relname",
-                &[table],
+                &[&root],
             )
             .await
             .map_err(query(format!("listing the partitions of {table}")))?;
         for row in rows {
             let (namespace, name): (String, String) = (row.get(0), row.get(1));
             let target = format!("{}.{}", quote_ident(&namespace), quote_ident(&name));
-            for statement in sql::install_triggers(schema, &target) {
+            for statement in sql::install_triggers(schema, &target, root) {
                 tx.batch_execute(&statement).await.map_err(query(format!(
                     "creating the capture triggers on {namespace}.{name}"
                 )))?;
@@ -87,9 +111,6 @@ pub async fn install(
             }
             installed.tables.push(format!("{namespace}.{name}"));
         }
-        tx.query_one(&sql::record_layout(schema, table), &[])
-            .await
-            .map_err(query(format!("recording the columns of {table}")))?;
     }
     tx.commit()
         .await
@@ -97,7 +118,7 @@ pub async fn install(
     Ok(installed)
 }
 
-/// The tables (`schema.table`) whose triggers call `schema`'s capture function, with how many
+/// The tables (`schema.table`) whose triggers call a function of `schema`, with how many
 /// each has.
 pub async fn triggered_tables(
     client: &Client,
@@ -111,9 +132,9 @@ pub async fn triggered_tables(
                JOIN pg_namespace pn ON pn.oid = p.pronamespace
                JOIN pg_class c ON c.oid = t.tgrelid
                JOIN pg_namespace n ON n.oid = c.relnamespace
-              WHERE pn.nspname = $1 AND p.proname = $2
+              WHERE pn.nspname = $1
               GROUP BY 1 ORDER BY 1",
-            &[&schema, &sql::CAPTURE_FUNCTION],
+            &[&schema],
         )
         .await
         .map_err(query(format!(
@@ -125,7 +146,7 @@ pub async fn triggered_tables(
         .collect())
 }
 
-/// Remove capture: every trigger that calls `schema`'s capture function, then the schema
+/// Remove capture: every trigger that calls a function of `schema`, then the schema
 /// with the function, the journal and the rest. Nothing else is touched.
 pub async fn remove(client: &mut Client, schema: &str) -> Result<Removed, ProvisionError> {
     let mut removed = Removed::default();

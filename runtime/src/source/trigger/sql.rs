@@ -6,8 +6,9 @@
 
 use crate::source::quote::{quote_ident, quote_literal};
 
-/// The function every captured table's triggers call.
-pub const CAPTURE_FUNCTION: &str = "capture";
+/// The function a captured table's triggers call is this, then the table's oid (a partition's
+/// triggers call its root's).
+pub const CAPTURE_PREFIX: &str = "capture_";
 /// The function that finds (or records) a table's layout.
 pub const LAYOUT_FUNCTION: &str = "layout";
 /// The name every trigger Tributary installs starts with; the event follows.
@@ -16,9 +17,12 @@ pub const TRIGGER_PREFIX: &str = "tributary_capture_";
 /// trigger of one event).
 pub const EVENTS: [Event; 4] = [Event::Insert, Event::Update, Event::Delete, Event::Truncate];
 /// The settings the capture function runs with, so each value's text is the form pgoutput
-/// sends and the text decoders read, whatever the writing session set.
-const SETTINGS: [(&str, &str); 6] = [
+/// sends and the text decoders read, whatever the writing session set; and so an update's old
+/// and new rows are paired by a hash join whatever plan the session cached (a nested loop
+/// planned for one-row transition tables would take quadratic time over a large update).
+const SETTINGS: [(&str, &str); 7] = [
     ("search_path", "pg_catalog, pg_temp"),
+    ("enable_nestloop", "off"),
     ("DateStyle", "ISO"),
     ("TimeZone", "UTC"),
     ("IntervalStyle", "postgres"),
@@ -66,14 +70,19 @@ pub fn qualified(schema: &str, name: &str) -> String {
     format!("{}.{}", quote_ident(schema), quote_ident(name))
 }
 
-/// The statements that create the schema's tables when missing and replace the capture
+/// The `SET` clauses of Tributary's functions.
+fn settings() -> String {
+    SETTINGS
+        .iter()
+        .map(|(name, value)| format!(" SET {name} TO {}", quote_literal(value)))
+        .collect()
+}
+
+/// The statements that create the schema's tables when missing and replace the layout
 /// function, in order. Run in one transaction: a start either has all of it or none.
 pub fn install_schema(schema: &str) -> Vec<String> {
     let s = quote_ident(schema);
-    let settings: String = SETTINGS
-        .iter()
-        .map(|(name, value)| format!(" SET {name} TO {}", quote_literal(value)))
-        .collect();
+    let settings = settings();
     vec![
         format!("CREATE SCHEMA IF NOT EXISTS {s}"),
         format!(
@@ -126,18 +135,6 @@ pub fn install_schema(schema: &str) -> Vec<String> {
             layout = quote_ident(LAYOUT_FUNCTION),
             body = layout_body(schema),
         ),
-        format!(
-            "CREATE OR REPLACE FUNCTION {s}.{function}() RETURNS trigger
-             LANGUAGE plpgsql SECURITY DEFINER{settings}
-             AS $tributary$\n{body}\n$tributary$",
-            function = quote_ident(CAPTURE_FUNCTION),
-            body = capture_body(schema),
-        ),
-        format!(
-            "COMMENT ON FUNCTION {s}.{}() IS {}",
-            quote_ident(CAPTURE_FUNCTION),
-            quote_literal("Writes each captured statement's rows to the journal (Tributary).")
-        ),
     ]
 }
 
@@ -168,8 +165,8 @@ BEGIN
         WHERE a.attrelid = v_root AND a.attnum > 0 AND NOT a.attisdropped
     )
     SELECT v_ident::text || ':' || string_agg(format('%s %s %s %s', quote_ident(attname), atttypid, atttypmod, is_key), ',' ORDER BY attnum),
-           string_agg(format('(r.r).%I::text', attname), ', ' ORDER BY attnum),
-           string_agg(CASE WHEN is_key THEN format('(o.r).%I::text', attname) ELSE 'NULL' END, ', ' ORDER BY attnum),
+           string_agg(format('r.%I::text', attname), ', ' ORDER BY attnum),
+           string_agg(CASE WHEN is_key THEN format('o.%I::text', attname) ELSE 'NULL' END, ', ' ORDER BY attnum),
            array_agg(attname::text ORDER BY attnum), array_agg(atttypid ORDER BY attnum),
            array_agg(atttypmod ORDER BY attnum), array_agg(is_key ORDER BY attnum)
       INTO v_shape, new_cols, old_cols, v_names, v_types, v_mods, v_keys
@@ -186,53 +183,119 @@ END"#
     )
 }
 
-/// The capture function's body. Per statement (a truncate too, so the reader can name its
-/// table): the table's root (a partition's rows are its root's, as the publication of the slot
-/// mode has them), its layout, then the rows with one `INSERT … SELECT` from the transition
-/// tables. An update's old and new rows are paired by position: the trigger machinery appends
-/// each row's two images together.
-fn capture_body(schema: &str) -> String {
+/// What a table's capture function is written with: the table (a partitioned table's root),
+/// its layout when the function was written, the signature of its columns and key then, and
+/// the text expressions of a new row's columns and an old row's key ([`layout_body`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    pub root: u32,
+    pub layout: i32,
+    pub signature: String,
+    pub new_cols: String,
+    pub old_cols: String,
+}
+
+/// An expression that changes whenever the columns or the key of table `root` change: every
+/// column's catalog row version (a column added, dropped, renamed or retyped writes a new one),
+/// the replica identity setting, and the key indexes' columns. Three index probes of the
+/// catalog: cheap beside the lookup of a layout.
+pub fn signature(root: u32) -> String {
+    format!(
+        "(SELECT string_agg(a.xmin::text, ',' ORDER BY a.attnum) FROM pg_attribute a WHERE a.attrelid = {root} AND a.attnum > 0)
+         || '/' || (SELECT c.relreplident::text FROM pg_class c WHERE c.oid = {root})
+         || '/' || coalesce((SELECT string_agg(i.indkey::text, ';' ORDER BY i.indexrelid) FROM pg_index i WHERE i.indrelid = {root} AND (i.indisprimary OR i.indisreplident)), '')"
+    )
+}
+
+/// The query that records table `root`'s layout now and returns what its capture function is
+/// written with (`id`, `new_cols`, `old_cols`, `signature`).
+pub fn layout_now(schema: &str, root: u32) -> String {
+    format!(
+        "SELECT l.id, l.new_cols, l.old_cols, {} FROM {}({root}::oid) l",
+        signature(root),
+        qualified(schema, LAYOUT_FUNCTION)
+    )
+}
+
+/// The name of table `root`'s capture function.
+pub fn capture_function(root: u32) -> String {
+    format!("{CAPTURE_PREFIX}{root}")
+}
+
+/// Table `root`'s capture function. Per statement (a truncate too, so the reader can name
+/// its table): while the table's columns and key are as when it was written (the
+/// [`signature`] says so), one `INSERT … SELECT` from the transition tables with the
+/// columns written in, planned once per session; once they changed, the general path: the
+/// layout looked up ([`layout_body`]) and the same insert built for it. A partition's rows are
+/// its root's, as the slot mode's publication has them. An update's old and new rows are
+/// paired by position: the trigger machinery appends each row's two images together.
+pub fn capture_function_sql(schema: &str, written: &Written) -> String {
     let s = quote_ident(schema);
     let layout = qualified(schema, LAYOUT_FUNCTION);
-    format!(
+    let Written {
+        root,
+        layout: id,
+        signature: sig,
+        new_cols,
+        old_cols,
+    } = written;
+    let name = qualified(schema, &capture_function(*root));
+    let settings = settings();
+    let check = signature(*root);
+    let sig = quote_literal(sig);
+    let body = format!(
         r#"DECLARE
-    v_root oid := coalesce(pg_partition_root(TG_RELID), TG_RELID);
     v_layout integer;
     v_new text;
     v_old text;
 BEGIN
-    SELECT l.id, l.new_cols, l.old_cols INTO v_layout, v_new, v_old FROM {layout}(v_root) l;
+    IF ({check}) = {sig} THEN
+        IF TG_OP = 'TRUNCATE' THEN
+            INSERT INTO {s}.journal (rel, op, layout) VALUES ({root}, 'T', {id});
+        ELSIF TG_OP = 'INSERT' THEN
+            INSERT INTO {s}.journal (rel, op, layout, new)
+            SELECT {root}, 'I', {id}, ARRAY[{new_cols}] FROM tributary_new r;
+        ELSIF TG_OP = 'DELETE' THEN
+            INSERT INTO {s}.journal (rel, op, layout, old)
+            SELECT {root}, 'D', {id}, ARRAY[{old_cols}]::text[] FROM tributary_old o;
+        ELSE
+            INSERT INTO {s}.journal (rel, op, layout, old, new)
+            SELECT {root}, 'U', {id}, ARRAY[{old_cols}]::text[], ARRAY[{new_cols}]
+              FROM (SELECT row_number() OVER () AS tributary_n, x.* FROM tributary_old x) o
+              JOIN (SELECT row_number() OVER () AS tributary_n, x.* FROM tributary_new x) r
+             USING (tributary_n) ORDER BY tributary_n;
+        END IF;
+        RETURN NULL;
+    END IF;
+    -- The table changed since this function was written (the next start writes it again).
+    SELECT l.id, l.new_cols, l.old_cols INTO v_layout, v_new, v_old FROM {layout}({root}::oid) l;
     IF TG_OP = 'TRUNCATE' THEN
-        INSERT INTO {s}.journal (rel, op, layout) VALUES (v_root, 'T', v_layout);
+        INSERT INTO {s}.journal (rel, op, layout) VALUES ({root}, 'T', v_layout);
     ELSIF TG_OP = 'INSERT' THEN
-        EXECUTE format('INSERT INTO {s}.journal (rel, op, layout, new) SELECT %s, ''I'', %s, ARRAY[%s] FROM (SELECT r FROM tributary_new r) r',
-                       v_root, v_layout, v_new);
+        EXECUTE format('INSERT INTO {s}.journal (rel, op, layout, new) SELECT %s, ''I'', %s, ARRAY[%s] FROM tributary_new r',
+                       {root}, v_layout, v_new);
     ELSIF TG_OP = 'DELETE' THEN
-        EXECUTE format('INSERT INTO {s}.journal (rel, op, layout, old) SELECT %s, ''D'', %s, ARRAY[%s]::text[] FROM (SELECT r FROM tributary_old r) o',
-                       v_root, v_layout, v_old);
+        EXECUTE format('INSERT INTO {s}.journal (rel, op, layout, old) SELECT %s, ''D'', %s, ARRAY[%s]::text[] FROM tributary_old o',
+                       {root}, v_layout, v_old);
     ELSE
-        EXECUTE format('INSERT INTO {s}.journal (rel, op, layout, old, new) SELECT %s, ''U'', %s, ARRAY[%s]::text[], ARRAY[%s] FROM (SELECT row_number() OVER () AS n, r FROM tributary_old r) o JOIN (SELECT row_number() OVER () AS n, r FROM tributary_new r) r USING (n) ORDER BY n',
-                       v_root, v_layout, v_old, v_new);
+        EXECUTE format('INSERT INTO {s}.journal (rel, op, layout, old, new) SELECT %s, ''U'', %s, ARRAY[%s]::text[], ARRAY[%s] FROM (SELECT row_number() OVER () AS tributary_n, x.* FROM tributary_old x) o JOIN (SELECT row_number() OVER () AS tributary_n, x.* FROM tributary_new x) r USING (tributary_n) ORDER BY tributary_n',
+                       {root}, v_layout, v_old, v_new);
     END IF;
     RETURN NULL;
 END"#
-    )
-}
-
-/// The statement that records `table`'s layout now (`table` quoted already), so writers find
-/// it recorded rather than each recording it in their own transaction.
-pub fn record_layout(schema: &str, table: &str) -> String {
+    );
     format!(
-        "SELECT id FROM {}({}::regclass)",
-        qualified(schema, LAYOUT_FUNCTION),
-        quote_literal(table)
+        "CREATE OR REPLACE FUNCTION {name}() RETURNS trigger
+         LANGUAGE plpgsql SECURITY DEFINER{settings}
+         AS $tributary$\n{body}\n$tributary$"
     )
 }
 
 /// The statements that put the capture triggers on `table` (`schema.table`, quoted
-/// already), replacing those a start before installed.
-pub fn install_triggers(schema: &str, table: &str) -> Vec<String> {
-    let function = qualified(schema, CAPTURE_FUNCTION);
+/// already), calling the capture function of its root `root`, replacing those a start before
+/// installed.
+pub fn install_triggers(schema: &str, table: &str, root: u32) -> Vec<String> {
+    let function = qualified(schema, &capture_function(root));
     EVENTS
         .iter()
         .map(|event| {
@@ -270,13 +333,13 @@ mod tests {
 
     #[test]
     fn each_event_has_its_trigger_with_the_transition_tables_it_may_have() {
-        let sql = install_triggers("tributary", "\"public\".\"t\"");
+        let sql = install_triggers("tributary", "\"public\".\"t\"", 16384);
         assert_eq!(sql.len(), 4);
         assert_eq!(
             sql[1],
             "CREATE OR REPLACE TRIGGER \"tributary_capture_update\" AFTER UPDATE ON \"public\".\"t\" \
              REFERENCING OLD TABLE AS tributary_old NEW TABLE AS tributary_new FOR EACH STATEMENT \
-             EXECUTE FUNCTION \"tributary\".\"capture\"()"
+             EXECUTE FUNCTION \"tributary\".\"capture_16384\"()"
         );
         assert!(sql[3].contains("AFTER TRUNCATE ON \"public\".\"t\" FOR EACH STATEMENT"));
         assert_eq!(
@@ -292,7 +355,30 @@ mod tests {
         assert!(!sql.contains(" we\"ird"), "never pasted unquoted");
         assert!(sql.contains("SECURITY DEFINER SET search_path TO 'pg_catalog, pg_temp'"));
         assert!(sql.contains("SET TimeZone TO 'UTC'"));
-        assert!(sql.contains("INSERT INTO \"we\"\"ird\".journal"));
+        assert!(sql.contains("INSERT INTO \"we\"\"ird\".layouts"));
         assert_eq!(drop_schema("t"), "DROP SCHEMA IF EXISTS \"t\" CASCADE");
+    }
+
+    #[test]
+    fn a_capture_function_has_its_table_written_in_and_a_general_path_once_it_changed() {
+        let written = Written {
+            root: 16384,
+            layout: 7,
+            signature: "1,2/d/1".into(),
+            new_cols: "r.\"id\"::text".into(),
+            old_cols: "o.\"id\"::text".into(),
+        };
+        let sql = capture_function_sql("tributary", &written);
+        assert!(sql.starts_with("CREATE OR REPLACE FUNCTION \"tributary\".\"capture_16384\"()"));
+        assert!(sql.contains("= '1,2/d/1' THEN"), "{sql}");
+        assert!(
+            sql.contains("SELECT 16384, 'I', 7, ARRAY[r.\"id\"::text]"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("EXECUTE format('INSERT INTO \"tributary\".journal"),
+            "{sql}"
+        );
+        assert!(sql.contains("WHERE a.attrelid = 16384"), "{sql}");
     }
 }
