@@ -5,7 +5,7 @@ use tokio_postgres::Client;
 use super::query;
 use super::sql;
 use crate::source::provision::ProvisionError;
-use crate::source::quote::{quote_ident, quote_literal};
+use crate::source::quote::quote_ident;
 
 /// What an installation put in place.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,35 +118,55 @@ pub async fn install(
     Ok(installed)
 }
 
-/// The tables (`schema.table`) whose triggers call a function of `schema`, with how many
-/// each has.
+/// A table whose triggers call functions of the capture schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Triggered {
+    /// `schema.table`, for people.
+    pub table: String,
+    /// The table's name as SQL reads it, quoted where needed.
+    pub quoted: String,
+    pub triggers: Vec<String>,
+}
+
+/// The tables whose triggers call a function of `schema`, with those triggers' names.
 pub async fn triggered_tables(
     client: &Client,
     schema: &str,
-) -> Result<Vec<(String, usize)>, ProvisionError> {
+) -> Result<Vec<Triggered>, ProvisionError> {
     let rows = client
         .query(
-            "SELECT n.nspname::text || '.' || c.relname::text, count(*)
+            "SELECT n.nspname::text || '.' || c.relname::text, c.oid::regclass::text, t.tgname::text
                FROM pg_trigger t
                JOIN pg_proc p ON p.oid = t.tgfoid
                JOIN pg_namespace pn ON pn.oid = p.pronamespace
                JOIN pg_class c ON c.oid = t.tgrelid
                JOIN pg_namespace n ON n.oid = c.relnamespace
               WHERE pn.nspname = $1
-              GROUP BY 1 ORDER BY 1",
+              ORDER BY 1, 3",
             &[&schema],
         )
         .await
         .map_err(query(format!(
             "listing the capture triggers of schema {schema:?}"
         )))?;
-    Ok(rows
-        .iter()
-        .map(|r| (r.get(0), r.get::<_, i64>(1) as usize))
-        .collect())
+    let mut tables: Vec<Triggered> = Vec::new();
+    for row in rows {
+        let (table, quoted, trigger): (String, String, String) =
+            (row.get(0), row.get(1), row.get(2));
+        match tables.last_mut() {
+            Some(last) if last.table == table => last.triggers.push(trigger),
+            _ => tables.push(Triggered {
+                table,
+                quoted,
+                triggers: vec![trigger],
+            }),
+        }
+    }
+    Ok(tables)
 }
 
-/// Remove capture: every trigger that calls a function of `schema`, then the schema
+/// Remove capture: every trigger that calls a function of `schema` (whatever tables they are
+/// on now), then the schema
 /// with the function, the journal and the rest. Nothing else is touched.
 pub async fn remove(client: &mut Client, schema: &str) -> Result<Removed, ProvisionError> {
     let mut removed = Removed::default();
@@ -164,10 +184,7 @@ pub async fn remove(client: &mut Client, schema: &str) -> Result<Removed, Provis
     let tables = triggered_tables(client, schema).await?;
     let journal = format!("{}.journal", quote_ident(schema));
     let has_journal: bool = client
-        .query_one(
-            "SELECT to_regclass($1) IS NOT NULL",
-            &[&format!("{}.journal", quote_ident(schema))],
-        )
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&journal])
         .await
         .map_err(query("looking for the journal"))?
         .get(0);
@@ -182,15 +199,20 @@ pub async fn remove(client: &mut Client, schema: &str) -> Result<Removed, Provis
             .map_err(query("counting the journal's rows"))?
             .get(0);
     }
-    for (table, count) in &tables {
-        let (namespace, name) = table.split_once('.').unwrap_or(("public", table));
-        let target = format!("{}.{}", quote_ident(namespace), quote_ident(name));
-        for statement in sql::drop_triggers(&target) {
-            tx.batch_execute(&statement)
-                .await
-                .map_err(query(format!("dropping the capture triggers on {table}")))?;
+    for table in &tables {
+        for trigger in &table.triggers {
+            tx.batch_execute(&format!(
+                "DROP TRIGGER {} ON {}",
+                quote_ident(trigger),
+                table.quoted
+            ))
+            .await
+            .map_err(query(format!(
+                "dropping trigger {trigger:?} on {}",
+                table.table
+            )))?;
         }
-        removed.triggers += count;
+        removed.triggers += table.triggers.len();
         removed.tables += 1;
     }
     removed.functions = tx
@@ -204,8 +226,7 @@ pub async fn remove(client: &mut Client, schema: &str) -> Result<Removed, Provis
     tx.batch_execute(&sql::drop_schema(schema))
         .await
         .map_err(query(format!(
-            "dropping schema {schema:?} (run as its owner, {})",
-            quote_literal(schema)
+            "dropping schema {schema:?} (it belongs to the role that installed capture)"
         )))?;
     tx.commit().await.map_err(query("committing the removal"))?;
     removed.schema = true;

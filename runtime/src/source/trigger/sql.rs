@@ -309,19 +309,6 @@ pub fn install_triggers(schema: &str, table: &str, root: u32) -> Vec<String> {
         .collect()
 }
 
-/// The statements that drop the capture triggers of `table` (quoted already).
-pub fn drop_triggers(table: &str) -> Vec<String> {
-    EVENTS
-        .iter()
-        .map(|event| {
-            format!(
-                "DROP TRIGGER IF EXISTS {} ON {table}",
-                quote_ident(&event.trigger())
-            )
-        })
-        .collect()
-}
-
 /// The statement that drops the schema and everything in it.
 pub fn drop_schema(schema: &str) -> String {
     format!("DROP SCHEMA IF EXISTS {} CASCADE", quote_ident(schema))
@@ -342,10 +329,6 @@ mod tests {
              EXECUTE FUNCTION \"tributary\".\"capture_16384\"()"
         );
         assert!(sql[3].contains("AFTER TRUNCATE ON \"public\".\"t\" FOR EACH STATEMENT"));
-        assert_eq!(
-            drop_triggers("\"public\".\"t\"")[0],
-            "DROP TRIGGER IF EXISTS \"tributary_capture_insert\" ON \"public\".\"t\""
-        );
     }
 
     #[test]
