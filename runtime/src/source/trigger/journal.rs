@@ -65,8 +65,8 @@ pub struct JournalRow {
     pub seq: i64,
     pub rel: u32,
     pub op: Op,
-    /// The columns `old` and `new` follow (`None` only for a truncate written by an earlier
-    /// capture function).
+    /// The columns `old` and `new` follow. The capture functions always name one; a truncate
+    /// row without one is sent without a `Relation`.
     pub layout: Option<i32>,
     /// One text per column of the layout (`None`: SQL NULL, or not part of the key).
     pub old: Option<Vec<Option<String>>>,
@@ -103,6 +103,8 @@ pub enum JournalError {
         found: usize,
         expected: usize,
     },
+    #[error("journal row {seq} ({op:?}) names no layout")]
+    Unlaid { seq: i64, op: Op },
     #[error("journal row {seq} ({op:?}) has no {image} row")]
     Missing {
         seq: i64,
@@ -153,6 +155,12 @@ impl Synthesizer {
                 self.sent.insert(row.rel, layout.id);
             }
             let Some(layout) = layout else {
+                if row.op != Op::Truncate {
+                    return Err(JournalError::Unlaid {
+                        seq: row.seq,
+                        op: row.op,
+                    });
+                }
                 frames.push(frame(encode::truncate(None, 0, &[row.rel])));
                 continue;
             };
@@ -371,6 +379,21 @@ mod tests {
                 .frames(&missing, Lsn(1), 0, &layouts)
                 .unwrap_err(),
             JournalError::NoLayout { seq: 4, layout: 2 }
+        );
+        let mut unlaid = row(5, Op::Insert, 1, &[], &[Some("1")]);
+        unlaid.layout = None;
+        let unlaid = JournalTxn {
+            xid: 1,
+            rows: vec![unlaid],
+        };
+        assert_eq!(
+            Synthesizer::default()
+                .frames(&unlaid, Lsn(1), 0, &layouts)
+                .unwrap_err(),
+            JournalError::Unlaid {
+                seq: 5,
+                op: Op::Insert
+            }
         );
     }
 }
