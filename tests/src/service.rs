@@ -22,7 +22,7 @@ pub fn tributary_bin() -> PathBuf {
         .expect("the test executable lives in target/<profile>/deps");
     assert!(
         bin.exists(),
-        "{} is missing: build it with `cargo build -p tributary` (a plain `cargo test` at the workspace root builds it)",
+        "{} is missing: build it with `cargo build -p tributary-cli` (a plain `cargo test` at the workspace root builds it)",
         bin.display()
     );
     bin
