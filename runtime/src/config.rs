@@ -90,6 +90,56 @@ pub struct SourceConfig {
     /// failover slot.
     #[serde(default)]
     pub standby_url: Option<String>,
+    /// How changes are captured: from the slot (`"wal"`, the default), from a journal that
+    /// triggers write (`"trigger"`), or whichever the server and role allow (`"auto"`).
+    #[serde(default)]
+    pub capture: CaptureMode,
+    /// The schema trigger capture installs its journal, functions and bookkeeping in.
+    #[serde(default = "default_trigger_schema")]
+    pub trigger_schema: String,
+}
+
+fn default_trigger_schema() -> String {
+    "tributary".to_owned()
+}
+
+/// `source.capture`: where changes come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub enum CaptureMode {
+    /// A logical replication slot (`wal_level = logical`, a role with `REPLICATION`).
+    #[default]
+    Wal,
+    /// Triggers writing a journal in the database, for a server or role that cannot serve a
+    /// slot; costs a write in each captured statement.
+    Trigger,
+    /// The slot where the server and role allow it, triggers otherwise.
+    Auto,
+}
+
+impl CaptureMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CaptureMode::Wal => "wal",
+            CaptureMode::Trigger => "trigger",
+            CaptureMode::Auto => "auto",
+        }
+    }
+}
+
+impl TryFrom<String> for CaptureMode {
+    type Error = String;
+
+    fn try_from(value: String) -> Result<Self, String> {
+        match value.as_str() {
+            "wal" => Ok(CaptureMode::Wal),
+            "trigger" => Ok(CaptureMode::Trigger),
+            "auto" => Ok(CaptureMode::Auto),
+            other => Err(format!(
+                "{other:?} is not one of \"wal\", \"trigger\", \"auto\""
+            )),
+        }
+    }
 }
 
 impl SourceConfig {
@@ -110,6 +160,8 @@ impl SourceConfig {
             binary: false,
             failover: false,
             standby_url: None,
+            capture: CaptureMode::default(),
+            trigger_schema: default_trigger_schema(),
         }
     }
 
@@ -744,6 +796,7 @@ impl PipelineConfig {
         for (key, name) in [
             ("source.slot", &s.slot),
             ("source.publication", &s.publication),
+            ("source.trigger_schema", &s.trigger_schema),
         ] {
             check_identifier(name).map_err(|why| format!("{key} = {name:?}: {why}"))?;
         }
@@ -952,6 +1005,37 @@ mod tests {
         let named = delta.replace("public.orders\"]", "public.orders__current\"]");
         let err = parse(&named).unwrap_err().to_string();
         assert!(err.contains("not an output's name"), "{err}");
+    }
+
+    #[test]
+    fn the_capture_mode_and_the_trigger_schema_are_read_and_checked() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.source.capture, CaptureMode::Wal);
+        assert_eq!(c.source.trigger_schema, "tributary");
+        let with = |extra: &str| {
+            parse(&MINIMAL.replace("tables = [", &format!("{extra}\n        tables = [")))
+        };
+        let c = with("capture = \"auto\"\ntrigger_schema = \"cdc\"").unwrap();
+        assert_eq!(
+            (c.source.capture, c.source.trigger_schema.as_str()),
+            (CaptureMode::Auto, "cdc")
+        );
+        assert_eq!(
+            with("capture = \"trigger\"").unwrap().source.capture,
+            CaptureMode::Trigger
+        );
+        let err = with("capture = \"logical\"").unwrap_err().to_string();
+        assert!(
+            err.contains("\"logical\" is not one of \"wal\", \"trigger\", \"auto\""),
+            "{err}"
+        );
+        let err = with("trigger_schema = \"Bad-Name\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("source.trigger_schema = \"Bad-Name\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -4,13 +4,17 @@
 //! removal that leaves nothing behind.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use tributary::Lsn;
 use tributary::source::trigger::journal::{JournalTxn, Layout, Op, Synthesizer};
 use tributary::source::trigger::{install, poll};
 use tributary::wire::pgoutput::{Decoder, LogicalMessage};
 use tributary_cluster::{ClusterOptions, TempCluster};
+use tributary_tests::chaos::assert_lake_equals_source;
 use tributary_tests::connect;
+use tributary_tests::lake::committed_rows;
+use tributary_tests::service::{Fixture, Service, command, verify};
 
 const SCHEMA: &str = "tributary";
 
@@ -431,8 +435,8 @@ async fn the_journal_is_read_in_ticks_resumed_after_a_restart_and_deleted_once_l
     assert_eq!(journal_rows(&app).await, 1, "id 10 waits");
     assert_eq!(capture.confirm(4).await.unwrap(), 0);
 
-    // A restart with everything landed reads the last tick again (its end is not recorded)
-    // and then nothing new.
+    // A restart with everything landed: the last tick's end is recorded, so it landed whole,
+    // its rows go, and nothing is read again.
     drop(capture);
     let mut capture = TriggerCapture::open(connect(&url).await, SCHEMA, 5)
         .await
@@ -440,16 +444,247 @@ async fn the_journal_is_read_in_ticks_resumed_after_a_restart_and_deleted_once_l
     let mut decoder = Decoder::new(1);
     assert_eq!(
         journal_rows(&app).await,
-        1,
-        "id 10's tick is not known to have landed whole: it is read again"
-    );
-    assert_eq!(
-        transactions(&mut decoder, &capture.poll().await.unwrap()),
-        fourth
+        0,
+        "id 10's tick landed whole: its rows went"
     );
     assert!(capture.poll().await.unwrap().is_empty());
     assert_eq!(capture.next_position(), 6);
     insert("6").await;
     let fifth = transactions(&mut decoder, &capture.poll().await.unwrap());
     assert_eq!(fifth.iter().map(|t| t.0).collect::<Vec<_>>(), [6]);
+}
+
+/// The tables of the pipeline tests: keyed by `id`.
+const PIPELINE_TABLES: [(&str, &str); 3] = [
+    ("public.accounts", "id"),
+    ("public.notes", "id"),
+    ("public.scratch", "id"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_capture_chooses_triggers_and_lands_a_mixed_workload_exactly_once() {
+    let (cluster, url) = replica_server().await;
+    let app = connect(&url).await;
+    app.batch_execute(
+        "CREATE TABLE accounts (id int PRIMARY KEY, name text, balance numeric(12,2));
+         CREATE TABLE notes (id int PRIMARY KEY, body text, tag varchar(20), at timestamptz);
+         ALTER TABLE notes REPLICA IDENTITY FULL;
+         CREATE TABLE scratch (id int PRIMARY KEY, v text);",
+    )
+    .await
+    .unwrap();
+    let tables: Vec<&str> = PIPELINE_TABLES.iter().map(|(t, _)| *t).collect();
+    let mut fx = Fixture::new(&url, "trigger_auto", &tables).await;
+    fx.cfg.source = vec![("capture".into(), "\"auto\"".into())];
+    fx.file = fx.cfg.write(&fx.dir);
+
+    // `check` reports the mode auto chooses, and what a slot would need.
+    let (code, report, err) = command("check", &fx.file, &[], &[]).await;
+    assert_eq!(code, 0, "{report}{err}");
+    for line in [
+        "ok    capture: trigger (source.capture = \"auto\": no slot, since wal_level = replica",
+        "note  capture from a slot would need: (1) the source server runs with wal_level = replica",
+        "ALTER ROLE app REPLICATION",
+        "ok    schema \"tributary\": missing, a start creates it",
+        "ok    start: a first run (the sink's commit log is empty), from the tail",
+        "check: the pipeline is ready to run",
+    ] {
+        assert!(report.contains(line), "{line}:\n{report}");
+    }
+
+    let mut run = Service::spawn(&fx.file, &[], &fx.dir.join("run.log"));
+    run.wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    let said = run.log();
+    let chosen = said
+        .lines()
+        .find(|l| l.contains("capture mode chosen"))
+        .unwrap_or_else(|| panic!("no line names the capture mode:\n{said}"));
+    assert!(
+        chosen.contains("capture=\"trigger\"")
+            && chosen.contains(
+                "no slot, since wal_level = replica and role \"app\" has no REPLICATION attribute"
+            ),
+        "{chosen}"
+    );
+    assert!(said.contains("trigger capture installed"), "{said}");
+
+    // A transaction open across most of the workload, committed last.
+    let long = connect(&url).await;
+    long.batch_execute("BEGIN; INSERT INTO notes VALUES (1, 'long', 'l', now())")
+        .await
+        .unwrap();
+    app.batch_execute(
+        "INSERT INTO accounts SELECT i, 'account ' || i, i * 1.5 FROM generate_series(1, 1000) i;
+         UPDATE accounts SET balance = balance + 1 WHERE id <= 100;
+         UPDATE accounts SET id = id + 10000 WHERE id BETWEEN 101 AND 110;
+         DELETE FROM accounts WHERE id BETWEEN 111 AND 130;",
+    )
+    .await
+    .unwrap();
+    app.batch_execute(
+        "BEGIN; INSERT INTO accounts SELECT i, 'rolled back', 0 FROM generate_series(5000, 5100) i; ROLLBACK;",
+    )
+    .await
+    .unwrap();
+    app.batch_execute(
+        "INSERT INTO scratch SELECT i, 'gone ' || i FROM generate_series(1, 10) i;
+         TRUNCATE scratch;
+         INSERT INTO scratch VALUES (1, 'after the truncate'), (2, 'kept');
+         UPDATE notes SET body = 'never' WHERE false;",
+    )
+    .await
+    .unwrap();
+    // Concurrent writers in single-row transactions.
+    let writers: Vec<_> = (0..2)
+        .map(|w| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let client = connect(&url).await;
+                for i in 0..50 {
+                    let id = 100 + w * 100 + i;
+                    client
+                        .execute(
+                            "INSERT INTO notes VALUES ($1, 'concurrent', 'c', now())",
+                            &[&id],
+                        )
+                        .await
+                        .unwrap();
+                    if i % 5 == 0 {
+                        client
+                            .execute(
+                                "UPDATE accounts SET balance = balance - 1 WHERE id = $1",
+                                &[&(i + 1)],
+                            )
+                            .await
+                            .unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    // One statement of 100,000 rows, then changes to some of them.
+    app.batch_execute(
+        "INSERT INTO notes SELECT i, md5(i::text), 't' || (i % 7), '2026-01-01'::timestamptz + i * interval '1 s'
+           FROM generate_series(1000, 100999) i;
+         UPDATE notes SET tag = 'changed' WHERE id BETWEEN 1000 AND 1999;
+         DELETE FROM notes WHERE id BETWEEN 2000 AND 2499;",
+    )
+    .await
+    .unwrap();
+    long.batch_execute("UPDATE notes SET body = 'long, updated' WHERE id = 1; COMMIT")
+        .await
+        .unwrap();
+    // Committed after every other: once it landed, everything did.
+    app.batch_execute("INSERT INTO accounts VALUES (99999, 'the end', 0)")
+        .await
+        .unwrap();
+    // accounts: 1000 + 100 + 10 + 20 + 20 (concurrent updates) + 1; notes: 1 + 1 (long) + 100
+    // + 100,000 + 1000 + 500; scratch: 10 + truncate + 2.
+    let expected = [1151, 101_602, 13];
+    run.wait_for_landed(
+        &fx.log,
+        expected.iter().sum::<usize>() as u64,
+        Duration::from_secs(240),
+    )
+    .await;
+
+    let figures = assert_lake_equals_source(&app, &fx.sink, &PIPELINE_TABLES).await;
+    let changes: Vec<usize> = figures.iter().map(|f| f.changes).collect();
+    assert_eq!(changes, expected, "{figures:?}");
+    let accounts = committed_rows(&fx.sink, "public.accounts").await;
+    assert!(
+        !accounts
+            .iter()
+            .any(|r| r.values["name"].as_deref() == Some("rolled back")),
+        "a rolled-back row landed"
+    );
+    // The long transaction's changes land in one transaction, after the others it overlapped.
+    let notes = committed_rows(&fx.sink, "public.notes").await;
+    let long_rows: Vec<_> = notes
+        .iter()
+        .filter(|r| r.values["id"].as_deref() == Some("1"))
+        .collect();
+    assert_eq!(long_rows.len(), 2, "{long_rows:?}");
+    assert_eq!(long_rows[0].commit_lsn, long_rows[1].commit_lsn);
+    assert!(
+        notes
+            .iter()
+            .all(|r| r.commit_lsn <= long_rows[0].commit_lsn),
+        "the long transaction lands after every transaction it overlapped"
+    );
+    // Positions are numbered transactions: (_commit_lsn, _seq) is unique.
+    let mut identities: Vec<(u64, u32)> = accounts
+        .iter()
+        .chain(&notes)
+        .map(|r| (r.commit_lsn, r.seq))
+        .collect();
+    let all = identities.len();
+    identities.sort_unstable();
+    identities.dedup();
+    assert_eq!(identities.len(), all, "an identity twice");
+
+    // A stop confirms what landed: the journal is empty.
+    run.stop().await;
+    let left: i64 = app
+        .query_one("SELECT count(*) FROM tributary.journal", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "journal rows left after everything landed");
+    let said = verify(&fx.file, &["--identities-only"]).await;
+    assert_eq!(said.code, 0, "{said}");
+    let said = verify(&fx.file, &[]).await;
+    assert!(
+        said.code != 0
+            && said
+                .to_string()
+                .contains("this lake is captured by triggers"),
+        "{said}"
+    );
+
+    // A restart goes on where the lake ends, without landing anything again.
+    app.batch_execute("INSERT INTO accounts VALUES (100000, 'after the restart', 0)")
+        .await
+        .unwrap();
+    let run = Service::spawn(&fx.file, &[], &fx.dir.join("again.log"));
+    run.wait_for_landed(
+        &fx.log,
+        expected.iter().sum::<usize>() as u64 + 1,
+        Duration::from_secs(120),
+    )
+    .await;
+    let figures = assert_lake_equals_source(&app, &fx.sink, &PIPELINE_TABLES).await;
+    assert_eq!(figures[0].changes, 1152, "{figures:?}");
+    let log = run.stop().await;
+    assert!(log.contains("resuming after position"), "{log}");
+
+    // Teardown removes what the start installed, and says how much.
+    let (code, out, err) = command("teardown", &fx.file, &["--yes"], &[]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("will drop trigger capture \"tributary\"")
+            && out.contains(
+                "removed trigger capture in schema \"tributary\": 12 triggers on 3 tables, 4 functions"
+            ),
+        "{out}"
+    );
+    let left: i64 = app
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_namespace WHERE nspname = 'tributary')
+                  + (SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal)
+                  + (SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                      WHERE n.nspname = 'tributary')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "objects of trigger capture left after teardown");
+    let (_, out, _) = command("teardown", &fx.file, &["--yes"], &[]).await;
+    assert!(out.contains("nothing to drop"), "{out}");
+    drop(cluster);
 }

@@ -11,15 +11,16 @@
 use tokio_postgres::Client;
 
 use crate::Lsn;
-use crate::config::{PipelineConfig, SourceConfig};
+use crate::config::{PipelineConfig, SourceConfig, StartFrom};
 use crate::lake::commit::{
-    Checkpoint, CommitEntry, CommitLog, FORMAT, PipelineIdentity, StartedFrom, Writer,
+    Checkpoint, CommitEntry, CommitLog, FORMAT, PipelineIdentity, StartedFrom, Writer, journal_name,
 };
 use crate::lake::sink::Sink;
 use crate::source::connect::{PgConfig, SslMode};
-use crate::source::prerequisites::{self, Report};
+use crate::source::prerequisites::{self, Capture, Report};
 use crate::source::provision::{self, ProvisionError, SlotState};
 use crate::source::replication::SystemIdentity;
+use crate::source::trigger::capture;
 use crate::source::{connect, position};
 use crate::transform::TransformChain;
 
@@ -30,17 +31,47 @@ pub async fn check(config: &PipelineConfig) -> Result<Report, ProvisionError> {
     let pg = connect::parse_url(&source.url)?;
     let client = connect::sql(&pg).await?;
     let mut report = prerequisites::run(&client, &pg, source).await?;
-    let system = check_connections(&mut report, &client, &pg).await?;
+    let trigger = report.choice.as_ref().map(|c| c.capture) == Some(Capture::Trigger);
+    let system = match trigger {
+        false => check_connections(&mut report, &client, &pg)
+            .await?
+            .map(|s| s.system_id),
+        true => {
+            report.ok(format!(
+                "connection (SQL): {}",
+                connect::describe_sql(&client, &pg).await?
+            ));
+            warn_weak_tls(&mut report, &pg);
+            // Trigger capture needs no replication connection; the system identifier is read
+            // over SQL, as its start reads it.
+            match capture::identify(&client).await {
+                Ok((system, _)) => Some(system),
+                Err(e) => {
+                    report.fail(e);
+                    None
+                }
+            }
+        }
+    };
     check_plugins(&mut report, config).await;
-    if let Some(log) = check_sink(&mut report, config, system, &client).await {
-        check_start(
-            &mut report,
-            &client,
-            source,
-            log.latest.as_ref(),
-            log.first.as_ref(),
-        )
-        .await?;
+    let name = match trigger {
+        true => journal_name(&source.trigger_schema),
+        false => source.slot.clone(),
+    };
+    if let Some(log) = check_sink(&mut report, config, system, &name, &client).await {
+        match trigger {
+            false => {
+                check_start(
+                    &mut report,
+                    &client,
+                    source,
+                    log.latest.as_ref(),
+                    log.first.as_ref(),
+                )
+                .await?
+            }
+            true => judge_trigger_start(&mut report, source, log.latest.as_ref()),
+        }
     }
     Ok(report)
 }
@@ -76,7 +107,8 @@ struct LogRead {
 async fn check_sink(
     report: &mut Report,
     config: &PipelineConfig,
-    system: Option<SystemIdentity>,
+    system: Option<String>,
+    name: &str,
     client: &Client,
 ) -> Option<LogRead> {
     let url = &config.sink.url;
@@ -117,9 +149,9 @@ async fn check_sink(
     };
     let ours = PipelineIdentity {
         format: FORMAT,
-        system_identifier: system.system_id,
+        system_identifier: system,
         database,
-        slot: config.source.slot.clone(),
+        slot: name.to_owned(),
         created_by: log.writer().clone(),
         created_at: 0,
     };
@@ -217,13 +249,38 @@ pub async fn check_connections(
             Err(e) => report.fail(ProvisionError::ReplicationConnection(Box::new(e))),
         }
     }
+    warn_weak_tls(report, pg);
+    Ok(system)
+}
+
+/// A warning when `sslmode` lets a connection that crosses a network go unencrypted or
+/// unchecked.
+fn warn_weak_tls(report: &mut Report, pg: &PgConfig) {
     if pg.ssl_mode() <= SslMode::Prefer && !pg.is_local() {
         report.warn(ProvisionError::WeakSslMode {
             mode: pg.ssl_mode(),
             hosts: pg.hosts(),
         });
     }
-    Ok(system)
+}
+
+/// What a run in trigger capture would make of `source.start_from`: a first run starts at
+/// the tail (a full load is not there yet); a later run resumes from the commit log.
+fn judge_trigger_start(report: &mut Report, source: &SourceConfig, latest: Option<&CommitEntry>) {
+    match (latest, source.start_from) {
+        (None, StartFrom::Tail) => report.ok(
+            "start: a first run (the sink's commit log is empty), from the tail: the changes committed once the triggers are installed".into(),
+        ),
+        (None, StartFrom::Full) => report.fail(ProvisionError::TriggerStartFrom(
+            "\"full\" (not yet with trigger capture)".into(),
+        )),
+        (None, other) => report.fail(ProvisionError::TriggerStartFrom(format!("\"{other}\""))),
+        (Some(entry), _) => report.ok(format!(
+            "start: resumes from the sink's commit log after position {} (entry {})",
+            Checkpoint::from_entry(Some(entry)).confirmed().0,
+            entry.sequence
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! `tributary teardown`: drop the slot and the publication Tributary created for a pipeline,
-//! and nothing else.
+//! or what trigger capture installed (its schema, functions and triggers), and nothing else.
 //!
 //! A start records every object it creates in the sink (`_tributary/created/`, see
 //! [`Provisioned`]); an object that existed before (made by an operator, or by another tool)
@@ -18,6 +18,7 @@ use crate::lake::sink::{Sink, SinkError};
 use crate::source::provision::{self, ProvisionError};
 use crate::source::quote_ident;
 use crate::source::replication::ReplicationError;
+use crate::source::trigger::{capture, install};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TeardownError {
@@ -37,6 +38,10 @@ pub enum TeardownError {
         holder: provision::SlotHolder,
     },
     #[error(
+        "the trigger journal in schema {schema:?} is being read by a running pipeline: removing it would stop that pipeline and lose the changes not yet landed; stop the pipeline first, then run tributary teardown again"
+    )]
+    JournalHeld { schema: String },
+    #[error(
         "the sink records a {kind} {name:?} created on database {database:?} of the server with system identifier {theirs}, but source.url reaches database {our_database:?} of the server with system identifier {ours}: nothing is dropped; point source.url at the server the pipeline ran on"
     )]
     OtherServer {
@@ -52,6 +57,9 @@ pub enum TeardownError {
 /// What a teardown found: what it will drop, and what it leaves alone and why.
 pub struct Teardown {
     client: Client,
+    /// Holds the journal's reader lock, when trigger capture is to be removed: no pipeline
+    /// starts reading while it goes.
+    reader: Option<Client>,
     log: CommitLog,
     /// Created by Tributary and still there: dropped by [`execute`](Self::execute).
     pub drops: Vec<Provisioned>,
@@ -72,9 +80,14 @@ impl Teardown {
         let log = CommitLog::new(sink, Writer::new());
         let records = log.created().await?;
         let database = provision::current_database(&client).await?;
-        let system = match records.is_empty() {
-            true => None,
-            false => Some(
+        let triggers_only = records
+            .iter()
+            .all(|r| r.kind == ProvisionedKind::TriggerCapture);
+        let system = match (records.is_empty(), triggers_only) {
+            (true, _) => None,
+            // Trigger capture needs no REPLICATION, and its teardown neither.
+            (false, true) => Some(capture::identify(&client).await?.0),
+            (false, false) => Some(
                 crate::source::connect::replication(&pg)
                     .await?
                     .identify_system()
@@ -84,6 +97,7 @@ impl Teardown {
         };
         let mut teardown = Teardown {
             client,
+            reader: None,
             log,
             drops: Vec::new(),
             gone: Vec::new(),
@@ -118,6 +132,16 @@ impl Teardown {
                 }
                 ProvisionedKind::Publication => {
                     publication_exists(&teardown.client, &record.name).await?
+                }
+                ProvisionedKind::TriggerCapture => {
+                    let reader = crate::source::connect::sql(&pg).await?;
+                    if !capture::hold(&reader, &record.name).await? {
+                        return Err(TeardownError::JournalHeld {
+                            schema: record.name,
+                        });
+                    }
+                    teardown.reader = Some(reader);
+                    schema_exists(&teardown.client, &record.name).await?
                 }
             };
             match exists {
@@ -160,7 +184,17 @@ impl Teardown {
         let mut done = Vec::new();
         let mut drops = self.drops;
         drops.sort_by_key(|r| r.kind != ProvisionedKind::Slot);
+        let mut client = self.client;
         for record in drops {
+            if record.kind == ProvisionedKind::TriggerCapture {
+                let removed = install::remove(&mut client, &record.name).await?;
+                self.log.forget_created(record.kind).await?;
+                done.push(format!(
+                    "removed trigger capture in schema {:?}: {} triggers on {} tables, {} functions, and the journal with {} rows not landed",
+                    record.name, removed.triggers, removed.tables, removed.functions, removed.journal_rows
+                ));
+                continue;
+            }
             let (sql, what) = match record.kind {
                 ProvisionedKind::Slot => (
                     format!(
@@ -173,8 +207,9 @@ impl Teardown {
                     format!("DROP PUBLICATION {}", quote_ident(&record.name)),
                     "dropping the publication",
                 ),
+                ProvisionedKind::TriggerCapture => unreachable!("removed above"),
             };
-            self.client
+            client
                 .batch_execute(&sql)
                 .await
                 .map_err(|error| ProvisionError::Query {
@@ -246,6 +281,17 @@ async fn publication_exists(client: &Client, name: &str) -> Result<bool, Provisi
         .await
         .map_err(|error| ProvisionError::Query {
             what: format!("looking up publication {name:?}"),
+            error,
+        })?
+        .is_some())
+}
+
+async fn schema_exists(client: &Client, name: &str) -> Result<bool, ProvisionError> {
+    Ok(client
+        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&name])
+        .await
+        .map_err(|error| ProvisionError::Query {
+            what: format!("looking up schema {name:?}"),
             error,
         })?
         .is_some())

@@ -24,6 +24,7 @@
 mod budget;
 mod encode;
 mod error;
+mod feed;
 pub mod health;
 mod land;
 mod load;
@@ -35,6 +36,7 @@ mod reload;
 mod retry;
 mod slot_watch;
 mod start;
+mod start_journal;
 mod transform;
 
 use budget::Budget;
@@ -56,7 +58,6 @@ use crate::lake::TableFormat;
 use crate::lake::commit::PluginRecord;
 use crate::lake::encode::{EncodeOptions, Encoder};
 use crate::lake::flush::FlushMachine;
-use crate::source::replication::ReplicationStream;
 use crate::stream::assemble::{SpillMedia, SpillMedium, SpillSettings};
 use crate::stream::batch::BatchLimits;
 use crate::stream::read::{ReadMachine, ReadSettings};
@@ -65,7 +66,7 @@ use crate::transform::TransformChain;
 /// The highest pgoutput protocol version this pipeline speaks. Streaming of in-progress
 /// transactions needs 2 (PostgreSQL 14); 3 (15) adds two-phase and 4 (16) parallel streaming,
 /// neither of which is asked for, so the newest is taken only to keep up with the server.
-const PROTO_VERSION: u32 = 4;
+pub(crate) const PROTO_VERSION: u32 = 4;
 /// How long start-up waits by default for another consumer to release the slot: long enough
 /// for a previous instance's walsender to go away after it stopped.
 pub const SLOT_GRACE: Duration = Duration::from_secs(15);
@@ -143,9 +144,10 @@ async fn run_to_end(
     });
     // Only the metrics endpoint shows the slot's figures: without it, no session is spent on
     // them.
-    let _slot_watch = config.metrics.listen.is_some().then(|| {
+    let slot = matches!(started.feed, feed::Feed::Slot { .. });
+    let _slot_watch = (slot && config.metrics.listen.is_some()).then(|| {
         AbortOnDrop(tokio::spawn(slot_watch::watch(
-            started.reconnect.pg.clone(),
+            started.pg.clone(),
             config.source.slot.clone(),
             Duration::from_secs(config.source.status_interval_secs),
             progress.clone(),
@@ -153,10 +155,11 @@ async fn run_to_end(
     });
     let stages: BoxFuture<'_, _> =
         Box::pin(run_stages(config, started, shutdown, progress.clone()));
-    let stream = stages.await?;
+    let feed = stages.await?;
     let landed = progress.borrow().clone();
-    // A clean goodbye: the final status update carries the last confirmed position.
-    stream.shutdown().await?;
+    // A clean goodbye: the final status update carries the last confirmed position (the
+    // journal's rows of what landed are deleted).
+    feed.shutdown().await?;
     Ok(landed)
 }
 
@@ -176,7 +179,7 @@ async fn run_stages(
     started: start::Started,
     shutdown: Shutdown,
     progress: watch::Sender<Progress>,
-) -> Result<ReplicationStream, PipelineError> {
+) -> Result<feed::Feed, PipelineError> {
     let flush = &config.flush;
     let writer = started.log.writer().clone();
     let budget = Budget::new(flush.in_flight_mib);
@@ -186,7 +189,7 @@ async fn run_stages(
     let machine = FlushMachine::new(
         started.checkpoint,
         writer.clone(),
-        config.source.slot.clone(),
+        started.name.clone(),
         started.plugins.clone(),
     )
     .with_retry_limit(config.retry.limit())
@@ -195,10 +198,10 @@ async fn run_stages(
         Some(_) => machine.with_tables(started.opened.sequence),
         None => machine,
     };
-    let confirmer = started.stream.confirmer();
-    let followed = started.reconnect.followed.subscribe();
+    let confirmer = started.feed.confirmer();
+    let followed = started.followed;
     let load_settings = load::LoadSettings {
-        pg: started.reconnect.pg.clone(),
+        pg: started.pg.clone(),
         publication: config.source.publication.clone(),
         binary: config.source.binary,
         temporary_slot: crate::source::snapshot::temporary_slot_name("load"),
@@ -232,8 +235,7 @@ async fn run_stages(
         Instant::now(),
     );
     let reader = Reader {
-        stream: started.stream,
-        reconnect: started.reconnect,
+        feed: started.feed,
         machine: reading,
         catalog: started.catalog,
         budget,
@@ -252,7 +254,7 @@ async fn run_stages(
         ..config.parquet.encode_options()
     })?;
     let read = reader.stage(job);
-    let (stream, _instances, (), ()) = tokio::try_join!(
+    let (feed, _instances, (), ()) = tokio::try_join!(
         read,
         transform::stage(
             started.transforms,
@@ -275,7 +277,7 @@ async fn run_stages(
             followed,
         ),
     )?;
-    Ok(stream)
+    Ok(feed)
 }
 
 /// Where large transactions wait for their commit, and the size of their parts.

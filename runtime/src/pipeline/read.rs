@@ -8,29 +8,26 @@ use tokio::sync::{mpsc, watch};
 
 use super::budget::{Budget, PEAK_COPIES};
 use super::error::PipelineError;
+use super::feed::{Feed, Received};
 use super::health::Pending;
 use super::messages::{Advance, Cut, Progress, Shutdown};
-use super::{PROGRESS_EVERY, load, reconnect, sleep_until};
+use super::{PROGRESS_EVERY, load, sleep_until};
 use crate::Lsn;
 use crate::lake::commit::Checkpoint;
 use crate::source::catalog::Catalog;
-use crate::source::replication::{ReplicationError, ReplicationStream, XLogData};
+use crate::source::replication::ReplicationError;
 use crate::stream::assemble::Spilled;
 use crate::stream::change::{Batch, Transaction};
 use crate::stream::load::{LoadState, TableLoad};
 use crate::stream::read::{Frame, IdleFacts, Landed, ReadAction, ReadError, ReadMachine};
 
-/// Frames taken from the replication driver per wake-up.
-const RECV_BATCH: usize = 1024;
 /// How often the reader looks whether it is idle and the server's WAL moved on.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
 
-/// The read stage: the replication stream fed to the read machine, whose cuts it hands on. It
-/// pauses (and with it the socket) while the budget is full.
+/// The read stage: the replication stream (or the trigger journal) fed to the read machine,
+/// whose cuts it hands on. It pauses (and with it the socket) while the budget is full.
 pub(super) struct Reader {
-    pub(super) stream: ReplicationStream,
-    /// Opens the stream again when the connection is lost.
-    pub(super) reconnect: reconnect::Reconnect,
+    pub(super) feed: Feed,
     /// Decoding, assembling, dropping replays, batching and numbering the flushes.
     pub(super) machine: ReadMachine,
     /// Resolves user-defined types and array dimensions of the relations that arrive.
@@ -81,11 +78,11 @@ struct Decoding {
 
 impl Reader {
     /// The read stage: a first full load, when one is due, then the stream until a stop is
-    /// requested; returns the stream.
+    /// requested; returns the feed.
     pub(super) async fn stage(
         mut self,
         first_load: Option<load::LoadJob>,
-    ) -> Result<ReplicationStream, PipelineError> {
+    ) -> Result<Feed, PipelineError> {
         if let Some(job) = first_load {
             let loaded = load::run(
                 job,
@@ -101,15 +98,15 @@ impl Reader {
             // there already.
             self.machine.loaded(loaded.next_sequence, loaded.covers_all);
             if loaded.stopped {
-                return Ok(self.stream);
+                return Ok(self.feed);
             }
         }
         self.run().await
     }
 
-    /// Read until a stop is requested, then cut what is pending; returns the stream.
-    async fn run(mut self) -> Result<ReplicationStream, PipelineError> {
-        let mut frames: Vec<XLogData> = Vec::with_capacity(RECV_BATCH);
+    /// Read until a stop is requested, then cut what is pending; returns the feed.
+    async fn run(mut self) -> Result<Feed, PipelineError> {
+        let mut frames: Vec<Frame> = Vec::new();
         let mut shutdown = self.shutdown.clone();
         let mut idle_check = tokio::time::interval(IDLE_CHECK);
         idle_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -129,34 +126,23 @@ impl Reader {
                 _ = sleep_until(deadline) => {}
                 _ = idle_check.tick() => {
                     let facts = IdleFacts {
-                        confirmed: self.reconnect.confirmer.confirmed(),
-                        idle_position: self.stream.idle_position(),
-                        reply_wanted: self.stream.reply_wanted(),
+                        confirmed: self.feed.confirmer().confirmed(),
+                        idle_position: self.feed.idle_position(),
+                        reply_wanted: self.feed.reply_wanted(),
                     };
                     self.machine.handle_idle(facts, Instant::now());
                 }
-                received = self.stream.recv_many(&mut frames, RECV_BATCH) => {
-                    let lost = match received {
-                        // The server finished the stream: it is going away.
-                        Ok(0) => Some(ReplicationError::ServerEnded),
-                        Ok(_) => None,
-                        Err(error) if error.is_transient() => Some(error),
-                        Err(error) => return Err(error.into()),
-                    };
-                    if let Some(lost) = lost {
+                received = self.feed.recv(&mut frames) => {
+                    if let Received::Lost(lost) = received? {
                         frames.clear();
                         if !self.resume(&lost).await? {
                             // Stopped while reconnecting, or a later stage stopped (its error
                             // is the pipeline's): nothing is pending to land.
-                            return Ok(self.stream);
+                            return Ok(self.feed);
                         }
                     } else {
                         let now = Instant::now();
-                        let frames = frames.drain(..).map(|f| Frame {
-                            wal_start: f.wal_start,
-                            data: f.data,
-                        });
-                        self.machine.handle_frames(frames, now);
+                        self.machine.handle_frames(frames.drain(..), now);
                         decoding = Some(Decoding {
                             since: now,
                             landing: Duration::ZERO,
@@ -165,20 +151,20 @@ impl Reader {
                 }
                 ready = chunk_ready(&mut self.loading) => {
                     if !self.hand_over_chunk(ready?).await? {
-                        return Ok(self.stream);
+                        return Ok(self.feed);
                     }
                 }
             }
             if !self.drive(&mut decoding).await? {
                 // A later stage stopped; its error is the pipeline's.
-                return Ok(self.stream);
+                return Ok(self.feed);
             }
             self.start_load().await?;
         }
         // Land what is committed and pending; an open transaction is replayed next time.
         self.machine.finish(Instant::now());
         self.drive(&mut decoding).await?;
-        Ok(self.stream)
+        Ok(self.feed)
     }
 
     /// The connection was lost: hand on the whole transactions already received (the new
@@ -194,13 +180,18 @@ impl Reader {
             return Ok(false);
         }
         let handed_end = self.machine.handed_end();
-        match self
-            .reconnect
+        let Feed::Slot {
+            stream, reconnect, ..
+        } = &mut self.feed
+        else {
+            unreachable!("only a slot's stream is lost: the journal's reader reconnects itself")
+        };
+        match reconnect
             .reopen(lost, handed_end, &self.shutdown, &self.progress)
             .await?
         {
-            Some(stream) => {
-                self.stream = stream;
+            Some(reopened) => {
+                *stream = reopened;
                 Ok(true)
             }
             None => Ok(false),

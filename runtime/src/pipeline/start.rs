@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::Client;
 
 use super::error::PipelineError;
+use super::feed::Feed;
 use super::load::LoadJob;
 use super::messages::Shutdown;
 use super::reconnect::{Reconnect, switch_point};
@@ -42,7 +43,7 @@ use crate::lake::delta::{self, Tables};
 use crate::lake::sink::Sink;
 use crate::source::catalog::Catalog;
 use crate::source::position::{self, FirstStart};
-use crate::source::prerequisites::{self as check, Refusal};
+use crate::source::prerequisites::{self as check, Capture, Refusal};
 use crate::source::provision::{self, Ensured, ProvisionError, SlotHolder};
 use crate::source::replication::{ReplicationConnection, ReplicationStream};
 use crate::source::snapshot::{Snapshot, SnapshotError};
@@ -66,10 +67,14 @@ pub(super) struct Started {
     pub opened: CommitEntry,
     pub transforms: TransformChain,
     pub plugins: Vec<PluginRecord>,
-    pub stream: ReplicationStream,
+    /// The slot's stream, or the trigger journal.
+    pub feed: Feed,
+    /// How to reach the source.
+    pub pg: crate::source::connect::PgConfig,
+    /// Promotions the slot's stream followed, for the landing stage to record.
+    pub followed: tokio::sync::watch::Receiver<Option<crate::lake::commit::Failover>>,
     pub proto_version: u32,
     pub catalog: Catalog,
-    pub reconnect: Reconnect,
     /// The source server's timeline.
     pub timeline: u32,
     /// A full load to land before streaming: a first run's, or one a stop interrupted.
@@ -78,6 +83,21 @@ pub(super) struct Started {
     pub tracked: Vec<String>,
     /// With `sink.format = "delta"`: the outputs' tables, up to date with the log.
     pub tables: Option<Tables>,
+    /// What the entries name as their source: the slot, or the trigger journal.
+    pub name: String,
+}
+
+/// What a start has opened when it turns to one capture mode or the other.
+pub(super) struct Opening {
+    pub writer: Writer,
+    pub pg: crate::source::connect::PgConfig,
+    pub client: Client,
+    pub transforms: TransformChain,
+    pub plugins: Vec<PluginRecord>,
+    pub sink: Sink,
+    pub log: CommitLog,
+    /// The commit log's latest entry, as first read.
+    pub latest: Option<CommitEntry>,
 }
 
 /// Start a pipeline; `None` when a stop was requested while it waited for the slot.
@@ -103,11 +123,14 @@ pub(super) async fn start(
     for warning in report.warnings() {
         tracing::warn!("{warning}");
     }
+    let choice = report.choice.clone();
     match report.into_refusal() {
         Some(Refusal::One(problem)) => return Err(problem.into()),
         Some(Refusal::Several(report)) => return Err(PipelineError::Prerequisites(report)),
         None => {}
     }
+    let choice = choice.expect("a report without failures names its capture mode");
+    tracing::info!(capture = choice.capture.as_str(), why = %choice.why, "capture mode chosen");
     if let Some(problem) = super::spill_dir_problem(&config.flush) {
         return Err(problem);
     }
@@ -134,6 +157,19 @@ pub(super) async fn start(
         &mut stop,
         log.latest()
     )?;
+    if choice.capture == Capture::Trigger {
+        let opening = Opening {
+            writer,
+            pg,
+            client,
+            transforms,
+            plugins,
+            sink,
+            log,
+            latest,
+        };
+        return super::start_journal::start(config, options, shutdown, opening).await;
+    }
     let mut replication = crate::source::connect::replication(&pg).await?;
     let system = replication.identify_system().await?;
     let database = provision::current_database(&client).await?;
@@ -291,9 +327,10 @@ pub(super) async fn start(
     let (checkpoint, opened) = open_log(
         &log,
         &client,
-        source,
         options,
         OpenAt {
+            slot: true,
+            name: &source.slot,
             timeline: system.timeline,
             switch: &switch,
             first_start: first_start.as_ref(),
@@ -305,39 +342,16 @@ pub(super) async fn start(
     )
     .await?;
     let load = opened.load.clone().map(|state| LoadJob { anchor, state });
-    recover(&log, opened.sequence).await?;
-    let tables = match config.sink.format {
-        TableFormat::Parquet => None,
-        TableFormat::Delta => {
-            let encoder = crate::lake::encode::Encoder::new(&config.parquet.encode_options())?;
-            let tables = Tables::new(
-                sink.clone(),
-                delta::app_id(&identity.database, &identity.slot),
-                writer.clone(),
-            )
-            .on_type_change(config.sink.on_type_change)
-            .with_mirrors(delta::current::Mirrors {
-                outputs: config.mirrored(),
-                properties: encoder.properties().clone(),
-                target: config.parquet.target_file_bytes(),
-            });
-            let through = checkpoint.tables_through();
-            let caught_up = with_retry!(
-                "bringing the Delta tables up to the commit log",
-                checkpoint.confirmed(),
-                limit,
-                &mut stop,
-                delta::catch_up(&log, &tables, through, opened.sequence)
-            )?;
-            if caught_up > 0 {
-                tracing::info!(
-                    entries = caught_up,
-                    "the Delta tables hold every commit entry"
-                );
-            }
-            Some(tables)
-        }
-    };
+    let tables = settle_sink(
+        config,
+        &sink,
+        &log,
+        &identity,
+        &checkpoint,
+        &opened,
+        shutdown,
+    )
+    .await?;
     // A previous run may have stopped between its last commit and confirming it; what the
     // sink holds is durable, so the slot may release it now.
     stream.confirm(checkpoint.confirmed());
@@ -385,15 +399,67 @@ pub(super) async fn start(
         opened,
         transforms,
         plugins,
-        stream,
-        reconnect,
+        followed: reconnect.followed.subscribe(),
+        pg: reconnect.pg.clone(),
+        feed: Feed::slot(stream, reconnect),
         proto_version,
         catalog,
         timeline: system.timeline,
         load,
         tracked,
         tables,
+        name: source.slot.clone(),
     }))
+}
+
+/// Make the sink whole for this run: remove what flushes that can never commit left, and with
+/// `sink.format = "delta"` bring the outputs' tables up to the commit log (returned).
+pub(super) async fn settle_sink(
+    config: &PipelineConfig,
+    sink: &Sink,
+    log: &CommitLog,
+    identity: &PipelineIdentity,
+    checkpoint: &Checkpoint,
+    opened: &CommitEntry,
+    shutdown: &Shutdown,
+) -> Result<Option<Tables>, PipelineError> {
+    recover(log, opened.sequence).await?;
+    let limit = config.retry.limit();
+    let mut stop = shutdown.clone();
+    let writer = log.writer();
+    let tables = match config.sink.format {
+        TableFormat::Parquet => None,
+        TableFormat::Delta => {
+            let encoder = crate::lake::encode::Encoder::new(&config.parquet.encode_options())?;
+            let tables = Tables::new(
+                sink.clone(),
+                delta::app_id(&identity.database, &identity.slot),
+                writer.clone(),
+            )
+            .on_type_change(config.sink.on_type_change)
+            .with_mirrors(delta::current::Mirrors {
+                outputs: config.mirrored(),
+                properties: encoder.properties().clone(),
+                target: config.parquet.target_file_bytes(),
+            });
+            let through = checkpoint.tables_through();
+            let caught_up = with_retry!(
+                "bringing the Delta tables up to the commit log",
+                checkpoint.confirmed(),
+                limit,
+                &mut stop,
+                delta::catch_up(log, &tables, through, opened.sequence)
+            )?;
+            if caught_up > 0 {
+                tracing::info!(
+                    entries = caught_up,
+                    "the Delta tables hold every commit entry"
+                );
+            }
+            Some(tables)
+        }
+    };
+    Ok(tables)
 }
 
 /// The one line that says a pipeline is streaming: from where, what, through which plugins, to
@@ -566,25 +632,29 @@ async fn hold_slot(
 }
 
 /// Where the held stream starts, as the open entry needs it.
-struct OpenAt<'a> {
-    timeline: u32,
+pub(super) struct OpenAt<'a> {
+    /// Capturing from a slot (`false`: from the trigger journal, which has no slot to compare
+    /// the log with; its ticks are, when it is opened).
+    pub slot: bool,
+    /// What the entries name as their source: the slot, or the journal.
+    pub name: &'a str,
+    pub timeline: u32,
     /// Where the lake's timeline ended in the server's history, if the pipeline can follow
     /// the move, or why not (see [`crate::lake::commit::follow_promotion`]).
-    switch: &'a Result<Lsn, String>,
+    pub switch: &'a Result<Lsn, String>,
     /// A first run's decision, made from the log as first read.
-    first_start: Option<&'a FirstStart>,
+    pub first_start: Option<&'a FirstStart>,
     /// The position `START_REPLICATION` named.
-    start_at: Lsn,
+    pub start_at: Lsn,
     /// A first run's full load: the tables it loads.
-    load: Option<Vec<String>>,
+    pub load: Option<Vec<String>>,
 }
 
 /// Read the log as it is now that this instance holds the slot, refuse a gap, and append the
 /// open entry that fences every earlier writer.
-async fn open_log(
+pub(super) async fn open_log(
     log: &CommitLog,
     client: &Client,
-    source: &SourceConfig,
     options: &RunOptions,
     at: OpenAt<'_>,
     limit: Option<Duration>,
@@ -596,16 +666,22 @@ async fn open_log(
     for _ in 0..OPEN_ATTEMPTS {
         let latest = log.latest().await?;
         let mut checkpoint = Checkpoint::from_entry(latest.as_ref());
-        let slot_confirmed = provision::slot_state(client, &source.slot)
-            .await?
-            .and_then(|s| s.confirmed_flush_lsn);
-        let gap =
-            checkpoint.check_slot(&source.slot, slot_confirmed, options.accept_gap.as_deref())?;
+        let (slot_confirmed, gap) = match at.slot {
+            true => {
+                let confirmed = provision::slot_state(client, at.name)
+                    .await?
+                    .and_then(|s| s.confirmed_flush_lsn);
+                let gap =
+                    checkpoint.check_slot(at.name, confirmed, options.accept_gap.as_deref())?;
+                (confirmed, gap)
+            }
+            false => (None, false),
+        };
         let moved =
             checkpoint.judge_timeline(timeline, at.switch, options.accept_gap.as_deref())?;
         let mut entry = checkpoint.open_entry(
             log.writer(),
-            &source.slot,
+            at.name,
             slot_confirmed.unwrap_or_default(),
             gap,
             timeline,
@@ -640,7 +716,9 @@ async fn open_log(
             }
             (Some(first), None) => {
                 let confirmed = slot_confirmed.unwrap_or_default();
-                position::check_held(first, &source.slot, confirmed)?;
+                if at.slot {
+                    position::check_held(first, at.name, confirmed)?;
+                }
                 entry = entry.starting(first.started(confirmed));
             }
             _ => {}

@@ -293,6 +293,7 @@ mod tests {
                 Finding::Warning(e) => format!("warn {e}"),
                 Finding::Failure(e) => format!("FAIL {e}"),
                 Finding::Refused(text) => format!("FAIL {text}"),
+                Finding::Note(text) => format!("note {text}"),
             })
             .collect()
     }

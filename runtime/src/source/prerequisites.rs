@@ -13,7 +13,7 @@ use std::fmt;
 
 use tokio_postgres::Client;
 
-use crate::config::{Provisioning, SourceConfig, StartFrom};
+use crate::config::{CaptureMode, Provisioning, SourceConfig, StartFrom};
 use crate::source::catalog::Catalog;
 use crate::source::provision::{
     self, ProvisionError, Publishes, SlotState, TableIdentity, check_identity,
@@ -29,12 +29,41 @@ pub enum Finding {
     /// A failure of another part of the pipeline (a plugin, the sink), in the words the start
     /// refuses with: only `tributary check` looks at those, after the source.
     Refused(String),
+    /// Neither fine nor a problem: what the capture mode not chosen would need.
+    Note(String),
+}
+
+/// How the pipeline captures changes, once chosen (`source.capture`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capture {
+    /// From a logical replication slot.
+    Wal,
+    /// From the journal the capture triggers write.
+    Trigger,
+}
+
+impl Capture {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Capture::Wal => "wal",
+            Capture::Trigger => "trigger",
+        }
+    }
+}
+
+/// The mode chosen, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    pub capture: Capture,
+    pub why: String,
 }
 
 /// Every check's finding, in the order they were made.
 #[derive(Debug, Default)]
 pub struct Report {
     pub findings: Vec<Finding>,
+    /// The capture mode the checks were made for (`None` when the server was too old to ask).
+    pub choice: Option<Choice>,
 }
 
 impl Report {
@@ -98,6 +127,10 @@ impl Report {
     pub(crate) fn refuse(&mut self, reason: String) {
         self.findings.push(Finding::Refused(reason));
     }
+
+    pub(crate) fn note(&mut self, text: String) {
+        self.findings.push(Finding::Note(text));
+    }
 }
 
 /// Why a start is refused by the check.
@@ -116,6 +149,7 @@ impl fmt::Display for Report {
                 Finding::Warning(e) => writeln!(f, "warn  {e}")?,
                 Finding::Failure(e) => writeln!(f, "FAIL  {e}")?,
                 Finding::Refused(reason) => writeln!(f, "FAIL  {reason}")?,
+                Finding::Note(text) => writeln!(f, "note  {text}")?,
             }
         }
         let failures = self.problems();
@@ -179,6 +213,9 @@ pub struct TableFacts {
     pub select: bool,
     /// The role owns it (or is a member of its owner): it may add it to a publication.
     pub owned: bool,
+    /// The role may create triggers on it and take the lock their installation takes
+    /// (`TRIGGER` and `UPDATE`).
+    pub trigger: bool,
 }
 
 /// The publication, when it exists.
@@ -201,6 +238,8 @@ pub struct SourceFacts {
     pub tables: Vec<TableFacts>,
     pub identities: Vec<TableIdentity>,
     pub slot: Option<SlotState>,
+    /// `source.trigger_schema` when it exists: whether this role owns it.
+    pub trigger_schema: Option<bool>,
 }
 
 /// The oldest server the start can read: `pg_replication_slots.wal_status` and
@@ -224,6 +263,157 @@ pub fn assess(facts: &SourceFacts, source: &SourceConfig) -> Report {
             version: version.clone(),
         });
     }
+    let choice = match choose(facts, source) {
+        Ok(choice) => choice,
+        Err(neither) => {
+            report.fail(neither);
+            return report;
+        }
+    };
+    report.ok(format!(
+        "capture: {} ({})",
+        choice.capture.as_str(),
+        choice.why
+    ));
+    let capture = choice.capture;
+    report.choice = Some(choice);
+    match capture {
+        Capture::Wal => {
+            let missing = trigger_missing(facts, source);
+            report.note(match missing.is_empty() {
+                true => "trigger capture (source.capture = \"trigger\") is possible too".into(),
+                false => format!("trigger capture would need: {}", join(&missing)),
+            });
+            assess_wal(&mut report, facts, source, version);
+        }
+        Capture::Trigger => {
+            let missing = wal_missing(facts);
+            report.note(match missing.is_empty() {
+                true => "capture from a slot (source.capture = \"wal\") is possible too".into(),
+                false => format!("capture from a slot would need: {}", join(&missing)),
+            });
+            assess_trigger(&mut report, facts, source, version);
+        }
+    }
+    assess_tables(&mut report, facts, source);
+    report
+}
+
+/// The errors' texts, numbered when there are several.
+fn join(problems: &[ProvisionError]) -> String {
+    match problems {
+        [one] => one.to_string(),
+        _ => problems
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("({}) {p}", i + 1))
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+/// What a slot needs of the server and the role and does not have.
+fn wal_missing(facts: &SourceFacts) -> Vec<ProvisionError> {
+    let mut missing = Vec::new();
+    if facts.server.wal_level != "logical" {
+        missing.push(ProvisionError::WalLevel(facts.server.wal_level.clone()));
+    }
+    if !(facts.role.replication || facts.role.superuser) {
+        missing.push(ProvisionError::NoReplication {
+            role: facts.role.name.clone(),
+        });
+    }
+    missing
+}
+
+/// What trigger capture needs of the role and does not have: its schema, and triggers on
+/// every tracked table that exists.
+fn trigger_missing(facts: &SourceFacts, source: &SourceConfig) -> Vec<ProvisionError> {
+    let role = &facts.role;
+    let mut missing = Vec::new();
+    if source.tables.is_empty() && facts.publication.is_none() {
+        missing.push(ProvisionError::NoTriggerTables);
+    }
+    let schema = &source.trigger_schema;
+    match facts.trigger_schema {
+        Some(owned) if !owned && !role.superuser => {
+            missing.push(ProvisionError::TriggerSchemaNotOwned {
+                role: role.name.clone(),
+                schema: schema.clone(),
+            })
+        }
+        None if !role.create_in_database && !role.superuser => {
+            missing.push(ProvisionError::NoTriggerSchema {
+                role: role.name.clone(),
+                schema: schema.clone(),
+                database: facts.database.clone(),
+            })
+        }
+        _ => {}
+    }
+    for table in &facts.tables {
+        if table.exists && !table.trigger && !role.superuser {
+            missing.push(ProvisionError::NoTrigger {
+                role: role.name.clone(),
+                table: table.name.clone(),
+                sql: sql_table_name(&table.name),
+            });
+        }
+    }
+    missing
+}
+
+/// The capture mode `source.capture` asks for, and why; with `"auto"`, the slot where the
+/// server and role allow one, triggers where they allow those, and a refusal naming what each
+/// would need otherwise.
+pub fn choose(facts: &SourceFacts, source: &SourceConfig) -> Result<Choice, ProvisionError> {
+    let choice = |capture, why: String| Ok(Choice { capture, why });
+    match source.capture {
+        CaptureMode::Wal => choice(Capture::Wal, "source.capture = \"wal\"".into()),
+        CaptureMode::Trigger => choice(Capture::Trigger, "source.capture = \"trigger\"".into()),
+        CaptureMode::Auto => {
+            let wal = wal_missing(facts);
+            if wal.is_empty() {
+                let role = &facts.role.name;
+                return choice(
+                    Capture::Wal,
+                    format!(
+                        "source.capture = \"auto\": wal_level = logical and role {role:?} can replicate"
+                    ),
+                );
+            }
+            let trigger = trigger_missing(facts, source);
+            let mut reasons = Vec::new();
+            if facts.server.wal_level != "logical" {
+                reasons.push(format!("wal_level = {}", facts.server.wal_level));
+            }
+            if !(facts.role.replication || facts.role.superuser) {
+                reasons.push(format!(
+                    "role {:?} has no REPLICATION attribute",
+                    facts.role.name
+                ));
+            }
+            match trigger.is_empty() {
+                true => choice(
+                    Capture::Trigger,
+                    format!(
+                        "source.capture = \"auto\": no slot, since {}",
+                        reasons.join(" and ")
+                    ),
+                ),
+                false => Err(ProvisionError::NoCapture {
+                    wal: join(&wal),
+                    trigger: join(&trigger),
+                }),
+            }
+        }
+    }
+}
+
+/// What a slot needs: the server's settings, the role, the slot, a WAL sender, the
+/// publication.
+fn assess_wal(report: &mut Report, facts: &SourceFacts, source: &SourceConfig, version: String) {
+    let server = &facts.server;
     if server.version_num < STREAMING_SERVER {
         report.warn(ProvisionError::NoStreaming { version });
     } else {
@@ -231,12 +421,12 @@ pub fn assess(facts: &SourceFacts, source: &SourceConfig) -> Report {
             "server: PostgreSQL {version} (large transactions streamed, messages)"
         ));
     }
+    for problem in wal_missing(facts) {
+        report.fail(problem);
+    }
     if server.wal_level == "logical" {
         report.ok("wal_level = logical".into());
-    } else {
-        report.fail(ProvisionError::WalLevel(server.wal_level.clone()));
     }
-
     let role = &facts.role;
     if role.replication || role.superuser {
         let how = if role.superuser {
@@ -245,13 +435,9 @@ pub fn assess(facts: &SourceFacts, source: &SourceConfig) -> Report {
             "REPLICATION"
         };
         report.ok(format!("role {:?}: {how}", role.name));
-    } else {
-        report.fail(ProvisionError::NoReplication {
-            role: role.name.clone(),
-        });
     }
 
-    assess_slot(&mut report, facts, source);
+    assess_slot(report, facts, source);
     if server.wal_senders_in_use >= server.max_wal_senders {
         report.fail(ProvisionError::NoFreeWalSender {
             max: server.max_wal_senders,
@@ -263,9 +449,41 @@ pub fn assess(facts: &SourceFacts, source: &SourceConfig) -> Report {
         ));
     }
 
-    assess_publication(&mut report, facts, source);
-    assess_tables(&mut report, facts, source);
-    report
+    assess_publication(report, facts, source);
+}
+
+/// What trigger capture needs: its schema, and triggers on the tracked tables.
+fn assess_trigger(
+    report: &mut Report,
+    facts: &SourceFacts,
+    source: &SourceConfig,
+    version: String,
+) {
+    report.ok(format!("server: PostgreSQL {version}"));
+    let missing = trigger_missing(facts, source);
+    let schema = &source.trigger_schema;
+    if !missing.iter().any(|p| {
+        matches!(
+            p,
+            ProvisionError::NoTriggerSchema { .. } | ProvisionError::TriggerSchemaNotOwned { .. }
+        )
+    }) {
+        report.ok(match facts.trigger_schema {
+            Some(_) => format!("schema {schema:?}: exists, a start replaces its functions"),
+            None => format!("schema {schema:?}: missing, a start creates it"),
+        });
+    }
+    let refused = missing.len();
+    for problem in missing {
+        report.fail(problem);
+    }
+    if refused == 0 {
+        report.ok(format!(
+            "role {:?}: may create the capture triggers on the {} tracked tables",
+            facts.role.name,
+            facts.tables.len()
+        ));
+    }
 }
 
 fn assess_slot(report: &mut Report, facts: &SourceFacts, source: &SourceConfig) {
@@ -465,6 +683,7 @@ pub async fn gather(client: &Client, source: &SourceConfig) -> Result<SourceFact
             tables: Vec::new(),
             identities: Vec::new(),
             slot: None,
+            trigger_schema: None,
         });
     }
 
@@ -509,7 +728,9 @@ pub async fn gather(client: &Client, source: &SourceConfig) -> Result<SourceFact
         .query(
             "SELECT t.name, c.oid IS NOT NULL,
                     coalesce(has_table_privilege(c.oid, 'SELECT'), false),
-                    coalesce(pg_has_role(c.relowner, 'USAGE'), false)
+                    coalesce(pg_has_role(c.relowner, 'USAGE'), false),
+                    coalesce(has_table_privilege(c.oid, 'TRIGGER')
+                             AND has_table_privilege(c.oid, 'UPDATE'), false)
              FROM unnest($1::text[]) WITH ORDINALITY AS t(name, i)
                   LEFT JOIN (pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                              AND c.relkind IN ('r', 'p'))
@@ -525,9 +746,19 @@ pub async fn gather(client: &Client, source: &SourceConfig) -> Result<SourceFact
             exists: r.get(1),
             select: r.get(2),
             owned: r.get(3),
+            trigger: r.get(4),
         })
         .collect();
+    let trigger_schema = client
+        .query_opt(
+            "SELECT pg_has_role(nspowner, 'USAGE') FROM pg_namespace WHERE nspname = $1",
+            &[&source.trigger_schema],
+        )
+        .await
+        .map_err(query("looking up the trigger capture's schema"))?
+        .map(|r| r.get(0));
     Ok(SourceFacts {
+        trigger_schema,
         identities: provision::identities_of(client, &tracked).await?,
         slot: provision::slot_state(client, &source.slot).await?,
         server,
@@ -547,11 +778,12 @@ pub async fn run(
 ) -> Result<Report, ProvisionError> {
     let facts = gather(client, source).await?;
     let mut report = assess(&facts, source);
-    if facts.server.version_num >= OLDEST_SERVER {
+    let slot = report.choice.as_ref().map(|c| c.capture) == Some(Capture::Wal);
+    if slot {
         let failover = crate::source::failover::gather(client, source).await?;
         crate::source::failover::assess(&mut report, &failover, source);
     }
-    if source.binary && facts.server.version_num >= STREAMING_SERVER {
+    if slot && source.binary && facts.server.version_num >= STREAMING_SERVER {
         let columns = provision::table_columns(client, source).await?;
         match Catalog::new(pg.clone(), true).check_tables(&columns).await {
             Ok(()) => {}
@@ -583,6 +815,7 @@ pub(crate) mod tests {
             exists: true,
             select: true,
             owned: true,
+            trigger: true,
         };
         let identity = |name: &str| TableIdentity {
             table: name.into(),
@@ -612,6 +845,7 @@ pub(crate) mod tests {
             tables: vec![table("public.orders"), table("public.customers")],
             identities: vec![identity("public.orders"), identity("public.customers")],
             slot: None,
+            trigger_schema: None,
         }
     }
 
@@ -639,6 +873,108 @@ pub(crate) mod tests {
             "{text}"
         );
         assert!(report.into_refusal().is_none());
+    }
+
+    /// A server without logical decoding and a role without REPLICATION that owns its tables.
+    fn no_slot() -> SourceFacts {
+        let mut facts = ready();
+        facts.server.wal_level = "replica".into();
+        facts.role.replication = false;
+        facts
+    }
+
+    fn auto() -> SourceConfig {
+        SourceConfig {
+            capture: CaptureMode::Auto,
+            ..source()
+        }
+    }
+
+    #[test]
+    fn auto_takes_the_slot_where_it_can_and_says_why() {
+        let choice = choose(&ready(), &auto()).unwrap();
+        assert_eq!(choice.capture, Capture::Wal);
+        assert_eq!(
+            choice.why,
+            "source.capture = \"auto\": wal_level = logical and role \"app\" can replicate"
+        );
+        let report = assess(&ready(), &auto());
+        assert!(report.is_ready(), "{report}");
+        let text = report.to_string();
+        assert!(
+            text.contains("note  trigger capture (source.capture = \"trigger\") is possible too"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn auto_takes_triggers_without_logical_decoding_and_reports_what_a_slot_would_need() {
+        let choice = choose(&no_slot(), &auto()).unwrap();
+        assert_eq!(choice.capture, Capture::Trigger);
+        assert_eq!(
+            choice.why,
+            "source.capture = \"auto\": no slot, since wal_level = replica and role \"app\" has no REPLICATION attribute"
+        );
+        let report = assess(&no_slot(), &auto());
+        assert!(report.is_ready(), "{report}");
+        let text = report.to_string();
+        assert!(
+            text.contains("ok    capture: trigger (source.capture"),
+            "{text}"
+        );
+        assert!(
+            text.contains("note  capture from a slot would need: (1) the source server runs with wal_level = replica")
+                && text.contains("(2) role \"app\" has neither the REPLICATION attribute"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ok    schema \"tributary\": missing, a start creates it"),
+            "{text}"
+        );
+        // Nothing of the slot's is looked at.
+        assert!(!text.contains("slot \"shop\""), "{text}");
+        assert!(!text.contains("WAL senders"), "{text}");
+    }
+
+    #[test]
+    fn where_neither_mode_is_possible_the_refusal_lists_what_each_would_need() {
+        let mut facts = no_slot();
+        facts.tables[1].trigger = false;
+        facts.role.create_in_database = false;
+        let error = choose(&facts, &auto()).unwrap_err().to_string();
+        assert!(
+            error.starts_with("neither capture mode is possible"),
+            "{error}"
+        );
+        for needed in [
+            "wal_level = replica",
+            "ALTER ROLE app REPLICATION",
+            "GRANT TRIGGER, UPDATE ON public.customers TO app",
+            "GRANT CREATE ON DATABASE shop TO app",
+        ] {
+            assert!(error.contains(needed), "{needed}: {error}");
+        }
+        // Asked for by name, a mode is judged on its own needs.
+        let trigger = SourceConfig {
+            capture: CaptureMode::Trigger,
+            ..source()
+        };
+        let failures = failures(&assess(&facts, &trigger));
+        assert_eq!(failures.len(), 2, "{failures:?}");
+        let mut owned_elsewhere = no_slot();
+        owned_elsewhere.trigger_schema = Some(false);
+        let failures = failures_of(&owned_elsewhere, &trigger);
+        assert!(
+            failures[0].contains("ALTER SCHEMA tributary OWNER TO app"),
+            "{failures:?}"
+        );
+        let mut none_listed = trigger.clone();
+        none_listed.tables.clear();
+        assert!(failures_of(&no_slot(), &none_listed)[0].contains("list the tables to capture"),);
+    }
+
+    fn failures_of(facts: &SourceFacts, source: &SourceConfig) -> Vec<String> {
+        failures(&assess(facts, source))
     }
 
     #[test]

@@ -109,6 +109,10 @@ pub enum VerifyError {
     )]
     NoSlot { slot: String },
     #[error(
+        "this lake is captured by triggers (the journal in schema {schema:?}); comparing it with the source at a tick is not built yet: `tributary verify --identities-only` checks its files and change identities"
+    )]
+    Journal { schema: String },
+    #[error(
         "the pipeline is not running: slot {slot:?} has had no consumer for {}s, and the lake has committed up to {committed} but the snapshot is at {at}; start it with `tributary run` and verify again",
         INACTIVE_GRACE.as_secs()
     )]
@@ -180,6 +184,13 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         });
     }
 
+    if let Some(identity) = log.identity().await?
+        && let Some(schema) = crate::lake::commit::journal_schema(&identity.slot)
+    {
+        return Err(VerifyError::Journal {
+            schema: schema.to_owned(),
+        });
+    }
     let pg = crate::source::connect::parse_url(&config.source.url)?;
     let client = crate::source::connect::sql(&pg).await?;
     let slot = &config.source.slot;

@@ -18,7 +18,10 @@ const IDENTITY_PATH: &str = "_tributary/pipeline.json";
 const CREATED_DIR: &str = "_tributary/created";
 
 fn created_path(kind: ProvisionedKind) -> Path {
-    Path::from(format!("{CREATED_DIR}/{}.json", kind.as_str()))
+    Path::from(format!(
+        "{CREATED_DIR}/{}.json",
+        kind.as_str().replace(' ', "_")
+    ))
 }
 
 fn log_path(sequence: u64) -> Path {
@@ -275,7 +278,11 @@ impl CommitLog {
     /// What this pipeline created, as recorded.
     pub async fn created(&self) -> Result<Vec<Provisioned>, CommitError> {
         let mut found = Vec::new();
-        for kind in [ProvisionedKind::Slot, ProvisionedKind::Publication] {
+        for kind in [
+            ProvisionedKind::Slot,
+            ProvisionedKind::Publication,
+            ProvisionedKind::TriggerCapture,
+        ] {
             let path = created_path(kind);
             if let Some(bytes) = self.sink.get(&path).await? {
                 found.push(parse(&path, &bytes)?);

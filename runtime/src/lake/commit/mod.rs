@@ -418,11 +418,26 @@ impl PipelineIdentity {
     }
 
     pub fn describe(&self) -> String {
+        let source = match journal_schema(&self.slot) {
+            Some(schema) => format!("the trigger journal in schema {schema:?}"),
+            None => format!("slot {:?}", self.slot),
+        };
         format!(
-            "slot {:?} on database {:?} of the server with system identifier {}",
-            self.slot, self.database, self.system_identifier
+            "{source} on database {:?} of the server with system identifier {}",
+            self.database, self.system_identifier
         )
     }
+}
+
+/// What a lake captured by triggers records where a slot's name goes (its identity, its
+/// entries): the journal's schema, in a form no slot name takes (slot names have no `:`).
+pub fn journal_name(schema: &str) -> String {
+    format!("trigger:{schema}")
+}
+
+/// The journal's schema when `name` is a [`journal_name`].
+pub fn journal_schema(name: &str) -> Option<&str> {
+    name.strip_prefix("trigger:")
 }
 
 /// A source-side object Tributary created for this pipeline, recorded in the sink
@@ -445,6 +460,9 @@ pub struct Provisioned {
 pub enum ProvisionedKind {
     Slot,
     Publication,
+    /// Trigger capture's schema, with its journal, functions and triggers.
+    #[serde(rename = "trigger_capture")]
+    TriggerCapture,
 }
 
 impl ProvisionedKind {
@@ -452,6 +470,7 @@ impl ProvisionedKind {
         match self {
             ProvisionedKind::Slot => "slot",
             ProvisionedKind::Publication => "publication",
+            ProvisionedKind::TriggerCapture => "trigger capture",
         }
     }
 }

@@ -60,6 +60,45 @@ pub enum ProvisionError {
     )]
     NoReplication { role: String },
     #[error(
+        "neither capture mode is possible (source.capture = \"auto\"): a replication slot needs {wal}; trigger capture needs {trigger}"
+    )]
+    NoCapture { wal: String, trigger: String },
+    #[error(
+        "role {role:?} cannot create the capture triggers on table {table}; as its owner or a superuser, run: GRANT TRIGGER, UPDATE ON {sql} TO {}, or capture from a slot (source.capture = \"wal\")",
+        sql_ident(.role)
+    )]
+    NoTrigger {
+        role: String,
+        table: String,
+        sql: String,
+    },
+    #[error(
+        "role {role:?} cannot create schema {schema:?} for trigger capture: it lacks CREATE on database {database:?}; run: GRANT CREATE ON DATABASE {} TO {}, or create the schema for it: CREATE SCHEMA {} AUTHORIZATION {}",
+        sql_ident(.database), sql_ident(.role), sql_ident(.schema), sql_ident(.role)
+    )]
+    NoTriggerSchema {
+        role: String,
+        schema: String,
+        database: String,
+    },
+    #[error(
+        "schema {schema:?} (source.trigger_schema) exists and belongs to another role than {role:?}; name another schema in source.trigger_schema, or run: ALTER SCHEMA {} OWNER TO {}",
+        sql_ident(.schema), sql_ident(.role)
+    )]
+    TriggerSchemaNotOwned { role: String, schema: String },
+    #[error(
+        "trigger capture captures the tables named in source.tables (or those of an existing publication), and there are none: list the tables to capture in source.tables"
+    )]
+    NoTriggerTables,
+    #[error(
+        "source.start_from = {0} names a position in a slot's WAL, which trigger capture does not have: its first run starts from the tail (\"tail\", the default) or with a full load (\"full\")"
+    )]
+    TriggerStartFrom(String),
+    #[error(
+        "another instance reads the trigger journal in schema {schema:?} (it holds the journal's reader lock); stop it first, or start this one with --wait to take over once it stops"
+    )]
+    JournalHeld { schema: String },
+    #[error(
         "role {role:?} cannot SELECT from table {table}, {why}; run: GRANT SELECT ON {sql} TO {}",
         sql_ident(.role)
     )]

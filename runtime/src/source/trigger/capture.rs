@@ -19,6 +19,34 @@ use crate::stream::read::Frame;
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01), which pgoutput counts from.
 const PG_EPOCH_US: i64 = 946_684_800_000_000;
 
+/// Take the lock that one reader of `schema`'s journal holds for as long as its session lasts
+/// (a slot's one consumer, for the journal); `false` when another session holds it.
+pub async fn hold(client: &Client, schema: &str) -> Result<bool, ProvisionError> {
+    Ok(client
+        .query_one(
+            "SELECT pg_try_advisory_lock(hashtext('tributary.reader'), hashtext($1))",
+            &[&schema],
+        )
+        .await
+        .map_err(query(format!(
+            "locking the journal of schema {schema:?} for this reader"
+        )))?
+        .get(0))
+}
+
+/// The server's system identifier and timeline, as a role without `REPLICATION` can read them.
+pub async fn identify(client: &Client) -> Result<(String, u32), ProvisionError> {
+    let row = client
+        .query_one(
+            "SELECT s.system_identifier::text, c.timeline_id::bigint
+               FROM pg_control_system() s, pg_control_checkpoint() c",
+            &[],
+        )
+        .await
+        .map_err(query("reading the server's system identifier and timeline"))?;
+    Ok((row.get(0), row.get::<_, i64>(1) as u32))
+}
+
 /// Reads the journal of `schema` as frames, and deletes what landed.
 pub struct TriggerCapture {
     client: Client,
@@ -49,7 +77,8 @@ impl TriggerCapture {
         let rows = client
             .query(
                 &format!(
-                    "SELECT id, snapshot::text, (extract(epoch FROM taken) * 1000000)::bigint, first_position
+                    "SELECT id, snapshot::text, (extract(epoch FROM taken) * 1000000)::bigint, first_position,
+                            end_position
                        FROM {s}.ticks ORDER BY id"
                 ),
                 &[],
@@ -63,6 +92,7 @@ impl TriggerCapture {
                 snapshot: r.get(1),
                 taken_us: r.get(2),
                 first_position: r.get::<_, i64>(3) as u64,
+                end_position: r.get::<_, Option<i64>>(4).map(|p| p as u64),
             })
             .collect();
         let resume =
@@ -117,17 +147,23 @@ impl TriggerCapture {
             self.previous = Some(tick);
             return Ok(Vec::new());
         }
+        let end_position = first_position + txns.len() as u64;
         if !recorded {
             let id: i64 = self
                 .client
                 .query_one(
                     &format!(
-                        "INSERT INTO {}.ticks (snapshot, first_position, taken)
-                         VALUES ($1::text::pg_snapshot, $2, to_timestamp($3::double precision / 1000000))
+                        "INSERT INTO {}.ticks (snapshot, first_position, end_position, taken)
+                         VALUES ($1::text::pg_snapshot, $2, $3, to_timestamp($4::double precision / 1000000))
                          RETURNING id",
                         quote_ident(&self.schema)
                     ),
-                    &[&tick.snapshot, &(first_position as i64), &(tick.taken_us as f64)],
+                    &[
+                        &tick.snapshot,
+                        &(first_position as i64),
+                        &(end_position as i64),
+                        &(tick.taken_us as f64),
+                    ],
                 )
                 .await
                 .map_err(query("recording a tick"))?
@@ -137,7 +173,15 @@ impl TriggerCapture {
                 snapshot: tick.snapshot.clone(),
                 taken_us: tick.taken_us,
                 first_position,
+                end_position: Some(end_position),
             });
+        } else if let Some(read) = self
+            .ticks
+            .iter_mut()
+            .find(|t| t.first_position == first_position)
+        {
+            // Read again, the same batch: its end is known now.
+            read.end_position = Some(end_position);
         }
         let missing: Vec<i32> = poll::layout_ids(&txns)
             .into_iter()
@@ -157,7 +201,7 @@ impl TriggerCapture {
                 .map_err(|e| ProvisionError::Journal(e.to_string()))?;
             frames.extend(txn_frames);
         }
-        self.next_position = first_position + txns.len() as u64;
+        self.next_position = end_position;
         self.previous = Some(tick);
         Ok(frames)
     }

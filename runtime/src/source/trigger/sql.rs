@@ -125,9 +125,11 @@ pub fn install_schema(schema: &str) -> Vec<String> {
                 id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
                 snapshot pg_snapshot NOT NULL,
                 first_position bigint NOT NULL,
+                end_position bigint,
                 taken timestamptz NOT NULL DEFAULT now()
             )"
         ),
+        format!("ALTER TABLE {s}.ticks ADD COLUMN IF NOT EXISTS end_position bigint"),
         format!(
             "CREATE OR REPLACE FUNCTION {s}.{layout}(v_root oid, OUT id integer, OUT new_cols text, OUT old_cols text)
              LANGUAGE plpgsql SECURITY DEFINER{settings}

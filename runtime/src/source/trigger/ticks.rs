@@ -1,12 +1,12 @@
 //! Which ticks have landed, and where a start resumes. No IO.
 //!
-//! A tick is recorded (its snapshot and the position of its first transaction) before its
-//! batch is read, and only once the batch before it was read whole. So tick `k` has landed
-//! whole when the tick after it begins at or below the landed position plus one: its own
-//! transactions took the positions between. The journal rows of a tick that has landed whole
-//! can go, with every older tick's (their transactions are visible in its snapshot too); the
-//! last tick is never known to have landed whole, and is read again at a start (the read
-//! machine drops what it landed already, as it drops a slot's replays).
+//! A tick is recorded (its snapshot, the position of its first transaction and the position
+//! after its last) before its batch is handed on, and only once the batch before it was read
+//! whole. So a tick has landed whole when the position after its last transaction is at or
+//! below the landed position plus one (a tick recorded without that end ends where the next
+//! begins). The journal rows of a tick that has landed whole can go, with every older tick's
+//! (their transactions are visible in its snapshot too); the ticks after it are read again at
+//! a start (the read machine drops what it landed already, as it drops a slot's replays).
 
 /// A tick as the `ticks` table holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +18,8 @@ pub struct TickRecord {
     pub taken_us: i64,
     /// The position its batch's first transaction takes.
     pub first_position: u64,
+    /// The position after its batch's last transaction, when recorded.
+    pub end_position: Option<u64>,
 }
 
 /// Where a start resumes.
@@ -44,9 +46,12 @@ pub enum TickError {
 /// The index in `ticks` (in `id` order) of the latest tick that landed whole when positions
 /// through `landed` have landed.
 pub fn landed_whole(ticks: &[TickRecord], landed: u64) -> Option<usize> {
-    ticks
-        .windows(2)
-        .rposition(|pair| pair[1].first_position <= landed.saturating_add(1))
+    (0..ticks.len()).rev().find(|&i| {
+        let end = ticks[i]
+            .end_position
+            .or_else(|| ticks.get(i + 1).map(|next| next.first_position));
+        end.is_some_and(|end| end <= landed.saturating_add(1))
+    })
 }
 
 /// Where to resume when positions through `landed` (0: none) are in the lake and `ticks` (in
@@ -79,7 +84,27 @@ mod tests {
             snapshot: format!("{id}:{id}:"),
             taken_us: id,
             first_position,
+            end_position: None,
         }
+    }
+
+    #[test]
+    fn a_tick_whose_end_is_recorded_has_landed_whole_once_its_last_position_has() {
+        let ended = |id, first, end| TickRecord {
+            end_position: Some(end),
+            ..tick(id, first)
+        };
+        // Tick 1 holds positions 1..=3, tick 2 holds 4..=9.
+        let ticks = [ended(1, 1, 4), ended(2, 4, 10)];
+        assert_eq!(landed_whole(&ticks, 2), None);
+        assert_eq!(landed_whole(&ticks, 3), Some(0));
+        assert_eq!(landed_whole(&ticks, 8), Some(0));
+        // The last tick too: nothing is left to read again.
+        assert_eq!(landed_whole(&ticks, 9), Some(1));
+        let resume = super::resume(&ticks, 9).unwrap();
+        assert_eq!(resume.landed, Some(ticks[1].clone()));
+        assert!(resume.again.is_empty());
+        assert_eq!(resume.next_position, 10);
     }
 
     #[test]

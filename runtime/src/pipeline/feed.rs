@@ -1,0 +1,332 @@
+//! Where the read stage's frames come from: a replication slot's stream, or the journal that
+//! trigger capture writes ([`crate::source::trigger`]), polled by a task of its own.
+//!
+//! The journal's task owns the reading: a poll records its tick before it reads the batch, so
+//! it must not be cut short halfway, and the read stage's `select!` would cut it. The task
+//! hands each batch's frames over a channel of one (the read stage's pace is its pace), deletes
+//! the journal rows of what the lake confirmed, and after a lost connection opens the journal
+//! again at the confirmed position: what it hands again the read machine drops as replays, as
+//! it drops a slot's.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+
+use super::error::PipelineError;
+use super::reconnect::Reconnect;
+use super::retry::{TELL_EVERY, doubled, gave_up, jittered};
+use crate::Lsn;
+use crate::lake::flush::RETRY_MIN;
+use crate::source::connect::PgConfig;
+use crate::source::provision::ProvisionError;
+use crate::source::replication::{Confirmer, ReplicationError, ReplicationStream, XLogData};
+use crate::source::trigger::capture::TriggerCapture;
+use crate::stream::read::Frame;
+
+/// Frames taken from the replication driver per wake-up.
+const RECV_BATCH: usize = 1024;
+/// How long a journal poll that found nothing waits before the next.
+pub(super) const JOURNAL_POLL: Duration = Duration::from_millis(200);
+/// The longest wait between attempts to reach a source that went away.
+const RECONNECT_MAX: Duration = Duration::from_secs(10);
+
+/// The read stage's source of frames.
+pub(super) enum Feed {
+    Slot {
+        stream: ReplicationStream,
+        /// Opens the stream again when the connection is lost.
+        reconnect: Box<Reconnect>,
+        received: Vec<XLogData>,
+    },
+    Journal(JournalFeed),
+}
+
+impl Feed {
+    pub(super) fn slot(stream: ReplicationStream, reconnect: Reconnect) -> Feed {
+        Feed::Slot {
+            stream,
+            reconnect: Box::new(reconnect),
+            received: Vec::with_capacity(RECV_BATCH),
+        }
+    }
+
+    /// Where the landing stage confirms positions.
+    pub(super) fn confirmer(&self) -> Confirmer {
+        match self {
+            Feed::Slot { reconnect, .. } => reconnect.confirmer.clone(),
+            Feed::Journal(journal) => journal.confirmer.clone(),
+        }
+    }
+
+    /// The next frames into `out`, or the connection lost (slots only: the journal's task
+    /// reconnects by itself). Cancel-safe.
+    pub(super) async fn recv(&mut self, out: &mut Vec<Frame>) -> Result<Received, PipelineError> {
+        match self {
+            Feed::Slot {
+                stream, received, ..
+            } => match stream.recv_many(received, RECV_BATCH).await {
+                // The server finished the stream: it is going away.
+                Ok(0) => Ok(Received::Lost(ReplicationError::ServerEnded)),
+                Ok(_) => {
+                    out.extend(received.drain(..).map(|f| Frame {
+                        wal_start: f.wal_start,
+                        data: f.data,
+                    }));
+                    Ok(Received::Frames)
+                }
+                Err(error) if error.is_transient() => Ok(Received::Lost(error)),
+                Err(error) => Err(error.into()),
+            },
+            Feed::Journal(journal) => journal.recv(out).await.map(|_| Received::Frames),
+        }
+    }
+
+    /// The server's position when every frame was taken (slots only; a journal has no
+    /// position of its own to advance to).
+    pub(super) fn idle_position(&self) -> Option<Lsn> {
+        match self {
+            Feed::Slot { stream, .. } => stream.idle_position(),
+            Feed::Journal(_) => None,
+        }
+    }
+
+    /// The position a server shutting down waits to hear confirmed (slots only).
+    pub(super) fn reply_wanted(&self) -> Lsn {
+        match self {
+            Feed::Slot { stream, .. } => stream.reply_wanted(),
+            Feed::Journal(_) => Lsn::ZERO,
+        }
+    }
+
+    /// End the feed: a slot's stream sends its last confirmed position; the journal's task
+    /// deletes the rows of what landed and closes its connection.
+    pub(super) async fn shutdown(self) -> Result<(), PipelineError> {
+        match self {
+            Feed::Slot { stream, .. } => Ok(stream.shutdown().await?),
+            Feed::Journal(journal) => journal.shutdown().await,
+        }
+    }
+}
+
+/// What the journal task hands the read stage.
+type Handed = Result<Vec<Frame>, PipelineError>;
+
+/// What a [`Feed::recv`] gave.
+pub(super) enum Received {
+    Frames,
+    /// The connection was lost; the stream can be opened again.
+    Lost(ReplicationError),
+}
+
+/// The journal read by a task of its own.
+pub(super) struct JournalFeed {
+    frames: mpsc::Receiver<Handed>,
+    confirmer: Confirmer,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), PipelineError>>,
+}
+
+/// How the journal task reaches the source again.
+pub(super) struct JournalSource {
+    pub pg: PgConfig,
+    pub schema: String,
+    /// `retry.limit_secs`: how long reaching the source may keep failing.
+    pub retry_limit: Option<Duration>,
+}
+
+impl JournalFeed {
+    /// Start reading `capture`, opened at the position the lake confirmed.
+    pub(super) fn start(capture: TriggerCapture, source: JournalSource, confirmed: Lsn) -> Self {
+        let confirmer = Confirmer::default();
+        confirmer.confirm(confirmed);
+        let (tx, frames) = mpsc::channel(1);
+        let (stop, stopping) = watch::channel(false);
+        let task = tokio::spawn(poll_journal(
+            capture,
+            source,
+            confirmer.clone(),
+            tx,
+            stopping,
+        ));
+        JournalFeed {
+            frames,
+            confirmer,
+            stop,
+            task,
+        }
+    }
+
+    async fn recv(&mut self, out: &mut Vec<Frame>) -> Result<usize, PipelineError> {
+        match self.frames.recv().await {
+            Some(Ok(batch)) => {
+                let taken = batch.len();
+                out.extend(batch);
+                Ok(taken)
+            }
+            Some(Err(error)) => Err(error),
+            None => Err(PipelineError::Task(
+                "the trigger capture's journal reader ended".into(),
+            )),
+        }
+    }
+
+    async fn shutdown(self) -> Result<(), PipelineError> {
+        let JournalFeed {
+            frames, stop, task, ..
+        } = self;
+        drop(frames);
+        let _ = stop.send(true);
+        match task.await {
+            Ok(result) => result,
+            Err(e) => Err(PipelineError::Task(e.to_string())),
+        }
+    }
+}
+
+/// Whether `error` is the source going away (a connection lost or refused), which passes,
+/// rather than a statement the server refused.
+fn is_lost(error: &ProvisionError) -> bool {
+    match error {
+        ProvisionError::Query { error, .. } => error.code().is_none() || error.is_closed(),
+        ProvisionError::Connect(_) => true,
+        _ => false,
+    }
+}
+
+/// The journal task: poll, hand on what a poll found, delete what the lake confirmed, until a
+/// stop is asked for or the read stage is gone; after a lost connection, open the journal
+/// again at the confirmed position.
+async fn poll_journal(
+    mut capture: TriggerCapture,
+    source: JournalSource,
+    confirmer: Confirmer,
+    frames: mpsc::Sender<Handed>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), PipelineError> {
+    let mut cleared = Lsn::ZERO;
+    loop {
+        let step = async {
+            let confirmed = confirmer.confirmed();
+            if confirmed > cleared {
+                let deleted = capture.confirm(confirmed.0).await?;
+                if deleted > 0 {
+                    tracing::debug!(
+                        rows = deleted,
+                        through = confirmed.0,
+                        "deleted the journal rows that landed"
+                    );
+                }
+                cleared = confirmed;
+            }
+            if *stop.borrow() {
+                return Ok(None);
+            }
+            capture.poll().await.map(Some)
+        };
+        match step.await {
+            Ok(None) => return Ok(()),
+            Ok(Some(batch)) if batch.is_empty() => {
+                tokio::select! {
+                    _ = tokio::time::sleep(JOURNAL_POLL) => {}
+                    _ = stop.changed() => {}
+                }
+            }
+            Ok(Some(batch)) => {
+                // The read stage takes batches at its pace; once it is gone, only the last
+                // confirmation is left to do.
+                let taken = tokio::select! {
+                    sent = frames.send(Ok(batch)) => sent.is_ok(),
+                    // Asked to stop: the next round confirms and ends.
+                    _ = stop.changed() => true,
+                };
+                if !taken {
+                    stop_after_confirming(&mut capture, &confirmer, cleared).await?;
+                    return Ok(());
+                }
+            }
+            Err(error) if is_lost(&error) => {
+                match reopen(&source, &confirmer, &error, &mut stop).await? {
+                    Some(reopened) => {
+                        capture = reopened;
+                        cleared = confirmer.confirmed();
+                    }
+                    None => return Ok(()),
+                }
+            }
+            Err(error) => {
+                let _ = frames.send(Err(error.into())).await;
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// The read stage is gone: delete the rows of what landed last, if that is more than before.
+async fn stop_after_confirming(
+    capture: &mut TriggerCapture,
+    confirmer: &Confirmer,
+    cleared: Lsn,
+) -> Result<(), PipelineError> {
+    let confirmed = confirmer.confirmed();
+    if confirmed > cleared {
+        capture.confirm(confirmed.0).await?;
+    }
+    Ok(())
+}
+
+/// Open the journal again once the source takes a connection, retrying with capped
+/// exponential backoff; `None` when a stop was asked for first.
+async fn reopen(
+    source: &JournalSource,
+    confirmer: &Confirmer,
+    lost: &ProvisionError,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Option<TriggerCapture>, PipelineError> {
+    tracing::warn!(error = %lost, confirmed = %confirmer.confirmed(), "lost the connection to the source; reading the journal again from the confirmed position once it is back");
+    let since = Instant::now();
+    let mut delay = RETRY_MIN;
+    let mut told = Instant::now();
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let opened = async {
+            let client = crate::source::connect::sql(&source.pg).await?;
+            TriggerCapture::open(client, &source.schema, confirmer.confirmed().0).await
+        };
+        match opened.await {
+            Ok(capture) => {
+                tracing::info!(
+                    attempts,
+                    waited_ms = since.elapsed().as_millis() as u64,
+                    "reading the journal again"
+                );
+                return Ok(Some(capture));
+            }
+            Err(error) if is_lost(&error) => {
+                if let Some(gave_up) = gave_up(
+                    "reaching the source",
+                    since,
+                    attempts,
+                    source.retry_limit,
+                    &error,
+                    confirmer.confirmed(),
+                ) {
+                    return Err(gave_up);
+                }
+                if told.elapsed() >= TELL_EVERY {
+                    told = Instant::now();
+                    tracing::warn!(%error, attempts, failing_secs = since.elapsed().as_secs(), "the source is still unreachable; retrying");
+                }
+            }
+            Err(error) => return Err(error.into()),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(jittered(delay)) => {}
+            _ = stop.changed() => {}
+        }
+        if *stop.borrow() {
+            return Ok(None);
+        }
+        delay = doubled(delay).min(RECONNECT_MAX);
+    }
+}

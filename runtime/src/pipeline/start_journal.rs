@@ -1,0 +1,240 @@
+//! Start-up in trigger capture (`source.capture`, docs/design.md "Capture without a slot"),
+//! in the order of a slot's start ([`super::start`]), with the journal where the slot was:
+//!
+//! 1. Refusals first (the prerequisite check ran already; plugins and sink are open): the
+//!    sink's owner, the server's timeline against the lake's, `source.start_from`.
+//! 2. Holding the journal: one reader at a time, by a lock its session holds (waited for as a
+//!    held slot is).
+//! 3. Provisioning: the schema, its journal and each table's capture function and triggers,
+//!    replaced on every start (an upgraded Tributary upgrades them); recorded in the sink for
+//!    `tributary teardown`.
+//! 4. Taking over the sink (the same open entry as a slot's), and opening the journal at the
+//!    position the lake confirmed: the rows of ticks that landed whole are deleted, the ticks
+//!    after them read again.
+
+use std::time::{Duration, Instant};
+
+use tokio_postgres::Client;
+
+use super::RunOptions;
+use super::error::PipelineError;
+use super::feed::{Feed, JournalFeed, JournalSource};
+use super::messages::Shutdown;
+use super::start::{OpenAt, Opening, Started, open_log, settle_sink};
+use crate::Lsn;
+use crate::config::{PipelineConfig, StartFrom};
+use crate::lake::commit::{
+    Checkpoint, FORMAT, PipelineIdentity, Provisioned, ProvisionedKind, journal_name, unix_micros,
+};
+use crate::source::catalog::Catalog;
+use crate::source::position::FirstStart;
+use crate::source::provision::{self, ProvisionError};
+use crate::source::trigger::{capture, install};
+
+/// How often a waiting start asks for the journal's lock again, and says it still waits.
+const HOLD_POLL: Duration = Duration::from_millis(500);
+const WAIT_LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// Start a pipeline capturing through triggers; `None` when a stop was requested while it
+/// waited for the journal.
+pub(super) async fn start(
+    config: &PipelineConfig,
+    options: &RunOptions,
+    shutdown: &Shutdown,
+    opening: Opening,
+) -> Result<Option<Started>, PipelineError> {
+    let Opening {
+        writer,
+        pg,
+        client,
+        transforms,
+        plugins,
+        sink,
+        log,
+        latest,
+    } = opening;
+    let source = &config.source;
+    let schema = &source.trigger_schema;
+    let name = journal_name(schema);
+
+    // 1. Refusals.
+    let (system_id, timeline) = capture::identify(&client).await?;
+    let database = provision::current_database(&client).await?;
+    let identity = PipelineIdentity {
+        format: FORMAT,
+        system_identifier: system_id.clone(),
+        database: database.clone(),
+        slot: name.clone(),
+        created_by: writer.clone(),
+        created_at: unix_micros(),
+    };
+    log.check_identity(&identity, latest.as_ref()).await?;
+    let first_read = Checkpoint::from_entry(latest.as_ref());
+    // The journal is a table: a promoted standby has it as far as it replayed, which may be
+    // short of what landed. A move is taken only when named by --accept-gap.
+    let switch = Err("trigger capture does not follow a promotion by itself".to_owned());
+    first_read.judge_timeline(timeline, &switch, options.accept_gap.as_deref())?;
+    let first_start = match first_read.sequence() {
+        0 => Some(first_start(source.start_from)?),
+        _ => None,
+    };
+    if first_start.is_some_and(|f| f.from == StartFrom::Full) {
+        return Err(ProvisionError::TriggerStartFrom(
+            "\"full\" (not yet with trigger capture)".into(),
+        )
+        .into());
+    }
+    let tracked = provision::tracked_tables(&client, source).await?;
+
+    // 2. Holding the journal.
+    let mut reader = crate::source::connect::sql(&pg).await?;
+    if !hold(&reader, schema, options, shutdown).await? {
+        return Ok(None);
+    }
+
+    // 3. Provisioning.
+    let installing = Instant::now();
+    let installed = install::install(&mut reader, schema, &tracked).await?;
+    tracing::info!(
+        schema = %schema,
+        tables = installed.tables.len(),
+        triggers = installed.triggers,
+        took_ms = installing.elapsed().as_millis() as u64,
+        "trigger capture installed: the journal, a capture function per table, and its triggers"
+    );
+    let record = Provisioned {
+        kind: ProvisionedKind::TriggerCapture,
+        name: schema.clone(),
+        database: database.clone(),
+        system_identifier: system_id.clone(),
+        created_by: writer.clone(),
+        created_at: unix_micros(),
+    };
+    log.record_created(&record).await?;
+
+    // 4. Taking over the log, and opening the journal where the lake ends.
+    log.claim_identity(&identity).await?;
+    let (checkpoint, opened) = open_log(
+        &log,
+        &client,
+        options,
+        OpenAt {
+            slot: false,
+            name: &name,
+            timeline,
+            switch: &switch,
+            first_start: first_start.as_ref(),
+            start_at: Lsn::ZERO,
+            load: None,
+        },
+        config.retry.limit(),
+        shutdown,
+    )
+    .await?;
+    let tables = settle_sink(
+        config,
+        &sink,
+        &log,
+        &identity,
+        &checkpoint,
+        &opened,
+        shutdown,
+    )
+    .await?;
+    let confirmed = checkpoint.confirmed();
+    let capture = capture::TriggerCapture::open(reader, schema, confirmed.0).await?;
+    let resumed = opened.started_from.is_none();
+    tracing::info!(
+        capture = "trigger",
+        mode = %match resumed {
+            true => format!("resuming after position {}", confirmed.0),
+            false => "first run from the tail: the changes committed from now on".to_owned(),
+        },
+        schema = %schema,
+        tables = %tracked.join(", "),
+        plugins = %match plugins.is_empty() {
+            true => "none".to_owned(),
+            false => plugins.iter().map(|p| format!("{} {}", p.name, p.version)).collect::<Vec<_>>().join(", "),
+        },
+        sink = %sink.url(),
+        writer = %writer.id,
+        sequence = checkpoint.sequence(),
+        "streaming"
+    );
+    let feed = JournalFeed::start(
+        capture,
+        JournalSource {
+            pg: pg.clone(),
+            schema: schema.clone(),
+            retry_limit: config.retry.limit(),
+        },
+        confirmed,
+    );
+    Ok(Some(Started {
+        log,
+        checkpoint,
+        opened,
+        transforms,
+        plugins,
+        feed: Feed::Journal(feed),
+        followed: tokio::sync::watch::channel(None).1,
+        pg: pg.clone(),
+        // The journal's frames are pgoutput's newest protocol (without streamed parts).
+        proto_version: super::PROTO_VERSION,
+        catalog: Catalog::new(pg, false),
+        timeline,
+        load: None,
+        tracked,
+        tables,
+        name,
+    }))
+}
+
+/// Where a first run in trigger capture starts: at the tail, from the installation on.
+fn first_start(from: StartFrom) -> Result<FirstStart, ProvisionError> {
+    match from {
+        StartFrom::Tail | StartFrom::Full => Ok(FirstStart {
+            from,
+            at: Lsn::ZERO,
+        }),
+        StartFrom::Head => Err(ProvisionError::TriggerStartFrom("\"head\"".into())),
+        StartFrom::Lsn(lsn) => Err(ProvisionError::TriggerStartFrom(format!("\"lsn:{lsn}\""))),
+    }
+}
+
+/// Take the journal's reader lock on `reader`'s session, waiting while another instance holds
+/// it: briefly by default, for as long as it takes with `--wait`. `false` when a stop came
+/// first.
+async fn hold(
+    reader: &Client,
+    schema: &str,
+    options: &RunOptions,
+    shutdown: &Shutdown,
+) -> Result<bool, PipelineError> {
+    let since = Instant::now();
+    let mut told: Option<Instant> = None;
+    loop {
+        if capture::hold(reader, schema).await? {
+            return Ok(true);
+        }
+        if !options.wait_for_slot && since.elapsed() >= options.slot_grace {
+            return Err(ProvisionError::JournalHeld {
+                schema: schema.to_owned(),
+            }
+            .into());
+        }
+        if told.is_none_or(|t| t.elapsed() >= WAIT_LOG_EVERY) {
+            told = Some(Instant::now());
+            tracing::info!(
+                schema,
+                waited_secs = since.elapsed().as_secs(),
+                "another instance reads the trigger journal; waiting for it to stop"
+            );
+        }
+        let mut stop = shutdown.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(HOLD_POLL) => {}
+            _ = stop.wait_for(|s| *s) => return Ok(false),
+        }
+    }
+}
