@@ -22,6 +22,8 @@
 //! | `delta.before-current` | Delta tables only: an output's change-log table has the flush, its current-state table (`mirror = true`) not yet (`@k`: the k-th of the run) |
 //! | `delta.after-publish` | Delta tables only: every output's table has the flush, the slot is not confirmed |
 //! | `flush.after-confirm` | the slot is confirmed, the intent is not removed |
+//! | `journal.after-tick` | trigger capture: a tick is recorded, its batch not yet handed on (`@k`: the k-th of the run) |
+//! | `journal.before-delete` | trigger capture: the lake confirmed a position, the journal rows of what landed are not yet deleted (`@k`: the k-th confirmation of the run) |
 //! | `load.before-chunk` | a load's connection is about to read a chunk (`@k`: the k-th of the run); the stream and the other connections go on |
 
 /// Every point there is, so that a misspelt `TRIBUTARY_FAILPOINTS` is refused, not ignored.
@@ -37,6 +39,8 @@ pub const POINTS: &[&str] = &[
     "delta.after-publish",
     "flush.after-confirm",
     "load.before-chunk",
+    "journal.after-tick",
+    "journal.before-delete",
 ];
 
 /// The environment variable that arms points.

@@ -635,6 +635,14 @@ async fn auto_capture_chooses_triggers_and_lands_a_mixed_workload_exactly_once()
         .unwrap()
         .get(0);
     assert_eq!(left, 0, "journal rows left after everything landed");
+    let (code, shown, err) = command("status", &fx.file, &[], &[]).await;
+    assert_eq!(code, 0, "{shown}{err}");
+    assert!(
+        shown.contains("trigger journal \"tributary\": 0 rows, ")
+            && shown.contains("writer            stopped (nothing holds the journal)")
+            && !shown.contains("slot \""),
+        "{shown}"
+    );
     let said = verify(&fx.file, &["--identities-only"]).await;
     assert_eq!(said.code, 0, "{said}");
     let said = verify(&fx.file, &[]).await;
@@ -659,6 +667,11 @@ async fn auto_capture_chooses_triggers_and_lands_a_mixed_workload_exactly_once()
     .await;
     let figures = assert_lake_equals_source(&app, &fx.sink, &PIPELINE_TABLES).await;
     assert_eq!(figures[0].changes, 1152, "{figures:?}");
+    let (_, shown, _) = command("status", &fx.file, &[], &[]).await;
+    assert!(
+        shown.contains("writer            running (it holds the journal)"),
+        "{shown}"
+    );
     let log = run.stop().await;
     assert!(log.contains("resuming after position"), "{log}");
 
@@ -686,5 +699,69 @@ async fn auto_capture_chooses_triggers_and_lands_a_mixed_workload_exactly_once()
     assert_eq!(left, 0, "objects of trigger capture left after teardown");
     let (_, out, _) = command("teardown", &fx.file, &["--yes"], &[]).await;
     assert!(out.contains("nothing to drop"), "{out}");
+    drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kills_while_reading_after_an_upload_and_before_the_journal_delete_land_exactly_once() {
+    let (cluster, url) = replica_server().await;
+    let app = connect(&url).await;
+    app.batch_execute("CREATE TABLE t (id int PRIMARY KEY, v text, n bigint)")
+        .await
+        .unwrap();
+    let mut fx = Fixture::new(&url, "trigger_kills", &["public.t"]).await;
+    fx.cfg.source = vec![("capture".into(), "\"trigger\"".into())];
+    fx.file = fx.cfg.write(&fx.dir);
+    let mut changes = 0u64;
+    for (round, point) in [
+        // A tick recorded, its batch not handed on.
+        (1, "journal.after-tick@2"),
+        // A flush's file uploaded, its commit entry not written.
+        (2, "flush.after-file@2"),
+        // The commit entry written, nothing confirmed.
+        (3, "flush.after-commit@2"),
+        // Confirmed, the journal rows of what landed not deleted.
+        (4, "journal.before-delete@2"),
+    ] {
+        let log_file = fx.dir.join(format!("killed-{round}.log"));
+        let mut run = Service::spawn_with(
+            &fx.file,
+            &["--wait"],
+            &log_file,
+            &[("TRIBUTARY_FAILPOINTS", point)],
+        );
+        run.wait_for_log("streaming", Duration::from_secs(120))
+            .await;
+        let name = point.split('@').next().unwrap();
+        for i in 0..6 {
+            let first = round * 1000 + i * 50;
+            app.batch_execute(&format!(
+                "INSERT INTO t SELECT g, 'round {round}', g FROM generate_series({first}, {first} + 49) g;
+                 UPDATE t SET n = n + 1 WHERE id = {round} * 1000;"
+            ))
+            .await
+            .unwrap();
+            changes += 51;
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
+        run.wait_for_log(
+            &format!("failpoint {name} reached"),
+            Duration::from_secs(60),
+        )
+        .await;
+        run.kill().await;
+    }
+    let run = Service::spawn(&fx.file, &["--wait"], &fx.dir.join("last.log"));
+    run.wait_for_landed(&fx.log, changes, Duration::from_secs(120))
+        .await;
+    let figures = assert_lake_equals_source(&app, &fx.sink, &[("public.t", "id")]).await;
+    assert_eq!(figures[0].changes as u64, changes, "{figures:?}");
+    run.stop().await;
+    let left: i64 = app
+        .query_one("SELECT count(*) FROM tributary.journal", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "journal rows left after everything landed");
     drop(cluster);
 }

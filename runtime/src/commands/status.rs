@@ -14,7 +14,10 @@ use crate::lake::commit::{CommitError, CommitLog, Writer};
 use crate::lake::delta;
 use crate::lake::sink::{Sink, SinkError};
 use crate::source::provision::{self, ProvisionError, SlotHolder};
+use crate::source::quote_ident;
+use crate::source::trigger::capture;
 use crate::units::human_bytes;
+use tokio_postgres::Client;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
@@ -77,11 +80,23 @@ pub struct TableStatus {
     pub files: usize,
 }
 
+/// Trigger capture's journal, for a lake captured by triggers.
+#[derive(Debug, Clone, Serialize)]
+pub struct JournalStatus {
+    pub schema: String,
+    /// Rows not yet landed (or landed and not yet deleted); `None` when there is no journal.
+    pub rows: Option<i64>,
+    /// The journal's size on disk, indexes and TOAST included.
+    pub bytes: Option<i64>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub current_wal_lsn: Lsn,
     pub slot: SlotStatus,
     pub sink: SinkStatus,
+    /// With trigger capture: its journal (the slot is then not looked at).
+    pub journal: Option<JournalStatus>,
 }
 
 pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
@@ -108,13 +123,27 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
         safe_wal_size: slot.as_ref().and_then(|s| s.safe_wal_size),
     };
     let sink = Sink::open(&config.sink.url, &config.sink.options)?;
-    let latest = CommitLog::new(sink.clone(), Writer::named("status"))
-        .latest()
-        .await?;
+    let log = CommitLog::new(sink.clone(), Writer::named("status"));
+    let latest = log.latest().await?;
+    // The lake names its source: a slot, or a trigger journal.
+    let source = log
+        .identity()
+        .await?
+        .map(|i| i.slot)
+        .or_else(|| latest.as_ref().map(|e| e.slot.clone()))
+        .unwrap_or_else(|| config.source.slot.clone());
+    let journal = match crate::lake::commit::journal_schema(&source) {
+        Some(schema) => Some(journal_status(&client, schema).await?),
+        None => None,
+    };
+    let holder = match &journal {
+        Some(journal) => capture::reader(&client, &journal.schema).await?,
+        None => holder,
+    };
     let mut tables = Vec::new();
     if config.sink.format == TableFormat::Delta {
         let database = provision::current_database(&client).await?;
-        let app = delta::app_id(&database, &config.source.slot);
+        let app = delta::app_id(&database, &source);
         for output in delta::table_names(&sink).await? {
             let state = delta::read_table(&sink, &output, Default::default()).await?;
             tables.push(TableStatus {
@@ -143,6 +172,45 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
         current_wal_lsn: current,
         slot,
         sink,
+        journal,
+    })
+}
+
+/// The journal of `schema`: its rows and size.
+async fn journal_status(client: &Client, schema: &str) -> Result<JournalStatus, StatusError> {
+    let table = format!("{}.journal", quote_ident(schema));
+    let exists: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+        .await
+        .map_err(|error| ProvisionError::Query {
+            what: format!("looking up the journal {table}"),
+            error,
+        })?
+        .get(0);
+    if !exists {
+        return Ok(JournalStatus {
+            schema: schema.to_owned(),
+            rows: None,
+            bytes: None,
+        });
+    }
+    let row = client
+        .query_one(
+            &format!(
+                "SELECT (SELECT count(*) FROM {table}), pg_total_relation_size('{}'::regclass)",
+                table.replace('\'', "''")
+            ),
+            &[],
+        )
+        .await
+        .map_err(|error| ProvisionError::Query {
+            what: format!("counting the rows of the journal {table}"),
+            error,
+        })?;
+    Ok(JournalStatus {
+        schema: schema.to_owned(),
+        rows: Some(row.get(0)),
+        bytes: Some(row.get(1)),
     })
 }
 
@@ -165,7 +233,17 @@ impl std::fmt::Display for Status {
         let size = |b: Option<u64>| b.map_or_else(|| "?".to_owned(), human_bytes);
         let s = &self.slot;
         writeln!(f, "current WAL         {}", self.current_wal_lsn)?;
-        if !s.exists {
+        if let Some(journal) = &self.journal {
+            match (journal.rows, journal.bytes) {
+                (Some(rows), Some(bytes)) => writeln!(
+                    f,
+                    "trigger journal {:?}: {rows} rows, {}",
+                    journal.schema,
+                    human_bytes(bytes.max(0) as u64)
+                )?,
+                _ => writeln!(f, "trigger journal {:?}: not installed", journal.schema)?,
+            }
+        } else if !s.exists {
             writeln!(f, "slot {:?}: does not exist", s.name)?;
         } else {
             let active = s
@@ -214,17 +292,21 @@ impl std::fmt::Display for Status {
                         .last_committed_at
                         .map(|at| format!(", last seen {}", utc_text(at)))
                         .unwrap_or_default();
+                    let source = match self.journal {
+                        Some(_) => "the journal",
+                        None => "the slot",
+                    };
                     match self.sink.writer_running {
                         Some(true) => {
-                            writeln!(f, "  writer            running (it holds the slot)")?
+                            writeln!(f, "  writer            running (it holds {source})")?
                         }
                         Some(false) => writeln!(
                             f,
-                            "  writer            stopped (nothing holds the slot){last}"
+                            "  writer            stopped (nothing holds {source}){last}"
                         )?,
                         None => writeln!(
                             f,
-                            "  writer            not known to run: another client holds the slot{last}"
+                            "  writer            not known to run: another client holds {source}{last}"
                         )?,
                     }
                 }
@@ -288,6 +370,7 @@ mod tests {
     fn status(writer_running: Option<bool>) -> Status {
         Status {
             current_wal_lsn: Lsn(0x30),
+            journal: None,
             slot: SlotStatus {
                 name: "shop".into(),
                 exists: true,

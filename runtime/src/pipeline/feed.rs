@@ -208,6 +208,7 @@ async fn poll_journal(
         let step = async {
             let confirmed = confirmer.confirmed();
             if confirmed > cleared {
+                crate::failpoint::reached("journal.before-delete").await;
                 let deleted = capture.confirm(confirmed.0).await?;
                 if deleted > 0 {
                     tracing::debug!(

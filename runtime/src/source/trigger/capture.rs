@@ -34,6 +34,34 @@ pub async fn hold(client: &Client, schema: &str) -> Result<bool, ProvisionError>
         .get(0))
 }
 
+/// The session that holds `schema`'s reader lock (see [`hold`]), if one does.
+pub async fn reader(
+    client: &Client,
+    schema: &str,
+) -> Result<Option<crate::source::provision::SlotHolder>, ProvisionError> {
+    let row = client
+        .query_opt(
+            "SELECT a.pid, a.application_name, host(a.client_addr) || ':' || a.client_port,
+                    a.client_addr IS NULL
+               FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+              WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                AND l.classid = (hashtext('tributary.reader')::bigint & 4294967295)::oid
+                AND l.objid = (hashtext($1)::bigint & 4294967295)::oid
+                AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            &[&schema],
+        )
+        .await
+        .map_err(query(format!(
+            "looking up the reader of the journal in schema {schema:?}"
+        )))?;
+    Ok(row.map(|r| crate::source::provision::SlotHolder {
+        pid: r.get(0),
+        application_name: r.get::<_, Option<String>>(1).filter(|n| !n.is_empty()),
+        client: r.get(2),
+        local: r.get(3),
+    }))
+}
+
 /// The server's system identifier and timeline, as a role without `REPLICATION` can read them.
 pub async fn identify(client: &Client) -> Result<(String, u32), ProvisionError> {
     let row = client
@@ -175,6 +203,7 @@ impl TriggerCapture {
                 first_position,
                 end_position: Some(end_position),
             });
+            crate::failpoint::reached("journal.after-tick").await;
         } else if let Some(read) = self
             .ticks
             .iter_mut()
