@@ -187,7 +187,14 @@ impl JournalFeed {
 /// rather than a statement the server refused.
 fn is_lost(error: &ProvisionError) -> bool {
     match error {
-        ProvisionError::Query { error, .. } => error.code().is_none() || error.is_closed(),
+        // No SQLSTATE: the connection broke. Class 08 (connection exception) and 57
+        // (operator intervention: a shutdown, a restart, a terminated backend) pass too.
+        ProvisionError::Query { error, .. } => {
+            error.is_closed()
+                || error
+                    .code()
+                    .is_none_or(|c| c.code().starts_with("08") || c.code().starts_with("57"))
+        }
         ProvisionError::Connect(_) => true,
         _ => false,
     }
