@@ -1,5 +1,5 @@
 //! Every supported type, with its edge values, decodes the same from the text and the binary
-//! form, and lands the same through a text and a binary pipeline.
+//! form, and lands the same through a text and a binary pipeline, and through trigger capture.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -305,6 +305,19 @@ async fn edge_values_land_alike_from_text_and_binary_tuples_and_match_select() {
     );
     binary_config.source.binary = true;
     let binary = RunningPipeline::start(binary_config).await;
+    // And through trigger capture's journal, into another directory.
+    let trigger_dir = std::env::temp_dir().join(unique_name("edge_trigger_lake"));
+    let trigger_url = format!("file://{}", trigger_dir.display());
+    let mut trigger_config = config(
+        &db.url,
+        &unique_name("edge_trigger"),
+        &[EDGE_TABLE],
+        &trigger_url,
+        vec![],
+        &[],
+    );
+    trigger_config.source.capture = tributary::config::CaptureMode::Trigger;
+    let trigger = RunningPipeline::start(trigger_config).await;
 
     let mut sql = String::from("BEGIN; INSERT INTO edge (id) VALUES (0);");
     for (i, row) in EDGE_ROWS.iter().enumerate() {
@@ -322,6 +335,7 @@ async fn edge_values_land_alike_from_text_and_binary_tuples_and_match_select() {
     for (mut pipeline, sink_url, options) in [
         (text, text_url.clone(), vec![]),
         (binary, binary_url.clone(), server.object_store_options()),
+        (trigger, trigger_url.clone(), vec![]),
     ] {
         pipeline
             .wait_for_changes(changes, Duration::from_secs(60))
@@ -339,6 +353,17 @@ async fn edge_values_land_alike_from_text_and_binary_tuples_and_match_select() {
         assert_eq!(
             t.values, b.values,
             "text and binary tuples landed differently"
+        );
+    }
+    // Trigger capture's journal holds each value's text, which the same decoders read: the
+    // same rows with the same types and values.
+    let from_trigger = &landed[2];
+    assert_eq!(from_text.len(), from_trigger.len());
+    for (t, j) in from_text.iter().zip(from_trigger) {
+        assert_eq!((&t.op, t.seq, &t.schema), (&j.op, j.seq, &j.schema));
+        assert_eq!(
+            t.values, j.values,
+            "the slot and the trigger journal landed differently"
         );
     }
     let big = &from_text[EDGE_ROWS.len()].values;

@@ -161,14 +161,16 @@ BEGIN
         WHERE i.indrelid = v_root
           AND CASE v_ident WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END
     ), cols AS (
-        SELECT a.attnum, a.attname, a.atttypid, a.atttypmod,
+        SELECT a.attnum, a.attname, a.atttypid, a.atttypmod, t.typoutput::text AS output,
                v_ident = 'f' OR EXISTS (SELECT 1 FROM key WHERE a.attnum = ANY (key.attnums)) AS is_key
-        FROM pg_attribute a
+        FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
         WHERE a.attrelid = v_root AND a.attnum > 0 AND NOT a.attisdropped
     )
+    -- Each value through its type's output function, as pgoutput sends it: a cast to text is
+    -- not always that (bool casts to 'true', inet drops a host's mask, char drops its padding).
     SELECT v_ident::text || ':' || string_agg(format('%s %s %s %s', quote_ident(attname), atttypid, atttypmod, is_key), ',' ORDER BY attnum),
-           string_agg(format('r.%I::text', attname), ', ' ORDER BY attnum),
-           string_agg(CASE WHEN is_key THEN format('o.%I::text', attname) ELSE 'NULL' END, ', ' ORDER BY attnum),
+           string_agg(format('%s(r.%I)::text', output, attname), ', ' ORDER BY attnum),
+           string_agg(CASE WHEN is_key THEN format('%s(o.%I)::text', output, attname) ELSE 'NULL' END, ', ' ORDER BY attnum),
            array_agg(attname::text ORDER BY attnum), array_agg(atttypid ORDER BY attnum),
            array_agg(atttypmod ORDER BY attnum), array_agg(is_key ORDER BY attnum)
       INTO v_shape, new_cols, old_cols, v_names, v_types, v_mods, v_keys
