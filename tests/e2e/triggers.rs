@@ -765,3 +765,49 @@ async fn kills_while_reading_after_an_upload_and_before_the_journal_delete_land_
     assert_eq!(left, 0, "journal rows left after everything landed");
     drop(cluster);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trigger_capture_reads_on_after_the_source_restarts() {
+    let (cluster, url) = replica_server().await;
+    let app = connect(&url).await;
+    app.batch_execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        .await
+        .unwrap();
+    let mut fx = Fixture::new(&url, "trigger_restart", &["public.t"]).await;
+    fx.cfg.source = vec![("capture".into(), "\"trigger\"".into())];
+    fx.file = fx.cfg.write(&fx.dir);
+    let mut run = Service::spawn(&fx.file, &[], &fx.dir.join("run.log"));
+    run.wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    app.batch_execute("INSERT INTO t SELECT g, 'before' FROM generate_series(1, 100) g")
+        .await
+        .unwrap();
+    run.wait_for_landed(&fx.log, 100, Duration::from_secs(60))
+        .await;
+    for mode in [
+        tributary_cluster::StopMode::Fast,
+        tributary_cluster::StopMode::Immediate,
+    ] {
+        cluster.stop_server(mode).unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        cluster.start_again().unwrap();
+    }
+    let app = connect(&url).await;
+    app.batch_execute(
+        "INSERT INTO t SELECT g, 'after' FROM generate_series(101, 200) g;
+         UPDATE t SET v = 'changed' WHERE id <= 10;",
+    )
+    .await
+    .unwrap();
+    run.wait_for_landed(&fx.log, 210, Duration::from_secs(120))
+        .await;
+    let figures = assert_lake_equals_source(&app, &fx.sink, &[("public.t", "id")]).await;
+    assert_eq!(figures[0].changes, 210, "{figures:?}");
+    let log = run.stop().await;
+    assert!(
+        log.contains("lost the connection to the source; reading the journal again")
+            && log.contains("reading the journal again"),
+        "{log}"
+    );
+    drop(cluster);
+}
