@@ -1,6 +1,10 @@
 //! Start-up, in the order that keeps a refused start from leaving anything behind and a
 //! second instance from writing over the first:
 //!
+//! The prerequisite check also chooses the capture mode (`source.capture`); once plugins and
+//! sink are open, a start capturing through triggers goes on in [`super::start_journal`], in
+//! the same order with the journal where the slot is. A slot's start:
+//!
 //! 1. Everything that can refuse, before anything is created: the prerequisite check (every
 //!    problem of the source in one report, see [`crate::source::prerequisites`]), the spill directory
 //!    (writable), the plugins (loaded and instantiated), the sink (reachable, and not another
