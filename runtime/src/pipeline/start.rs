@@ -481,14 +481,7 @@ fn announce(
         false => source.tables.join(", "),
         true => format!("every table of the publication ({})", tracked.join(", ")),
     };
-    let plugin_names = match plugins.is_empty() {
-        true => "none".to_owned(),
-        false => plugins
-            .iter()
-            .map(|p| format!("{} {}", p.name, p.version))
-            .collect::<Vec<_>>()
-            .join(", "),
-    };
+    let plugin_names = plugin_names(plugins);
     tracing::info!(
         mode = ?position::describe(first_start, checkpoint.confirmed()),
         slot = %source.slot,
@@ -501,6 +494,18 @@ fn announce(
         sequence = checkpoint.sequence(),
         "streaming"
     );
+}
+
+/// The plugins as the start-up line names them: `name version, ...`, or `none`.
+pub(super) fn plugin_names(plugins: &[PluginRecord]) -> String {
+    match plugins.is_empty() {
+        true => "none".to_owned(),
+        false => plugins
+            .iter()
+            .map(|p| format!("{} {}", p.name, p.version))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
 }
 
 /// Remove what flushes that can never commit left in the sink (their intents name the files),

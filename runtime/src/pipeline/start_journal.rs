@@ -20,7 +20,7 @@ use super::RunOptions;
 use super::error::PipelineError;
 use super::feed::{Feed, JournalFeed, JournalSource};
 use super::messages::Shutdown;
-use super::start::{OpenAt, Opening, Started, open_log, settle_sink};
+use super::start::{OpenAt, Opening, Started, open_log, plugin_names, settle_sink};
 use crate::Lsn;
 use crate::config::{PipelineConfig, StartFrom};
 use crate::lake::commit::{
@@ -152,10 +152,7 @@ pub(super) async fn start(
         },
         schema = %schema,
         tables = %tracked.join(", "),
-        plugins = %match plugins.is_empty() {
-            true => "none".to_owned(),
-            false => plugins.iter().map(|p| format!("{} {}", p.name, p.version)).collect::<Vec<_>>().join(", "),
-        },
+        plugins = %plugin_names(&plugins),
         sink = %sink.url(),
         writer = %writer.id,
         sequence = checkpoint.sequence(),
