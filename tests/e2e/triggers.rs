@@ -9,6 +9,7 @@ use std::time::Duration;
 use tributary::Lsn;
 use tributary::source::trigger::journal::{JournalTxn, Layout, Op, Synthesizer};
 use tributary::source::trigger::{install, poll};
+use tributary::stream::load::LOAD_XID;
 use tributary::wire::pgoutput::{Decoder, LogicalMessage};
 use tributary_cluster::{ClusterOptions, TempCluster};
 use tributary_tests::chaos::assert_lake_equals_source;
@@ -809,5 +810,191 @@ async fn trigger_capture_reads_on_after_the_source_restarts() {
             && log.contains("reading the journal again"),
         "{log}"
     );
+    drop(cluster);
+}
+
+/// Rows each table holds before a full load: a few chunks of 1 MiB each.
+const LOADED_ROWS: i64 = 20_000;
+
+/// Transactions of exactly three changes until stopped: a new `accounts` row, an update of an
+/// old one, the delete of a `notes` row; returns how many committed.
+fn three_change_writes(
+    url: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<i64> {
+    tokio::spawn(async move {
+        let client = connect(&url).await;
+        let mut i: i64 = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            i += 1;
+            client
+                .batch_execute(&format!(
+                    "BEGIN;
+                     INSERT INTO accounts VALUES ({fresh}, 'new', 1.00);
+                     UPDATE accounts SET balance = balance + 1 WHERE id = {i};
+                     DELETE FROM notes WHERE id = {gone};
+                     COMMIT;",
+                    fresh = LOADED_ROWS + i,
+                    gone = LOADED_ROWS + 1 - i,
+                ))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        i
+    })
+}
+
+/// Wait until the journal is empty: its rows are deleted once they landed.
+async fn wait_for_empty_journal(client: &tokio_postgres::Client) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while journal_rows(client).await > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the journal still holds rows"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_load_through_triggers_lands_each_transaction_in_the_load_or_the_journal_once() {
+    let (cluster, url) = replica_server().await;
+    let app = connect(&url).await;
+    app.batch_execute(&format!(
+        "CREATE TABLE accounts (id int PRIMARY KEY, name text, balance numeric(12,2));
+         CREATE TABLE notes (id int PRIMARY KEY, body text, tag varchar(20));
+         INSERT INTO accounts SELECT i, 'account ' || i, i * 1.25 FROM generate_series(1, {LOADED_ROWS}) i;
+         INSERT INTO notes SELECT i, md5(i::text) || repeat('n', i % 90), 't' || (i % 7)
+           FROM generate_series(1, {LOADED_ROWS}) i;"
+    ))
+    .await
+    .unwrap();
+    let tables = [("public.accounts", "id"), ("public.notes", "id")];
+    let mut fx = Fixture::new(&url, "trigger_load", &tables.map(|(t, _)| t)).await;
+    fx.cfg.source = vec![
+        ("capture".into(), "\"trigger\"".into()),
+        ("start_from".into(), "\"full\"".into()),
+    ];
+    fx.cfg.load = vec![
+        ("parallelism".into(), "2".into()),
+        ("chunk_mib".into(), "1".into()),
+    ];
+    fx.cfg.flush = vec![("chunk_mib".into(), "1".into())];
+    fx.file = fx.cfg.write(&fx.dir);
+    let (code, report, err) = command("check", &fx.file, &[], &[]).await;
+    assert_eq!(code, 0, "{report}{err}");
+    assert!(
+        report.contains(
+            "ok    start: a first run (the sink's commit log is empty), with a full load"
+        ),
+        "{report}"
+    );
+
+    // Writes before, during and after each load; the first load is killed after its second
+    // chunk landed.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = three_change_writes(url.clone(), stop.clone());
+    let mut run = Service::spawn_with(
+        &fx.file,
+        &[],
+        &fx.dir.join("killed.log"),
+        &[("TRIBUTARY_FAILPOINTS", "flush.after-commit@3")],
+    );
+    run.wait_for_log(
+        "failpoint flush.after-commit reached",
+        Duration::from_secs(120),
+    )
+    .await;
+    let said = run.log();
+    assert!(
+        said.contains("full load: taking its snapshot")
+            && said.contains("first run with a full load"),
+        "{said}"
+    );
+    run.kill().await;
+    let mut run = Service::spawn(&fx.file, &[], &fx.dir.join("run.log"));
+    run.wait_for_log("full load handed on", Duration::from_secs(120))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let transactions = writer.await.unwrap();
+    app.batch_execute("INSERT INTO accounts VALUES (999999, 'the end', 0)")
+        .await
+        .unwrap();
+    wait_for_empty_journal(&app).await;
+    assert_lake_equals_source(&app, &fx.sink, &tables).await;
+    let log = run.stop().await;
+    assert!(
+        log.contains("loading the table again under a new snapshot"),
+        "the second run loads every table again:\n{log}"
+    );
+
+    // Two loads: the second's markers after the first's, and every streamed change after both.
+    let mut accounts = committed_rows(&fx.sink, "public.accounts").await;
+    let notes = committed_rows(&fx.sink, "public.notes").await;
+    let markers = |rows: &[tributary_tests::lake::LandedRow]| -> Vec<u64> {
+        rows.iter()
+            .filter(|r| r.op == "load")
+            .map(|r| r.commit_lsn)
+            .collect()
+    };
+    let first = markers(&accounts);
+    assert_eq!(first.len(), 2, "{first:?}");
+    assert!(first[0] < first[1], "{first:?}");
+    assert_eq!(markers(&notes).last(), first.last());
+    let load_at = first[1];
+    let loaded_ids: std::collections::HashSet<String> = accounts
+        .iter()
+        .filter(|r| r.xid == LOAD_XID && r.op == "insert" && r.commit_lsn == load_at)
+        .map(|r| r.values["id"].clone().unwrap())
+        .collect();
+    accounts.extend(notes);
+    let streamed: Vec<_> = accounts.iter().filter(|r| r.xid != LOAD_XID).collect();
+    assert!(
+        streamed.iter().all(|r| r.commit_lsn > load_at),
+        "a change read from the journal lands at or before the load"
+    );
+    // Each writer transaction not in the load's snapshot lands whole, once, at one position.
+    let mut by_position: std::collections::BTreeMap<u64, Vec<_>> = Default::default();
+    for r in &streamed {
+        by_position.entry(r.commit_lsn).or_default().push(*r);
+    }
+    let mut xids = std::collections::HashSet::new();
+    for (position, rows) in &by_position {
+        let xid = rows[0].xid;
+        assert!(rows.iter().all(|r| r.xid == xid), "position {position}");
+        assert!(
+            xids.insert(xid),
+            "transaction {xid} landed at two positions"
+        );
+        let end = rows
+            .iter()
+            .any(|r| r.values["id"].as_deref() == Some("999999"));
+        assert_eq!(
+            rows.len(),
+            if end { 1 } else { 3 },
+            "position {position}: {rows:?}"
+        );
+        // Never in the load and the journal both.
+        for r in rows.iter().filter(|r| r.op == "insert") {
+            assert!(
+                !loaded_ids.contains(r.values["id"].as_deref().unwrap()),
+                "row {:?} is in the load and read from the journal",
+                r.values["id"]
+            );
+        }
+    }
+    assert!(
+        by_position.len() > 10 && (by_position.len() as i64) < transactions + 1,
+        "{} transactions from the journal of {transactions}",
+        by_position.len()
+    );
+    let left: i64 = app
+        .query_one("SELECT count(*) FROM tributary.journal", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "journal rows left after everything landed");
     drop(cluster);
 }

@@ -265,15 +265,15 @@ fn warn_weak_tls(report: &mut Report, pg: &PgConfig) {
 }
 
 /// What a run in trigger capture would make of `source.start_from`: a first run starts at
-/// the tail (a full load is not there yet); a later run resumes from the commit log.
+/// the tail or with a full load; a later run resumes from the commit log.
 fn judge_trigger_start(report: &mut Report, source: &SourceConfig, latest: Option<&CommitEntry>) {
     match (latest, source.start_from) {
         (None, StartFrom::Tail) => report.ok(
             "start: a first run (the sink's commit log is empty), from the tail: the changes committed once the triggers are installed".into(),
         ),
-        (None, StartFrom::Full) => report.fail(ProvisionError::TriggerStartFrom(
-            "\"full\" (not yet with trigger capture)".into(),
-        )),
+        (None, StartFrom::Full) => report.ok(
+            "start: a first run (the sink's commit log is empty), with a full load: the tables as one snapshot sees them, then the journal from that snapshot on".into(),
+        ),
         (None, other) => report.fail(ProvisionError::TriggerStartFrom(format!("\"{other}\""))),
         (Some(entry), _) => report.ok(format!(
             "start: resumes from the sink's commit log after position {} (entry {})",

@@ -59,6 +59,10 @@ pub enum ResyncError {
 /// Ask the pipeline of `config` to load `tables` again (every tracked table when empty).
 pub async fn request(config: &PipelineConfig, tables: &[String]) -> Result<Requested, ResyncError> {
     let source = &config.source;
+    // The request travels in the WAL, which a pipeline capturing through triggers never reads.
+    if source.capture == crate::config::CaptureMode::Trigger {
+        return Err(ProvisionError::TriggerResync.into());
+    }
     let pg = crate::source::connect::parse_url(&source.url)?;
     let client = crate::source::connect::sql(&pg).await?;
     let query = provision::query_error;

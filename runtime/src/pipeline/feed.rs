@@ -196,6 +196,10 @@ fn is_lost(error: &ProvisionError) -> bool {
                     .is_none_or(|c| c.code().starts_with("08") || c.code().starts_with("57"))
         }
         ProvisionError::Connect(_) => true,
+        // After a lost connection, the lock may still be held by the lost session until the
+        // server notices it is gone; another instance that took over fences this one at its
+        // next commit.
+        ProvisionError::JournalHeld { .. } => true,
         _ => false,
     }
 }
@@ -299,6 +303,12 @@ async fn reopen(
         attempts += 1;
         let opened = async {
             let client = crate::source::connect::sql(&source.pg).await?;
+            // The lock went with the lost session: another instance may hold the journal now.
+            if !crate::source::trigger::capture::hold(&client, &source.schema).await? {
+                return Err(ProvisionError::JournalHeld {
+                    schema: source.schema.clone(),
+                });
+            }
             TriggerCapture::open(client, &source.schema, confirmer.confirmed().0).await
         };
         match opened.await {

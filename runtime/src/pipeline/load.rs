@@ -43,7 +43,9 @@ pub(crate) struct LoadJob {
 #[derive(Clone)]
 pub(super) struct LoadSettings {
     pub pg: crate::source::connect::PgConfig,
-    pub publication: String,
+    /// The publication whose column lists and row filters restrict what is loaded; `None`
+    /// with trigger capture, which captures whole rows of every table it tracks.
+    pub publication: Option<String>,
     pub binary: bool,
     /// A temporary slot's name, for a snapshot of its own.
     pub temporary_slot: String,
@@ -197,7 +199,7 @@ impl Loading {
         let mut chunks = Vec::new();
         for entry in state.tables.iter_mut().filter(|t| !t.finished()) {
             let table = anchor
-                .table(&mut catalog, &entry.table, Some(&settings.publication))
+                .table(&mut catalog, &entry.table, settings.publication.as_deref())
                 .await?;
             let pages = anchor.pages(&table).await?;
             let plan = load::plan(pages, settings.chunk_pages, !table.partitioned());

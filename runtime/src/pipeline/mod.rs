@@ -202,7 +202,10 @@ async fn run_stages(
     let followed = started.followed;
     let load_settings = load::LoadSettings {
         pg: started.pg.clone(),
-        publication: config.source.publication.clone(),
+        publication: match &started.feed {
+            feed::Feed::Slot { .. } => Some(config.source.publication.clone()),
+            feed::Feed::Journal(_) => None,
+        },
         binary: config.source.binary,
         temporary_slot: crate::source::snapshot::temporary_slot_name("load"),
         parallelism: config.load.parallelism,

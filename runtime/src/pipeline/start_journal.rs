@@ -19,6 +19,7 @@ use tokio_postgres::Client;
 use super::RunOptions;
 use super::error::PipelineError;
 use super::feed::{Feed, JournalFeed, JournalSource};
+use super::load::LoadJob;
 use super::messages::Shutdown;
 use super::start::{OpenAt, Opening, Started, open_log, plugin_names, settle_sink};
 use crate::Lsn;
@@ -29,7 +30,10 @@ use crate::lake::commit::{
 use crate::source::catalog::Catalog;
 use crate::source::position::FirstStart;
 use crate::source::provision::{self, ProvisionError};
+use crate::source::snapshot::Snapshot;
+use crate::source::trigger::poll::Tick;
 use crate::source::trigger::{capture, install};
+use crate::stream::load::LoadState;
 
 /// How often a waiting start asks for the journal's lock again, and says it still waits.
 const HOLD_POLL: Duration = Duration::from_millis(500);
@@ -78,12 +82,6 @@ pub(super) async fn start(
         0 => Some(first_start(source.start_from)?),
         _ => None,
     };
-    if first_start.is_some_and(|f| f.from == StartFrom::Full) {
-        return Err(ProvisionError::TriggerStartFrom(
-            "\"full\" (not yet with trigger capture)".into(),
-        )
-        .into());
-    }
     let tracked = provision::tracked_tables(&client, source).await?;
 
     // 2. Holding the journal.
@@ -125,7 +123,9 @@ pub(super) async fn start(
             switch: &switch,
             first_start: first_start.as_ref(),
             start_at: Lsn::ZERO,
-            load: None,
+            load: first_start
+                .is_some_and(|f| f.from == StartFrom::Full)
+                .then(|| tracked.clone()),
         },
         config.retry.limit(),
         shutdown,
@@ -142,13 +142,19 @@ pub(super) async fn start(
     )
     .await?;
     let confirmed = checkpoint.confirmed();
+    let load = match opened.load.clone() {
+        Some(state) => Some(take_load(&pg, &mut reader, schema, state, confirmed).await?),
+        None => None,
+    };
     let capture = capture::TriggerCapture::open(reader, schema, confirmed.0).await?;
     let resumed = opened.started_from.is_none();
     tracing::info!(
         capture = "trigger",
-        mode = %match resumed {
-            true => format!("resuming after position {}", confirmed.0),
-            false => "first run from the tail: the changes committed from now on".to_owned(),
+        mode = %match (resumed, load.is_some()) {
+            (false, true) => "first run with a full load: the tables as the load's snapshot sees them, then the journal after it".to_owned(),
+            (false, false) => "first run from the tail: the changes committed from now on".to_owned(),
+            (true, true) => format!("resuming after position {}, with the full load a stop cut short", confirmed.0),
+            (true, false) => format!("resuming after position {}", confirmed.0),
         },
         schema = %schema,
         tables = %tracked.join(", "),
@@ -180,11 +186,49 @@ pub(super) async fn start(
         proto_version: super::PROTO_VERSION,
         catalog: Catalog::new(pg, false),
         timeline,
-        load: None,
+        load,
         tracked,
         tables,
         name,
     }))
+}
+
+/// The full load due (a first run's, or one a crash cut short): its snapshot taken in a
+/// transaction of its own and recorded as the tick the journal is read from, in the same
+/// snapshot, so that a transaction is either in the load or read from the journal, never both
+/// and never neither (the capture is installed before: every transaction the snapshot does not
+/// see wrote its rows to the journal). A load a crash cut short loads every table again: the
+/// journal is read from one snapshot.
+async fn take_load(
+    pg: &crate::source::connect::PgConfig,
+    reader: &mut Client,
+    schema: &str,
+    mut state: LoadState,
+    confirmed: Lsn,
+) -> Result<LoadJob, PipelineError> {
+    if state.resync {
+        return Err(ProvisionError::TriggerResync.into());
+    }
+    let position = capture::load_position(reader, schema, confirmed.0).await?;
+    tracing::info!(
+        tables = ?state.tables.iter().map(|t| t.table.as_str()).collect::<Vec<_>>(),
+        position,
+        "full load: taking its snapshot, the one the journal is read from after it"
+    );
+    let (anchor, snapshot, taken_us) = Snapshot::begin(pg, Lsn(position)).await?;
+    let tick = Tick { snapshot, taken_us };
+    capture::record_load(reader, schema, &tick, position).await?;
+    for table in &mut state.tables {
+        // Loaded again, at this snapshot (one before keeps its position, so that the load
+        // says it loads the table again).
+        table.chunks = None;
+        table.done = 0;
+        table.rows = 0;
+    }
+    Ok(LoadJob {
+        anchor: Some(anchor),
+        state,
+    })
 }
 
 /// Where a first run in trigger capture starts: at the tail, from the installation on.

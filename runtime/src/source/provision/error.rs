@@ -95,6 +95,10 @@ pub enum ProvisionError {
     )]
     TriggerStartFrom(String),
     #[error(
+        "`tributary resync` loads tables again beside a slot's stream, at a position in its WAL; trigger capture has no such position: to load again, stop the pipeline, empty the sink, and start it with source.start_from = \"full\""
+    )]
+    TriggerResync,
+    #[error(
         "another instance reads the trigger journal in schema {schema:?} (it holds the journal's reader lock); stop it first, or start this one with --wait to take over once it stops"
     )]
     JournalHeld { schema: String },

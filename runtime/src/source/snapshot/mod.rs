@@ -235,6 +235,37 @@ impl Snapshot {
         })
     }
 
+    /// Open a `REPEATABLE READ` transaction of its own on the source at `pg` and return it with
+    /// its snapshot as `pg_snapshot`'s text (`xmin:xmax:xip,...`) and the server's time then
+    /// (microseconds since the Unix epoch), both read by its first statement, which is what
+    /// fixes the transaction's snapshot: without a slot, trigger capture's load and verify
+    /// stand at that snapshot, and the journal is read from it. `position` is the position it
+    /// is given in the lake.
+    pub async fn begin(
+        pg: &crate::source::connect::PgConfig,
+        position: Lsn,
+    ) -> Result<(Snapshot, String, i64), SnapshotError> {
+        let client = crate::source::connect::sql(pg).await?;
+        client
+            .batch_execute(&format!(
+                "{SESSION_SETTINGS}; BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+            ))
+            .await
+            .map_err(query("beginning a snapshot's transaction"))?;
+        let row = client
+            .query_one(
+                "SELECT pg_current_snapshot()::text, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
+                &[],
+            )
+            .await
+            .map_err(query("taking a snapshot (pg_current_snapshot)"))?;
+        let snapshot = Snapshot {
+            client,
+            consistent_point: position,
+        };
+        Ok((snapshot, row.get(0), row.get(1)))
+    }
+
     /// Export this transaction's snapshot under a new name, for other connections to
     /// [`import`](Self::import) for as long as this one stays open.
     pub async fn export(&self) -> Result<String, SnapshotError> {

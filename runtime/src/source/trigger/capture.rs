@@ -75,6 +75,82 @@ pub async fn identify(client: &Client) -> Result<(String, u32), ProvisionError> 
     Ok((row.get(0), row.get::<_, i64>(1) as u32))
 }
 
+/// The ticks recorded in `schema`, in order.
+async fn recorded(client: &Client, schema: &str) -> Result<Vec<TickRecord>, ProvisionError> {
+    let rows = client
+        .query(
+            &format!(
+                "SELECT id, snapshot::text, (extract(epoch FROM taken) * 1000000)::bigint, first_position,
+                        end_position, load
+                   FROM {}.ticks ORDER BY id",
+                quote_ident(schema)
+            ),
+            &[],
+        )
+        .await
+        .map_err(query(format!("reading the ticks of schema {schema:?}")))?;
+    Ok(rows
+        .iter()
+        .map(|r| TickRecord {
+            id: r.get(0),
+            snapshot: r.get(1),
+            taken_us: r.get(2),
+            first_position: r.get::<_, i64>(3) as u64,
+            end_position: r.get::<_, Option<i64>>(4).map(|p| p as u64),
+            load: r.get(5),
+        })
+        .collect())
+}
+
+/// The position a full load starting now takes when positions through `landed` are in the
+/// lake (see [`ticks::load_position`]).
+pub async fn load_position(
+    client: &Client,
+    schema: &str,
+    landed: u64,
+) -> Result<u64, ProvisionError> {
+    Ok(ticks::load_position(
+        &recorded(client, schema).await?,
+        landed,
+    ))
+}
+
+/// Record `tick`, a full load's snapshot, as the tick the journal is read from, at the load's
+/// `position`, replacing every tick recorded before (those of a load a crash cut short, and of
+/// what was read after it): the load takes them in.
+pub async fn record_load(
+    client: &mut Client,
+    schema: &str,
+    tick: &Tick,
+    position: u64,
+) -> Result<(), ProvisionError> {
+    let s = quote_ident(schema);
+    let txn = client
+        .transaction()
+        .await
+        .map_err(query("recording the full load's tick"))?;
+    txn.execute(&format!("DELETE FROM {s}.ticks"), &[])
+        .await
+        .map_err(query("deleting the ticks a full load takes in"))?;
+    txn.execute(
+        &format!(
+            "INSERT INTO {s}.ticks (snapshot, first_position, end_position, taken, load)
+             VALUES ($1::text::pg_snapshot, $2, $3, to_timestamp($4::double precision / 1000000), true)"
+        ),
+        &[
+            &tick.snapshot,
+            &(position as i64),
+            &(position as i64 + 1),
+            &(tick.taken_us as f64),
+        ],
+    )
+    .await
+    .map_err(query("recording the full load's tick"))?;
+    txn.commit()
+        .await
+        .map_err(query("recording the full load's tick"))
+}
+
 /// Reads the journal of `schema` as frames, and deletes what landed.
 pub struct TriggerCapture {
     client: Client,
@@ -101,28 +177,7 @@ impl TriggerCapture {
         schema: &str,
         landed: u64,
     ) -> Result<TriggerCapture, ProvisionError> {
-        let s = quote_ident(schema);
-        let rows = client
-            .query(
-                &format!(
-                    "SELECT id, snapshot::text, (extract(epoch FROM taken) * 1000000)::bigint, first_position,
-                            end_position
-                       FROM {s}.ticks ORDER BY id"
-                ),
-                &[],
-            )
-            .await
-            .map_err(query(format!("reading the ticks of schema {schema:?}")))?;
-        let recorded: Vec<TickRecord> = rows
-            .iter()
-            .map(|r| TickRecord {
-                id: r.get(0),
-                snapshot: r.get(1),
-                taken_us: r.get(2),
-                first_position: r.get::<_, i64>(3) as u64,
-                end_position: r.get::<_, Option<i64>>(4).map(|p| p as u64),
-            })
-            .collect();
+        let recorded = recorded(&client, schema).await?;
         let resume =
             ticks::resume(&recorded, landed).map_err(|e| ProvisionError::Journal(e.to_string()))?;
         let mut capture = TriggerCapture {
@@ -202,6 +257,7 @@ impl TriggerCapture {
                 taken_us: tick.taken_us,
                 first_position,
                 end_position: Some(end_position),
+                load: false,
             });
             crate::failpoint::reached("journal.after-tick").await;
         } else if let Some(read) = self

@@ -126,10 +126,14 @@ pub fn install_schema(schema: &str) -> Vec<String> {
                 snapshot pg_snapshot NOT NULL,
                 first_position bigint NOT NULL,
                 end_position bigint,
-                taken timestamptz NOT NULL DEFAULT now()
+                taken timestamptz NOT NULL DEFAULT now(),
+                load boolean NOT NULL DEFAULT false
             )"
         ),
         format!("ALTER TABLE {s}.ticks ADD COLUMN IF NOT EXISTS end_position bigint"),
+        format!(
+            "ALTER TABLE {s}.ticks ADD COLUMN IF NOT EXISTS load boolean NOT NULL DEFAULT false"
+        ),
         format!(
             "CREATE OR REPLACE FUNCTION {s}.{layout}(v_root oid, OUT id integer, OUT new_cols text, OUT old_cols text)
              LANGUAGE plpgsql SECURITY DEFINER{settings}

@@ -7,6 +7,12 @@
 //! begins). The journal rows of a tick that has landed whole can go, with every older tick's
 //! (their transactions are visible in its snapshot too); the ticks after it are read again at
 //! a start (the read machine drops what it landed already, as it drops a slot's replays).
+//!
+//! A full load records its snapshot as a tick of its own: its batch is the load, read from the
+//! tables, never from the journal. It takes one position, the load's, and counts as landed
+//! whole from the start: the journal rows visible in it are in the load (a load a crash cut
+//! short is taken again at a later snapshot, which sees them too), and the ticks after it are
+//! read from it. Ticks before it are the obsolete ones of an earlier, interrupted load.
 
 /// A tick as the `ticks` table holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,6 +26,8 @@ pub struct TickRecord {
     pub first_position: u64,
     /// The position after its batch's last transaction, when recorded.
     pub end_position: Option<u64>,
+    /// A full load's snapshot: its batch is the load (see the module's documentation).
+    pub load: bool,
 }
 
 /// Where a start resumes.
@@ -47,6 +55,9 @@ pub enum TickError {
 /// through `landed` have landed.
 pub fn landed_whole(ticks: &[TickRecord], landed: u64) -> Option<usize> {
     (0..ticks.len()).rev().find(|&i| {
+        if ticks[i].load {
+            return true;
+        }
         let end = ticks[i]
             .end_position
             .or_else(|| ticks.get(i + 1).map(|next| next.first_position));
@@ -57,7 +68,9 @@ pub fn landed_whole(ticks: &[TickRecord], landed: u64) -> Option<usize> {
 /// Where to resume when positions through `landed` (0: none) are in the lake and `ticks` (in
 /// `id` order) are recorded.
 pub fn resume(ticks: &[TickRecord], landed: u64) -> Result<Resume, TickError> {
+    // A load's tick begins the lake wherever it stands.
     if let Some(first) = ticks.first()
+        && !first.load
         && first.first_position > landed.saturating_add(1)
     {
         return Err(TickError::Gap {
@@ -67,11 +80,27 @@ pub fn resume(ticks: &[TickRecord], landed: u64) -> Result<Resume, TickError> {
     }
     let whole = landed_whole(ticks, landed);
     let again_from = whole.map_or(0, |w| w + 1);
+    // After a load's tick nothing read from the journal may land, the load's own position is
+    // taken.
+    let after_load = whole
+        .filter(|&w| ticks[w].load)
+        .and_then(|w| ticks[w].end_position)
+        .unwrap_or(0);
     Ok(Resume {
         landed: whole.map(|w| ticks[w].clone()),
         again: ticks[again_from..].to_vec(),
-        next_position: landed + 1,
+        next_position: (landed + 1).max(after_load),
     })
+}
+
+/// The position a full load starting now takes: after every position landed or recorded, so
+/// its rows sort after those of an interrupted load before it (the new load's marker tells
+/// readers to drop those).
+pub fn load_position(ticks: &[TickRecord], landed: u64) -> u64 {
+    ticks
+        .iter()
+        .map(|t| t.end_position.unwrap_or(t.first_position + 1))
+        .fold(landed + 1, u64::max)
 }
 
 #[cfg(test)]
@@ -85,6 +114,7 @@ mod tests {
             taken_us: id,
             first_position,
             end_position: None,
+            load: false,
         }
     }
 
@@ -133,6 +163,34 @@ mod tests {
         );
         let nothing_landed = super::resume(&ticks[..1], 0).unwrap();
         assert_eq!(nothing_landed.again, [tick(1, 1)]);
+    }
+
+    #[test]
+    fn a_loads_tick_bounds_the_first_batch_and_takes_its_position_before_it_lands() {
+        let load = |id, position| TickRecord {
+            load: true,
+            end_position: Some(position + 1),
+            ..tick(id, position)
+        };
+        // A first run's load at position 1; nothing streamed has landed.
+        let resume = super::resume(&[load(1, 1)], 0).unwrap();
+        assert_eq!(resume.landed, Some(load(1, 1)));
+        assert!(resume.again.is_empty());
+        assert_eq!(resume.next_position, 2);
+        // Ticks read after it, none landed yet: read again from it.
+        let ticks = [load(1, 1), tick(2, 2), tick(3, 7)];
+        let resume = super::resume(&ticks, 0).unwrap();
+        assert_eq!(resume.landed, Some(load(1, 1)));
+        assert_eq!(resume.again, [tick(2, 2), tick(3, 7)]);
+        assert_eq!(resume.next_position, 2);
+        assert_eq!(landed_whole(&ticks, 6), Some(1));
+        // A load again after an interrupted one takes a position after all of them.
+        assert_eq!(load_position(&ticks, 0), 8);
+        assert_eq!(load_position(&[], 0), 1);
+        assert_eq!(load_position(&[load(1, 1)], 0), 2);
+        // Its tick begins the lake, wherever it stands.
+        let resume = super::resume(&[load(9, 8)], 0).unwrap();
+        assert_eq!(resume.next_position, 9);
     }
 
     #[test]
