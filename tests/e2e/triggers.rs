@@ -647,18 +647,26 @@ async fn auto_capture_chooses_triggers_and_lands_a_mixed_workload_exactly_once()
     let said = verify(&fx.file, &["--identities-only"]).await;
     assert_eq!(said.code, 0, "{said}");
     let said = verify(&fx.file, &[]).await;
+    assert_eq!(said.code, 0, "{said}");
+    assert!(
+        said.last_line()
+            .starts_with("verify: the lake equals the source at snapshot "),
+        "{said}"
+    );
+    // A change that waits in the journal of a stopped pipeline: verify says so.
+    app.batch_execute("INSERT INTO accounts VALUES (100000, 'after the restart', 0)")
+        .await
+        .unwrap();
+    let said = verify(&fx.file, &[]).await;
     assert!(
         said.code != 0
-            && said
-                .to_string()
-                .contains("this lake is captured by triggers"),
+            && said.to_string().contains(
+                "the pipeline is not running: nothing has held the trigger journal in schema \"tributary\" for 15s, and 1 of its rows"
+            ),
         "{said}"
     );
 
     // A restart goes on where the lake ends, without landing anything again.
-    app.batch_execute("INSERT INTO accounts VALUES (100000, 'after the restart', 0)")
-        .await
-        .unwrap();
     let run = Service::spawn(&fx.file, &[], &fx.dir.join("again.log"));
     run.wait_for_landed(
         &fx.log,
@@ -916,7 +924,14 @@ async fn a_full_load_through_triggers_lands_each_transaction_in_the_load_or_the_
     let mut run = Service::spawn(&fx.file, &[], &fx.dir.join("run.log"));
     run.wait_for_log("full load handed on", Duration::from_secs(120))
         .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Verify while the writer goes on: the lake at the snapshot verify takes is the source.
+    let said = verify(&fx.file, &[]).await;
+    assert_eq!(said.code, 0, "{said}");
+    assert!(
+        said.last_line()
+            .contains("the lake equals the source at snapshot"),
+        "{said}"
+    );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let transactions = writer.await.unwrap();
     app.batch_execute("INSERT INTO accounts VALUES (999999, 'the end', 0)")

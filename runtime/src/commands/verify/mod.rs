@@ -29,6 +29,15 @@
 //!    and changed keys, of which the first `show` of each kind are read again on both sides
 //!    ([`show`]) and printed ([`report`]).
 //!
+//! **With trigger capture** (the lake names the journal where a slot's name goes) no WAL
+//! position splits the lake, so steps 1, 3 and 5 differ: the snapshot is a `REPEATABLE READ`
+//! transaction's own (`pg_current_snapshot()` read by its first statement), taken after the
+//! lake's confirmed position was read; nothing needs a nudge, since the wait is for the journal
+//! to hold no row of a transaction the snapshot sees (rows are deleted once they landed) and
+//! for no full load to be under way; and the changes replayed are those landed by then whose
+//! transaction (`_xid`) the snapshot sees, with every change at or below that confirmed
+//! position and a full load's rows ([`replay::Cutoff`]).
+//!
 //! A pipeline with `[[transform]]` entries lands what its plugins make of the changes, which
 //! may differ from the source by design: a content check would prove nothing, so verify
 //! refuses it and offers `identities_only` (steps 4 without the content, no source needed).
@@ -50,18 +59,19 @@ use tokio_postgres::Client;
 use crate::Lsn;
 use crate::config::{PipelineConfig, UnchangedToastPolicy};
 use crate::lake::TableFormat;
-use crate::lake::commit::{CommitError, CommitLog, EntryKind, Writer};
+use crate::lake::commit::{Checkpoint, CommitError, CommitLog, EntryKind, Writer};
 use crate::lake::encode::{EncodeError, to_record_batch};
 use crate::lake::sink::{Sink, SinkError};
 use crate::source::catalog::Catalog;
 use crate::source::provision::{self, ProvisionError};
 use crate::source::snapshot::{Snapshot, SnapshotError, SourceTable};
+use crate::source::trigger::visible::SnapshotXids;
 use crate::stream::change::{Op, OutputBatch, OutputRow, Value};
 use crate::wire::pgoutput::ReplicaIdentity;
 
 pub use digest::{Digest, DigestError, Shape};
 pub use read::ReadError;
-pub use replay::{ChangeId, Difference, RowAt, TableDiff};
+pub use replay::{ChangeId, Cutoff, Difference, RowAt, TableDiff};
 pub use report::{
     Committed, Duplicates, Files, MirrorOutcome, MirrorReport, Outcome, Report, RowText, Shown,
     TableReport,
@@ -109,9 +119,19 @@ pub enum VerifyError {
     )]
     NoSlot { slot: String },
     #[error(
-        "this lake is captured by triggers (the journal in schema {schema:?}); comparing it with the source at a tick is not built yet: `tributary verify --identities-only` checks its files and change identities"
+        "the pipeline is not running: nothing has held the trigger journal in schema {schema:?} for {}s, and {rows} of its rows, of transactions the snapshot sees, have not landed; start it with `tributary run` and verify again",
+        INACTIVE_GRACE.as_secs()
     )]
-    Journal { schema: String },
+    JournalNotRunning { schema: String, rows: i64 },
+    #[error(
+        "the lake did not reach the snapshot within {waited_secs}s: {rows} rows of the trigger journal, of transactions the snapshot sees, have not landed{}; the pipeline is behind or stuck (`tributary status` shows how far), verify again later or with a longer --timeout",
+        if *.loading { ", and the full load is under way" } else { "" }
+    )]
+    JournalTimeout {
+        waited_secs: u64,
+        rows: i64,
+        loading: bool,
+    },
     #[error(
         "the pipeline is not running: slot {slot:?} has had no consumer for {}s, and the lake has committed up to {committed} but the snapshot is at {at}; start it with `tributary run` and verify again",
         INACTIVE_GRACE.as_secs()
@@ -184,32 +204,56 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         });
     }
 
-    if let Some(identity) = log.identity().await?
-        && let Some(schema) = crate::lake::commit::journal_schema(&identity.slot)
-    {
-        return Err(VerifyError::Journal {
-            schema: schema.to_owned(),
-        });
-    }
+    // A lake captured through triggers names the journal's schema where a slot's name goes.
+    let journal = log
+        .identity()
+        .await?
+        .and_then(|i| crate::lake::commit::journal_schema(&i.slot).map(str::to_owned));
     let pg = crate::source::connect::parse_url(&config.source.url)?;
     let client = crate::source::connect::sql(&pg).await?;
     let slot = &config.source.slot;
-    if provision::slot_state(&client, slot).await?.is_none() {
+    if journal.is_none() && provision::slot_state(&client, slot).await?.is_none() {
         return Err(VerifyError::NoSlot { slot: slot.clone() });
     }
     let tables = tables(&client, config, options.table.as_deref()).await?;
 
-    tracing::info!("taking a snapshot of the source (waits for transactions running now to end)");
-    let snapshot =
-        Snapshot::take(&pg, &crate::source::snapshot::temporary_slot_name("verify")).await?;
-    let at = snapshot.consistent_point();
+    let (snapshot, at, cutoff) = match &journal {
+        None => {
+            tracing::info!(
+                "taking a snapshot of the source (waits for transactions running now to end)"
+            );
+            let snapshot =
+                Snapshot::take(&pg, &crate::source::snapshot::temporary_slot_name("verify"))
+                    .await?;
+            let at = snapshot.consistent_point();
+            (snapshot, at.to_string(), Cutoff::Before(at.0))
+        }
+        Some(_) => {
+            // What landed before the snapshot is taken committed before it.
+            let landed = Checkpoint::from_entry(log.latest().await?.as_ref()).confirmed();
+            let (snapshot, text, _) = Snapshot::begin(&pg, landed).await?;
+            let xids = SnapshotXids::parse(&text).ok_or_else(|| {
+                VerifyError::Task(format!(
+                    "the server gave snapshot {text:?}, which does not read as xmin:xmax:xip"
+                ))
+            })?;
+            let cutoff = Cutoff::Sees {
+                landed: landed.0,
+                xids,
+            };
+            (snapshot, format!("snapshot {text}"), cutoff)
+        }
+    };
     tracing::info!(%at, "snapshot taken");
     let mut catalog = Catalog::new(pg.clone(), false);
+    // Trigger capture takes whole rows of every table it tracks; a slot what its publication
+    // publishes.
+    let publication = journal
+        .is_none()
+        .then_some(config.source.publication.as_str());
     let mut sources = Vec::new();
     for table in &tables {
-        let table = snapshot
-            .table(&mut catalog, table, Some(&config.source.publication))
-            .await?;
+        let table = snapshot.table(&mut catalog, table, publication).await?;
         let shape = Arc::new(shape_of(
             &table,
             config.source.unchanged_toast,
@@ -217,7 +261,9 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         ));
         sources.push((table, shape));
     }
-    nudge(&client, at).await;
+    if journal.is_none() {
+        nudge(&client, snapshot.consistent_point()).await;
+    }
 
     // The source is read while the pipeline catches up and the lake is read: both take CPU,
     // and the lake is read on blocking threads.
@@ -236,7 +282,15 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         Ok::<_, VerifyError>(digested)
     };
     let lake_side = async {
-        let (committed, upto) = wait_for_lake(&log, &client, slot, at, options.timeout).await?;
+        let (committed, upto) = match (&journal, &cutoff) {
+            (Some(schema), Cutoff::Sees { xids, .. }) => {
+                wait_for_journal(&log, &client, schema, xids, options.timeout).await?
+            }
+            _ => {
+                let position = snapshot.consistent_point();
+                wait_for_lake(&log, &client, slot, position, options.timeout).await?
+            }
+        };
         tracing::info!(%committed, %at, "the lake has reached the snapshot; reading it");
         let started = Instant::now();
         let survey = Survey::read(&log, options.table.as_deref(), Some(upto), delta).await?;
@@ -251,17 +305,31 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
     for ((table, shape), source) in sources.iter().zip(digested) {
         let landed = lake.tables.remove(&table.name).unwrap_or_default();
         let (keyed, show_n) = (shape.key.is_some(), options.show);
+        let cut = cutoff.clone();
         let (diff, duplicates, source) = tokio::task::spawn_blocking(move || {
-            let (state, duplicates) = replay::replay(landed, at.0, keyed);
+            let (state, duplicates) = replay::replay(landed, &cut, keyed);
             (replay::compare(&source, &state, show_n), duplicates, source)
         })
         .await
         .map_err(|e| VerifyError::Task(e.to_string()))?;
         if config.sink.format == TableFormat::Delta {
             let started = Instant::now();
-            if let Some(mirror) =
-                mirror::compare(&log, &survey, table, shape, &source, at, options.timeout).await?
-            {
+            let mirror = match &cutoff {
+                Cutoff::Before(at) => {
+                    mirror::compare(
+                        &log,
+                        &survey,
+                        table,
+                        shape,
+                        &source,
+                        Lsn(*at),
+                        options.timeout,
+                    )
+                    .await?
+                }
+                Cutoff::Sees { .. } => mirror::not_at_a_position(&log, table).await?,
+            };
+            if let Some(mirror) = mirror {
                 tracing::info!(table = %mirror.table, took = ?started.elapsed(), "read the current-state table");
                 mirrors.push(mirror);
             }
@@ -474,12 +542,94 @@ async fn wait_for_lake(
     }
 }
 
+/// Wait until every transaction `xids` sees has landed, with trigger capture: the journal
+/// holds no row of one (its rows are deleted once they landed) and no full load is under way
+/// (the rows of the transactions before a load are deleted when it starts). Returns the lake's
+/// position then and the sequence to read through.
+async fn wait_for_journal(
+    log: &CommitLog,
+    client: &Client,
+    schema: &str,
+    xids: &SnapshotXids,
+    timeout: Duration,
+) -> Result<(Lsn, u64), VerifyError> {
+    let running: Vec<String> = xids.running.iter().map(u64::to_string).collect();
+    let snapshot = format!("{}:{}:{}", xids.xmin, xids.xmax, running.join(","));
+    let journal = format!("{}.journal", crate::source::quote_ident(schema));
+    let rows = |counted| journal_rows(client, &journal, &snapshot, counted);
+    let started = Instant::now();
+    let mut told = Instant::now();
+    let mut active_since = Instant::now();
+    loop {
+        let latest = log.latest().await?;
+        let loading = latest
+            .as_ref()
+            .and_then(|e| e.load.as_ref())
+            .is_some_and(|l| !l.finished());
+        if !loading
+            && rows(false).await? == 0
+            && let Some(latest) = latest
+        {
+            return Ok((latest.last_end_lsn, latest.sequence));
+        }
+        if crate::source::trigger::capture::reader(client, schema)
+            .await?
+            .is_some()
+        {
+            active_since = Instant::now();
+        } else if active_since.elapsed() >= INACTIVE_GRACE {
+            return Err(VerifyError::JournalNotRunning {
+                schema: schema.to_owned(),
+                rows: rows(true).await?,
+            });
+        }
+        if started.elapsed() >= timeout {
+            return Err(VerifyError::JournalTimeout {
+                waited_secs: timeout.as_secs(),
+                rows: rows(true).await?,
+                loading,
+            });
+        }
+        if told.elapsed() >= TELL_EVERY {
+            told = Instant::now();
+            tracing::info!(
+                rows = rows(true).await?,
+                loading,
+                "waiting for the lake: rows of the trigger journal that the snapshot sees have not landed yet"
+            );
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// The rows of `journal` of transactions `snapshot` sees (`counted`), or whether there are any
+/// (1 or 0).
+async fn journal_rows(
+    client: &Client,
+    journal: &str,
+    snapshot: &str,
+    counted: bool,
+) -> Result<i64, VerifyError> {
+    let which = format!("FROM {journal} WHERE pg_visible_in_snapshot(xid, $1::text::pg_snapshot)");
+    let sql = match counted {
+        true => format!("SELECT count(*) {which}"),
+        false => format!("SELECT (EXISTS (SELECT 1 {which}))::int::int8"),
+    };
+    Ok(client
+        .query_one(&sql, &[&snapshot])
+        .await
+        .map(|r| r.get::<_, i64>(0))
+        .map_err(provision::query_error(format!(
+            "reading the journal {journal}"
+        )))?)
+}
+
 /// The report, once the tables are compared (or, identities only, without them).
 fn finish(
     survey: &Survey,
     lake: Lake,
     mut tables: Vec<TableReport>,
-    at: Option<Lsn>,
+    at: Option<String>,
     show: usize,
 ) -> Report {
     if at.is_none() {

@@ -213,6 +213,7 @@ pub fn table_file(
     let mut any_unchanged = false;
     let rows = batches(bytes, None, |batch, offset| {
         let ids = identities(batch)?;
+        let xids = unsigned::<UInt32Type>(batch, "_xid", "UInt32")?;
         let ops = ops(batch)?;
         let unchanged = unchanged(batch, shape);
         let mut cells = BatchCells::new(batch, shape)?;
@@ -253,6 +254,7 @@ pub fn table_file(
             landed.push(Landed {
                 id: ids[i],
                 op,
+                xid: xids.value(i),
                 key,
                 old_key: old_key.unwrap_or_default(),
                 has_old: old_key.is_some(),

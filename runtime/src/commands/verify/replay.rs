@@ -2,7 +2,7 @@
 //!
 //! A table's landed changes are sorted by identity `(_commit_lsn, _seq, _sub)`, the order the
 //! source applied them in. An identity seen twice is a duplicate: reported, and replayed
-//! once. Only changes committed before the snapshot's position are replayed: an insert or an
+//! once. Only changes the snapshot holds are replayed ([`Cutoff`]): an insert or an
 //! update makes its row the key's version (an update whose old image carries another key
 //! moves the row), a delete removes the key, a truncate empties the table. Tables without a
 //! key are multisets of row digests. Cells an update left as unchanged TOAST take the digest
@@ -12,6 +12,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::digest::{Digest, UNKNOWN_CELL};
+use crate::source::trigger::visible::SnapshotXids;
 use crate::stream::change::Op;
 
 /// Digests are uniformly distributed already: a map keyed by them needs no hashing of its
@@ -64,6 +65,8 @@ pub struct RowAt {
 pub struct Landed {
     pub id: ChangeId,
     pub op: Op,
+    /// The transaction it came from (`_xid`): pgoutput's 32 bits.
+    pub xid: u32,
     /// The key of the row an insert or update writes or a delete removes; for a table
     /// without a key, the digest of that whole row.
     pub key: Digest,
@@ -148,9 +151,38 @@ pub fn sort_and_find_duplicates<T>(
     duplicates
 }
 
-/// Replay a table's landed changes committed before `before`. Returns the state and the
-/// duplicate identities among all of them.
-pub fn replay(mut changes: Vec<Landed>, before: u64, keyed: bool) -> (State, Vec<Duplicate>) {
+/// Which landed changes the source's snapshot holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cutoff {
+    /// Those committed before a WAL position: a slot's snapshot.
+    Before(u64),
+    /// Trigger capture's: those landed at or before position `landed` (which had landed
+    /// before the snapshot was taken, so it sees their transactions), a full load's rows, and
+    /// each other whose transaction the snapshot sees.
+    Sees { landed: u64, xids: SnapshotXids },
+}
+
+impl Cutoff {
+    fn holds(&self, change: &Landed) -> bool {
+        match self {
+            Cutoff::Before(before) => change.id.commit_lsn < *before,
+            Cutoff::Sees { landed, xids } => {
+                change.id.commit_lsn <= *landed
+                    || change.xid == crate::stream::load::LOAD_XID
+                    || xids.sees_xid32(change.xid)
+            }
+        }
+    }
+
+    /// Whether no change after one it does not hold can be held (positions split the lake).
+    fn ordered(&self) -> bool {
+        matches!(self, Cutoff::Before(_))
+    }
+}
+
+/// Replay a table's landed changes that `cutoff` holds. Returns the state and the duplicate
+/// identities among all of them.
+pub fn replay(mut changes: Vec<Landed>, cutoff: &Cutoff, keyed: bool) -> (State, Vec<Duplicate>) {
     let duplicates = sort_and_find_duplicates(&mut changes, |c| (c.id, c.at));
     let mut state = match keyed {
         true => State::Keyed(DigestMap::default()),
@@ -162,8 +194,11 @@ pub fn replay(mut changes: Vec<Landed>, before: u64, keyed: bool) -> (State, Vec
             continue;
         }
         last = Some(change.id);
-        if change.id.commit_lsn >= before {
-            break;
+        if !cutoff.holds(&change) {
+            match cutoff.ordered() {
+                true => break,
+                false => continue,
+            }
         }
         match &mut state {
             State::Keyed(map) => apply_keyed(map, change),
@@ -478,6 +513,7 @@ mod tests {
         Landed {
             id: id(lsn, seq),
             op,
+            xid: lsn as u32,
             key,
             old_key: 0,
             has_old: false,
@@ -518,9 +554,37 @@ mod tests {
             // At or after the snapshot: not replayed.
             change(40, 0, Op::Delete, 1, 0),
         ];
-        let (state, duplicates) = replay(changes, 40, true);
+        let (state, duplicates) = replay(changes, &Cutoff::Before(40), true);
         assert!(duplicates.is_empty());
         assert_eq!(keyed(&state), [(1, 101), (5, 500)]);
+    }
+
+    #[test]
+    fn with_trigger_capture_the_changes_of_transactions_the_snapshot_sees_are_replayed() {
+        let with_xid = |mut c: Landed, xid| {
+            c.xid = xid;
+            c
+        };
+        let changes = vec![
+            // Landed before the snapshot was taken.
+            with_xid(change(1, 0, Op::Insert, 1, 100), 500),
+            // A load's rows.
+            with_xid(
+                change(2, 1, Op::Insert, 2, 200),
+                crate::stream::load::LOAD_XID,
+            ),
+            // Landed after it: transaction 612 was running when it was taken, 604 had ended,
+            // 640 began after it.
+            with_xid(change(3, 0, Op::Update, 1, 101), 612),
+            with_xid(change(4, 0, Op::Insert, 3, 300), 604),
+            with_xid(change(5, 0, Op::Delete, 2, 0), 640),
+        ];
+        let cutoff = Cutoff::Sees {
+            landed: 1,
+            xids: SnapshotXids::parse("600:620:612").unwrap(),
+        };
+        let (state, _) = replay(changes, &cutoff, true);
+        assert_eq!(keyed(&state), [(1, 100), (2, 200), (3, 300)]);
     }
 
     #[test]
@@ -531,7 +595,7 @@ mod tests {
             change(20, 0, Op::Truncate, 0, 0),
             change(20, 1, Op::Insert, 3, 300),
         ];
-        let (state, _) = replay(changes, u64::MAX, true);
+        let (state, _) = replay(changes, &Cutoff::Before(u64::MAX), true);
         assert_eq!(keyed(&state), [(3, 300)]);
     }
 
@@ -544,7 +608,7 @@ mod tests {
             change(10, 1, Op::Update, 1, 101),
             again,
         ];
-        let (state, duplicates) = replay(rows, u64::MAX, true);
+        let (state, duplicates) = replay(rows, &Cutoff::Before(u64::MAX), true);
         assert_eq!(
             duplicates,
             [Duplicate {
@@ -570,7 +634,7 @@ mod tests {
         insert.op = Op::Insert;
         // Key 2's earlier version is not in the lake: its value is unknown.
         let changes = vec![insert, toasted(20, 1, 110, None), toasted(30, 2, 200, None)];
-        let (state, _) = replay(changes, u64::MAX, true);
+        let (state, _) = replay(changes, &Cutoff::Before(u64::MAX), true);
         let State::Keyed(map) = &state else { panic!() };
         assert_eq!(map[&1].row, 117, "the update's cells plus the kept one");
         assert_eq!(map[&1].toast.as_deref(), Some(&[Some((7, at(0, 0)))][..]));
@@ -589,7 +653,7 @@ mod tests {
             // A row the lake never had: nothing to remove.
             change(20, 2, Op::Delete, 99, 0),
         ];
-        let (state, _) = replay(changes, u64::MAX, false);
+        let (state, _) = replay(changes, &Cutoff::Before(u64::MAX), false);
         let State::Rows(map) = &state else { panic!() };
         let mut counts: Vec<(Digest, u32)> = map.iter().map(|(d, (n, _))| (*d, *n)).collect();
         counts.sort();
@@ -609,7 +673,7 @@ mod tests {
             change(10, 2, Op::Insert, 9, 90),
             change(10, 3, Op::Insert, 5, 50),
         ];
-        let (lake, _) = replay(changes, u64::MAX, true);
+        let (lake, _) = replay(changes, &Cutoff::Before(u64::MAX), true);
         let diff = compare(&source, &lake, 1);
         assert_eq!(
             (
@@ -639,7 +703,11 @@ mod tests {
         let mut rows = SourceState::new(false);
         rows.add(0, 10);
         rows.add(0, 10);
-        let (lake, _) = replay(vec![change(10, 0, Op::Insert, 10, 10)], u64::MAX, false);
+        let (lake, _) = replay(
+            vec![change(10, 0, Op::Insert, 10, 10)],
+            &Cutoff::Before(u64::MAX),
+            false,
+        );
         let diff = compare(&rows, &lake, 10);
         assert_eq!((diff.missing, diff.extra), (1, 0));
         let (lake, _) = replay(
@@ -647,7 +715,7 @@ mod tests {
                 change(10, 0, Op::Insert, 10, 10),
                 change(10, 1, Op::Insert, 10, 10),
             ],
-            u64::MAX,
+            &Cutoff::Before(u64::MAX),
             false,
         );
         assert!(compare(&rows, &lake, 10).is_equal());

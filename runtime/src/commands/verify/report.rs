@@ -17,7 +17,8 @@ use crate::lake::delta::TableAudit;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
     /// The snapshot's position; `None` when only identities were checked.
-    pub at: Option<Lsn>,
+    /// Where the source was read: a WAL position, or (trigger capture) a snapshot.
+    pub at: Option<String>,
     pub tables: Vec<TableReport>,
     pub files: Files,
     pub duplicates: Vec<Duplicates>,
@@ -224,7 +225,7 @@ impl Report {
     pub fn summary(&self) -> String {
         let n = self.differences();
         if n == 0 {
-            return match self.at {
+            return match &self.at {
                 Some(at) => format!("verify: the lake equals the source at {at}"),
                 None => "verify: the lake's files are intact and no change landed twice \
                          (content not compared)"
@@ -256,7 +257,7 @@ impl Report {
             "Delta table problem",
             "Delta table problems",
         );
-        let at = self.at.map_or_else(
+        let at = self.at.as_ref().map_or_else(
             || " (content not compared)".to_owned(),
             |at| format!(" at {at}"),
         );
@@ -464,7 +465,7 @@ mod tests {
 
     fn report(tables: Vec<TableReport>, files: Files, duplicates: Vec<Duplicates>) -> Report {
         Report {
-            at: Some(Lsn(0x1_6B37_48A0)),
+            at: Some(Lsn(0x1_6B37_48A0).to_string()),
             tables,
             files,
             duplicates,

@@ -2,7 +2,8 @@
 //! without a slot): what is installed ([`sql`], without IO), installing and removing it
 //! ([`install`]), and journal rows as the pgoutput frames a slot would send ([`journal`],
 //! without IO), which the read machine takes as it takes a slot's, read in ticks ([`poll`];
-//! [`ticks`] says which landed, without IO) by [`capture`], which deletes what landed.
+//! [`ticks`] says which landed, without IO) by [`capture`], which deletes what landed; and which
+//! transactions a snapshot sees ([`visible`], without IO), for `verify`.
 
 pub mod capture;
 pub mod install;
@@ -10,6 +11,7 @@ pub mod journal;
 pub mod poll;
 pub mod sql;
 pub mod ticks;
+pub mod visible;
 
 use crate::source::provision::ProvisionError;
 
