@@ -353,6 +353,24 @@ fn transactions(
     out
 }
 
+/// The frames of `capture`'s next batch, as the read stage receives them part by part.
+async fn polled(
+    capture: &mut tributary::source::trigger::capture::TriggerCapture,
+) -> Vec<tributary::stream::read::Frame> {
+    let (parts, mut received) = tokio::sync::mpsc::channel(1);
+    let reading = async move {
+        capture.poll(&parts, |frames| frames).await.unwrap();
+    };
+    let collecting = async {
+        let mut all = Vec::new();
+        while let Some(part) = received.recv().await {
+            all.extend(part);
+        }
+        all
+    };
+    tokio::join!(reading, collecting).1
+}
+
 async fn journal_rows(client: &tokio_postgres::Client) -> i64 {
     client
         .query_one("SELECT count(*) FROM tributary.journal", &[])
@@ -389,9 +407,9 @@ async fn the_journal_is_read_in_ticks_resumed_after_a_restart_and_deleted_once_l
         .await
         .unwrap();
     let mut decoder = Decoder::new(1);
-    assert!(capture.poll().await.unwrap().is_empty(), "nothing yet");
+    assert!(polled(&mut capture).await.is_empty(), "nothing yet");
     insert("1,2").await;
-    let first = transactions(&mut decoder, &capture.poll().await.unwrap());
+    let first = transactions(&mut decoder, &polled(&mut capture).await);
     assert_eq!(first.len(), 1);
     assert_eq!(first[0].0, 1);
     insert("3").await;
@@ -399,7 +417,7 @@ async fn the_journal_is_read_in_ticks_resumed_after_a_restart_and_deleted_once_l
         .await
         .unwrap();
     insert("4").await;
-    let second = transactions(&mut decoder, &capture.poll().await.unwrap());
+    let second = transactions(&mut decoder, &polled(&mut capture).await);
     assert_eq!(
         second.iter().map(|t| t.0).collect::<Vec<_>>(),
         [2, 3],
@@ -414,7 +432,7 @@ async fn the_journal_is_read_in_ticks_resumed_after_a_restart_and_deleted_once_l
         .unwrap();
     let mut decoder = Decoder::new(1);
     assert_eq!(journal_rows(&app).await, 2, "the rows of ids 1 and 2 went");
-    let again = transactions(&mut decoder, &capture.poll().await.unwrap());
+    let again = transactions(&mut decoder, &polled(&mut capture).await);
     assert_eq!(again, second, "the same batch at the same positions");
 
     // A transaction that began before id 5's and commits after it.
@@ -423,11 +441,11 @@ async fn the_journal_is_read_in_ticks_resumed_after_a_restart_and_deleted_once_l
         .await
         .unwrap();
     insert("5").await;
-    let third = transactions(&mut decoder, &capture.poll().await.unwrap());
+    let third = transactions(&mut decoder, &polled(&mut capture).await);
     assert_eq!(third.iter().map(|t| t.0).collect::<Vec<_>>(), [4]);
     assert!(third[0].1[0].contains('5'), "{third:?}");
     long.batch_execute("COMMIT").await.unwrap();
-    let fourth = transactions(&mut decoder, &capture.poll().await.unwrap());
+    let fourth = transactions(&mut decoder, &polled(&mut capture).await);
     assert_eq!(fourth.iter().map(|t| t.0).collect::<Vec<_>>(), [5]);
     assert!(fourth[0].1[0].contains("10"), "{fourth:?}");
 
@@ -448,10 +466,10 @@ async fn the_journal_is_read_in_ticks_resumed_after_a_restart_and_deleted_once_l
         0,
         "id 10's tick landed whole: its rows went"
     );
-    assert!(capture.poll().await.unwrap().is_empty());
+    assert!(polled(&mut capture).await.is_empty());
     assert_eq!(capture.next_position(), 6);
     insert("6").await;
-    let fifth = transactions(&mut decoder, &capture.poll().await.unwrap());
+    let fifth = transactions(&mut decoder, &polled(&mut capture).await);
     assert_eq!(fifth.iter().map(|t| t.0).collect::<Vec<_>>(), [6]);
 }
 
@@ -1011,5 +1029,75 @@ async fn a_full_load_through_triggers_lands_each_transaction_in_the_load_or_the_
         .unwrap()
         .get(0);
     assert_eq!(left, 0, "journal rows left after everything landed");
+    drop(cluster);
+}
+
+/// The peak resident set of a live process, from `/proc/<pid>/status`, in MiB.
+fn peak_rss_mib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .expect("VmHWM in /proc/<pid>/status");
+    kib / 1024
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_million_row_journal_backlog_lands_within_the_memory_budget() {
+    const IN_FLIGHT_MIB: u64 = 64;
+    // The runtime, the encoder's buffers and allocator slack (no plugin).
+    const FIXED_OVERHEAD_MIB: u64 = 96;
+    const ROWS: i64 = 1_000_000;
+    let (cluster, url) = replica_server().await;
+    let app = connect(&url).await;
+    app.batch_execute("CREATE TABLE events (id int PRIMARY KEY, body text)")
+        .await
+        .unwrap();
+    let mut fx = Fixture::new(&url, "trigger_backlog", &["public.events"]).await;
+    fx.cfg.source = vec![("capture".into(), "\"trigger\"".into())];
+    fx.cfg.flush = vec![
+        ("in_flight_mib".into(), IN_FLIGHT_MIB.to_string()),
+        ("chunk_mib".into(), "4".into()),
+    ];
+    fx.file = fx.cfg.write(&fx.dir);
+    // The first start installs the capture; the backlog gathers while it is stopped: one
+    // transaction of a million rows, and a thousand small ones after it.
+    let run = Service::spawn(&fx.file, &[], &fx.dir.join("install.log"));
+    let mut run = run;
+    run.wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    run.stop().await;
+    app.batch_execute(&format!(
+        "INSERT INTO events SELECT g, 'event number ' || g FROM generate_series(1, {ROWS}) g"
+    ))
+    .await
+    .unwrap();
+    for i in 1..=1000 {
+        app.execute("UPDATE events SET body = 'updated' WHERE id = $1", &[&i])
+            .await
+            .unwrap();
+    }
+    let mut run = Service::spawn(&fx.file, &[], &fx.dir.join("run.log"));
+    run.wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    let idle = peak_rss_mib(run.pid());
+    run.wait_for_landed(&fx.log, ROWS as u64 + 1000, Duration::from_secs(600))
+        .await;
+    let peak = peak_rss_mib(run.pid());
+    let log = run.stop().await;
+    assert!(
+        log.contains("landing a large transaction from disk in parts"),
+        "{log}"
+    );
+    let bound = IN_FLIGHT_MIB + FIXED_OVERHEAD_MIB;
+    eprintln!("peak RSS {peak} MiB (bound {bound} MiB; {idle} MiB at the start)");
+    assert!(
+        peak <= bound,
+        "peak RSS {peak} MiB over the {IN_FLIGHT_MIB} MiB budget + {FIXED_OVERHEAD_MIB} MiB overhead"
+    );
+    let figures = assert_lake_equals_source(&app, &fx.sink, &[("public.events", "id")]).await;
+    assert_eq!(figures[0].changes as i64, ROWS + 1000);
+    assert_eq!(journal_rows(&app).await, 0);
     drop(cluster);
 }

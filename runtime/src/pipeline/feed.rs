@@ -3,10 +3,11 @@
 //!
 //! The journal's task owns the reading: a poll records its tick before it reads the batch, so
 //! it must not be cut short halfway, and the read stage's `select!` would cut it. The task
-//! hands each batch's frames over a channel of one (the read stage's pace is its pace), deletes
-//! the journal rows of what the lake confirmed, and after a lost connection opens the journal
-//! again at the confirmed position: what it hands again the read machine drops as replays, as
-//! it drops a slot's.
+//! hands a batch's frames on as its rows stream in, in parts over a channel of one (the read
+//! stage's pace is its pace, and a batch of any size takes bounded memory), deletes the journal
+//! rows of what the lake confirmed, and after a lost connection tells the read stage to drop
+//! the transaction it was sent halfway, then opens the journal again at the confirmed
+//! position: what it hands again the read machine drops as replays, as it drops a slot's.
 
 use std::time::{Duration, Instant};
 
@@ -20,7 +21,7 @@ use crate::lake::flush::RETRY_MIN;
 use crate::source::connect::PgConfig;
 use crate::source::provision::ProvisionError;
 use crate::source::replication::{Confirmer, ReplicationError, ReplicationStream, XLogData};
-use crate::source::trigger::capture::TriggerCapture;
+use crate::source::trigger::capture::{Polled, TriggerCapture};
 use crate::stream::read::Frame;
 
 /// Frames taken from the replication driver per wake-up.
@@ -77,7 +78,7 @@ impl Feed {
                 Err(error) if error.is_transient() => Ok(Received::Lost(error)),
                 Err(error) => Err(error.into()),
             },
-            Feed::Journal(journal) => journal.recv(out).await.map(|_| Received::Frames),
+            Feed::Journal(journal) => journal.recv(out).await,
         }
     }
 
@@ -109,18 +110,29 @@ impl Feed {
 }
 
 /// What the journal task hands the read stage.
-type Handed = Result<Vec<Frame>, PipelineError>;
+enum Fed {
+    /// The next frames of a batch.
+    Frames(Vec<Frame>),
+    /// The connection was lost, perhaps halfway through a batch: the journal is read again
+    /// from the confirmed position, its relations sent again.
+    Reread,
+    /// The journal cannot be read.
+    Failed(Box<PipelineError>),
+}
 
 /// What a [`Feed::recv`] gave.
 pub(super) enum Received {
     Frames,
     /// The connection was lost; the stream can be opened again.
     Lost(ReplicationError),
+    /// The journal's reader lost its connection and reads again from the confirmed position
+    /// (it reconnects by itself): a transaction in progress is sent again whole.
+    Reread,
 }
 
 /// The journal read by a task of its own.
 pub(super) struct JournalFeed {
-    frames: mpsc::Receiver<Handed>,
+    frames: mpsc::Receiver<Fed>,
     confirmer: Confirmer,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<Result<(), PipelineError>>,
@@ -156,14 +168,14 @@ impl JournalFeed {
         }
     }
 
-    async fn recv(&mut self, out: &mut Vec<Frame>) -> Result<usize, PipelineError> {
+    async fn recv(&mut self, out: &mut Vec<Frame>) -> Result<Received, PipelineError> {
         match self.frames.recv().await {
-            Some(Ok(batch)) => {
-                let taken = batch.len();
-                out.extend(batch);
-                Ok(taken)
+            Some(Fed::Frames(frames)) => {
+                out.extend(frames);
+                Ok(Received::Frames)
             }
-            Some(Err(error)) => Err(error),
+            Some(Fed::Reread) => Ok(Received::Reread),
+            Some(Fed::Failed(error)) => Err(*error),
             None => Err(PipelineError::Task(
                 "the trigger capture's journal reader ended".into(),
             )),
@@ -211,7 +223,7 @@ async fn poll_journal(
     mut capture: TriggerCapture,
     source: JournalSource,
     confirmer: Confirmer,
-    frames: mpsc::Sender<Handed>,
+    frames: mpsc::Sender<Fed>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), PipelineError> {
     let mut cleared = Lsn::ZERO;
@@ -233,30 +245,27 @@ async fn poll_journal(
             if *stop.borrow() {
                 return Ok(None);
             }
-            capture.poll().await.map(Some)
+            capture.poll(&frames, Fed::Frames).await.map(Some)
         };
         match step.await {
             Ok(None) => return Ok(()),
-            Ok(Some(batch)) if batch.is_empty() => {
+            Ok(Some(Polled::Nothing)) => {
                 tokio::select! {
                     _ = tokio::time::sleep(JOURNAL_POLL) => {}
                     _ = stop.changed() => {}
                 }
             }
-            Ok(Some(batch)) => {
-                // The read stage takes batches at its pace; once it is gone, only the last
-                // confirmation is left to do.
-                let taken = tokio::select! {
-                    sent = frames.send(Ok(batch)) => sent.is_ok(),
-                    // Asked to stop: the next round confirms and ends.
-                    _ = stop.changed() => true,
-                };
-                if !taken {
-                    stop_after_confirming(&mut capture, &confirmer, cleared).await?;
-                    return Ok(());
-                }
+            Ok(Some(Polled::Read { .. })) => {}
+            // The read stage is gone: only the last confirmation is left to do.
+            Ok(Some(Polled::Gone)) => {
+                stop_after_confirming(&mut capture, &confirmer, cleared).await?;
+                return Ok(());
             }
             Err(error) if is_lost(&error) => {
+                // What was handed of a batch cut short is read again whole.
+                if frames.send(Fed::Reread).await.is_err() {
+                    return Ok(());
+                }
                 match reopen(&source, &confirmer, &error, &mut stop).await? {
                     Some(reopened) => {
                         capture = reopened;
@@ -266,7 +275,7 @@ async fn poll_journal(
                 }
             }
             Err(error) => {
-                let _ = frames.send(Err(error.into())).await;
+                let _ = frames.send(Fed::Failed(Box::new(error.into()))).await;
                 return Ok(());
             }
         }

@@ -133,20 +133,26 @@ impl Reader {
                     self.machine.handle_idle(facts, Instant::now());
                 }
                 received = self.feed.recv(&mut frames) => {
-                    if let Received::Lost(lost) = received? {
+                    let lost = match received? {
+                        Received::Frames => {
+                            let now = Instant::now();
+                            self.machine.handle_frames(frames.drain(..), now);
+                            decoding = Some(Decoding {
+                                since: now,
+                                landing: Duration::ZERO,
+                            });
+                            None
+                        }
+                        Received::Lost(lost) => Some(Some(lost)),
+                        Received::Reread => Some(None),
+                    };
+                    if let Some(lost) = lost {
                         frames.clear();
-                        if !self.resume(&lost).await? {
+                        if !self.resume(lost.as_ref()).await? {
                             // Stopped while reconnecting, or a later stage stopped (its error
                             // is the pipeline's): nothing is pending to land.
                             return Ok(self.feed);
                         }
-                    } else {
-                        let now = Instant::now();
-                        self.machine.handle_frames(frames.drain(..), now);
-                        decoding = Some(Decoding {
-                            since: now,
-                            landing: Duration::ZERO,
-                        });
                     }
                 }
                 ready = chunk_ready(&mut self.loading) => {
@@ -169,22 +175,26 @@ impl Reader {
 
     /// The connection was lost: hand on the whole transactions already received (the new
     /// stream's replays of them are dropped), forget the one in progress (the server sends it
-    /// again) and open a new stream. `false` when a stop came first, or a later stage stopped.
+    /// again) and open a new stream (`lost` is the slot's error; the journal's reader opens
+    /// its own). `false` when a stop came first, or a later stage stopped.
     ///
     /// Handing on first also means a writer that lost its slot to another instance learns it
     /// at that flush's commit and stops, instead of retrying the slot for as long as the other
     /// holds it.
-    async fn resume(&mut self, lost: &ReplicationError) -> Result<bool, PipelineError> {
+    async fn resume(&mut self, lost: Option<&ReplicationError>) -> Result<bool, PipelineError> {
         self.machine.handle_lost(Instant::now());
         if !self.drive(&mut None).await? {
             return Ok(false);
         }
         let handed_end = self.machine.handed_end();
-        let Feed::Slot {
-            stream, reconnect, ..
-        } = &mut self.feed
+        let (
+            Feed::Slot {
+                stream, reconnect, ..
+            },
+            Some(lost),
+        ) = (&mut self.feed, lost)
         else {
-            unreachable!("only a slot's stream is lost: the journal's reader reconnects itself")
+            return Ok(true);
         };
         match reconnect
             .reopen(lost, handed_end, &self.shutdown, &self.progress)

@@ -7,7 +7,10 @@ use std::collections::HashMap;
 
 use tokio_postgres::Client;
 
-use super::journal::{Layout, Synthesizer};
+use futures::TryStreamExt;
+use tokio::sync::mpsc;
+
+use super::journal::{self, Layout, Synthesizer};
 use super::poll::{self, Tick};
 use super::query;
 use super::ticks::{self, TickRecord};
@@ -151,6 +154,52 @@ pub async fn record_load(
         .map_err(query("recording the full load's tick"))
 }
 
+/// Frames handed on at once, at most, and their bytes: what a batch holds in memory here.
+pub const HAND_FRAMES: usize = 4096;
+pub const HAND_BYTES: usize = 4 << 20;
+
+/// What a [`TriggerCapture::poll`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Polled {
+    /// No transaction ended since the last tick.
+    Nothing,
+    /// A batch of this many transactions was handed on.
+    Read { transactions: u64 },
+    /// The receiver is gone; the batch was not handed on whole.
+    Gone,
+}
+
+/// Frames gathered to be handed on.
+#[derive(Default)]
+struct Part {
+    frames: Vec<Frame>,
+    bytes: usize,
+}
+
+impl Part {
+    fn push(&mut self, frame: Frame) {
+        self.bytes += frame.data.len();
+        self.frames.push(frame);
+    }
+
+    /// Count the bytes of the frames pushed since `before` frames.
+    fn counted(&mut self, before: usize) {
+        self.bytes += self.frames[before..]
+            .iter()
+            .map(|f| f.data.len())
+            .sum::<usize>();
+    }
+
+    fn full(&self) -> bool {
+        self.frames.len() >= HAND_FRAMES || self.bytes >= HAND_BYTES
+    }
+
+    fn take(&mut self) -> Vec<Frame> {
+        self.bytes = 0;
+        std::mem::take(&mut self.frames)
+    }
+}
+
 /// Reads the journal of `schema` as frames, and deletes what landed.
 pub struct TriggerCapture {
     client: Client,
@@ -204,91 +253,134 @@ impl TriggerCapture {
         Ok(capture)
     }
 
-    /// The frames of the next batch: a tick recorded before (after a start), or a new one. An
-    /// empty batch records nothing and gives no frames.
-    pub async fn poll(&mut self) -> Result<Vec<Frame>, ProvisionError> {
-        let (tick, first_position, recorded) = match self.again.pop_front() {
+    /// Read the next batch: a tick recorded before (after a start), or a new one, recorded
+    /// before its rows are read (an empty one is not recorded). Its frames go to `out` as the
+    /// rows stream in, wrapped by `wrap`, in parts of at most [`HAND_FRAMES`] frames or
+    /// [`HAND_BYTES`] bytes, so a batch of any size takes bounded memory; the position after
+    /// its last transaction is recorded once every part was handed on.
+    pub async fn poll<T>(
+        &mut self,
+        out: &mpsc::Sender<T>,
+        wrap: impl Fn(Vec<Frame>) -> T,
+    ) -> Result<Polled, ProvisionError> {
+        let (tick, first_position, id) = match self.again.pop_front() {
             Some(t) => (
                 Tick {
                     snapshot: t.snapshot,
                     taken_us: t.taken_us,
                 },
                 t.first_position,
-                true,
+                t.id,
             ),
-            None => (
-                poll::take_tick(&self.client).await?,
-                self.next_position,
-                false,
-            ),
+            None => {
+                let tick = poll::take_tick(&self.client).await?;
+                if !poll::any_between(&self.client, &self.schema, self.previous.as_ref(), &tick)
+                    .await?
+                {
+                    // Nothing became visible: the next batch may start here without a record,
+                    // since no transaction lies between.
+                    self.previous = Some(tick);
+                    return Ok(Polled::Nothing);
+                }
+                let first_position = self.next_position;
+                let id = self.record(&tick, first_position).await?;
+                crate::failpoint::reached("journal.after-tick").await;
+                (tick, first_position, id)
+            }
         };
-        let txns =
-            poll::read_batch(&self.client, &self.schema, self.previous.as_ref(), &tick).await?;
-        if txns.is_empty() {
-            // Nothing became visible: the next batch may start here without a record, since
-            // no transaction lies between.
-            self.previous = Some(tick);
-            return Ok(Vec::new());
+        let known: Vec<i32> = self.layouts.keys().copied().collect();
+        let found = poll::read_layouts_except(&self.client, &self.schema, &known).await?;
+        self.layouts.extend(found);
+
+        let pg_time = tick.taken_us - PG_EPOCH_US;
+        let rows =
+            poll::batch_rows(&self.client, &self.schema, self.previous.as_ref(), &tick).await?;
+        futures::pin_mut!(rows);
+        let mut part = Part::default();
+        let mut position = first_position;
+        let mut current = None;
+        while let Some(row) = rows
+            .try_next()
+            .await
+            .map_err(query("reading the journal's batch"))?
+        {
+            let (xid, row) = poll::journal_row(&row)?;
+            if current != Some(xid) {
+                if current.is_some() {
+                    part.push(journal::commit(Lsn(position), pg_time));
+                    position += 1;
+                }
+                current = Some(xid);
+                part.push(journal::begin(xid, Lsn(position), pg_time));
+            }
+            let before = part.frames.len();
+            self.synth
+                .row(&row, Lsn(position), &self.layouts, &mut part.frames)
+                .map_err(|e| ProvisionError::Journal(e.to_string()))?;
+            part.counted(before);
+            if part.full() && out.send(wrap(part.take())).await.is_err() {
+                return Ok(Polled::Gone);
+            }
         }
-        let end_position = first_position + txns.len() as u64;
-        if !recorded {
-            let id: i64 = self
-                .client
-                .query_one(
+        if current.is_some() {
+            part.push(journal::commit(Lsn(position), pg_time));
+            position += 1;
+        }
+        if !part.frames.is_empty() && out.send(wrap(part.take())).await.is_err() {
+            return Ok(Polled::Gone);
+        }
+        let end_position = position;
+        if let Some(read) = self.ticks.iter_mut().find(|t| t.id == id)
+            && read.end_position.is_none()
+        {
+            self.client
+                .execute(
                     &format!(
-                        "INSERT INTO {}.ticks (snapshot, first_position, end_position, taken)
-                         VALUES ($1::text::pg_snapshot, $2, $3, to_timestamp($4::double precision / 1000000))
-                         RETURNING id",
+                        "UPDATE {}.ticks SET end_position = $2 WHERE id = $1",
                         quote_ident(&self.schema)
                     ),
-                    &[
-                        &tick.snapshot,
-                        &(first_position as i64),
-                        &(end_position as i64),
-                        &(tick.taken_us as f64),
-                    ],
+                    &[&id, &(end_position as i64)],
                 )
                 .await
-                .map_err(query("recording a tick"))?
-                .get(0);
-            self.ticks.push(TickRecord {
-                id,
-                snapshot: tick.snapshot.clone(),
-                taken_us: tick.taken_us,
-                first_position,
-                end_position: Some(end_position),
-                load: false,
-            });
-            crate::failpoint::reached("journal.after-tick").await;
-        } else if let Some(read) = self
-            .ticks
-            .iter_mut()
-            .find(|t| t.first_position == first_position)
-        {
-            // Read again, the same batch: its end is known now.
+                .map_err(query("recording where a tick ends"))?;
             read.end_position = Some(end_position);
         }
-        let missing: Vec<i32> = poll::layout_ids(&txns)
-            .into_iter()
-            .filter(|id| !self.layouts.contains_key(id))
-            .collect();
-        if !missing.is_empty() {
-            let read = poll::read_layouts(&self.client, &self.schema, &missing).await?;
-            self.layouts.extend(read);
-        }
-        let mut frames = Vec::new();
-        let pg_time = tick.taken_us - PG_EPOCH_US;
-        for (i, txn) in txns.iter().enumerate() {
-            let position = Lsn(first_position + i as u64);
-            let txn_frames = self
-                .synth
-                .frames(txn, position, pg_time, &self.layouts)
-                .map_err(|e| ProvisionError::Journal(e.to_string()))?;
-            frames.extend(txn_frames);
-        }
-        self.next_position = end_position;
+        self.next_position = self.next_position.max(end_position);
         self.previous = Some(tick);
-        Ok(frames)
+        Ok(Polled::Read {
+            transactions: end_position - first_position,
+        })
+    }
+
+    /// Record `tick`, whose first transaction takes `first_position`; returns its id.
+    async fn record(&mut self, tick: &Tick, first_position: u64) -> Result<i64, ProvisionError> {
+        let id: i64 = self
+            .client
+            .query_one(
+                &format!(
+                    "INSERT INTO {}.ticks (snapshot, first_position, taken)
+                     VALUES ($1::text::pg_snapshot, $2, to_timestamp($3::double precision / 1000000))
+                     RETURNING id",
+                    quote_ident(&self.schema)
+                ),
+                &[
+                    &tick.snapshot,
+                    &(first_position as i64),
+                    &(tick.taken_us as f64),
+                ],
+            )
+            .await
+            .map_err(query("recording a tick"))?
+            .get(0);
+        self.ticks.push(TickRecord {
+            id,
+            snapshot: tick.snapshot.clone(),
+            taken_us: tick.taken_us,
+            first_position,
+            end_position: None,
+            load: false,
+        });
+        Ok(id)
     }
 
     /// Positions through `landed` are durable in the lake: delete the journal rows of the

@@ -135,39 +135,64 @@ impl Synthesizer {
         pg_time: i64,
         layouts: &HashMap<i32, Layout>,
     ) -> Result<Vec<Frame>, JournalError> {
+        let mut frames = vec![begin(txn.xid, position, pg_time)];
+        for row in &txn.rows {
+            self.row(row, position, layouts, &mut frames)?;
+        }
+        frames.push(commit(position, pg_time));
+        Ok(frames)
+    }
+
+    /// The frames of one row of the transaction at `position` into `out`: its table's
+    /// `Relation` first where its layout is new to the stream.
+    pub fn row(
+        &mut self,
+        row: &JournalRow,
+        position: Lsn,
+        layouts: &HashMap<i32, Layout>,
+        out: &mut Vec<Frame>,
+    ) -> Result<(), JournalError> {
         let frame = |data: Vec<u8>| Frame {
             wal_start: position,
             data: Bytes::from(data),
         };
-        let mut frames = vec![frame(encode::begin(position.0, pg_time, txn.xid as u32))];
-        for row in &txn.rows {
-            let layout = match row.layout {
-                Some(id) => Some(layouts.get(&id).ok_or(JournalError::NoLayout {
+        let Some(id) = row.layout else {
+            if row.op != Op::Truncate {
+                return Err(JournalError::Unlaid {
                     seq: row.seq,
-                    layout: id,
-                })?),
-                None => None,
-            };
-            if let Some(layout) = layout
-                && self.sent.get(&row.rel) != Some(&layout.id)
-            {
-                frames.push(frame(relation(layout)));
-                self.sent.insert(row.rel, layout.id);
+                    op: row.op,
+                });
             }
-            let Some(layout) = layout else {
-                if row.op != Op::Truncate {
-                    return Err(JournalError::Unlaid {
-                        seq: row.seq,
-                        op: row.op,
-                    });
-                }
-                frames.push(frame(encode::truncate(None, 0, &[row.rel])));
-                continue;
-            };
-            frames.push(frame(change(row, layout)?));
+            out.push(frame(encode::truncate(None, 0, &[row.rel])));
+            return Ok(());
+        };
+        let layout = layouts.get(&id).ok_or(JournalError::NoLayout {
+            seq: row.seq,
+            layout: id,
+        })?;
+        if self.sent.get(&row.rel) != Some(&layout.id) {
+            out.push(frame(relation(layout)));
+            self.sent.insert(row.rel, layout.id);
         }
-        frames.push(frame(encode::commit(position.0, position.0, pg_time)));
-        Ok(frames)
+        out.push(frame(change(row, layout)?));
+        Ok(())
+    }
+}
+
+/// The `Begin` of transaction `xid` (its low 32 bits, as pgoutput sends it), committed at
+/// `position` at `pg_time`.
+pub fn begin(xid: u64, position: Lsn, pg_time: i64) -> Frame {
+    Frame {
+        wal_start: position,
+        data: Bytes::from(encode::begin(position.0, pg_time, xid as u32)),
+    }
+}
+
+/// The `Commit` of the transaction at `position`.
+pub fn commit(position: Lsn, pg_time: i64) -> Frame {
+    Frame {
+        wal_start: position,
+        data: Bytes::from(encode::commit(position.0, position.0, pg_time)),
     }
 }
 

@@ -5,7 +5,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use tokio_postgres::Client;
+use futures::TryStreamExt;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Row, RowStream};
 
 use super::journal::{JournalRow, JournalTxn, Layout, LayoutColumn, Op};
 use super::query;
@@ -36,61 +38,129 @@ pub async fn take_tick(client: &Client) -> Result<Tick, ProvisionError> {
     })
 }
 
-/// The transactions visible in `tick` and not in `after` (every one before `tick` when
-/// `after` is `None`), ordered by their last journal `seq`, each with its rows in `seq` order.
+/// The condition on journal rows of the transactions visible in `$1` and not in `$2`.
+const BETWEEN: &str = "pg_visible_in_snapshot(xid, $1::text::pg_snapshot)
+    AND NOT coalesce(pg_visible_in_snapshot(xid, $2::text::pg_snapshot), false)";
+
+/// Whether any transaction visible in `tick` and not in `after` wrote to the journal.
+pub async fn any_between(
+    client: &Client,
+    schema: &str,
+    after: Option<&Tick>,
+    tick: &Tick,
+) -> Result<bool, ProvisionError> {
+    let journal = format!("{}.journal", quote_ident(schema));
+    Ok(client
+        .query_one(
+            &format!("SELECT EXISTS (SELECT 1 FROM {journal} WHERE {BETWEEN})"),
+            &[&tick.snapshot, &after.map(|t| t.snapshot.as_str())],
+        )
+        .await
+        .map_err(query(format!(
+            "looking for new rows in the journal {journal}"
+        )))?
+        .get(0))
+}
+
+/// The rows of the transactions visible in `tick` and not in `after` (every one before
+/// `tick` when `after` is `None`) as they arrive, the transactions ordered by their last
+/// journal `seq`, each one's rows in `seq` order, each row with its transaction (see
+/// [`journal_row`]). The server sorts; the rows stream in as they are taken.
+pub async fn batch_rows(
+    client: &Client,
+    schema: &str,
+    after: Option<&Tick>,
+    tick: &Tick,
+) -> Result<RowStream, ProvisionError> {
+    let journal = format!("{}.journal", quote_ident(schema));
+    let after = after.map(|t| t.snapshot.as_str());
+    let params: [&(dyn ToSql + Sync); 2] = [&tick.snapshot, &after];
+    client
+        .query_raw(
+            &format!(
+                "SELECT seq, xid::text::bigint, rel::bigint, op::text, layout, old, new
+                   FROM {journal}
+                  WHERE {BETWEEN}
+                  ORDER BY max(seq) OVER (PARTITION BY xid), seq"
+            ),
+            params,
+        )
+        .await
+        .map_err(query(format!("reading the journal {journal}")))
+}
+
+/// A row of [`batch_rows`]: its transaction (`pg_current_xact_id()`) and what it records.
+pub fn journal_row(row: &Row) -> Result<(u64, JournalRow), ProvisionError> {
+    let op: String = row.get(3);
+    let op = Op::from_letter(op.as_bytes().first().copied().unwrap_or(0)).ok_or_else(|| {
+        ProvisionError::Journal(format!(
+            "row {} has op {op:?}, which is none of I, U, D, T",
+            row.get::<_, i64>(0)
+        ))
+    })?;
+    let journal_row = JournalRow {
+        seq: row.get(0),
+        rel: row.get::<_, i64>(2) as u32,
+        op,
+        layout: row.get(4),
+        old: row.get(5),
+        new: row.get(6),
+    };
+    Ok((row.get::<_, i64>(1) as u64, journal_row))
+}
+
+/// The transactions of [`batch_rows`], read whole.
 pub async fn read_batch(
     client: &Client,
     schema: &str,
     after: Option<&Tick>,
     tick: &Tick,
 ) -> Result<Vec<JournalTxn>, ProvisionError> {
-    let journal = format!("{}.journal", quote_ident(schema));
-    let rows = client
-        .query(
-            &format!(
-                "SELECT seq, xid::text::bigint, rel::bigint, op::text, layout, old, new
-                   FROM {journal}
-                  WHERE pg_visible_in_snapshot(xid, $1::text::pg_snapshot)
-                    AND NOT coalesce(pg_visible_in_snapshot(xid, $2::text::pg_snapshot), false)
-                  ORDER BY max(seq) OVER (PARTITION BY xid), seq"
-            ),
-            &[&tick.snapshot, &after.map(|t| t.snapshot.as_str())],
-        )
-        .await
-        .map_err(query(format!("reading the journal {journal}")))?;
+    let rows = batch_rows(client, schema, after, tick).await?;
+    futures::pin_mut!(rows);
     let mut txns: Vec<JournalTxn> = Vec::new();
-    for row in rows {
-        let xid = row.get::<_, i64>(1) as u64;
-        let op: String = row.get(3);
-        let op = Op::from_letter(op.as_bytes().first().copied().unwrap_or(0)).ok_or_else(|| {
-            ProvisionError::Journal(format!(
-                "row {} has op {op:?}, which is none of I, U, D, T",
-                row.get::<_, i64>(0)
-            ))
-        })?;
-        let journal_row = JournalRow {
-            seq: row.get(0),
-            rel: row.get::<_, i64>(2) as u32,
-            op,
-            layout: row.get(4),
-            old: row.get(5),
-            new: row.get(6),
-        };
+    while let Some(row) = rows
+        .try_next()
+        .await
+        .map_err(query(format!("reading the journal of schema {schema:?}")))?
+    {
+        let (xid, row) = journal_row(&row)?;
         match txns.last_mut() {
-            Some(txn) if txn.xid == xid => txn.rows.push(journal_row),
+            Some(txn) if txn.xid == xid => txn.rows.push(row),
             _ => txns.push(JournalTxn {
                 xid,
-                rows: vec![journal_row],
+                rows: vec![row],
             }),
         }
     }
     Ok(txns)
 }
 
+/// Every layout recorded in `schema` but those in `known`, with their tables' names as they
+/// are now. A batch's rows name only layouts their own transactions recorded or found, so
+/// reading them after the batch's tick was taken finds each one.
+pub async fn read_layouts_except(
+    client: &Client,
+    schema: &str,
+    known: &[i32],
+) -> Result<HashMap<i32, Layout>, ProvisionError> {
+    layouts_where(client, schema, "NOT (l.id = ANY($1))", known).await
+}
+
 /// The layouts `ids`, with their tables' names as they are now.
 pub async fn read_layouts(
     client: &Client,
     schema: &str,
+    ids: &[i32],
+) -> Result<HashMap<i32, Layout>, ProvisionError> {
+    layouts_where(client, schema, "l.id = ANY($1)", ids).await
+}
+
+/// The layouts `filter` (on `l`, given `ids` as `$1`) selects.
+async fn layouts_where(
+    client: &Client,
+    schema: &str,
+    filter: &str,
     ids: &[i32],
 ) -> Result<HashMap<i32, Layout>, ProvisionError> {
     let layouts = format!("{}.layouts", quote_ident(schema));
@@ -102,7 +172,7 @@ pub async fn read_layouts(
                    FROM {layouts} l
                    JOIN pg_class c ON c.oid = l.rel
                    JOIN pg_namespace n ON n.oid = c.relnamespace
-                  WHERE l.id = ANY($1)"
+                  WHERE {filter}"
             ),
             &[&ids],
         )
