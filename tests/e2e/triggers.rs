@@ -1032,6 +1032,36 @@ async fn a_full_load_through_triggers_lands_each_transaction_in_the_load_or_the_
     drop(cluster);
 }
 
+/// `tributary_journal_rows` from the metrics at `address`, once `wanted` holds for it.
+async fn journal_gauge(address: &str, wanted: impl Fn(i64) -> bool) -> i64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: tributary\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        let rows = response
+            .lines()
+            .find_map(|l| l.strip_prefix("tributary_journal_rows ")?.parse().ok());
+        if let Some(rows) = rows.filter(|&r| wanted(r)) {
+            assert!(
+                response.contains("\ntributary_journal_bytes "),
+                "{response}"
+            );
+            return rows;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "tributary_journal_rows is {rows:?}:\n{response}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// The peak resident set of a live process, from `/proc/<pid>/status`, in MiB.
 fn peak_rss_mib(pid: i32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -1055,12 +1085,18 @@ async fn a_million_row_journal_backlog_lands_within_the_memory_budget() {
         .await
         .unwrap();
     let mut fx = Fixture::new(&url, "trigger_backlog", &["public.events"]).await;
-    fx.cfg.source = vec![("capture".into(), "\"trigger\"".into())];
+    fx.cfg.source = vec![
+        ("capture".into(), "\"trigger\"".into()),
+        ("status_interval_secs".into(), "1".into()),
+    ];
     fx.cfg.flush = vec![
         ("in_flight_mib".into(), IN_FLIGHT_MIB.to_string()),
         ("chunk_mib".into(), "4".into()),
     ];
     fx.file = fx.cfg.write(&fx.dir);
+    let mut text = fx.cfg.toml();
+    text.push_str("\n[metrics]\nlisten = \"127.0.0.1:0\"\n");
+    std::fs::write(&fx.file, text).unwrap();
     // The first start installs the capture; the backlog gathers while it is stopped: one
     // transaction of a million rows, and a thousand small ones after it.
     let run = Service::spawn(&fx.file, &[], &fx.dir.join("install.log"));
@@ -1082,8 +1118,13 @@ async fn a_million_row_journal_backlog_lands_within_the_memory_budget() {
     run.wait_for_log("streaming", Duration::from_secs(120))
         .await;
     let idle = peak_rss_mib(run.pid());
+    // The metrics show the backlog waiting in the journal, then the journal emptied.
+    let address = run.metrics_address();
+    let backlog = journal_gauge(&address, |rows| rows > 0).await;
+    assert_eq!(backlog, ROWS + 1000);
     run.wait_for_landed(&fx.log, ROWS as u64 + 1000, Duration::from_secs(600))
         .await;
+    journal_gauge(&address, |rows| rows == 0).await;
     let peak = peak_rss_mib(run.pid());
     let log = run.stop().await;
     assert!(

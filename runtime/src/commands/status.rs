@@ -14,7 +14,6 @@ use crate::lake::commit::{CommitError, CommitLog, Writer};
 use crate::lake::delta;
 use crate::lake::sink::{Sink, SinkError};
 use crate::source::provision::{self, ProvisionError, SlotHolder};
-use crate::source::quote_ident;
 use crate::source::trigger::capture;
 use crate::units::human_bytes;
 use tokio_postgres::Client;
@@ -178,39 +177,11 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
 
 /// The journal of `schema`: its rows and size.
 async fn journal_status(client: &Client, schema: &str) -> Result<JournalStatus, StatusError> {
-    let table = format!("{}.journal", quote_ident(schema));
-    let exists: bool = client
-        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
-        .await
-        .map_err(|error| ProvisionError::Query {
-            what: format!("looking up the journal {table}"),
-            error,
-        })?
-        .get(0);
-    if !exists {
-        return Ok(JournalStatus {
-            schema: schema.to_owned(),
-            rows: None,
-            bytes: None,
-        });
-    }
-    let row = client
-        .query_one(
-            &format!(
-                "SELECT (SELECT count(*) FROM {table}), pg_total_relation_size('{}'::regclass)",
-                table.replace('\'', "''")
-            ),
-            &[],
-        )
-        .await
-        .map_err(|error| ProvisionError::Query {
-            what: format!("counting the rows of the journal {table}"),
-            error,
-        })?;
+    let size = crate::source::trigger::capture::size(client, schema).await?;
     Ok(JournalStatus {
         schema: schema.to_owned(),
-        rows: Some(row.get(0)),
-        bytes: Some(row.get(1)),
+        rows: size.map(|s| s.rows),
+        bytes: size.map(|s| s.bytes),
     })
 }
 

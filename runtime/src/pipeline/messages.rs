@@ -47,6 +47,8 @@ pub struct Progress {
     /// The slot's WAL figures as the source last told them (sampled only while the metrics
     /// endpoint is on); `None` before the first sample or when the slot is gone.
     pub slot: Option<SlotWal>,
+    /// With trigger capture, the journal's rows and size as last sampled (likewise).
+    pub journal: Option<crate::source::trigger::capture::JournalSize>,
     /// A stop was requested: the flush in flight is finishing.
     pub stopping: bool,
     /// The stages have ended, and why (an error, or the stop asked for).

@@ -141,6 +141,7 @@ pub fn render(progress: &Progress, endpoint: &Endpoint, now: Now) -> String {
         health::lag_seconds(progress, now.unix_micros),
     );
     slot_figures(&mut out, progress);
+    journal_figures(&mut out, progress);
     out.single(
         "tributary_sink_failing",
         "gauge",
@@ -291,6 +292,25 @@ fn slot_figures(out: &mut Text, progress: &Progress) {
             );
         }
     }
+}
+
+/// Trigger capture's journal as last sampled; nothing before the first sample.
+fn journal_figures(out: &mut Text, progress: &Progress) {
+    let Some(journal) = &progress.journal else {
+        return;
+    };
+    out.single(
+        "tributary_journal_rows",
+        "gauge",
+        "Rows in trigger capture's journal: changes not landed yet, or landed and not yet deleted.",
+        u64::try_from(journal.rows).unwrap_or(0),
+    );
+    out.single(
+        "tributary_journal_bytes",
+        "gauge",
+        "The size of trigger capture's journal on the source, indexes and TOAST included.",
+        u64::try_from(journal.bytes).unwrap_or(0),
+    );
 }
 
 /// Text exposition being written.
@@ -516,8 +536,30 @@ mod tests {
         assert!(!text.contains("tributary_plugin"), "{text}");
         assert!(!text.contains("tributary_confirmed_lsn"), "{text}");
         assert!(!text.contains("tributary_slot_"), "{text}");
+        assert!(!text.contains("tributary_journal_"), "{text}");
         assert!(text.contains("tributary_streaming 0"), "{text}");
         assert!(text.contains("tributary_ready 0"), "{text}");
+    }
+
+    #[test]
+    fn the_journal_figures_render_as_gauges() {
+        let progress = Progress {
+            journal: Some(crate::source::trigger::capture::JournalSize {
+                rows: 1200,
+                bytes: 98_304,
+            }),
+            ..Progress::default()
+        };
+        let text = render(&progress, &endpoint(), now());
+        for line in [
+            "tributary_journal_rows 1200",
+            "tributary_journal_bytes 98304",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line:?} missing from\n{text}"
+            );
+        }
     }
 
     #[test]

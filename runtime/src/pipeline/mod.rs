@@ -142,13 +142,18 @@ async fn run_to_end(
         p.last_entry = Some(started.opened.clone());
         p.streaming = true;
     });
-    // Only the metrics endpoint shows the slot's figures: without it, no session is spent on
-    // them.
-    let slot = matches!(started.feed, feed::Feed::Slot { .. });
-    let _slot_watch = (slot && config.metrics.listen.is_some()).then(|| {
+    // Only the metrics endpoint shows the slot's figures (or the journal's): without it, no
+    // session is spent on them.
+    let watched = match started.feed {
+        feed::Feed::Slot { .. } => slot_watch::Watched::Slot(config.source.slot.clone()),
+        feed::Feed::Journal(_) => {
+            slot_watch::Watched::Journal(config.source.trigger_schema.clone())
+        }
+    };
+    let _slot_watch = config.metrics.listen.is_some().then(|| {
         AbortOnDrop(tokio::spawn(slot_watch::watch(
             started.pg.clone(),
-            config.source.slot.clone(),
+            watched,
             Duration::from_secs(config.source.status_interval_secs),
             progress.clone(),
         )))

@@ -1,6 +1,6 @@
-//! The slot's WAL figures (`tributary_slot_*`), sampled from the source every
-//! `source.status_interval_secs` over an SQL session of their own while the metrics endpoint is
-//! on.
+//! The slot's WAL figures (`tributary_slot_*`), or with trigger capture the journal's rows and
+//! size (`tributary_journal_*`), sampled from the source every `source.status_interval_secs`
+//! over an SQL session of their own while the metrics endpoint is on.
 //!
 //! Sampling only watches: a sample that fails is logged once (and once when sampling works
 //! again), keeps the last figures, and counts against readiness only when it keeps failing for
@@ -21,10 +21,35 @@ use crate::source::slot_wal;
 /// partition does not answer at all.
 const SAMPLE_PATIENCE: Duration = Duration::from_secs(10);
 
-/// Sample `slot` every `every` into `progress`, until dropped.
+/// What is sampled.
+pub(super) enum Watched {
+    /// The slot of this name.
+    Slot(String),
+    /// Trigger capture's journal in this schema.
+    Journal(String),
+}
+
+/// A sample.
+enum Figures {
+    Slot(Option<slot_wal::SlotWal>),
+    Journal(Option<crate::source::trigger::capture::JournalSize>),
+}
+
+impl std::fmt::Display for Watched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Watched::Slot(slot) => write!(f, "the WAL figures of slot {slot:?}"),
+            Watched::Journal(schema) => {
+                write!(f, "the size of the trigger journal in schema {schema:?}")
+            }
+        }
+    }
+}
+
+/// Sample `watched` every `every` into `progress`, until dropped.
 pub(super) async fn watch(
     pg: PgConfig,
-    slot: String,
+    watched: Watched,
     every: Duration,
     progress: watch::Sender<Progress>,
 ) {
@@ -34,16 +59,19 @@ pub(super) async fn watch(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let sampled = tokio::time::timeout(SAMPLE_PATIENCE, sample(&mut session, &pg, &slot))
+        let sampled = tokio::time::timeout(SAMPLE_PATIENCE, sample(&mut session, &pg, &watched))
             .await
             .unwrap_or_else(|_| Err(format!("no answer within {SAMPLE_PATIENCE:?}")));
         match sampled {
             Ok(figures) => {
                 if let Some(since) = failing_since.take() {
-                    tracing::info!(slot, after = ?since.elapsed(), "sampling the slot's WAL figures works again");
+                    tracing::info!(after = ?since.elapsed(), "sampling {watched} works again");
                 }
                 progress.send_if_modified(|p| {
-                    p.slot = figures;
+                    match figures {
+                        Figures::Slot(slot) => p.slot = slot,
+                        Figures::Journal(journal) => p.journal = journal,
+                    }
                     p.faults.slot_sample = None;
                     false
                 });
@@ -53,14 +81,13 @@ pub(super) async fn watch(
                 session = None;
                 let since = *failing_since.get_or_insert_with(|| {
                     tracing::warn!(
-                        slot,
                         %error,
-                        "cannot sample the slot's WAL figures from the source; the tributary_slot_* \
-                         gauges keep their last values, and readiness turns false if this lasts"
+                        "cannot sample {watched} from the source; the gauges keep their last \
+                         values, and readiness turns false if this lasts"
                     );
                     Instant::now()
                 });
-                let error = format!("sampling the WAL figures of slot {slot:?}: {error}");
+                let error = format!("sampling {watched}: {error}");
                 progress.send_if_modified(|p| {
                     p.faults.slot_sample = Some(Failure { since, error });
                     false
@@ -74,13 +101,17 @@ pub(super) async fn watch(
 async fn sample(
     session: &mut Option<Client>,
     pg: &PgConfig,
-    slot: &str,
-) -> Result<Option<slot_wal::SlotWal>, String> {
+    watched: &Watched,
+) -> Result<Figures, String> {
     let client = match session {
         Some(client) if !client.is_closed() => client,
         _ => session.insert(connect::sql(pg).await.map_err(|e| crate::error_chain(&e))?),
     };
-    slot_wal::sample(client, slot)
-        .await
-        .map_err(|e| crate::error_chain(&e))
+    match watched {
+        Watched::Slot(slot) => slot_wal::sample(client, slot).await.map(Figures::Slot),
+        Watched::Journal(schema) => crate::source::trigger::capture::size(client, schema)
+            .await
+            .map(Figures::Journal),
+    }
+    .map_err(|e| crate::error_chain(&e))
 }

@@ -65,6 +65,39 @@ pub async fn reader(
     }))
 }
 
+/// The journal's rows and its size on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct JournalSize {
+    /// Rows not yet landed, or landed and not yet deleted.
+    pub rows: i64,
+    /// Indexes and TOAST included.
+    pub bytes: i64,
+}
+
+/// The size of `schema`'s journal, `None` when there is none.
+pub async fn size(client: &Client, schema: &str) -> Result<Option<JournalSize>, ProvisionError> {
+    let table = format!("{}.journal", quote_ident(schema));
+    let row = client
+        .query_one(
+            "SELECT to_regclass($1) IS NOT NULL, pg_total_relation_size(to_regclass($1))",
+            &[&table],
+        )
+        .await
+        .map_err(query(format!("looking up the journal {table}")))?;
+    if !row.get::<_, bool>(0) {
+        return Ok(None);
+    }
+    let rows: i64 = client
+        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+        .await
+        .map_err(query(format!("counting the rows of the journal {table}")))?
+        .get(0);
+    Ok(Some(JournalSize {
+        rows,
+        bytes: row.get::<_, Option<i64>>(1).unwrap_or(0),
+    }))
+}
+
 /// The server's system identifier and timeline, as a role without `REPLICATION` can read them.
 pub async fn identify(client: &Client) -> Result<(String, u32), ProvisionError> {
     let row = client
