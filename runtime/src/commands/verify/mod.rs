@@ -561,13 +561,16 @@ async fn wait_for_journal(
     let mut told = Instant::now();
     let mut active_since = Instant::now();
     loop {
+        // The journal first: once it holds none of the snapshot's rows, every entry holding
+        // them is in the log, so the latest entry read after covers them.
+        let waiting = rows(false).await? > 0;
         let latest = log.latest().await?;
         let loading = latest
             .as_ref()
             .and_then(|e| e.load.as_ref())
             .is_some_and(|l| !l.finished());
-        if !loading
-            && rows(false).await? == 0
+        if !waiting
+            && !loading
             && let Some(latest) = latest
         {
             return Ok((latest.last_end_lsn, latest.sequence));
