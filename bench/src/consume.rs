@@ -230,16 +230,52 @@ pub async fn run_raw_child(
     Ok(())
 }
 
-/// Samples the CPU time of the walsender that serves `slot`, from when it appears until
-/// stopped; the last sample is the answer (a walsender serves one connection and starts at
-/// zero).
+/// The server process a consumer reads through, whose CPU is sampled beside it.
+#[derive(Debug, Clone)]
+pub enum Served {
+    /// The walsender serving this slot (its `active_pid`).
+    Slot(String),
+    /// The backend of the session holding the reader lock on the journal of this trigger
+    /// capture schema: it reads the journal and deletes what landed.
+    Journal(String),
+}
+
+impl Served {
+    /// A name for files about the consumer (`perf` profiles).
+    fn label(&self) -> String {
+        match self {
+            Served::Slot(slot) => slot.clone(),
+            Served::Journal(schema) => format!("journal_{schema}"),
+        }
+    }
+
+    /// The process id serving it now, if any.
+    async fn pid(&self, client: &Client) -> anyhow::Result<Option<i32>> {
+        Ok(match self {
+            Served::Slot(slot) => client
+                .query_opt(
+                    "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+                    &[slot],
+                )
+                .await?
+                .and_then(|r| r.get(0)),
+            Served::Journal(schema) => tributary::source::trigger::capture::reader(client, schema)
+                .await?
+                .map(|holder| holder.pid),
+        })
+    }
+}
+
+/// Samples the CPU time of the server process that serves a consumer (the walsender of its
+/// slot, or the backend reading its journal), from when it appears until stopped; the last
+/// sample is the answer (such a process serves one connection and starts at zero).
 pub struct WalsenderSampler {
     stop: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<anyhow::Result<f64>>,
 }
 
 impl WalsenderSampler {
-    pub fn start(client: Arc<Client>, slot: String) -> Self {
+    pub fn start(client: Arc<Client>, served: Served) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let task = tokio::spawn(async move {
@@ -249,13 +285,7 @@ impl WalsenderSampler {
                 let stopping = flag.load(Ordering::SeqCst);
                 if pid.is_none() {
                     // A consumer that creates its slot (a full load) has none at first.
-                    let row = client
-                        .query_opt(
-                            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
-                            &[&slot],
-                        )
-                        .await?;
-                    pid = row.and_then(|r| r.get(0));
+                    pid = served.pid(&client).await?;
                 }
                 if let Some(pid) = pid
                     && let Some(cpu) = process_cpu(pid)
@@ -307,14 +337,27 @@ pub async fn measure_child(
     perf: Option<&Path>,
     env: &[(&str, &Path)],
 ) -> anyhow::Result<Measured> {
+    measure_child_serving(client, Served::Slot(slot.to_owned()), args, perf, env).await
+}
+
+/// [`measure_child`] for a consumer served by `served`, whose CPU the report's
+/// `walsender_cpu_seconds` then holds.
+pub async fn measure_child_serving(
+    client: Arc<Client>,
+    served: Served,
+    args: &[String],
+    perf: Option<&Path>,
+    env: &[(&str, &Path)],
+) -> anyhow::Result<Measured> {
     let exe = std::env::current_exe()?;
-    let sampler = WalsenderSampler::start(client, slot.to_owned());
+    let label = served.label();
+    let sampler = WalsenderSampler::start(client, served);
     let mut command = match perf {
         Some(dir) => {
             let mut command = tokio::process::Command::new("perf");
             command
                 .args(["record", "--quiet", "-F", "999", "-o"])
-                .arg(dir.join(format!("{slot}.data")))
+                .arg(dir.join(format!("{label}.data")))
                 .arg("--")
                 .arg(exe);
             command
@@ -376,7 +419,7 @@ pub async fn measure_pg_recvlogical(
     changes: u64,
 ) -> anyhow::Result<Measured> {
     let program: PathBuf = bin_dir.join("pg_recvlogical");
-    let sampler = WalsenderSampler::start(client, slot.to_owned());
+    let sampler = WalsenderSampler::start(client, Served::Slot(slot.to_owned()));
     let cpu0 = children_cpu();
     let started = Instant::now();
     let mut command = tokio::process::Command::new(&program);

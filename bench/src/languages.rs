@@ -405,7 +405,7 @@ impl Bench {
         Ok(measured?.consumer.startup_seconds)
     }
 
-    async fn create_slot(&self, slot: &str) -> anyhow::Result<()> {
+    pub(crate) async fn create_slot(&self, slot: &str) -> anyhow::Result<()> {
         self.client
             .execute(
                 "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",

@@ -8,13 +8,16 @@
 //! the whole pipeline with no transform, the passthrough plugin and the masking plugin (local
 //! directory), and with no transform to S3. The `languages` scenario, run only when named,
 //! runs the same two plugins written in Rust, Python, JavaScript and C side by side
-//! (`languages.rs`). `BENCHMARKS.md` describes the method and holds the latest figures.
+//! (`languages.rs`). The `triggers` scenario, also run only when named, measures trigger
+//! capture's cost to the writer beside no capture and a slot, and its drain rate beside a
+//! slot's (`triggers.rs`). `BENCHMARKS.md` describes the method and holds the latest figures.
 
 mod consume;
 mod full_load;
 mod languages;
 mod latency;
 mod report;
+mod triggers;
 mod workload;
 
 use std::collections::BTreeMap;
@@ -244,6 +247,8 @@ struct Results {
     languages: Option<languages::LanguagesResult>,
     #[serde(skip_serializing_if = "Option::is_none")]
     full_load: Option<full_load::FullLoadResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    triggers: Option<triggers::TriggersResult>,
 }
 
 struct Bench {
@@ -329,6 +334,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         latency: None,
         languages: None,
         full_load: None,
+        triggers: None,
     };
     for scenario in scenarios {
         if scenario == Scenario::Latency {
@@ -343,6 +349,10 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             let result = bench.languages().await?;
             print!("{}", result.print());
             results.languages = Some(result);
+        } else if scenario == Scenario::Triggers {
+            let result = bench.triggers().await?;
+            print!("{}", result.print());
+            results.triggers = Some(result);
         } else {
             let result = bench.throughput(scenario).await?;
             print!("{}", result.print());
@@ -367,7 +377,8 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             .filter(|r| r.is_err())
             .count()
         + results.languages.as_ref().map_or(0, |l| l.failures())
-        + results.full_load.as_ref().map_or(0, |l| l.failures());
+        + results.full_load.as_ref().map_or(0, |l| l.failures())
+        + results.triggers.as_ref().map_or(0, |t| t.failures());
     let strict = bench.args.strict;
     let Bench {
         cluster,

@@ -41,6 +41,11 @@ pub enum Scenario {
     /// Passthrough and mask plugins in Rust, Python, JavaScript and C on the inserts table
     /// (1M rows, 100k for Python and JavaScript; --quick a tenth). Not run unless named.
     Languages,
+    /// Trigger capture's cost to the writer beside no capture and a slot (inserts, single-row
+    /// transactions, the update mix, one UPDATE of 1M rows; --quick 100k), the journal's size
+    /// while the pipeline is stopped, and its drain rate beside a slot's on the inserts. Not
+    /// run unless named.
+    Triggers,
 }
 
 impl Scenario {
@@ -54,6 +59,7 @@ impl Scenario {
             Scenario::Latency => "latency",
             Scenario::FullLoad => "full-load",
             Scenario::Languages => "languages",
+            Scenario::Triggers => "triggers",
         }
     }
 
@@ -135,6 +141,7 @@ impl Workload {
             Scenario::Latency => unreachable!("latency has no fixed workload"),
             Scenario::FullLoad => unreachable!("the full load sizes its own tables"),
             Scenario::Languages => unreachable!("languages sizes a workload per language"),
+            Scenario::Triggers => unreachable!("triggers sizes a workload per kind of write"),
         };
         Workload {
             scenario,
@@ -343,6 +350,7 @@ pub async fn generate(client: &Client, workload: &Workload) -> anyhow::Result<Ge
         }
         Scenario::Latency => unreachable!("latency generates its own load"),
         Scenario::FullLoad => unreachable!("the full load fills its own tables"),
+        Scenario::Triggers => unreachable!("triggers writes its own one-statement update"),
     }
     let seconds = started.elapsed().as_secs_f64();
     let marker = write_marker(client).await?;
