@@ -12,6 +12,7 @@
 //! Before each state the capture schema is removed, the tables emptied and preloaded
 //! ([`workload::prepare`]); the figures are the wall time of the writer's statements and the
 //! WAL they wrote, and in trigger mode the journal's size and rows once the writer is done.
+//! The three states take turns at going first from one run to the next.
 //! On the inserts, the pipeline with no transform into a local directory then drains what the
 //! state left: the slot's backlog, or the journal's, each the same workload, timed from its
 //! first read to the commit entry holding the last change, as the throughput scenarios time
@@ -131,6 +132,10 @@ pub struct Write {
     /// The journal once the writer is done (trigger mode only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub journal: Option<Journal>,
+    /// WAL the slot holds back once the writer is done, from its `restart_lsn` (WAL mode
+    /// only): what a stopped pipeline costs the source in this mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retained_wal_bytes: Option<u64>,
 }
 
 /// The journal's size and rows, the marker's included.
@@ -233,7 +238,11 @@ impl Bench {
         for run in 0..self.runs() {
             for k in 0..result.kinds.len() {
                 let (kind, workload) = (result.kinds[k].kind, result.kinds[k].workload.clone());
-                for capture in Capture::ALL {
+                // The states take turns at going first, so none always follows another's
+                // WAL and autovacuum.
+                let mut order = Capture::ALL;
+                order.rotate_left(run % Capture::ALL.len());
+                for capture in order {
                     let label = format!(
                         "bench_triggers_{}_{}_{run}",
                         kind.name().replace('-', "_"),
@@ -389,10 +398,15 @@ impl Bench {
             Capture::Triggers => Some(self.journal().await?),
             _ => None,
         };
+        let retained_wal_bytes = match capture {
+            Capture::Slot => Some(self.retained(label).await?),
+            _ => None,
+        };
         let write = Write {
             seconds: generated.seconds,
             wal_bytes: generated.wal_bytes(),
             journal,
+            retained_wal_bytes,
         };
         let drained = match (drain, config) {
             (true, Some(config)) => Some(
@@ -489,6 +503,20 @@ impl Bench {
             bytes: row.get::<_, i64>(0) as u64,
             rows: row.get::<_, i64>(1) as u64,
         })
+    }
+
+    /// The WAL slot `slot` holds back now.
+    async fn retained(&self, slot: &str) -> anyhow::Result<u64> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint
+                   FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .context("measuring the WAL the slot holds")?;
+        Ok(row.get::<_, i64>(0) as u64)
     }
 
     /// Removes trigger capture (what `tributary teardown` drops): the triggers, and the schema
@@ -626,6 +654,20 @@ impl TriggersResult {
                     "",
                     time.show(fixed2),
                     wal.show(fixed2)
+                );
+            }
+            let retained: Vec<f64> = k
+                .slot
+                .iter()
+                .filter_map(|r| r.as_ref().ok()?.retained_wal_bytes)
+                .map(|b| b as f64 / 1e6)
+                .collect();
+            if !retained.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "{:<26} slot while stopped: holds {} MB of WAL",
+                    "",
+                    show(retained, fixed0)
                 );
             }
             let journals: Vec<Journal> = k
