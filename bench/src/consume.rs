@@ -235,7 +235,7 @@ pub async fn run_raw_child(
 pub enum Served {
     /// The walsender serving this slot (its `active_pid`).
     Slot(String),
-    /// The backend of the session holding the reader lock on the journal of this trigger
+    /// The backend of the connection holding the reader lock on the journal of this trigger
     /// capture schema: it reads the journal and deletes what landed.
     Journal(String),
 }

@@ -189,7 +189,7 @@ impl KindResult {
 #[derive(Debug, Clone, Serialize)]
 pub struct Drain {
     /// `walsender_cpu_seconds` is the CPU of the server process it read through: the slot's
-    /// walsender, or the backend of the session reading the journal.
+    /// walsender, or the backend of the connection reading the journal.
     #[serde(flatten)]
     pub measured: Measured,
     /// WAL written from its start until it stopped: in trigger mode, the journal rows that
@@ -780,7 +780,7 @@ impl TriggersResult {
             out,
             "both are {NONE_FILE} (local directory, the harness's flush settings), timed from \
              the first read to the commit entry holding the last change; server CPU: the slot's \
-             walsender, or the backend of the session reading the journal; WAL while draining: \
+             walsender, or the backend of the connection reading the journal; WAL while draining: \
              from the start until the pipeline stopped (the journal's rows deleted once landed)"
         );
         out
