@@ -11,7 +11,7 @@ use tributary::lake::commit::CommitLog;
 use tributary::lake::sink::Sink;
 use tributary_tests::lake::{committed_rows, landed_changes, object_names};
 use tributary_tests::pipeline::{streaming_database, wait_for_confirmed};
-use tributary_tests::service::{Fixture, Service, ServiceConfig};
+use tributary_tests::service::{Fixture, Service, ServiceConfig, peak_rss_mib};
 use tributary_tests::{TestDatabase, plugin};
 
 const TABLE: &str = "public.events";
@@ -29,21 +29,6 @@ fn insert(from: u32, to: u32) -> String {
 
 async fn names(sink: &Sink, prefix: &str) -> Vec<String> {
     object_names(sink.store().as_ref(), prefix).await
-}
-
-/// The peak resident set of a live process, from `/proc/<pid>/status`, in MiB.
-fn peak_rss_mib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .expect("VmHWM in /proc/<pid>/status");
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap();
-    kib / 1024
 }
 
 fn ids(sink_rows: &[tributary_tests::lake::LandedRow]) -> Vec<u32> {

@@ -4,32 +4,10 @@
 
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tributary_tests::plugin;
-use tributary_tests::service::{Fixture, Service};
+use tributary_tests::service::{Fixture, Service, metric as sample, scrape};
 
 const TABLE: &str = "public.signups";
-
-/// The body of `GET /metrics` at `address` (`host:port`).
-async fn scrape(address: &str) -> String {
-    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: tributary\r\n\r\n")
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
-    body.to_owned()
-}
-
-/// The value of the sample named exactly `series` (name and labels).
-fn sample(metrics: &str, series: &str) -> Option<u64> {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugin_counters_and_dead_letters_reach_the_metrics_labelled_with_the_plugin() {

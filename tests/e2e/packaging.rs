@@ -9,12 +9,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tributary_tests::container::{self, BUNDLED_PLUGINS, Engine};
 use tributary_tests::manifests::{
     declared_families, kubernetes_validate, metric_names, promtool, repo_root, yaml,
 };
-use tributary_tests::service::{Fixture, Service, tributary_bin};
+use tributary_tests::service::{Fixture, Service, scrape, tributary_bin};
 use tributary_tests::{S3Server, fresh_database, plugin, plugin_dir};
 
 /// `tributary check --config <file>` on this machine, with `env`: exit code and stderr.
@@ -305,20 +304,6 @@ fn the_alert_rules_pass_promtool_and_their_unit_tests() {
             "no alert on {needle}: {exprs:?}"
         );
     }
-}
-
-/// The body of `GET /metrics` at `address`.
-async fn scrape(address: &str) -> String {
-    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: tributary\r\n\r\n")
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
-    body.to_owned()
 }
 
 /// Every expression of the alert rules and of the dashboard's panels.

@@ -15,7 +15,7 @@ use tributary_cluster::{ClusterOptions, TempCluster};
 use tributary_tests::chaos::assert_lake_equals_source;
 use tributary_tests::connect;
 use tributary_tests::lake::committed_rows;
-use tributary_tests::service::{Fixture, Service, command, verify};
+use tributary_tests::service::{Fixture, Service, command, metric, peak_rss_mib, scrape, verify};
 
 const SCHEMA: &str = "tributary";
 
@@ -648,12 +648,11 @@ async fn auto_capture_chooses_triggers_and_lands_a_mixed_workload_exactly_once()
 
     // A stop confirms what landed: the journal is empty.
     run.stop().await;
-    let left: i64 = app
-        .query_one("SELECT count(*) FROM tributary.journal", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(left, 0, "journal rows left after everything landed");
+    assert_eq!(
+        journal_rows(&app).await,
+        0,
+        "journal rows left after everything landed"
+    );
     let (code, shown, err) = command("status", &fx.file, &[], &[]).await;
     assert_eq!(code, 0, "{shown}{err}");
     assert!(
@@ -784,12 +783,11 @@ async fn kills_while_reading_after_an_upload_and_before_the_journal_delete_land_
     let figures = assert_lake_equals_source(&app, &fx.sink, &[("public.t", "id")]).await;
     assert_eq!(figures[0].changes as u64, changes, "{figures:?}");
     run.stop().await;
-    let left: i64 = app
-        .query_one("SELECT count(*) FROM tributary.journal", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(left, 0, "journal rows left after everything landed");
+    assert_eq!(
+        journal_rows(&app).await,
+        0,
+        "journal rows left after everything landed"
+    );
     drop(cluster);
 }
 
@@ -1023,54 +1021,33 @@ async fn a_full_load_through_triggers_lands_each_transaction_in_the_load_or_the_
         "{} transactions from the journal of {transactions}",
         by_position.len()
     );
-    let left: i64 = app
-        .query_one("SELECT count(*) FROM tributary.journal", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(left, 0, "journal rows left after everything landed");
+    assert_eq!(
+        journal_rows(&app).await,
+        0,
+        "journal rows left after everything landed"
+    );
     drop(cluster);
 }
 
 /// `tributary_journal_rows` from the metrics at `address`, once `wanted` holds for it.
-async fn journal_gauge(address: &str, wanted: impl Fn(i64) -> bool) -> i64 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+async fn journal_gauge(address: &str, wanted: impl Fn(u64) -> bool) -> u64 {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: tributary\r\n\r\n")
-            .await
-            .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await.unwrap();
-        let rows = response
-            .lines()
-            .find_map(|l| l.strip_prefix("tributary_journal_rows ")?.parse().ok());
+        let metrics = scrape(address).await;
+        let rows = metric(&metrics, "tributary_journal_rows");
         if let Some(rows) = rows.filter(|&r| wanted(r)) {
             assert!(
-                response.contains("\ntributary_journal_bytes "),
-                "{response}"
+                metric(&metrics, "tributary_journal_bytes").is_some(),
+                "{metrics}"
             );
             return rows;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "tributary_journal_rows is {rows:?}:\n{response}"
+            "tributary_journal_rows is {rows:?}:\n{metrics}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// The peak resident set of a live process, from `/proc/<pid>/status`, in MiB.
-fn peak_rss_mib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|l| l.split_whitespace().next()?.parse().ok())
-        .expect("VmHWM in /proc/<pid>/status");
-    kib / 1024
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1121,7 +1098,7 @@ async fn a_million_row_journal_backlog_lands_within_the_memory_budget() {
     // The metrics show the backlog waiting in the journal, then the journal emptied.
     let address = run.metrics_address();
     let backlog = journal_gauge(&address, |rows| rows > 0).await;
-    assert_eq!(backlog, ROWS + 1000);
+    assert_eq!(backlog, ROWS as u64 + 1000);
     run.wait_for_landed(&fx.log, ROWS as u64 + 1000, Duration::from_secs(600))
         .await;
     journal_gauge(&address, |rows| rows == 0).await;

@@ -401,3 +401,36 @@ pub async fn command(
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
 }
+
+/// The body of `GET /metrics` at `address` (`host:port`), asserting a 200 answer.
+pub async fn scrape(address: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: tributary\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    body.to_owned()
+}
+
+/// The value of the sample named exactly `series` (name and labels) in a scrape.
+pub fn metric(metrics: &str, series: &str) -> Option<u64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// The peak resident set of a live process, from `/proc/<pid>/status`, in MiB.
+pub fn peak_rss_mib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .expect("VmHWM in /proc/<pid>/status");
+    kib / 1024
+}

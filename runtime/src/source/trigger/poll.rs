@@ -91,7 +91,7 @@ pub async fn batch_rows(
 
 /// A row of [`batch_rows`]: its transaction (`pg_current_xact_id()`) and what it records.
 pub fn journal_row(row: &Row) -> Result<(u64, JournalRow), ProvisionError> {
-    let op: String = row.get(3);
+    let op: &str = row.get(3);
     let op = Op::from_letter(op.as_bytes().first().copied().unwrap_or(0)).ok_or_else(|| {
         ProvisionError::Journal(format!(
             "row {} has op {op:?}, which is none of I, U, D, T",
