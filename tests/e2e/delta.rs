@@ -485,20 +485,19 @@ async fn a_crash_after_every_table_and_before_the_confirm_writes_no_version_twic
     crash_at("delta.after-publish", 2).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_checkpoint_every_ten_versions_lets_a_reader_start_there() {
-    let db = fresh_database("delta_checkpoint").await;
-    db.client
-        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
-    let fixture = delta_fixture(&db, "delta_checkpoint", &["public.t"]).await;
-    let mut service = Service::spawn(&fixture.file, &[], &fixture.dir.join("run.log"));
+/// Start the pipeline and insert `ids` into `t` one transaction at a time, each landed before
+/// the next (so one flush each).
+async fn run_inserting(
+    db: &TestDatabase,
+    fixture: &Fixture,
+    log: &str,
+    ids: std::ops::RangeInclusive<u64>,
+) -> Service {
+    let mut service = Service::spawn(&fixture.file, &[], &fixture.dir.join(log));
     service
         .wait_for_log("streaming", Duration::from_secs(120))
         .await;
-    // One flush, so one version, per transaction.
-    for id in 1..=12 {
+    for id in ids {
         db.client
             .batch_execute(&format!("INSERT INTO t VALUES ({id}, 'row {id}')"))
             .await
@@ -507,6 +506,19 @@ async fn a_checkpoint_every_ten_versions_lets_a_reader_start_there() {
             .wait_for_landed(&fixture.log, id, Duration::from_secs(30))
             .await;
     }
+    service
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_every_ten_versions_lets_a_reader_start_there() {
+    let db = fresh_database("delta_checkpoint").await;
+    db.client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, body text)")
+        .await
+        .unwrap();
+    let fixture = delta_fixture(&db, "delta_checkpoint", &["public.t"]).await;
+    // One flush, so one version, per transaction.
+    let service = run_inserting(&db, &fixture, "run.log", 1..=12).await;
     service.stop().await;
     let log_dir = "public.t/_delta_log";
     let names = tributary_tests::lake::object_names(fixture.sink.store().as_ref(), log_dir).await;
@@ -536,6 +548,72 @@ async fn a_checkpoint_every_ten_versions_lets_a_reader_start_there() {
         .map(|r| r["id"].as_deref().unwrap())
         .collect();
     assert_eq!(ids, (1..=12).map(|i| i.to_string()).collect::<Vec<_>>());
+
+    // Tributary opens it from the checkpoint too: a restart appends the next flushes after
+    // it (checkpointing again at version 20), status and verify read it, verify audits its
+    // log from the checkpoint, and vacuum, which needs every removal, leaves it alone.
+    let service = run_inserting(&db, &fixture, "run2.log", 13..=22).await;
+    // One version per entry with files of the table, 22 of them.
+    let held = entries_of(&fixture.log, "public.t").await;
+    assert_eq!(held.len(), 22, "{held:?}");
+    let last = held[21];
+    let (code, status, err) = command("status", &fixture.file, &[], &[]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        status
+            .lines()
+            .any(|l| l.trim_start().starts_with("public.t")
+                && l.ends_with(&format!("version 21, entries up to #{last}, 22 files"))),
+        "{status}"
+    );
+    let verified = verify(&fixture.file, &[]).await;
+    assert_eq!(verified.code, 0, "{verified}");
+    assert!(
+        verified.stdout.contains(&format!(
+            "delta table public.t: version 21, entries up to {last}, intact\n  audited from its checkpoint at version 20: the commits before it are gone"
+        )),
+        "{verified}"
+    );
+    assert!(
+        verified
+            .last_line()
+            .starts_with("verify: the lake equals the source"),
+        "{verified}"
+    );
+    service.stop().await;
+    let (code, out, err) = command("vacuum", &fixture.file, &[], &[]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "vacuum: public.t: left alone: its commits before the checkpoint at version 20 are gone"
+        ),
+        "{out}"
+    );
+    let read = read_delta(&table_uri(&fixture, "public.t"), &fixture.cfg.sink_options);
+    assert_eq!(read.version, 21);
+    assert_eq!(read.rows.len(), 22, "every change once");
+    // Versions 10 to 21 are there, each with the txn of the next entry, in order.
+    let names = tributary_tests::lake::object_names(fixture.sink.store().as_ref(), log_dir).await;
+    let mut txns = Vec::new();
+    for name in names.iter().filter(|n| n.ends_with(".json")) {
+        let bytes = fixture
+            .sink
+            .get(&object_store::path::Path::from(name.as_str()))
+            .await
+            .unwrap()
+            .unwrap();
+        let commit: Vec<serde_json::Value> = std::str::from_utf8(&bytes)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let txn = commit.iter().find_map(|a| a["txn"]["version"].as_u64());
+        txns.push((name.rsplit('/').next().unwrap().to_owned(), txn));
+    }
+    let expected: Vec<(String, Option<u64>)> = (10..=21usize)
+        .map(|v| (format!("{v:020}.json"), Some(held[v])))
+        .collect();
+    assert_eq!(txns, expected);
     std::fs::remove_dir_all(&fixture.dir).unwrap();
 }
 

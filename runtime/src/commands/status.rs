@@ -144,7 +144,7 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
         let database = provision::current_database(&client).await?;
         let app = delta::app_id(&database, &source);
         for output in delta::table_names(&sink).await? {
-            let state = delta::read_table(&sink, &output, Default::default()).await?;
+            let state = delta::read_latest(&sink, &output).await?;
             tables.push(TableStatus {
                 sequence: state.txn(&app),
                 version: state.version,

@@ -89,8 +89,14 @@ pub async fn run(config: &PipelineConfig, options: &VacuumOptions) -> Result<Vac
     let now_ms = crate::clock::unix_micros() / 1000;
     let mut tables = Vec::new();
     for name in names {
+        // Every commit, not the latest checkpoint: a checkpoint keeps the removals of the
+        // retention only, and the files removed before would never go.
         let state = delta::read_table(&sink, &name, TableState::default()).await?;
-        if let Some(reason) = behind_mirror(&sink, &name, &state, app.as_deref()).await? {
+        let skip = match cleaned_up(&sink, &name, &state).await? {
+            Some(reason) => Some(reason),
+            None => behind_mirror(&sink, &name, &state, app.as_deref()).await?,
+        };
+        if let Some(reason) = skip {
             tracing::warn!(table = %name, "not vacuumed: {reason}");
             tables.push(Vacuumed {
                 table: name,
@@ -137,6 +143,25 @@ pub async fn run(config: &PipelineConfig, options: &VacuumOptions) -> Result<Vac
     })
 }
 
+/// Why table `name`, whose commits from version 0 read as `state`, cannot be vacuumed: its
+/// commits before a checkpoint were deleted (another writer's log clean-up), so which files
+/// they removed is no longer known.
+async fn cleaned_up(
+    sink: &Sink,
+    name: &str,
+    state: &TableState,
+) -> Result<Option<String>, CommitError> {
+    if state.version.is_some() {
+        return Ok(None);
+    }
+    Ok(delta::table::checkpointed(sink, name).await?.map(|at| {
+        format!(
+            "its commits before the checkpoint at version {} are gone (a log clean-up), and with them which files they removed",
+            at.version.unwrap_or_default()
+        )
+    }))
+}
+
 /// Why change-log table `name` must wait: its current-state table holds an earlier flush of
 /// the pipeline than it does.
 async fn behind_mirror(
@@ -152,14 +177,10 @@ async fn behind_mirror(
         return Ok(None);
     }
     let mirror = mirror_name(name);
-    if sink
-        .get(&delta::table::commit_path(&mirror, 0))
-        .await?
-        .is_none()
-    {
+    let current = delta::read_latest(sink, &mirror).await?;
+    if current.version.is_none() {
         return Ok(None);
     }
-    let current = delta::read_table(sink, &mirror, TableState::default()).await?;
     let (log, held) = (state.txn(app), current.txn(app));
     Ok((held < log).then(|| {
         format!(

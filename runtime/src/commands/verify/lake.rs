@@ -236,7 +236,7 @@ async fn read_tables(
         if name.ends_with(crate::lake::delta::MIRROR_SUFFIX) || output.is_some_and(|o| o != name) {
             continue;
         }
-        let state = crate::lake::delta::read_table(log.sink(), &name, Default::default()).await?;
+        let state = crate::lake::delta::read_latest(log.sink(), &name).await?;
         let holds = state.txn(&app);
         tables.insert(
             name,

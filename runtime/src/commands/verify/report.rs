@@ -433,6 +433,12 @@ impl fmt::Display for Report {
                 n => plural(n as u64, "problem", "problems"),
             };
             writeln!(f, "delta table {}: {version}, {holds}, {state}", t.output)?;
+            if let Some(base) = t.base {
+                writeln!(
+                    f,
+                    "  audited from its checkpoint at version {base}: the commits before it are gone (a log clean-up)"
+                )?;
+            }
             for problem in &t.problems {
                 writeln!(f, "  {problem}")?;
             }

@@ -14,6 +14,16 @@ pub struct Version {
     pub adds: BTreeSet<String>,
 }
 
+/// Where an audit starts when a table's commits before a checkpoint are gone (a log clean-up,
+/// which other Delta writers do): the checkpoint's version and the pipeline's `txn` version it
+/// holds. The entries up to that `txn` are taken as held; what each version before did is no
+/// longer there to check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Base {
+    pub version: u64,
+    pub txn: Option<u64>,
+}
+
 /// What verify says of one table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableAudit {
@@ -27,28 +37,57 @@ pub struct TableAudit {
     pub behind: Vec<u64>,
     /// Defects, one sentence each.
     pub problems: Vec<String>,
+    /// The checkpoint the audit started from, when the commits before it are gone.
+    pub base: Option<u64>,
 }
 
-/// Audit `output`'s table: `listed` are the versions whose commit files exist, `read` what the
-/// contiguous versions from 0 did, `live` the files a reader of the latest version reads,
-/// `present` the output's data files in the sink, `entries` each commit entry with files of
-/// the output and those files (relative to the table).
+/// A table's log as an audit read it.
+#[derive(Debug, Clone, Copy)]
+pub struct Log<'a> {
+    /// The versions whose commit files exist.
+    pub listed: &'a [u64],
+    /// What each contiguous version from 0 (or from after `base`) did.
+    pub read: &'a [Version],
+    pub base: Option<Base>,
+}
+
+impl Log<'_> {
+    /// The first version whose commit must be there.
+    fn first(&self) -> u64 {
+        self.base.map_or(0, |b| b.version + 1)
+    }
+
+    /// The entry the checkpoint holds, when the audit starts from one.
+    fn base_txn(&self) -> Option<u64> {
+        self.base.and_then(|b| b.txn)
+    }
+}
+
+/// Audit `output`'s table: `log` is its log, `live` the files a reader of the latest version
+/// reads, `present` the output's data files in the sink, `entries` each commit entry with
+/// files of the output and those files (relative to the table).
 pub fn audit(
     output: &str,
-    listed: &[u64],
-    read: &[Version],
+    log: Log,
     live: &BTreeSet<String>,
     present: &BTreeSet<String>,
     entries: &BTreeMap<u64, BTreeSet<String>>,
 ) -> TableAudit {
-    let latest = listed.iter().max().copied();
-    let mut problems = missing_versions(listed);
+    let latest = log.listed.iter().max().copied();
+    let mut problems = missing_versions(log.listed, log.first());
     let mut seen: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut holds = None;
-    for v in read {
+    let mut holds = log.base_txn();
+    for v in log.read {
         let Some(txn) = v.txn else {
             continue;
         };
+        if let Some(base) = log.base.filter(|b| b.txn.is_some_and(|t| txn <= t)) {
+            problems.push(format!(
+                "version {} holds commit entry {txn}, which the checkpoint at version {} holds already",
+                v.version, base.version
+            ));
+            continue;
+        }
         if let Some(first) = seen.insert(txn, v.version) {
             problems.push(format!(
                 "commit entry {txn} is in versions {first} and {} (a txn version written twice)",
@@ -80,7 +119,7 @@ pub fn audit(
     }
     let mut behind = Vec::new();
     for &sequence in entries.keys() {
-        if seen.contains_key(&sequence) {
+        if seen.contains_key(&sequence) || log.base_txn().is_some_and(|t| sequence <= t) {
             continue;
         }
         if holds.is_some_and(|h| sequence < h) {
@@ -98,6 +137,7 @@ pub fn audit(
         holds,
         behind,
         problems,
+        base: log.base.map(|b| b.version),
     }
 }
 
@@ -107,16 +147,15 @@ pub fn audit(
 /// present; `entries` are the entries with files of the output.
 pub fn audit_mirror(
     table: &str,
-    listed: &[u64],
-    read: &[Version],
+    log: Log,
     live: &BTreeSet<String>,
     present: &BTreeSet<String>,
     entries: &BTreeSet<u64>,
 ) -> TableAudit {
-    let latest = listed.iter().max().copied();
-    let mut problems = missing_versions(listed);
-    let mut holds: Option<u64> = None;
-    for v in read {
+    let latest = log.listed.iter().max().copied();
+    let mut problems = missing_versions(log.listed, log.first());
+    let mut holds: Option<u64> = log.base_txn();
+    for v in log.read {
         let Some(txn) = v.txn else {
             continue;
         };
@@ -147,16 +186,17 @@ pub fn audit_mirror(
         holds,
         behind,
         problems,
+        base: log.base.map(|b| b.version),
     }
 }
 
-/// The versions below the latest whose commit files are gone.
-fn missing_versions(listed: &[u64]) -> Vec<String> {
+/// The versions from `first` to the latest whose commit files are gone.
+fn missing_versions(listed: &[u64], first: u64) -> Vec<String> {
     let Some(&latest) = listed.iter().max() else {
         return Vec::new();
     };
     let have: BTreeSet<u64> = listed.iter().copied().collect();
-    let missing: Vec<u64> = (0..=latest).filter(|v| !have.contains(v)).collect();
+    let missing: Vec<u64> = (first..=latest).filter(|v| !have.contains(v)).collect();
     match missing.is_empty() {
         true => Vec::new(),
         false => vec![format!("versions {missing:?} of its log are missing")],
@@ -187,6 +227,14 @@ mod tests {
         paths.iter().map(|p| (*p).to_owned()).collect()
     }
 
+    fn log<'a>(listed: &'a [u64], read: &'a [Version]) -> Log<'a> {
+        Log {
+            listed,
+            read,
+            base: None,
+        }
+    }
+
     fn version(version: u64, txn: u64, adds: &[&str]) -> Version {
         Version {
             version,
@@ -200,7 +248,7 @@ mod tests {
         let entries = BTreeMap::from([(2, set(&["a"])), (4, set(&["b", "c"])), (5, set(&["d"]))]);
         let read = [version(0, 2, &["a"]), version(1, 4, &["b", "c"])];
         let files = set(&["a", "b", "c"]);
-        let audit = audit("public.t", &[0, 1], &read, &files, &files, &entries);
+        let audit = audit("public.t", log(&[0, 1], &read), &files, &files, &entries);
         assert_eq!(audit.problems, Vec::<String>::new());
         assert_eq!((audit.version, audit.holds), (Some(1), Some(4)));
         assert_eq!(audit.behind, [5]);
@@ -217,8 +265,7 @@ mod tests {
         let live = set(&["a", "b", "z"]);
         let audit = audit(
             "public.t",
-            &[0, 1, 2, 4],
-            &read,
+            log(&[0, 1, 2, 4], &read),
             &live,
             &set(&["a", "b"]),
             &entries,
@@ -254,8 +301,7 @@ mod tests {
         let read = [version(0, 4, &["m1"]), version(1, 5, &["m2"])];
         let audit = audit_mirror(
             "public.t__current",
-            &[0, 1],
-            &read,
+            log(&[0, 1], &read),
             &files,
             &files,
             &entries,
@@ -270,8 +316,7 @@ mod tests {
         ];
         let audit = audit_mirror(
             "public.t__current",
-            &[0, 1, 2],
-            &read,
+            log(&[0, 1, 2], &read),
             &files,
             &set(&["m1"]),
             &entries,
@@ -293,5 +338,54 @@ mod tests {
             text.contains("m2, which a reader of version 2 reads, is not in the sink"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_log_cleaned_up_before_a_checkpoint_is_audited_from_the_checkpoint() {
+        let entries = BTreeMap::from([
+            (2, set(&["a"])),
+            (4, set(&["b"])),
+            (6, set(&["c"])),
+            (8, set(&["d"])),
+        ]);
+        let files = set(&["a", "b", "c"]);
+        // The commits up to version 10 are gone; the checkpoint at 10 holds entry 4.
+        let base = Some(Base {
+            version: 10,
+            txn: Some(4),
+        });
+        let read = [version(11, 6, &["c"])];
+        let cleaned = Log {
+            listed: &[10, 11],
+            read: &read,
+            base,
+        };
+        let found = audit("public.t", cleaned, &files, &files, &entries);
+        assert_eq!(found.problems, Vec::<String>::new());
+        assert_eq!((found.holds, found.behind.as_slice()), (Some(6), &[8][..]));
+        assert_eq!(found.base, Some(10));
+
+        // A version after the checkpoint holding an entry the checkpoint holds is a doubled
+        // txn; a version missing after the checkpoint is a gap.
+        let read = [version(11, 4, &["b"]), version(12, 6, &["c"])];
+        let doubled = Log {
+            listed: &[10, 11, 12, 14],
+            read: &read,
+            base,
+        };
+        let text = audit("public.t", doubled, &files, &files, &entries)
+            .problems
+            .join("\n");
+        assert!(
+            text.contains(
+                "version 11 holds commit entry 4, which the checkpoint at version 10 holds already"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("versions [13] of its log are missing"),
+            "{text}"
+        );
+        assert!(!text.contains("[0"), "{text}");
     }
 }

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{MapBuilder, StringBuilder};
+use arrow_array::cast::AsArray;
 use arrow_array::{
     Array, ArrayRef, BooleanArray, Int32Array, Int64Array, ListArray, RecordBatch, StringArray,
     StructArray,
@@ -355,9 +356,235 @@ pub fn last_checkpoint(version: u64, size: u64) -> Bytes {
     Bytes::from(format!(r#"{{"version":{version},"size":{size}}}"#))
 }
 
+/// What `_last_checkpoint` says: the version of the latest checkpoint, when it names a
+/// single-file checkpoint (the kind this writer writes and reads back).
+pub fn parse_last_checkpoint(bytes: &[u8]) -> Result<u64, String> {
+    let last: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    if last.get("parts").is_some_and(|p| !p.is_null()) {
+        return Err("it names a checkpoint in parts, which this build does not read".into());
+    }
+    last.get("version")
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| "it names no version".into())
+}
+
+/// The actions a checkpoint file holds: the state of its table at the checkpoint's version,
+/// as if every commit up to it were replayed. Columns other than the ones this writer writes
+/// are read past; a checkpoint another writer wrote in its own column types (large strings,
+/// 32-bit sizes) is read through a cast.
+pub fn read(bytes: Bytes) -> Result<Vec<super::actions::Action>, String> {
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .and_then(|b| b.build())
+        .map_err(|e| format!("not a Parquet checkpoint: {e}"))?;
+    let mut actions = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| format!("its rows: {e}"))?;
+        let kinds = Kinds::of(&batch)?;
+        for row in 0..batch.num_rows() {
+            if let Some(action) = kinds.action(row)? {
+                actions.push(action);
+            }
+        }
+    }
+    Ok(actions)
+}
+
+/// The action columns of a checkpoint's batch, each present or not.
+struct Kinds<'a> {
+    protocol: Option<&'a StructArray>,
+    metadata: Option<&'a StructArray>,
+    txn: Option<&'a StructArray>,
+    add: Option<&'a StructArray>,
+    remove: Option<&'a StructArray>,
+}
+
+impl<'a> Kinds<'a> {
+    fn of(batch: &'a RecordBatch) -> Result<Kinds<'a>, String> {
+        let kind = |name: &str| -> Result<Option<&'a StructArray>, String> {
+            match batch.column_by_name(name) {
+                None => Ok(None),
+                Some(column) => column
+                    .as_any()
+                    .downcast_ref::<StructArray>()
+                    .map(Some)
+                    .ok_or_else(|| format!("its {name} column is not a struct")),
+            }
+        };
+        Ok(Kinds {
+            protocol: kind("protocol")?,
+            metadata: kind("metaData")?,
+            txn: kind("txn")?,
+            add: kind("add")?,
+            remove: kind("remove")?,
+        })
+    }
+
+    /// The action of `row`, if it holds one of the kinds this writer uses.
+    fn action(&self, row: usize) -> Result<Option<super::actions::Action>, String> {
+        use super::actions::{Action, Add, Format, Metadata, Protocol, Remove, Txn};
+        let here = |kind: Option<&'a StructArray>| kind.filter(|s| s.is_valid(row));
+        if let Some(p) = here(self.protocol) {
+            return Ok(Some(Action::Protocol(Protocol {
+                min_reader_version: number(p, "minReaderVersion", row)?,
+                min_writer_version: number(p, "minWriterVersion", row)?,
+                reader_features: texts(p, "readerFeatures", row)?,
+                writer_features: texts(p, "writerFeatures", row)?,
+            })));
+        }
+        if let Some(m) = here(self.metadata) {
+            let format = m
+                .column_by_name("format")
+                .and_then(|f| f.as_any().downcast_ref::<StructArray>())
+                .ok_or("its metaData has no format")?;
+            return Ok(Some(Action::Metadata(Metadata {
+                id: required(m, "id", row)?,
+                name: text_at(m, "name", row)?,
+                description: text_at(m, "description", row)?,
+                format: Format {
+                    provider: required(format, "provider", row)?,
+                    options: pairs(format, "options", row)?
+                        .into_iter()
+                        .filter_map(|(k, v)| Some((k, v?)))
+                        .collect(),
+                },
+                schema_string: required(m, "schemaString", row)?,
+                partition_columns: texts(m, "partitionColumns", row)?.unwrap_or_default(),
+                created_time: long_at(m, "createdTime", row)?,
+                configuration: pairs(m, "configuration", row)?
+                    .into_iter()
+                    .filter_map(|(k, v)| Some((k, v?)))
+                    .collect(),
+            })));
+        }
+        if let Some(t) = here(self.txn) {
+            return Ok(Some(Action::Txn(Txn {
+                app_id: required(t, "appId", row)?,
+                version: number(t, "version", row)?,
+                last_updated: long_at(t, "lastUpdated", row)?,
+            })));
+        }
+        if let Some(a) = here(self.add) {
+            return Ok(Some(Action::Add(Add {
+                path: required(a, "path", row)?,
+                partition_values: pairs(a, "partitionValues", row)?.into_iter().collect(),
+                size: number(a, "size", row)?,
+                modification_time: long_at(a, "modificationTime", row)?.unwrap_or_default(),
+                data_change: flag_at(a, "dataChange", row)?.unwrap_or(false),
+                stats: text_at(a, "stats", row)?,
+            })));
+        }
+        if let Some(r) = here(self.remove) {
+            return Ok(Some(Action::Remove(Remove {
+                path: required(r, "path", row)?,
+                deletion_timestamp: long_at(r, "deletionTimestamp", row)?,
+                data_change: flag_at(r, "dataChange", row)?.unwrap_or(false),
+                size: long_at(r, "size", row)?.map(|s| s as u64),
+            })));
+        }
+        Ok(None)
+    }
+}
+
+/// Field `name` of `kind`, cast to `to`; `None` when the checkpoint has no such field.
+fn field_as(kind: &StructArray, name: &str, to: &DataType) -> Result<Option<ArrayRef>, String> {
+    match kind.column_by_name(name) {
+        None => Ok(None),
+        Some(column) if column.data_type() == to => Ok(Some(column.clone())),
+        Some(column) => arrow_cast::cast(column, to)
+            .map(Some)
+            .map_err(|e| format!("its field {name}: {e}")),
+    }
+}
+
+fn text_at(kind: &StructArray, name: &str, row: usize) -> Result<Option<String>, String> {
+    Ok(field_as(kind, name, &DataType::Utf8)?.and_then(|column| {
+        let column = column.as_string::<i32>();
+        column.is_valid(row).then(|| column.value(row).to_owned())
+    }))
+}
+
+fn long_at(kind: &StructArray, name: &str, row: usize) -> Result<Option<i64>, String> {
+    Ok(field_as(kind, name, &DataType::Int64)?.and_then(|column| {
+        let column = column.as_primitive::<arrow_array::types::Int64Type>();
+        column.is_valid(row).then(|| column.value(row))
+    }))
+}
+
+fn flag_at(kind: &StructArray, name: &str, row: usize) -> Result<Option<bool>, String> {
+    Ok(
+        field_as(kind, name, &DataType::Boolean)?.and_then(|column| {
+            let column = column.as_boolean();
+            column.is_valid(row).then(|| column.value(row))
+        }),
+    )
+}
+
+fn required(kind: &StructArray, name: &str, row: usize) -> Result<String, String> {
+    text_at(kind, name, row)?.ok_or_else(|| format!("row {row} has no {name}"))
+}
+
+fn number<T: TryFrom<i64>>(kind: &StructArray, name: &str, row: usize) -> Result<T, String> {
+    let value = long_at(kind, name, row)?.ok_or_else(|| format!("row {row} has no {name}"))?;
+    T::try_from(value).map_err(|_| format!("row {row}: {name} {value} is out of range"))
+}
+
+/// A list-of-strings field at `row`.
+fn texts(kind: &StructArray, name: &str, row: usize) -> Result<Option<Vec<String>>, String> {
+    let Some(column) = kind.column_by_name(name) else {
+        return Ok(None);
+    };
+    let Some(list) = column.as_list_opt::<i32>() else {
+        return Err(format!("its field {name} is not a list"));
+    };
+    if !list.is_valid(row) {
+        return Ok(None);
+    }
+    let items = arrow_cast::cast(&list.value(row), &DataType::Utf8)
+        .map_err(|e| format!("its field {name}: {e}"))?;
+    Ok(Some(
+        items
+            .as_string::<i32>()
+            .iter()
+            .flatten()
+            .map(str::to_owned)
+            .collect(),
+    ))
+}
+
+/// A string-to-string map field at `row`, as pairs (empty when null).
+fn pairs(
+    kind: &StructArray,
+    name: &str,
+    row: usize,
+) -> Result<Vec<(String, Option<String>)>, String> {
+    let Some(column) = kind.column_by_name(name) else {
+        return Ok(Vec::new());
+    };
+    let Some(map) = column.as_map_opt() else {
+        return Err(format!("its field {name} is not a map"));
+    };
+    if !map.is_valid(row) {
+        return Ok(Vec::new());
+    }
+    let entries = map.value(row);
+    let cast = |column: &ArrayRef| {
+        arrow_cast::cast(column, &DataType::Utf8).map_err(|e| format!("its field {name}: {e}"))
+    };
+    let keys = cast(entries.column(0))?;
+    let values = cast(entries.column(1))?;
+    let (keys, values) = (keys.as_string::<i32>(), values.as_string::<i32>());
+    Ok((0..keys.len())
+        .map(|i| {
+            let value = values.is_valid(i).then(|| values.value(i).to_owned());
+            (keys.value(i).to_owned(), value)
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
-    use arrow_array::cast::AsArray;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     use super::*;
@@ -448,5 +675,67 @@ mod tests {
         assert_eq!(protocol.len() - protocol.null_count(), 1);
         assert!(due(10) && due(20) && !due(0) && !due(11));
         assert_eq!(&last_checkpoint(10, 5)[..], br#"{"version":10,"size":5}"#);
+    }
+
+    #[test]
+    fn a_checkpoint_reads_back_as_the_state_it_was_written_from() {
+        let mut state = TableState::default();
+        let metadata = Metadata {
+            id: "id".into(),
+            name: Some("t".into()),
+            description: None,
+            format: Format {
+                provider: "parquet".into(),
+                options: [("k".to_owned(), "v".to_owned())].into(),
+            },
+            schema_string: r#"{"type":"struct","fields":[]}"#.into(),
+            partition_columns: vec!["day".into()],
+            created_time: Some(1),
+            configuration: [("delta.appendOnly".to_owned(), "false".to_owned())].into(),
+        };
+        let add = |path: &str, day: Option<&str>| {
+            Action::Add(Add {
+                path: path.into(),
+                partition_values: [("day".to_owned(), day.map(str::to_owned))].into(),
+                size: 7,
+                modification_time: 3,
+                data_change: true,
+                stats: Some(r#"{"numRecords":1}"#.into()),
+            })
+        };
+        let txn = |app: &str, version| {
+            Action::Txn(Txn {
+                app_id: app.into(),
+                version,
+                last_updated: None,
+            })
+        };
+        let actions = vec![
+            Action::Protocol(Protocol::needed(true)),
+            Action::Metadata(metadata),
+            add("a.parquet", Some("2026-12-04")),
+            add("b.parquet", None),
+            txn("app", 9),
+            txn("other", 2),
+        ];
+        state.apply(0, actions).unwrap();
+        let removed = crate::lake::delta::actions::Remove {
+            path: "a.parquet".into(),
+            deletion_timestamp: Some(5),
+            data_change: false,
+            size: Some(7),
+        };
+        state
+            .apply(1, vec![Action::Remove(removed), txn("app", 10)])
+            .unwrap();
+        let (bytes, _) = checkpoint(&state, 6);
+        let read_back = TableState::checkpointed(1, read(bytes).unwrap()).unwrap();
+        assert_eq!(read_back, state);
+
+        assert!(read(Bytes::from_static(b"PAR1")).is_err());
+        let err = TableState::checkpointed(3, vec![txn("app", 1)]).unwrap_err();
+        assert!(err.to_string().contains("version 3"), "{err}");
+        assert_eq!(parse_last_checkpoint(br#"{"version":20,"size":3}"#), Ok(20));
+        assert!(parse_last_checkpoint(br#"{"version":20,"parts":4}"#).is_err());
     }
 }

@@ -29,5 +29,5 @@ pub use mirror::{MIRROR_SUFFIX, mirror_name};
 pub use state::{TableError, TableFile, TableState, TypeChange};
 pub use table::{
     CompactError, Compacted, Tables, app_id, audit_mirror_table, audit_table, catch_up,
-    compact_table, read_table, read_table_holding, table_names,
+    compact_table, read_latest, read_table, read_table_holding, table_names,
 };

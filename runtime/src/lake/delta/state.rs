@@ -72,6 +72,26 @@ impl TableState {
                 self.version
             )));
         }
+        self.take(actions)?;
+        self.version = Some(version);
+        Ok(())
+    }
+
+    /// The table at `version` as its checkpoint holds it (`actions`, read from the checkpoint
+    /// file): a reader goes on from there instead of replaying every commit before.
+    pub fn checkpointed(version: u64, actions: Vec<Action>) -> Result<TableState, TableError> {
+        let mut state = TableState::default();
+        state.take(actions)?;
+        if state.protocol.is_none() || state.metadata.is_none() {
+            return Err(TableError::Corrupt(format!(
+                "the checkpoint at version {version} holds no protocol or no metadata"
+            )));
+        }
+        state.version = Some(version);
+        Ok(state)
+    }
+
+    fn take(&mut self, actions: Vec<Action>) -> Result<(), TableError> {
         for action in actions {
             match action {
                 Action::Protocol(p) => self.protocol = Some(p),
@@ -94,7 +114,6 @@ impl TableState {
                 Action::CommitInfo(_) => {}
             }
         }
-        self.version = Some(version);
         Ok(())
     }
 

@@ -141,7 +141,7 @@ impl Tables {
     ) -> Result<(), CommitError> {
         let mut state = match self.cached(output) {
             Some(state) => state,
-            None => self.read(output, TableState::default()).await?,
+            None => read_latest(&self.sink, output).await?,
         };
         // What the table held before this call appended to it (`None`: it held the flush).
         let mut before = None;
@@ -205,7 +205,7 @@ impl Tables {
             let state = match self.cached(&table) {
                 Some(state) => state,
                 None => {
-                    let state = self.read(&table, TableState::default()).await?;
+                    let state = read_latest(&self.sink, &table).await?;
                     self.remember(&table, state.clone());
                     state
                 }
@@ -262,7 +262,7 @@ impl Tables {
         let name = mirror_name(output);
         let mut state = match self.cached(&name) {
             Some(state) => state,
-            None => self.read(&name, TableState::default()).await?,
+            None => read_latest(&self.sink, &name).await?,
         };
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
         let failed = |source| CommitError::Table {
@@ -326,10 +326,8 @@ impl Tables {
 /// commits instead, and the next checkpoint covers them.
 async fn write_checkpoint(sink: &Sink, output: &str, version: u64, state: &TableState) {
     let (bytes, size) = checkpoint::checkpoint(state, crate::clock::unix_micros() / 1000);
-    let path = Path::from(format!(
-        "{output}/_delta_log/{version:020}.checkpoint.parquet"
-    ));
-    let last = Path::from(format!("{output}/_delta_log/_last_checkpoint"));
+    let path = checkpoint_path(output, version);
+    let last = last_checkpoint_path(output);
     let written = match sink.create(&path, bytes).await {
         Ok(_) => {
             sink.replace(&last, checkpoint::last_checkpoint(version, size))
@@ -449,7 +447,7 @@ async fn rewrite_table(
     target: u64,
     properties: &parquet::file::properties::WriterProperties,
 ) -> Result<Rewritten, CompactError> {
-    let state = read_table(sink, output, TableState::default()).await?;
+    let state = read_latest(sink, output).await?;
     let groups = compact::plan(state.files.values(), target);
     let mut rewritten = Rewritten::new(output, target, state);
     let now_ms = rewritten.now_ms;
@@ -472,7 +470,7 @@ async fn rewrite_current(
     properties: &parquet::file::properties::WriterProperties,
 ) -> Result<Rewritten, CompactError> {
     use super::mirror::{Keys, key_columns, plan_compaction};
-    let state = read_table(sink, table, TableState::default()).await?;
+    let state = read_latest(sink, table).await?;
     let keys = state.schema.as_ref().map(key_columns).unwrap_or_default();
     let groups = match keys.is_empty() {
         true => Vec::new(),
@@ -783,8 +781,7 @@ pub async fn audit_table(
     let live = history.state.files.keys().cloned().collect();
     Ok(audit::audit(
         output,
-        &history.listed,
-        &history.read,
+        history.log(),
         &live,
         &history.present,
         entries,
@@ -800,15 +797,14 @@ pub async fn audit_mirror_table(
     entries: &BTreeSet<u64>,
 ) -> Result<Option<audit::TableAudit>, CommitError> {
     let name = mirror_name(output);
-    if sink.get(&commit_path(&name, 0)).await?.is_none() {
+    let history = History::read(sink, &name, app_id).await?;
+    if history.listed.is_empty() && history.base.is_none() {
         return Ok(None);
     }
-    let history = History::read(sink, &name, app_id).await?;
     let live = history.state.files.keys().cloned().collect();
     Ok(Some(audit::audit_mirror(
         &name,
-        &history.listed,
-        &history.read,
+        history.log(),
         &live,
         &history.present,
         entries,
@@ -819,8 +815,10 @@ pub async fn audit_mirror_table(
 struct History {
     /// The versions whose commit files exist.
     listed: Vec<u64>,
-    /// What each contiguous version from 0 did.
+    /// What each contiguous version from 0 (or from after `base`) did.
     read: Vec<audit::Version>,
+    /// The checkpoint the read started from, when the commits before it are gone.
+    base: Option<audit::Base>,
     /// The table after them.
     state: TableState,
     /// The data files in the table's folder (and its `_compacted/`), relative to it.
@@ -828,6 +826,14 @@ struct History {
 }
 
 impl History {
+    fn log(&self) -> audit::Log<'_> {
+        audit::Log {
+            listed: &self.listed,
+            read: &self.read,
+            base: self.base,
+        }
+    }
+
     async fn read(sink: &Sink, output: &str, app_id: &str) -> Result<History, CommitError> {
         let log_dir = Path::from(format!("{output}/_delta_log"));
         let mut listed: Vec<u64> = sink
@@ -837,7 +843,19 @@ impl History {
             .filter_map(|n| n.strip_suffix(".json")?.parse().ok())
             .collect();
         listed.sort_unstable();
+        // Every commit from version 0, or from the checkpoint on when the ones before it are
+        // gone.
         let mut state = TableState::default();
+        let mut base = None;
+        if !listed.contains(&0)
+            && let Some(at) = checkpointed(sink, output).await?
+        {
+            base = at.version.map(|version| audit::Base {
+                version,
+                txn: at.txn(app_id),
+            });
+            state = at;
+        }
         let mut read = Vec::new();
         loop {
             let version = state.next_version();
@@ -883,6 +901,7 @@ impl History {
         Ok(History {
             listed,
             read,
+            base,
             state,
             present,
         })
@@ -916,6 +935,70 @@ pub async fn read_table_holding(
             .apply(version, actions)
             .map_err(|e: TableError| corrupt(e.to_string()))?;
     }
+}
+
+/// `output`'s table as its log is now, read from its latest checkpoint on (from version 0 when
+/// it has none): what the pipeline, `status` and `compact` read, so a table with a long history
+/// costs one checkpoint and fewer than [`checkpoint::CHECKPOINT_EVERY`] commits to open, not
+/// every commit it ever had. (An audit and `vacuum` read every commit: they need each version,
+/// and every removal, which a checkpoint keeps only within the retention.)
+pub async fn read_latest(sink: &Sink, output: &str) -> Result<TableState, CommitError> {
+    let from = checkpointed(sink, output).await?.unwrap_or_default();
+    read_table(sink, output, from).await
+}
+
+/// The table at the checkpoint `_last_checkpoint` names; `None` when it names none. One that
+/// cannot be read is told and passed over (the commits are replayed from version 0), unless
+/// the commits before it are gone too.
+pub async fn checkpointed(sink: &Sink, output: &str) -> Result<Option<TableState>, CommitError> {
+    let last = last_checkpoint_path(output);
+    let Some(pointer) = sink.get(&last).await? else {
+        return Ok(None);
+    };
+    let version = match checkpoint::parse_last_checkpoint(&pointer) {
+        Ok(version) => version,
+        Err(reason) => return unreadable(sink, output, &last, reason).await,
+    };
+    let path = checkpoint_path(output, version);
+    let Some(file) = sink.get(&path).await? else {
+        return unreadable(sink, output, &path, "it is missing".into()).await;
+    };
+    let state = checkpoint::read(file)
+        .and_then(|actions| TableState::checkpointed(version, actions).map_err(|e| e.to_string()));
+    match state {
+        Ok(state) => Ok(Some(state)),
+        Err(reason) => unreadable(sink, output, &path, reason).await,
+    }
+}
+
+/// A checkpoint that cannot be read: passed over when the commits from version 0 are there to
+/// replay, an error when they are gone.
+async fn unreadable(
+    sink: &Sink,
+    output: &str,
+    path: &Path,
+    reason: String,
+) -> Result<Option<TableState>, CommitError> {
+    if sink.get(&commit_path(output, 0)).await?.is_none() {
+        return Err(CommitError::Corrupt {
+            path: path.to_string(),
+            reason: format!(
+                "{reason}; the table's commits before it are gone, so nothing else says what the table holds"
+            ),
+        });
+    }
+    tracing::warn!(%output, checkpoint = %path, %reason, "could not read the Delta table's checkpoint; replaying its commits from version 0");
+    Ok(None)
+}
+
+fn checkpoint_path(output: &str, version: u64) -> Path {
+    Path::from(format!(
+        "{output}/_delta_log/{version:020}.checkpoint.parquet"
+    ))
+}
+
+fn last_checkpoint_path(output: &str) -> Path {
+    Path::from(format!("{output}/_delta_log/_last_checkpoint"))
 }
 
 /// Read `output`'s log on from `state`: each next version until one is missing.
@@ -1071,6 +1154,73 @@ mod tests {
         assert_eq!(state.version, Some(3));
         assert_eq!(state.files.len(), 4);
         assert!(new_table_id().chars().nth(14) == Some('4'));
+    }
+
+    /// A table read from its latest checkpoint on is the table replayed from version 0. An
+    /// unreadable checkpoint is passed over while the commits before it are there, and is an
+    /// error naming it once they are gone; with them gone and the checkpoint sound, the table
+    /// opens, takes appends after it, and its audit starts from the checkpoint.
+    #[tokio::test]
+    async fn a_table_opens_from_its_latest_checkpoint() {
+        let sink = Sink::from_store(Arc::new(InMemory::new()), "memory://");
+        let app = app_id("db", "slot");
+        let first = Tables::new(sink.clone(), app.clone(), Writer::named("aaaa"));
+        for sequence in 1..=23 {
+            first.publish(sequence, &[file(sequence)]).await.unwrap();
+        }
+        let replayed = read_table(&sink, "public.t", TableState::default())
+            .await
+            .unwrap();
+        assert_eq!(replayed.version, Some(22));
+        assert_eq!(read_latest(&sink, "public.t").await.unwrap(), replayed);
+        let at_20 = checkpointed(&sink, "public.t").await.unwrap().unwrap();
+        assert_eq!((at_20.version, at_20.txn(&app)), (Some(20), Some(21)));
+        assert_eq!(at_20.files.len(), 21);
+
+        let path = checkpoint_path("public.t", 20);
+        sink.replace(&path, bytes::Bytes::from_static(b"not parquet"))
+            .await
+            .unwrap();
+        assert_eq!(read_latest(&sink, "public.t").await.unwrap(), replayed);
+        for version in 0..20 {
+            sink.delete(&commit_path("public.t", version))
+                .await
+                .unwrap();
+        }
+        let err = read_latest(&sink, "public.t")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("00000000000000000020.checkpoint.parquet")
+                && err.contains("commits before it are gone"),
+            "{err}"
+        );
+
+        let (sound, _) = checkpoint::checkpoint(&at_20, 0);
+        sink.replace(&path, sound).await.unwrap();
+        assert_eq!(read_latest(&sink, "public.t").await.unwrap(), replayed);
+        let second = Tables::new(sink.clone(), app.clone(), Writer::named("bbbb"));
+        second.publish(23, &[file(23)]).await.unwrap();
+        second.publish(24, &[file(24)]).await.unwrap();
+        let latest = read_latest(&sink, "public.t").await.unwrap();
+        assert_eq!((latest.version, latest.txn(&app)), (Some(23), Some(24)));
+        assert_eq!(latest.files.len(), 24);
+
+        for s in 1..=24 {
+            let data = Path::from(format!("public.t/part-{s}.parquet"));
+            sink.create(&data, bytes::Bytes::from_static(b"data"))
+                .await
+                .unwrap();
+        }
+        let entries = (1..=24)
+            .map(|s| (s, BTreeSet::from([format!("part-{s}.parquet")])))
+            .collect();
+        let audit = audit_table(&sink, "public.t", &app, &entries)
+            .await
+            .unwrap();
+        assert_eq!(audit.problems, Vec::<String>::new());
+        assert_eq!((audit.base, audit.holds), (Some(20), Some(24)));
     }
 
     async fn txn(sink: &Sink) -> Option<u64> {
