@@ -1086,3 +1086,105 @@ async fn a_type_change_stops_the_pipeline_or_starts_a_new_version_of_the_table()
     check_history(&fixture.sink, &fixture.log, "public.t").await;
     std::fs::remove_dir_all(&fixture.dir).unwrap();
 }
+
+/// A plugin's declared output and the dead-letter output are Delta tables like a source
+/// table's: each its own log, one version per flush that touched it with that flush's `txn`,
+/// read back by delta-rs with the rows the plugin made and the change it rejected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_output_and_the_dead_letters_land_as_delta_tables() {
+    let db = fresh_database("delta_outputs").await;
+    db.client
+        .batch_execute("CREATE TABLE signups (id bigint PRIMARY KEY, payload text)")
+        .await
+        .unwrap();
+    let mut fixture = delta_fixture(&db, "delta_outputs", &["public.signups"]).await;
+    // flatten lands each signup's plan in `flattened` beside the table's own output, and
+    // rejects a payload that is not JSON, which goes to the dead letters.
+    fixture.cfg.sections.push(format!(
+        "[[transform]]\nplugin = {:?}\non_error = \"dead-letter\"\n\
+         config = {{ column = \"payload\", fields = \"plan:text\", copy = \"id:int8\" }}",
+        tributary_tests::plugin("flatten").display().to_string()
+    ));
+    fixture.file = fixture.cfg.write(&fixture.dir);
+    let mut service = Service::spawn(&fixture.file, &[], &fixture.dir.join("run.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    db.client
+        .batch_execute(
+            r#"INSERT INTO signups VALUES (1, '{"plan": "pro"}'), (2, '{"plan": "free"}'), (3, '{oops');
+               INSERT INTO signups VALUES (4, '{"plan": "team"}');
+               UPDATE signups SET payload = '{"plan": "pro"}' WHERE id = 2;"#,
+        )
+        .await
+        .unwrap();
+    service
+        .wait_for_landed(&fixture.log, 5, Duration::from_secs(60))
+        .await;
+    let verified = verify(&fixture.file, &["--identities-only"]).await;
+    service.stop().await;
+    assert_eq!(verified.code, 0, "{verified}");
+    for output in ["public.signups", "flattened", "_dead_letters"] {
+        assert!(
+            verified
+                .stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("delta table {output}: version"))
+                    && l.ends_with("intact")),
+            "{verified}"
+        );
+        check_history(&fixture.sink, &fixture.log, output).await;
+    }
+
+    let flattened = read_delta(&table_uri(&fixture, "flattened"), &fixture.cfg.sink_options);
+    let plans: Vec<(String, String, String)> = flattened
+        .rows
+        .iter()
+        .map(|r| {
+            let text = |c: &str| r[c].clone().unwrap_or_else(|| panic!("{c}: {r:?}"));
+            (text("_op"), text("id"), text("plan"))
+        })
+        .collect();
+    let expected = [
+        ("insert", "1", "pro"),
+        ("insert", "2", "free"),
+        ("insert", "4", "team"),
+        ("update", "2", "pro"),
+    ]
+    .map(|(op, id, plan)| (op.to_owned(), id.to_owned(), plan.to_owned()));
+    assert_eq!(plans, expected);
+    let names: Vec<&str> = flattened.schema.iter().map(|c| c.0.as_str()).collect();
+    assert!(
+        names.starts_with(&["_op", "_commit_lsn", "_seq"])
+            && names.ends_with(&["id", "plan", "_sub"]),
+        "{names:?}"
+    );
+
+    let dead = read_delta(
+        &table_uri(&fixture, "_dead_letters"),
+        &fixture.cfg.sink_options,
+    );
+    assert_eq!(dead.rows.len(), 1, "{:?}", dead.rows);
+    let letter = &dead.rows[0];
+    assert_eq!(letter["table"].as_deref(), Some("public.signups"));
+    assert_eq!(letter["plugin"].as_deref(), Some("flatten"));
+    assert_eq!(letter["class"].as_deref(), Some("parse"));
+    assert!(
+        letter["row"].as_deref().unwrap().contains("{oops"),
+        "{letter:?}"
+    );
+    // flatten keeps every change in its table's output too (its `keep` setting), the
+    // rejected one included.
+    let signups = read_delta(
+        &table_uri(&fixture, "public.signups"),
+        &fixture.cfg.sink_options,
+    );
+    let ids: BTreeSet<&str> = signups
+        .rows
+        .iter()
+        .map(|r| r["id"].as_deref().unwrap())
+        .collect();
+    assert_eq!(ids, BTreeSet::from(["1", "2", "3", "4"]));
+    assert_eq!(signups.rows.len(), 5);
+    std::fs::remove_dir_all(&fixture.dir).unwrap();
+}
