@@ -11,7 +11,7 @@ use tributary::lake::sink::Sink;
 use tributary_tests::lake::{
     DeltaPoller, committed_rows, delta_txn_versions, entries, read_delta, read_delta_version,
 };
-use tributary_tests::service::{Fixture, Service, command, verify};
+use tributary_tests::service::{Fixture, Service, command, peak_rss_mib, verify};
 use tributary_tests::{TestDatabase, fresh_database};
 
 use super::crash::{TABLES, transaction};
@@ -1186,5 +1186,107 @@ async fn a_declared_output_and_the_dead_letters_land_as_delta_tables() {
         .collect();
     assert_eq!(ids, BTreeSet::from(["1", "2", "3", "4"]));
     assert_eq!(signups.rows.len(), 5);
+    std::fs::remove_dir_all(&fixture.dir).unwrap();
+}
+
+/// Wait until `table` holds the latest commit entry (the publish step follows the entry).
+async fn wait_for_table(fixture: &Fixture, table: &str, timeout: Duration) {
+    let latest = fixture.log.latest().await.unwrap().unwrap().sequence;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let txns = delta_txn_versions(&fixture.sink, table).await;
+        if txns.last().copied().flatten() >= Some(latest) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{table} did not reach entry {latest} within {timeout:?}: {txns:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A flush whose keys lie in every file of a current-state table rewrites every file, one at a
+/// time: the process's peak memory over that flush stays far below the table's size, and the
+/// table still equals the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_that_rewrites_every_file_of_a_current_state_table_holds_one_file_at_a_time() {
+    const ROWS: u64 = 100_000;
+    let db = fresh_database("delta_rewrite").await;
+    db.client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, body text)")
+        .await
+        .unwrap();
+    let mut fixture = delta_fixture(&db, "delta_rewrite", &["public.t"]).await;
+    fixture.cfg.sections.push(mirror_section("public.t"));
+    fixture
+        .cfg
+        .sections
+        .push("[parquet]\ntarget_file_mb = 1".into());
+    fixture.file = fixture.cfg.write(&fixture.dir);
+    let mut service = Service::spawn(&fixture.file, &[], &fixture.dir.join("run.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    // About 1 KiB of hex digits a row: some 100 MiB of rows, in files of a few MiB (a file is
+    // cut at the target size between chunks of 8192 rows).
+    db.client
+        .batch_execute(&format!(
+            "INSERT INTO t SELECT g, (SELECT string_agg(md5(random()::text || g || i), '')
+                                      FROM generate_series(1, 32) i)
+             FROM generate_series(1, {ROWS}) g"
+        ))
+        .await
+        .unwrap();
+    service
+        .wait_for_landed(&fixture.log, ROWS, Duration::from_secs(600))
+        .await;
+    wait_for_table(&fixture, "public.t__current", Duration::from_secs(300)).await;
+    service.stop().await;
+    let (code, status, err) = command("status", &fixture.file, &[], &[]).await;
+    assert_eq!(code, 0, "{err}");
+    let files: u64 = status
+        .lines()
+        .find_map(|l| {
+            let l = l.trim_start().strip_prefix("public.t__current")?;
+            l.rsplit(", ").next()?.strip_suffix(" files")?.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(files >= 10, "{files} files: {status}");
+
+    // A fresh process, so its peak is this flush's: 50 updates, one in every 2000 keys, so in
+    // every file.
+    let mut service = Service::spawn(&fixture.file, &[], &fixture.dir.join("run2.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    let idle = peak_rss_mib(service.pid());
+    db.client
+        .batch_execute("UPDATE t SET body = 'changed ' || id WHERE id % 2000 = 0")
+        .await
+        .unwrap();
+    service
+        .wait_for_landed(&fixture.log, ROWS + 50, Duration::from_secs(300))
+        .await;
+    wait_for_table(&fixture, "public.t__current", Duration::from_secs(300)).await;
+    let verified = verify(&fixture.file, &[]).await;
+    let peak = peak_rss_mib(service.pid());
+    let log = service.stop().await;
+    assert_eq!(verified.code, 0, "{verified}");
+    assert!(
+        verified
+            .stdout
+            .contains("current-state table public.t__current: version")
+            && verified
+                .stdout
+                .contains(&format!("{ROWS} rows, equal to the source")),
+        "{verified}"
+    );
+    let (_, status, _) = command("status", &fixture.file, &[], &[]).await;
+    eprintln!("{files} files before the update; peak RSS {peak} MiB, idle {idle} MiB\n{status}");
+    assert!(
+        peak <= idle + 64,
+        "the update's flush peaked at {peak} MiB against {idle} MiB idle, over {files} files:\n{log}"
+    );
     std::fs::remove_dir_all(&fixture.dir).unwrap();
 }

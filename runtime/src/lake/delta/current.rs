@@ -96,93 +96,95 @@ pub(super) async fn apply(
             .filter(|a| Bounds::of(a, &keys).may_hold_any(&affected))
             .collect(),
     };
-    let mut sources: Vec<RecordBatch> = log_batches;
-    let mut held = Vec::new();
+    // First pass, one touched file at a time: its columns, and its rows of the keys the flush
+    // changes, which are all of it kept in memory (a row to drop, or the prior row whose
+    // unchanged TOAST values a key change carries over). The file is rewritten in the second
+    // pass, so a flush holds its own rows, those rows, and one file at a time.
     let mut schemas = vec![flush_schema];
-    for add in &touched {
+    let mut found_rows: Vec<RecordBatch> = Vec::new();
+    let mut found_at: BTreeMap<Key, (usize, usize)> = BTreeMap::new();
+    let mut kept = KeptBytes::within(mirrors.target);
+    for (index, add) in touched.iter().enumerate() {
         let path = format!("{name}/{}", add.path);
-        let batches = read_batches(sink, &path).await?;
-        let first = sources.len();
-        schemas.extend(batches.iter().map(|b| b.schema()));
-        sources.extend(batches);
-        held.push((*add, first..sources.len()));
-    }
-    // The flush's columns first, so the positions the reduction used stay valid.
-    let schema = merged(schemas)?;
-    let fitted = sources
-        .iter()
-        .map(|b| fit(b, &schema))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| data(&name, e.to_string()))?;
-
-    // Each touched file's rows: kept, or dropped for a key the flush changes (where the
-    // row's old values are found).
-    let mut found: BTreeMap<Key, (usize, Cell)> = BTreeMap::new();
-    let mut groups: Vec<Group> = Vec::new();
-    for (index, (add, range)) in held.iter().enumerate() {
-        let mut group = Group {
-            replaces: Some((*add).clone()),
-            rows: Vec::new(),
-            changed: false,
-        };
-        for source in range.clone() {
-            let batch = &fitted[source];
+        let bytes = get_file(sink, &path).await?;
+        let (file_schema, batches) = decode(&path, bytes.clone())?;
+        let mut picks = Vec::new();
+        for (b, batch) in batches.iter().enumerate() {
             let arrays = key_columns(batch, &keys, &name)?;
             let reader =
                 Keys::new(arrays.iter().collect()).map_err(|e| data(&name, e.to_string()))?;
             for row in 0..batch.num_rows() {
                 let key = reader.key(row);
                 if affected.contains(&key) {
-                    group.changed = true;
-                    found.insert(key, (index, (source, row)));
-                } else {
-                    group
-                        .rows
-                        .push((key, whole_row((source, row), schema.fields().len())));
+                    found_at.insert(key, (index, picks.len()));
+                    picks.push((b, row));
                 }
             }
         }
-        groups.push(group);
+        let batches: Vec<&RecordBatch> = batches.iter().collect();
+        let rows = match picks.is_empty() {
+            true => RecordBatch::new_empty(file_schema.clone()),
+            false => arrow_select::interleave::interleave_record_batch(&batches, &picks)
+                .map_err(|e| data(&path, e.to_string()))?,
+        };
+        if !picks.is_empty() {
+            kept.keep(path, bytes);
+        }
+        found_rows.push(rows);
+        schemas.push(file_schema);
     }
-    let mut fresh = Group {
-        replaces: None,
-        rows: Vec::new(),
-        changed: true,
-    };
+    // The flush's columns first, so the positions the reduction used stay valid.
+    let schema = merged(schemas)?;
     let width = schema.fields().len();
+    let fit_all = |batches: &[RecordBatch]| {
+        batches
+            .iter()
+            .map(|b| fit(b, &schema))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| data(&name, e.to_string()))
+    };
+    // What every file written reads from: the flush's rows, then each touched file's found
+    // rows.
+    let mut base = fit_all(&log_batches)?;
+    let found_source = base.len();
+    base.extend(fit_all(&found_rows)?);
+    drop((log_batches, found_rows));
+    let found: BTreeMap<Key, (usize, Cell)> = found_at
+        .into_iter()
+        .map(|(key, (file, row))| (key, (file, (found_source + file, row))))
+        .collect();
+
+    // Each upsert goes to the file that held its key (or its prior key), or to a new file.
+    let mut homed: Vec<Vec<(Key, Vec<Option<Cell>>)>> = vec![Vec::new(); touched.len()];
+    let mut fresh = Vec::new();
     let Reduced { net, .. } = reduced;
     for (key, net) in net {
         let Net::Upsert(upsert) = net else { continue };
         let mut cells = upsert.cells;
         cells.resize(width, None);
-        let mut home = found.get(&key).map(|(group, _)| *group);
+        let mut home = found.get(&key).map(|(file, _)| *file);
         if let Some((prior, columns)) = &upsert.prior {
             let before = found.get(prior);
             for &c in columns {
                 cells[c] = before.map(|(_, cell)| *cell);
             }
-            home = home.or(before.map(|(group, _)| *group));
+            home = home.or(before.map(|(file, _)| *file));
         }
         match home {
-            Some(group) => groups[group].rows.push((key, cells)),
-            None => fresh.rows.push((key, cells)),
+            Some(file) => homed[file].push((key, cells)),
+            None => fresh.push((key, cells)),
         }
     }
-    groups.push(fresh);
-
-    let null_source = fitted.len();
-    let mut fitted = fitted;
-    fitted.push(
-        RecordBatch::try_new(
-            schema.clone(),
-            schema
-                .fields()
-                .iter()
-                .map(|f| new_null_array(f.data_type(), 1))
-                .collect(),
-        )
-        .map_err(|e| data(&name, e.to_string()))?,
-    );
+    let changed: BTreeSet<usize> = found.values().map(|(file, _)| *file).collect();
+    let null = RecordBatch::try_new(
+        schema.clone(),
+        schema
+            .fields()
+            .iter()
+            .map(|f| new_null_array(f.data_type(), 1))
+            .collect(),
+    )
+    .map_err(|e| data(&name, e.to_string()))?;
 
     let mut actions = vec![Action::CommitInfo(serde_json::json!({
         "timestamp": now_ms,
@@ -201,59 +203,68 @@ pub(super) async fn apply(
         true => state.files.values().collect(),
         false => Vec::new(),
     };
-    let mut written = Vec::new();
-    let mut adds = Vec::new();
+    let mut out = Written {
+        sink,
+        name: &name,
+        mirrors,
+        keys: &keys,
+        schema: &schema,
+        txn,
+        now_ms,
+        written: Vec::new(),
+        adds: Vec::new(),
+    };
     let result = async {
-        for mut group in groups {
-            if !group.changed {
+        // Second pass: each file that held a changed key, read again (or kept from the first
+        // pass when small), is written anew with the rows it keeps and the upserts it homes.
+        for (file, add) in touched.iter().enumerate() {
+            if !changed.contains(&file) {
                 continue;
             }
-            if let Some(add) = &group.replaces {
-                removed.push(state.files.get(&add.path).expect("a touched file is live"));
-            }
-            group.rows.sort_by(|a, b| a.0.cmp(&b.0));
-            // A file that is rewritten keeps its rows together; new keys are split where they
-            // lie far apart, so each file's bounds stay narrow.
-            let runs = match group.replaces {
-                Some(_) => std::iter::once(0..group.rows.len()).collect(),
-                None => mirror::runs(&group.rows.iter().map(|(k, _)| k).collect::<Vec<_>>()),
+            removed.push(state.files.get(&add.path).expect("a touched file is live"));
+            let path = format!("{name}/{}", add.path);
+            let bytes = match kept.take(&path) {
+                Some(bytes) => bytes,
+                None => get_file(sink, &path).await?,
             };
-            let mut files = Vec::new();
-            for run in runs {
-                let rows = &group.rows[run];
-                files.extend(
-                    write_rows(
-                        &fitted,
-                        &schema,
-                        rows,
-                        &keys,
-                        null_source,
-                        (&mirrors.properties, mirrors.target),
-                    )
-                    .map_err(|e| data(&name, e))?,
-                );
+            let (_, batches) = decode(&path, bytes)?;
+            let mut sources = base.clone();
+            let first = sources.len();
+            sources.extend(fit_all(&batches)?);
+            drop(batches);
+            let null_source = sources.len();
+            sources.push(null.clone());
+            let mut rows = std::mem::take(&mut homed[file]);
+            for (source, batch) in sources.iter().enumerate().take(null_source).skip(first) {
+                let arrays = key_columns(batch, &keys, &name)?;
+                let reader =
+                    Keys::new(arrays.iter().collect()).map_err(|e| data(&name, e.to_string()))?;
+                for row in 0..batch.num_rows() {
+                    let key = reader.key(row);
+                    if !affected.contains(&key) {
+                        rows.push((key, whole_row((source, row), width)));
+                    }
+                }
             }
-            for (bytes, stats) in files {
-                let relative = format!("part-{txn:020}-{}.parquet", super::table::new_table_id());
-                let path = Path::from(format!("{name}/{relative}"));
-                let size = bytes.len() as u64;
-                sink.create(&path, bytes)
-                    .await
-                    .map_err(|e| data(&name, e.to_string()))?;
-                written.push(path);
-                adds.push(Add {
-                    path: relative,
-                    partition_values: BTreeMap::new(),
-                    size,
-                    modification_time: now_ms,
-                    data_change: true,
-                    stats: Some(stats),
-                });
-            }
+            rows.sort_by(|a, b| a.0.cmp(&b.0));
+            // A file that is rewritten keeps its rows together.
+            out.write(&sources, null_source, &rows, std::iter::once(0..rows.len()))
+                .await?;
+        }
+        // Rows of keys no file held: new files, split where keys lie far apart, so each
+        // file's bounds stay narrow.
+        if !fresh.is_empty() {
+            let mut sources = base.clone();
+            let null_source = sources.len();
+            sources.push(null.clone());
+            fresh.sort_by(|a, b| a.0.cmp(&b.0));
+            let runs = mirror::runs(&fresh.iter().map(|(k, _)| k).collect::<Vec<_>>());
+            out.write(&sources, null_source, &fresh, runs).await?;
         }
         Ok::<(), TableError>(())
     }
     .await;
+    let Written { written, adds, .. } = out;
     if let Err(e) = result {
         delete_written(sink, &written).await;
         return Err(e);
@@ -275,13 +286,94 @@ pub(super) async fn apply(
     Ok(Applied { actions, written })
 }
 
-/// Rows bound for one new file (or files): those kept from the file it replaces, if any,
-/// and the flush's new rows whose keys it held.
-struct Group {
-    replaces: Option<Add>,
-    rows: Vec<(Key, Vec<Option<Cell>>)>,
-    /// Whether it differs from the file it replaces (a new group always does).
-    changed: bool,
+/// Where the files of one current-state commit go, and what it wrote.
+struct Written<'a> {
+    sink: &'a Sink,
+    name: &'a str,
+    mirrors: &'a Mirrors,
+    keys: &'a [String],
+    schema: &'a SchemaRef,
+    txn: u64,
+    now_ms: i64,
+    /// The new files, deleted again when the commit does not happen.
+    written: Vec<Path>,
+    adds: Vec<Add>,
+}
+
+impl Written<'_> {
+    /// Write each run of `rows` (sorted by key, their cells in `sources`) as files of about
+    /// the target size.
+    async fn write(
+        &mut self,
+        sources: &[RecordBatch],
+        null_source: usize,
+        rows: &[(Key, Vec<Option<Cell>>)],
+        runs: impl IntoIterator<Item = std::ops::Range<usize>>,
+    ) -> Result<(), TableError> {
+        for run in runs {
+            let files = write_rows(
+                sources,
+                self.schema,
+                &rows[run],
+                self.keys,
+                null_source,
+                (&self.mirrors.properties, self.mirrors.target),
+            )
+            .map_err(|e| data(self.name, e))?;
+            for (bytes, stats) in files {
+                let relative = format!(
+                    "part-{:020}-{}.parquet",
+                    self.txn,
+                    super::table::new_table_id()
+                );
+                let path = Path::from(format!("{}/{relative}", self.name));
+                let size = bytes.len() as u64;
+                self.sink
+                    .create(&path, bytes)
+                    .await
+                    .map_err(|e| data(self.name, e.to_string()))?;
+                self.written.push(path);
+                self.adds.push(Add {
+                    path: relative,
+                    partition_values: BTreeMap::new(),
+                    size,
+                    modification_time: self.now_ms,
+                    data_change: true,
+                    stats: Some(stats),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of touched files the first pass keeps for the second, within a budget (the
+/// target file size): a flush that rewrites a few small files gets each once, one that
+/// rewrites many gets them again rather than hold them all.
+struct KeptBytes {
+    budget: u64,
+    files: BTreeMap<String, Bytes>,
+}
+
+impl KeptBytes {
+    fn within(budget: u64) -> KeptBytes {
+        KeptBytes {
+            budget,
+            files: BTreeMap::new(),
+        }
+    }
+
+    fn keep(&mut self, path: String, bytes: Bytes) {
+        let size = bytes.len() as u64;
+        if size <= self.budget {
+            self.budget -= size;
+            self.files.insert(path, bytes);
+        }
+    }
+
+    fn take(&mut self, path: &str) -> Option<Bytes> {
+        self.files.remove(path)
+    }
 }
 
 pub(super) fn whole_row(cell: Cell, width: usize) -> Vec<Option<Cell>> {
@@ -455,17 +547,29 @@ pub(super) fn write_rows(
 
 /// The record batches of the Parquet file at `path` (relative to the sink).
 pub(super) async fn read_batches(sink: &Sink, path: &str) -> Result<Vec<RecordBatch>, TableError> {
-    let bytes = sink
-        .get(&Path::from(path))
+    let bytes = get_file(sink, path).await?;
+    Ok(decode(path, bytes)?.1)
+}
+
+/// The bytes of the file at `path` (relative to the sink), which a table reads.
+async fn get_file(sink: &Sink, path: &str) -> Result<Bytes, TableError> {
+    sink.get(&Path::from(path))
         .await
         .map_err(|e| data(path, e.to_string()))?
-        .ok_or_else(|| data(path, "a file the table reads is not in the sink".into()))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-        .and_then(|b| b.build())
+        .ok_or_else(|| data(path, "a file the table reads is not in the sink".into()))
+}
+
+/// The schema and record batches of the Parquet file `bytes` (at `path`).
+fn decode(path: &str, bytes: Bytes) -> Result<(SchemaRef, Vec<RecordBatch>), TableError> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)
         .map_err(|e| data(path, format!("not readable as Parquet: {e}")))?;
-    reader
+    let schema = builder.schema().clone();
+    let batches = builder
+        .build()
+        .map_err(|e| data(path, format!("not readable as Parquet: {e}")))?
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| data(path, e.to_string()))
+        .map_err(|e| data(path, e.to_string()))?;
+    Ok((schema, batches))
 }
 
 pub(super) async fn delete_written(sink: &Sink, written: &[Path]) {
