@@ -375,7 +375,12 @@ async fn crash_at(point: &str, hit: u32) {
     .await;
     let crashing = fixture.log.latest().await.unwrap().unwrap();
     a.kill().await;
-    if point != "flush.before-commit" {
+    let before_commit = [
+        "flush.after-intent",
+        "flush.after-file",
+        "flush.before-commit",
+    ];
+    if !before_commit.contains(&point) {
         assert_eq!(crashing.files.len(), 3, "the second flush is committed");
     }
 
@@ -457,6 +462,27 @@ async fn crash_at(point: &str, hit: u32) {
         );
     }
     std::fs::remove_dir_all(&fixture.dir).unwrap();
+}
+
+// Each failpoint of the flush protocol, in the second flush (three files, one per table).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_intent_leaves_the_tables_without_the_flush_and_lands_it_once() {
+    crash_at("flush.after-intent", 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_first_file_leaves_the_tables_without_the_flush_and_lands_it_once() {
+    crash_at("flush.after-file", 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_right_after_the_commit_entry_is_caught_up_at_the_next_start() {
+    crash_at("flush.after-commit", 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_confirm_leaves_every_table_holding_the_flush_once() {
+    crash_at("flush.after-confirm", 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
