@@ -97,12 +97,13 @@ pub(super) async fn apply(
             .collect(),
     };
     // First pass, one touched file at a time: its columns, and its rows of the keys the flush
-    // changes, which are all of it kept in memory (a row to drop, or the prior row whose
-    // unchanged TOAST values a key change carries over). The file is rewritten in the second
-    // pass, so a flush holds its own rows, those rows, and one file at a time.
+    // changes, the only rows of it kept (each a row to drop, or the prior row whose unchanged
+    // TOAST values a key change carries over). The files that held such a row are written
+    // anew in the second pass, so a flush holds its own rows, those rows, and one file.
     let mut schemas = vec![flush_schema];
     let mut found_rows: Vec<RecordBatch> = Vec::new();
     let mut found_at: BTreeMap<Key, (usize, usize)> = BTreeMap::new();
+    let mut changed: BTreeSet<usize> = BTreeSet::new();
     let mut kept = KeptBytes::within(mirrors.target);
     for (index, add) in touched.iter().enumerate() {
         let path = format!("{name}/{}", add.path);
@@ -128,6 +129,7 @@ pub(super) async fn apply(
                 .map_err(|e| data(&path, e.to_string()))?,
         };
         if !picks.is_empty() {
+            changed.insert(index);
             kept.keep(path, bytes);
         }
         found_rows.push(rows);
@@ -175,7 +177,6 @@ pub(super) async fn apply(
             None => fresh.push((key, cells)),
         }
     }
-    let changed: BTreeSet<usize> = found.values().map(|(file, _)| *file).collect();
     let null = RecordBatch::try_new(
         schema.clone(),
         schema
