@@ -9,6 +9,9 @@ use postgres_protocol::message::backend::{ErrorFields, ErrorResponseBody, Notice
 
 use super::frame::FrameError;
 
+/// SQLSTATE `0A000`.
+const FEATURE_NOT_SUPPORTED: &str = "0A000";
+
 /// An `ErrorResponse` (or `NoticeResponse`) from the server, field by field.
 ///
 /// Printed as `<message> (SQLSTATE <code>)`, followed by the detail and hint when the server gave
@@ -200,10 +203,23 @@ impl ReplicationError {
             | ReplicationError::SessionAttrs { .. }
             | ReplicationError::ShutdownTimedOut { .. } => true,
             // 57P01..57P03: admin shutdown, crash shutdown, cannot connect now.
-            other => other
-                .code()
-                .is_some_and(|c| c.starts_with("57P") || c.starts_with("08")),
+            other => {
+                other
+                    .code()
+                    .is_some_and(|c| c.starts_with("57P") || c.starts_with("08"))
+                    || other.in_recovery()
+            }
         }
+    }
+
+    /// Whether the server refused logical decoding because it is in recovery: a server that
+    /// came back as a standby, in a restart or a failover, before its promotion. Only a
+    /// reconnect asks (a start on a standby is refused at once). The message is the server's
+    /// English one; in another language the error is not retried.
+    fn in_recovery(&self) -> bool {
+        self.server_error().is_some_and(|e| {
+            e.code == FEATURE_NOT_SUPPORTED && e.message.contains("while in recovery")
+        })
     }
 }
 
@@ -254,6 +270,22 @@ mod tests {
         assert_eq!(
             error.to_string(),
             "replication slot \"s\" is active for PID 42 (SQLSTATE 55006); detail: d; hint: h"
+        );
+    }
+
+    #[test]
+    fn a_server_in_recovery_is_transient_and_another_unsupported_feature_is_not() {
+        let error = |message: &str| {
+            ReplicationError::Stream(Box::new(ServerError {
+                code: "0A000".into(),
+                message: message.into(),
+                ..Default::default()
+            }))
+        };
+        assert!(error("logical decoding cannot be used while in recovery").is_transient());
+        assert!(
+            !error("client sent proto_version=4 but server only supports protocol 3 or lower")
+                .is_transient()
         );
     }
 
