@@ -1316,3 +1316,82 @@ async fn a_flush_that_rewrites_every_file_of_a_current_state_table_holds_one_fil
     );
     std::fs::remove_dir_all(&fixture.dir).unwrap();
 }
+
+/// A SIGKILL between the parts of a large transaction, which land as one flush in parts with
+/// no commit entry until the last: the tables never show a part, and after the restart the
+/// transaction is in the change-log table once and in the current-state table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_parts_of_a_large_transaction_shows_no_part_and_lands_it_once() {
+    const ROWS: u64 = 100_000;
+    let db = fresh_database("delta_parts").await;
+    db.client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, body text)")
+        .await
+        .unwrap();
+    let mut fixture = delta_fixture(&db, "delta_parts", &["public.t"]).await;
+    fixture.cfg.sections.push(mirror_section("public.t"));
+    fixture.cfg.flush = vec![
+        ("in_flight_mib".into(), "16".into()),
+        ("chunk_mib".into(), "1".into()),
+    ];
+    fixture.file = fixture.cfg.write(&fixture.dir);
+    let mut a = Service::spawn_with(
+        &fixture.file,
+        &[],
+        &fixture.dir.join("a.log"),
+        &[("TRIBUTARY_FAILPOINTS", "flush.after-part@3")],
+    );
+    a.wait_for_log("streaming", Duration::from_secs(120)).await;
+    db.client
+        .batch_execute("INSERT INTO t VALUES (0, 'before')")
+        .await
+        .unwrap();
+    a.wait_for_landed(&fixture.log, 1, Duration::from_secs(60))
+        .await;
+    wait_for_table(&fixture, "public.t__current", Duration::from_secs(60)).await;
+    db.client
+        .batch_execute(&format!(
+            "INSERT INTO t SELECT g, 'row ' || g || repeat('x', 100) FROM generate_series(1, {ROWS}) g"
+        ))
+        .await
+        .unwrap();
+    a.wait_for_log(
+        "failpoint flush.after-part reached",
+        Duration::from_secs(120),
+    )
+    .await;
+    a.kill().await;
+    for table in ["public.t", "public.t__current"] {
+        let read = read_delta(&table_uri(&fixture, table), &fixture.cfg.sink_options);
+        assert_eq!(read.rows.len(), 1, "{table}: no part of the transaction");
+    }
+
+    let mut b = Service::spawn(&fixture.file, &[], &fixture.dir.join("b.log"));
+    b.wait_for_log("streaming", Duration::from_secs(120)).await;
+    b.wait_for_landed(&fixture.log, ROWS + 1, Duration::from_secs(300))
+        .await;
+    wait_for_table(&fixture, "public.t__current", Duration::from_secs(120)).await;
+    let verified = verify(&fixture.file, &[]).await;
+    let b_log = b.stop().await;
+    assert_eq!(verified.code, 0, "{verified}");
+    assert!(
+        verified
+            .stdout
+            .contains(&format!("{} rows, equal to the source", ROWS + 1)),
+        "{verified}"
+    );
+    check_history(&fixture.sink, &fixture.log, "public.t").await;
+    let read = read_delta(&table_uri(&fixture, "public.t"), &fixture.cfg.sink_options);
+    let ids: BTreeSet<&str> = read
+        .rows
+        .iter()
+        .map(|r| r["id"].as_deref().unwrap())
+        .collect();
+    assert_eq!(
+        read.rows.len() as u64,
+        ROWS + 1,
+        "every change once: {b_log}"
+    );
+    assert_eq!(ids.len() as u64, ROWS + 1);
+    std::fs::remove_dir_all(&fixture.dir).unwrap();
+}
