@@ -11,7 +11,7 @@ use tributary::lake::sink::Sink;
 use tributary_tests::lake::{
     DeltaPoller, committed_rows, delta_txn_versions, entries, read_delta, read_delta_version,
 };
-use tributary_tests::service::{Fixture, Service, command, peak_rss_mib, verify};
+use tributary_tests::service::{Fixture, Service, ServiceConfig, command, peak_rss_mib, verify};
 use tributary_tests::{TestDatabase, fresh_database};
 
 use super::crash::{TABLES, transaction};
@@ -22,6 +22,23 @@ async fn delta_fixture(db: &TestDatabase, hint: &str, tables: &[&str]) -> Fixtur
     fixture.cfg.sink.push(("format".into(), "\"delta\"".into()));
     fixture.file = fixture.cfg.write(&fixture.dir);
     fixture
+}
+
+/// A database with `t (id int PRIMARY KEY, body text)` and a fixture landing it as a Delta
+/// table, its pipeline file written after `configure` had its say.
+async fn t_fixture(
+    hint: &str,
+    configure: impl FnOnce(&mut ServiceConfig),
+) -> (TestDatabase, Fixture) {
+    let db = fresh_database(hint).await;
+    db.client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, body text)")
+        .await
+        .unwrap();
+    let mut fixture = delta_fixture(&db, hint, &["public.t"]).await;
+    configure(&mut fixture.cfg);
+    fixture.file = fixture.cfg.write(&fixture.dir);
+    (db, fixture)
 }
 
 fn table_uri(fixture: &Fixture, output: &str) -> String {
@@ -537,12 +554,7 @@ async fn run_inserting(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_every_ten_versions_lets_a_reader_start_there() {
-    let db = fresh_database("delta_checkpoint").await;
-    db.client
-        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
-    let fixture = delta_fixture(&db, "delta_checkpoint", &["public.t"]).await;
+    let (db, fixture) = t_fixture("delta_checkpoint", |_| {}).await;
     // One flush, so one version, per transaction.
     let service = run_inserting(&db, &fixture, "run.log", 1..=12).await;
     service.stop().await;
@@ -1238,18 +1250,11 @@ async fn wait_for_table(fixture: &Fixture, table: &str, timeout: Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flush_that_rewrites_every_file_of_a_current_state_table_holds_one_file_at_a_time() {
     const ROWS: u64 = 100_000;
-    let db = fresh_database("delta_rewrite").await;
-    db.client
-        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
-    let mut fixture = delta_fixture(&db, "delta_rewrite", &["public.t"]).await;
-    fixture.cfg.sections.push(mirror_section("public.t"));
-    fixture
-        .cfg
-        .sections
-        .push("[parquet]\ntarget_file_mb = 1".into());
-    fixture.file = fixture.cfg.write(&fixture.dir);
+    let (db, fixture) = t_fixture("delta_rewrite", |cfg| {
+        cfg.sections.push(mirror_section("public.t"));
+        cfg.sections.push("[parquet]\ntarget_file_mb = 1".into());
+    })
+    .await;
     let mut service = Service::spawn(&fixture.file, &[], &fixture.dir.join("run.log"));
     service
         .wait_for_log("streaming", Duration::from_secs(120))
@@ -1323,18 +1328,14 @@ async fn a_flush_that_rewrites_every_file_of_a_current_state_table_holds_one_fil
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_between_parts_of_a_large_transaction_shows_no_part_and_lands_it_once() {
     const ROWS: u64 = 100_000;
-    let db = fresh_database("delta_parts").await;
-    db.client
-        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, body text)")
-        .await
-        .unwrap();
-    let mut fixture = delta_fixture(&db, "delta_parts", &["public.t"]).await;
-    fixture.cfg.sections.push(mirror_section("public.t"));
-    fixture.cfg.flush = vec![
-        ("in_flight_mib".into(), "16".into()),
-        ("chunk_mib".into(), "1".into()),
-    ];
-    fixture.file = fixture.cfg.write(&fixture.dir);
+    let (db, fixture) = t_fixture("delta_parts", |cfg| {
+        cfg.sections.push(mirror_section("public.t"));
+        cfg.flush = vec![
+            ("in_flight_mib".into(), "16".into()),
+            ("chunk_mib".into(), "1".into()),
+        ];
+    })
+    .await;
     let mut a = Service::spawn_with(
         &fixture.file,
         &[],

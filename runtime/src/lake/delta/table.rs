@@ -887,16 +887,17 @@ impl History {
                 .map_err(|e: TableError| corrupt(e.to_string()))?;
             read.push(seen);
         }
-        let mut present: BTreeSet<String> = sink
-            .list_dir(Some(&Path::from(output)))
-            .await?
-            .objects
-            .into_iter()
-            .map(|(name, _)| name)
-            .collect();
-        let compacted = Path::from(format!("{output}/{COMPACTED}"));
-        for (name, _) in sink.list_dir(Some(&compacted)).await?.objects {
-            present.insert(format!("{COMPACTED}/{name}"));
+        // The data files matter only to a table a reader reads; an output without a table
+        // (one that keeps no current-state table, say) costs no listing.
+        let mut present = BTreeSet::new();
+        if !state.files.is_empty() {
+            for (name, _) in sink.list_dir(Some(&Path::from(output))).await?.objects {
+                present.insert(name);
+            }
+            let compacted = Path::from(format!("{output}/{COMPACTED}"));
+            for (name, _) in sink.list_dir(Some(&compacted)).await?.objects {
+                present.insert(format!("{COMPACTED}/{name}"));
+            }
         }
         Ok(History {
             listed,
