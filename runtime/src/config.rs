@@ -800,6 +800,12 @@ impl PipelineConfig {
         ] {
             check_identifier(name).map_err(|why| format!("{key} = {name:?}: {why}"))?;
         }
+        if s.trigger_schema.len() > MAX_TRIGGER_SCHEMA {
+            return Err(format!(
+                "source.trigger_schema = {:?}: must be at most {MAX_TRIGGER_SCHEMA} characters (its name begins the names of the capture triggers, which PostgreSQL limits to 63)",
+                s.trigger_schema
+            ));
+        }
         for (old, new, both) in [
             (
                 "create_slot",
@@ -942,6 +948,10 @@ impl PipelineConfig {
 
 /// Slot names allow lower-case letters, digits and underscores; we hold publications to the
 /// same rule so both can be quoted safely everywhere.
+/// The longest `source.trigger_schema`: the capture triggers are named after it
+/// (`<schema>_capture_truncate`), within PostgreSQL's 63 characters.
+const MAX_TRIGGER_SCHEMA: usize = 63 - "_capture_truncate".len();
+
 fn check_identifier(name: &str) -> Result<(), &'static str> {
     if name.is_empty() || name.len() > 63 {
         return Err("must be 1 to 63 characters");
@@ -1036,6 +1046,12 @@ mod tests {
             err.contains("source.trigger_schema = \"Bad-Name\""),
             "{err}"
         );
+        let long = "s".repeat(47);
+        let err = with(&format!("trigger_schema = \"{long}\""))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("must be at most 46 characters"), "{err}");
+        assert!(with(&format!("trigger_schema = \"{}\"", &long[1..])).is_ok());
     }
 
     #[test]

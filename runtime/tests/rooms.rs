@@ -23,7 +23,15 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ),
         (
             "commands",
-            &["wire", "stream", "source", "transform", "lake"][..],
+            &[
+                "wire",
+                "stream",
+                "source",
+                "transform",
+                "lake",
+                // The preflight that `check` prints is the one a start makes.
+                "pipeline::preflight",
+            ][..],
         ),
     ])
 }

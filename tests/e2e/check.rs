@@ -41,6 +41,20 @@ async fn refused_alike(file: &Path, dir: &Path) -> String {
     reason
 }
 
+/// Make `fx`'s sink another pipeline's: one that reads slot `another_slot` of database
+/// `database` on another server.
+async fn claimed_by_another_pipeline(fx: &Fixture, database: &str) {
+    let theirs = PipelineIdentity {
+        format: FORMAT,
+        system_identifier: "7000".into(),
+        database: database.to_owned(),
+        slot: "another_slot".into(),
+        created_by: Writer::named("aaaa"),
+        created_at: 1,
+    };
+    fx.log.claim_identity(&theirs).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_that_cannot_load_fails_the_check_as_it_fails_the_run() {
     let db = events_database("check_plugin").await;
@@ -109,15 +123,7 @@ async fn a_sink_of_another_pipeline_fails_the_check_as_it_fails_the_run() {
     let db = events_database("check_owner").await;
     let fx = Fixture::new(&db.url, "check_owner", &["public.events"]).await;
     // The sink already belongs to a pipeline reading another slot.
-    let theirs = PipelineIdentity {
-        format: FORMAT,
-        system_identifier: "7000".into(),
-        database: db.name.clone(),
-        slot: "another_slot".into(),
-        created_by: Writer::named("aaaa"),
-        created_at: 1,
-    };
-    fx.log.claim_identity(&theirs).await.unwrap();
+    claimed_by_another_pipeline(&fx, &db.name).await;
     let reason = refused_alike(&fx.file, &fx.dir).await;
     assert!(
         reason.starts_with("the sink belongs to another pipeline: slot \"another_slot\""),
@@ -241,4 +247,70 @@ async fn a_missing_pipeline_file_is_said_once() {
             missing.display()
         )
     );
+}
+
+/// Several problems in different parts of the pipeline at once: a source table whose
+/// unchanged TOAST values need a choice, a sink that is another pipeline's, a plugin that is
+/// missing. The check lists each (the first does not hide the others: the replication
+/// connection and the sink's owner are still looked at), and the run refuses with the same
+/// list, before anything is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn problems_of_the_source_the_sink_and_a_plugin_are_listed_together_by_check_and_run() {
+    let db = events_database("check_several").await;
+    let mut fx = Fixture::new(&db.url, "check_several", &["public.events"]).await;
+    claimed_by_another_pipeline(&fx, &db.name).await;
+    let missing = fx.dir.join("missing.wasm");
+    fx.cfg.transforms = vec![missing.clone()];
+    let file = fx.cfg.write(&fx.dir);
+    // The default unchanged_toast = "refuse", which a text column of the default replica
+    // identity fails.
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("unchanged_toast = \"null\"\n", "")).unwrap();
+
+    let (code, out, err) = tributary("check", &file).await;
+    assert_eq!(code, 1, "{out}{err}");
+    let fails: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("FAIL  "))
+        .collect();
+    assert_eq!(fails.len(), 3, "{out}");
+    assert!(fails[0].contains("unchanged_toast"), "{out}");
+    assert!(
+        out.contains("ok    connection (replication)"),
+        "the replication connection was not tried:\n{out}"
+    );
+    assert!(
+        fails[1]
+            == format!(
+                "cannot read plugin {}: No such file or directory (os error 2)",
+                missing.display()
+            ),
+        "{out}"
+    );
+    assert!(
+        fails[2].starts_with("the sink belongs to another pipeline: slot \"another_slot\""),
+        "{out}"
+    );
+    assert!(out.contains("check: 3 problems to fix"), "{out}");
+
+    let mut run = Service::spawn(&file, &[], &fx.dir.join("run.log"));
+    let status = run.wait_exit(Duration::from_secs(120)).await;
+    let log = run.log();
+    assert!(!status.success(), "it started:\n{log}");
+    assert!(
+        log.contains("this pipeline cannot start: 3 problems, each with its fix"),
+        "{log}"
+    );
+    for (i, fail) in fails.iter().enumerate() {
+        assert!(
+            log.contains(&format!("{}. {fail}", i + 1)),
+            "the run does not list {fail:?}:\n{log}"
+        );
+    }
+    assert_eq!(
+        tributary_tests::pipeline::slot_and_publication(&db, &fx.name).await,
+        (false, false),
+        "a refused start created something"
+    );
+    let _ = std::fs::remove_dir_all(&fx.dir);
 }

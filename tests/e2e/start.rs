@@ -328,7 +328,7 @@ async fn check_reports_every_problem_at_once_with_its_fix() {
     fx.cfg.source = Vec::new();
     let said = refused(&fx.cfg.write(&fx.dir), &fx.dir).await;
     assert!(
-        said.contains("the source is not ready for this pipeline: 3 problems, each with its fix")
+        said.contains("this pipeline cannot start: 3 problems, each with its fix")
             && said.contains("  1. role")
             && said.contains("  3. table public.bare"),
         "{said}"
@@ -489,8 +489,8 @@ async fn teardown_drops_a_publication_tributary_created() {
     let _ = std::fs::remove_dir_all(&fx.dir);
 }
 
-/// A stop asked for while a plugin compiles (half a minute for a Python plugin) is honoured at
-/// the next step: the process leaves the compile unfinished, exits cleanly and creates
+/// A stop asked for while a plugin compiles (half a minute for a Python plugin, in the
+/// preflight that loads it first) is honoured at the next step: the process leaves the compile unfinished, exits cleanly and creates
 /// nothing, instead of finishing the compile and starting to stream first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_while_a_plugin_compiles_ends_the_start_there() {
@@ -514,9 +514,7 @@ async fn a_stop_while_a_plugin_compiles_ends_the_start_there() {
     let log = service.log();
     assert!(status.success(), "exit {status}:\n{log}");
     assert!(
-        log.contains(
-            "asked to stop while the plugins were loading: stopping before anything is created"
-        ),
+        log.contains("asked to stop during the preflight: stopping before anything is created"),
         "{log}"
     );
     assert!(

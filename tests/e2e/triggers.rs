@@ -19,9 +19,18 @@ use tributary_tests::service::{Fixture, Service, command, metric, peak_rss_mib, 
 
 const SCHEMA: &str = "tributary";
 
+/// An installation outside a pipeline: the journal left unclaimed.
+fn unclaimed() -> install::Claiming<'static> {
+    install::Claiming {
+        sink: "",
+        judged: None,
+        claim: &tributary::source::trigger::owner::Claim::Keep,
+    }
+}
+
 /// A `wal_level = replica` cluster with database `shop` owned by role `app`, which may log in
 /// and nothing more; `app`'s URL.
-async fn replica_server() -> (TempCluster, String) {
+pub(crate) async fn replica_server() -> (TempCluster, String) {
     let cluster = TempCluster::start(ClusterOptions::fast().setting("wal_level", "replica"))
         .expect("a PostgreSQL cluster");
     let admin = connect(&cluster.url("postgres")).await;
@@ -101,7 +110,9 @@ async fn trigger_capture_journals_every_statement_once_in_ticks_and_is_removed_w
     let tables: Vec<String> = ["public.t", "public.f", "public.p"]
         .map(str::to_owned)
         .to_vec();
-    let installed = install::install(&mut app, SCHEMA, &tables).await.unwrap();
+    let installed = install::install(&mut app, SCHEMA, &tables, &unclaimed())
+        .await
+        .unwrap();
     assert_eq!(
         installed.tables,
         [
@@ -117,7 +128,9 @@ async fn trigger_capture_journals_every_statement_once_in_ticks_and_is_removed_w
         "four events on each table and partition"
     );
     // A second start installs the same, replacing the function.
-    let again = install::install(&mut app, SCHEMA, &tables).await.unwrap();
+    let again = install::install(&mut app, SCHEMA, &tables, &unclaimed())
+        .await
+        .unwrap();
     assert_eq!(again, installed);
 
     // A transaction that starts first and commits last.
@@ -371,7 +384,7 @@ async fn polled(
     tokio::join!(reading, collecting).1
 }
 
-async fn journal_rows(client: &tokio_postgres::Client) -> i64 {
+pub(crate) async fn journal_rows(client: &tokio_postgres::Client) -> i64 {
     client
         .query_one("SELECT count(*) FROM tributary.journal", &[])
         .await
@@ -391,7 +404,7 @@ async fn the_journal_is_read_in_ticks_resumed_after_a_restart_and_deleted_once_l
     app.batch_execute("CREATE TABLE t (id int PRIMARY KEY)")
         .await
         .unwrap();
-    install::install(&mut app, SCHEMA, &["public.t".to_owned()])
+    install::install(&mut app, SCHEMA, &["public.t".to_owned()], &unclaimed())
         .await
         .unwrap();
     let insert = |ids: &'static str| {

@@ -190,7 +190,7 @@ pub async fn try_connect(url: &str) -> Option<tokio_postgres::Client> {
 
 /// A table's rows by key, each row's values (canonical text, see [`crate::lake::cell`]) in the
 /// order of its column names.
-type Table = HashMap<String, Vec<Option<String>>>;
+pub type Table = HashMap<String, Vec<Option<String>>>;
 
 /// The comparison, per table.
 #[derive(Debug, Clone)]
@@ -349,7 +349,7 @@ fn replay(
 
 /// The table's column names (sorted) and rows as the source holds them, each value in the
 /// lake's canonical text.
-async fn source_rows(
+pub async fn source_rows(
     client: &tokio_postgres::Client,
     table: &str,
     key: &str,

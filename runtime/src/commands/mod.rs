@@ -3,7 +3,7 @@
 //! [`teardown`], [`resync`], [`verify`], [`compact`] (Delta tables' small files) and [`vacuum`] (the files they no
 //! longer read).
 //!
-//! May import: every room but [`crate::pipeline`].
+//! May import: every room but [`crate::pipeline`], except its preflight, which `check` prints.
 
 pub mod check;
 pub mod compact;

@@ -67,6 +67,9 @@ pub struct Teardown {
     pub gone: Vec<Provisioned>,
     /// The pipeline's slot or publication, present but not created by Tributary.
     pub left_alone: Vec<(ProvisionedKind, String)>,
+    /// Trigger capture this sink created, now claimed by another sink (named): left to that
+    /// pipeline, and the record forgotten.
+    pub claimed: Vec<(Provisioned, String)>,
 }
 
 impl Teardown {
@@ -102,6 +105,7 @@ impl Teardown {
             drops: Vec::new(),
             gone: Vec::new(),
             left_alone: Vec::new(),
+            claimed: Vec::new(),
         };
         for record in records {
             let ours = system.clone().unwrap_or_default();
@@ -134,6 +138,16 @@ impl Teardown {
                     publication_exists(&teardown.client, &record.name).await?
                 }
                 ProvisionedKind::TriggerCapture => {
+                    // A journal another sink claimed since (a pipeline of its own took it over
+                    // with --accept-gap) is that pipeline's capture now: never removed here.
+                    let owner = install::owner(&teardown.client, &record.name).await?;
+                    if let Some(theirs) = owner
+                        .and_then(|o| o.sink)
+                        .filter(|theirs| *theirs != config.sink.url)
+                    {
+                        teardown.claimed.push((record, theirs));
+                        continue;
+                    }
                     let reader = crate::source::connect::sql(&pg).await?;
                     if !capture::hold(&reader, &record.name).await? {
                         return Err(TeardownError::JournalHeld {
@@ -175,7 +189,7 @@ impl Teardown {
 
     /// Nothing to drop and no record to forget.
     pub fn is_empty(&self) -> bool {
-        self.drops.is_empty() && self.gone.is_empty()
+        self.drops.is_empty() && self.gone.is_empty() && self.claimed.is_empty()
     }
 
     /// Drop what was created (the slot first: it is what holds the server's WAL), and forget
@@ -223,6 +237,13 @@ impl Teardown {
                 record.name
             ));
         }
+        for (record, theirs) in self.claimed {
+            self.log.forget_created(record.kind).await?;
+            done.push(format!(
+                "left trigger capture in schema {:?} to the pipeline of sink {theirs}, which claimed it; forgot this sink's record of it",
+                record.name
+            ));
+        }
         for record in self.gone {
             self.log.forget_created(record.kind).await?;
             done.push(format!(
@@ -255,6 +276,14 @@ impl fmt::Display for Teardown {
                 record.name
             )?;
         }
+        for (record, theirs) in &self.claimed {
+            writeln!(
+                f,
+                "left alone: {} {:?} captures for another sink now, {theirs} (its record in this sink is removed)",
+                record.kind.as_str(),
+                record.name
+            )?;
+        }
         for (kind, name) in &self.left_alone {
             writeln!(
                 f,
@@ -270,7 +299,7 @@ impl fmt::Display for Teardown {
         }
         writeln!(
             f,
-            "the sink's files and commit log stay; a pipeline started again on a new slot needs --accept-gap"
+            "the sink's files and commit log stay; a pipeline started again on a new slot or a new trigger journal needs --accept-gap"
         )
     }
 }

@@ -18,6 +18,9 @@ pub enum PipelineError {
     /// The prerequisite check found several problems: all of them, each with its fix.
     #[error("{}", crate::source::prerequisites::describe_failures(.0))]
     Prerequisites(crate::source::prerequisites::Report),
+    /// The preflight's one problem beyond the source (a plugin, the sink), in its own words.
+    #[error("{0}")]
+    Refused(String),
     #[error(transparent)]
     Replication(#[from] ReplicationError),
     #[error("malformed pgoutput message at {lsn}: {source}")]

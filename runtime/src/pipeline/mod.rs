@@ -30,6 +30,7 @@ mod land;
 mod load;
 mod messages;
 pub mod metrics;
+pub mod preflight;
 mod read;
 mod reconnect;
 mod reload;

@@ -216,7 +216,8 @@ impl Reader {
             let handed = match action {
                 ReadAction::Resolve(relation) => {
                     let types = self.catalog.resolve(&relation).await?;
-                    self.machine.handle_resolved(relation.id, types);
+                    let key = self.catalog.row_key(&relation).await?;
+                    self.machine.handle_resolved(relation.id, types, key);
                     // Resolving a relation is decoding.
                     continue;
                 }

@@ -33,6 +33,7 @@ use super::error::PipelineError;
 use super::feed::Feed;
 use super::load::LoadJob;
 use super::messages::Shutdown;
+use super::preflight::{self, Purpose};
 use super::reconnect::{Reconnect, switch_point};
 use super::retry::with_retry;
 use super::{RunOptions, load_transforms, proto_version};
@@ -40,14 +41,14 @@ use crate::Lsn;
 use crate::config::{PipelineConfig, Provisioning, SourceConfig, StartFrom};
 use crate::lake::TableFormat;
 use crate::lake::commit::{
-    Checkpoint, CommitEntry, CommitError, CommitLog, FORMAT, PipelineIdentity, PluginRecord,
-    Provisioned, ProvisionedKind, TimelineMove, Writer, unix_micros,
+    AcceptedGap, Checkpoint, CommitEntry, CommitError, CommitLog, FORMAT, PipelineIdentity,
+    PluginRecord, Provisioned, ProvisionedKind, TimelineMove, Writer, unix_micros,
 };
 use crate::lake::delta::{self, Tables};
 use crate::lake::sink::Sink;
 use crate::source::catalog::Catalog;
 use crate::source::position::{self, FirstStart};
-use crate::source::prerequisites::{self as check, Capture, Refusal};
+use crate::source::prerequisites::{Capture, Refusal};
 use crate::source::provision::{self, Ensured, ProvisionError, SlotHolder};
 use crate::source::replication::{ReplicationConnection, ReplicationStream};
 use crate::source::snapshot::{Snapshot, SnapshotError};
@@ -122,25 +123,33 @@ pub(super) async fn start(
     }
     let client = crate::source::connect::sql(&pg).await?;
 
-    // 1. Everything that can refuse, the source's prerequisites first and all at once.
-    let report = check::run(&client, &pg, source).await?;
+    // 1. Everything that can refuse, found at once by the preflight `tributary check` prints.
+    // Compiling a plugin can take half a minute: a stop asked for meanwhile is honoured at
+    // once, before anything is created (the compile is left to finish on its own thread).
+    let mut stopping = shutdown.clone();
+    let purpose = Purpose::Run {
+        accept_gap: options.accept_gap.as_deref(),
+    };
+    let report = tokio::select! {
+        report = preflight::gather(config, purpose) => report?,
+        _ = stopping.wait_for(|s| *s) => {
+            tracing::info!("asked to stop during the preflight: stopping before anything is created");
+            return Ok(None);
+        }
+    };
     for warning in report.warnings() {
         tracing::warn!("{warning}");
     }
     let choice = report.choice.clone();
     match report.into_refusal() {
         Some(Refusal::One(problem)) => return Err(problem.into()),
+        Some(Refusal::Said(reason)) => return Err(PipelineError::Refused(reason)),
         Some(Refusal::Several(report)) => return Err(PipelineError::Prerequisites(report)),
         None => {}
     }
     let choice = choice.expect("a report without failures names its capture mode");
     tracing::info!(capture = choice.capture.as_str(), why = %choice.why, "capture mode chosen");
-    if let Some(problem) = super::spill_dir_problem(&config.flush) {
-        return Err(problem);
-    }
-    // Compiling a plugin can take half a minute: a stop asked for meanwhile is honoured at
-    // once, before anything is created (the compile is left to finish on its own thread).
-    let mut stopping = shutdown.clone();
+    // The plugins the preflight loaded, from the compile cache.
     let (transforms, plugins) = tokio::select! {
         loaded = load_transforms(config) => loaded?,
         _ = stopping.wait_for(|s| *s) => {
@@ -334,6 +343,7 @@ pub(super) async fn start(
         options,
         OpenAt {
             slot: true,
+            accepted: None,
             name: &source.slot,
             timeline: system.timeline,
             switch: &switch,
@@ -645,6 +655,8 @@ pub(super) struct OpenAt<'a> {
     /// Capturing from a slot (`false`: from the trigger journal, which has no slot to compare
     /// the log with; its ticks are, when it is opened).
     pub slot: bool,
+    /// A gap of the trigger journal that `--accept-gap` named (a slot's is judged here).
+    pub accepted: Option<AcceptedGap>,
     /// What the entries name as their source: the slot, or the journal.
     pub name: &'a str,
     pub timeline: u32,
@@ -695,6 +707,9 @@ pub(super) async fn open_log(
             gap,
             timeline,
         );
+        if at.accepted.is_some() {
+            entry.accepted_gap = at.accepted;
+        }
         match moved {
             TimelineMove::Same => {}
             TimelineMove::Accepted => tracing::warn!(
@@ -744,7 +759,8 @@ pub(super) async fn open_log(
         entry.load = first_load
             .or_else(|| latest.as_ref().and_then(|l| l.load.clone()))
             .filter(|state| !state.finished());
-        if let Some(accepted) = entry.accepted_gap {
+        // A journal's accepted gap was told of where it was judged.
+        if let Some(accepted) = entry.accepted_gap.filter(|_| at.accepted.is_none()) {
             tracing::warn!(
                 from = %accepted.from,
                 to = %accepted.to,

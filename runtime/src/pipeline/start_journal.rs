@@ -2,10 +2,12 @@
 //! in the order of a slot's start ([`super::start`]), with the journal where the slot was:
 //!
 //! 1. Refusals first (the prerequisite check ran already; plugins and sink are open): the
-//!    sink's owner, the server's timeline against the lake's, `source.start_from`.
+//!    sink's owner, the server's timeline against the lake's, `source.start_from`, and the
+//!    journal against the lake (a new, reinstalled or another sink's journal is a gap).
 //! 2. Holding the journal: one reader at a time, by a lock its session holds (waited for as a
 //!    held slot is).
-//! 3. Provisioning: the schema, its journal and each table's capture function and triggers,
+//! 3. Provisioning: the schema, its journal (claimed for this sink, after the refusals judged
+//!    who it captures for, see [`owner`]) and each table's capture function and triggers,
 //!    replaced on every start (an upgraded Tributary upgrades them); recorded in the sink for
 //!    `tributary teardown`.
 //! 4. Taking over the sink (the same open entry as a slot's), and opening the journal at the
@@ -25,12 +27,14 @@ use super::start::{OpenAt, Opening, Started, open_log, plugin_names, settle_sink
 use crate::Lsn;
 use crate::config::{PipelineConfig, StartFrom};
 use crate::lake::commit::{
-    Checkpoint, FORMAT, PipelineIdentity, Provisioned, ProvisionedKind, journal_name, unix_micros,
+    AcceptedGap, Checkpoint, FORMAT, PipelineIdentity, Provisioned, ProvisionedKind, journal_name,
+    unix_micros,
 };
 use crate::source::catalog::Catalog;
 use crate::source::position::FirstStart;
 use crate::source::provision::{self, ProvisionError};
 use crate::source::snapshot::Snapshot;
+use crate::source::trigger::owner::{self, Claim, LakeEnd};
 use crate::source::trigger::poll::Tick;
 use crate::source::trigger::{capture, install};
 use crate::stream::load::LoadState;
@@ -82,6 +86,21 @@ pub(super) async fn start(
         0 => Some(first_start(source.start_from)?),
         _ => None,
     };
+    // The journal must hold every change after the lake's end: one that is new, installed
+    // again, or another sink's is refused unless --accept-gap names it.
+    let found = install::owner(&client, schema).await?;
+    let lake = LakeEnd {
+        sequence: first_read.sequence(),
+        landed: first_read.confirmed().0,
+    };
+    let claim = owner::judge(
+        schema,
+        found.as_ref(),
+        lake,
+        sink.url(),
+        options.accept_gap.as_deref(),
+    )
+    .map_err(ProvisionError::from)?;
     let tracked = provision::tracked_tables(&client, source).await?;
 
     // 2. Holding the journal.
@@ -92,7 +111,26 @@ pub(super) async fn start(
 
     // 3. Provisioning.
     let installing = Instant::now();
-    let installed = install::install(&mut reader, schema, &tracked).await?;
+    let claiming = install::Claiming {
+        sink: sink.url(),
+        judged: found.as_ref(),
+        claim: &claim,
+    };
+    let installed = install::install(&mut reader, schema, &tracked, &claiming).await?;
+    let accepted = match &claim {
+        Claim::Take { gap: Some(gap), .. } => {
+            tracing::warn!(
+                schema = %schema,
+                gap = %gap,
+                "accepting the gap named by --accept-gap: the changes committed between the lake's last landed position and the journal's claim never reach this sink; the commit log records it"
+            );
+            Some(AcceptedGap {
+                from: first_read.confirmed(),
+                to: first_read.confirmed(),
+            })
+        }
+        _ => None,
+    };
     tracing::info!(
         schema = %schema,
         tables = installed.tables.len(),
@@ -118,6 +156,7 @@ pub(super) async fn start(
         options,
         OpenAt {
             slot: false,
+            accepted,
             name: &name,
             timeline,
             switch: &switch,

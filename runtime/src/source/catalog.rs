@@ -149,6 +149,29 @@ impl Catalog {
         Ok(Some(types))
     }
 
+    /// The columns that key `relation`'s rows in the lake, when pgoutput's flags do not: under
+    /// `REPLICA IDENTITY FULL` it flags every column (the old row is sent whole), which would
+    /// make a current-state table's key change with every column added, dropped or renamed.
+    /// Its primary key keys the rows instead (no column flagged: it has none, and a
+    /// current-state table refuses it). `None` for any other identity, whose flags (the
+    /// primary key, or the replica identity index) stand.
+    pub async fn row_key(
+        &mut self,
+        relation: &Relation,
+    ) -> Result<Option<Vec<bool>>, CatalogError> {
+        if relation.replica_identity != crate::wire::pgoutput::ReplicaIdentity::Full {
+            return Ok(None);
+        }
+        let primary = provision::primary_key(self.client().await?, relation.id).await?;
+        Ok(Some(
+            relation
+                .columns
+                .iter()
+                .map(|c| primary.contains(&c.name))
+                .collect(),
+        ))
+    }
+
     /// The resolved type of a column declared as `type_oid` with `type_modifier` and `dims`
     /// array dimensions (`attndims`).
     pub async fn column_type(

@@ -9,6 +9,7 @@
 //! [`ProvisionError`]s, the same values the start refuses with, so a report of one failure
 //! reads exactly as that refusal.
 
+use std::collections::BTreeSet;
 use std::fmt;
 
 use tokio_postgres::Client;
@@ -19,6 +20,7 @@ use crate::source::provision::{
     self, ProvisionError, Publishes, SlotState, TableIdentity, check_identity,
     create_publication_sql, sql_table_name,
 };
+use crate::wire::pgoutput::ReplicaIdentity;
 
 /// What one check found.
 #[derive(Debug)]
@@ -94,22 +96,35 @@ impl Report {
             .count()
     }
 
-    /// The refusal a start gives: the only failure itself, or the whole report of several.
+    /// The refusal a start gives: the only problem itself, or the whole report of several.
     pub fn into_refusal(mut self) -> Option<Refusal> {
-        let failures = self.failures().count();
-        if failures == 0 {
-            return None;
-        }
-        if failures == 1 {
-            let at = self
-                .findings
-                .iter()
-                .position(|f| matches!(f, Finding::Failure(_)))?;
-            if let Finding::Failure(e) = self.findings.swap_remove(at) {
-                return Some(Refusal::One(e));
+        match self.problems() {
+            0 => None,
+            1 => {
+                let at = self
+                    .findings
+                    .iter()
+                    .position(|f| matches!(f, Finding::Failure(_) | Finding::Refused(_)))?;
+                match self.findings.swap_remove(at) {
+                    Finding::Failure(e) => Some(Refusal::One(e)),
+                    Finding::Refused(reason) => Some(Refusal::Said(reason)),
+                    _ => unreachable!("the position of a problem"),
+                }
             }
+            _ => Some(Refusal::Several(self)),
         }
-        Some(Refusal::Several(self))
+    }
+
+    /// Every problem's text, in the order found.
+    pub fn problem_texts(&self) -> Vec<String> {
+        self.findings
+            .iter()
+            .filter_map(|f| match f {
+                Finding::Failure(e) => Some(e.to_string()),
+                Finding::Refused(reason) => Some(reason.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     pub(crate) fn ok(&mut self, text: String) {
@@ -137,6 +152,8 @@ impl Report {
 #[derive(Debug)]
 pub enum Refusal {
     One(ProvisionError),
+    /// One problem of the pipeline beyond the source (a plugin, the sink), in its own words.
+    Said(String),
     Several(Report),
 }
 
@@ -169,9 +186,9 @@ impl fmt::Display for Report {
 
 /// The failures of a report a start refuses with, each with its fix.
 pub fn describe_failures(report: &Report) -> String {
-    let failures: Vec<_> = report.failures().collect();
+    let failures = report.problem_texts();
     let mut text = format!(
-        "the source is not ready for this pipeline: {} problems, each with its fix (tributary check --config FILE prints this report)",
+        "this pipeline cannot start: {} problems, each with its fix (tributary check --config FILE prints this report)",
         failures.len()
     );
     for (i, failure) in failures.iter().enumerate() {
@@ -645,6 +662,26 @@ fn assess_tables(
     }
 }
 
+/// Refuse a current-state table (`mirrored`, by output name) of a tracked table that has
+/// neither a primary key nor a replica identity index: whatever its replica identity, those
+/// are what key its rows (under `REPLICA IDENTITY FULL` the primary key, see
+/// [`Catalog::row_key`]).
+pub fn assess_mirrors(report: &mut Report, facts: &SourceFacts, mirrored: &BTreeSet<String>) {
+    for identity in &facts.identities {
+        if !mirrored.contains(&identity.table) {
+            continue;
+        }
+        let keyed = identity.has_primary_key
+            || (identity.identity == ReplicaIdentity::Index && identity.has_identity_index);
+        if !keyed {
+            report.fail(ProvisionError::MirrorWithoutKey {
+                table: identity.table.clone(),
+                sql: sql_table_name(&identity.table),
+            });
+        }
+    }
+}
+
 /// Read the facts over `client`. Fails only when the server cannot be asked.
 pub async fn gather(client: &Client, source: &SourceConfig) -> Result<SourceFacts, ProvisionError> {
     let query = |what: &'static str| {
@@ -786,9 +823,11 @@ pub async fn run(
     client: &Client,
     pg: &crate::source::connect::PgConfig,
     source: &SourceConfig,
+    mirrored: &BTreeSet<String>,
 ) -> Result<Report, ProvisionError> {
     let facts = gather(client, source).await?;
     let mut report = assess(&facts, source);
+    assess_mirrors(&mut report, &facts, mirrored);
     let slot = report.choice.as_ref().map(|c| c.capture) == Some(Capture::Wal);
     if slot {
         let failover = crate::source::failover::gather(client, source).await?;
@@ -861,6 +900,43 @@ pub(crate) mod tests {
 
     pub(crate) fn failures(report: &Report) -> Vec<String> {
         report.failures().map(|e| e.to_string()).collect()
+    }
+
+    #[test]
+    fn a_current_state_table_needs_a_primary_key_or_an_identity_index_whatever_the_identity() {
+        let mirrored: BTreeSet<String> = ["public.orders".to_owned()].into();
+        let judged = |identity: ReplicaIdentity, primary: bool, index: bool| {
+            let mut facts = ready();
+            facts.identities[0].identity = identity;
+            facts.identities[0].has_primary_key = primary;
+            facts.identities[0].has_identity_index = index;
+            let mut report = Report::default();
+            assess_mirrors(&mut report, &facts, &mirrored);
+            failures(&report)
+        };
+        assert!(judged(ReplicaIdentity::Default, true, false).is_empty());
+        assert!(judged(ReplicaIdentity::Full, true, false).is_empty());
+        assert!(judged(ReplicaIdentity::Index, false, true).is_empty());
+        for (identity, primary, index) in [
+            (ReplicaIdentity::Full, false, false),
+            (ReplicaIdentity::Nothing, false, false),
+            (ReplicaIdentity::Default, false, false),
+        ] {
+            let failed = judged(identity, primary, index);
+            assert!(
+                failed.len() == 1
+                    && failed[0].starts_with(
+                        "table public.orders has no primary key and no replica identity index, which its current-state table (outputs.\"public.orders\".mirror = true) keys rows by"
+                    ),
+                "{identity:?}: {failed:?}"
+            );
+        }
+        // A table that is not mirrored needs neither.
+        let mut facts = ready();
+        facts.identities[1].has_primary_key = false;
+        let mut report = Report::default();
+        assess_mirrors(&mut report, &facts, &mirrored);
+        assert!(report.is_ready(), "{report}");
     }
 
     #[test]
@@ -1000,8 +1076,11 @@ pub(crate) mod tests {
             ),
             "{text}"
         );
-        // The source itself has nothing for a start to refuse.
-        assert!(report.into_refusal().is_none());
+        // A start refuses with it, in its own words.
+        assert!(matches!(
+            report.into_refusal(),
+            Some(Refusal::Said(reason)) if reason == "cannot read plugin /p/mask.wasm: No such file or directory"
+        ));
     }
 
     #[test]
@@ -1044,7 +1123,7 @@ pub(crate) mod tests {
         };
         let text = describe_failures(&report);
         assert!(
-            text.starts_with("the source is not ready for this pipeline: 5 problems"),
+            text.starts_with("this pipeline cannot start: 5 problems"),
             "{text}"
         );
         assert!(text.contains("\n  4. table public.orders"), "{text}");

@@ -232,13 +232,22 @@ impl ReadMachine {
     }
 
     /// The answer to [`ReadAction::Resolve`] for relation `id`: its resolved column types, or
-    /// `None` when those the message gave stand.
-    pub fn handle_resolved(&mut self, id: u32, types: Option<Vec<ColumnType>>) {
+    /// `None` when those the message gave stand; and which columns key its rows, or `None`
+    /// when the message's flags stand.
+    pub fn handle_resolved(
+        &mut self,
+        id: u32,
+        types: Option<Vec<ColumnType>>,
+        key: Option<Vec<bool>>,
+    ) {
         let Some(message) = self.awaiting.take() else {
             return;
         };
         if let Some(types) = types {
             self.decoder.resolve_types(id, types);
+        }
+        if let Some(key) = key {
+            self.decoder.resolve_key(id, &key);
         }
         self.resolved = Some(message);
     }

@@ -33,6 +33,9 @@ pub enum ProvisionError {
     /// A journal row trigger capture cannot read: a defect of the source's journal.
     #[error("the trigger capture journal: {0}")]
     Journal(String),
+    /// A journal the lake cannot read on from without a gap.
+    #[error(transparent)]
+    JournalGap(#[from] crate::source::trigger::owner::JournalGap),
     #[error(
         "the source server runs with wal_level = {0}; logical replication needs wal_level = logical (set it in postgresql.conf and restart the server)"
     )]
@@ -54,6 +57,10 @@ pub enum ProvisionError {
         "table {table} does not exist in the source (it is in source.tables); create it, or remove it from source.tables"
     )]
     NoTable { table: String },
+    #[error(
+        "table {table} has no primary key and no replica identity index, which its current-state table (outputs.\"{table}\".mirror = true) keys rows by: add a primary key, or make a unique index on NOT NULL columns its replica identity (ALTER TABLE {sql} REPLICA IDENTITY USING INDEX <index>), or leave mirror out for it"
+    )]
+    MirrorWithoutKey { table: String, sql: String },
     #[error(
         "role {role:?} has neither the REPLICATION attribute nor superuser, so it cannot read a replication slot; run: ALTER ROLE {} REPLICATION",
         sql_ident(.role)

@@ -417,6 +417,22 @@ pub async fn array_dims(client: &Client, relid: u32) -> Result<Vec<(String, i32)
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
+/// The primary key's columns of the table with OID `relid` (empty: it has none).
+pub async fn primary_key(client: &Client, relid: u32) -> Result<Vec<String>, ProvisionError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text FROM pg_index i
+               JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey::int2[])
+              WHERE i.indrelid = $1 AND i.indisprimary",
+            &[&relid],
+        )
+        .await
+        .map_err(query_error(format!(
+            "reading the primary key of table oid {relid}"
+        )))?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 /// The `pg_type` rows of `oids`, as much as type resolution needs.
 pub async fn type_rows(client: &Client, oids: &[u32]) -> Result<Vec<TypeRow>, ProvisionError> {
     let rows = client

@@ -113,9 +113,9 @@ impl SourceTable {
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                // pgoutput flags the replica identity's columns, every column under FULL.
+                // The stream's key: the replica identity's columns, the primary key under
+                // FULL (see `Catalog::row_key`).
                 let key = match self.identity {
-                    ReplicaIdentity::Full => true,
                     ReplicaIdentity::Nothing => false,
                     _ => self.key.contains(&i),
                 };
@@ -408,11 +408,10 @@ impl Snapshot {
             .collect::<Option<Vec<usize>>>()
             // A key column the publication does not publish cannot key the landed rows.
             .unwrap_or_default();
-        // The landed files mark the columns the stream identifies rows by, as pgoutput flags
-        // them: the replica identity's key, or every column under REPLICA IDENTITY FULL.
+        // The landed files mark the columns the stream keys rows by: the replica identity's
+        // key, or the primary key under REPLICA IDENTITY FULL (see `Catalog::row_key`).
         for (i, column) in columns.iter_mut().enumerate() {
             column.key = match identity {
-                ReplicaIdentity::Full => true,
                 ReplicaIdentity::Nothing => false,
                 _ => key.contains(&i),
             };

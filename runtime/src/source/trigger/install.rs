@@ -2,6 +2,7 @@
 
 use tokio_postgres::Client;
 
+use super::owner::{Claim, JournalOwner};
 use super::query;
 use super::sql;
 use crate::source::provision::ProvisionError;
@@ -27,14 +28,123 @@ pub struct Removed {
     pub schema: bool,
 }
 
+/// How an installation claims the journal for a sink: what the start judged the journal's
+/// owner to be ([`super::owner::judge`]), and what it decided.
+pub struct Claiming<'a> {
+    pub sink: &'a str,
+    pub judged: Option<&'a JournalOwner>,
+    pub claim: &'a Claim,
+}
+
+/// Who `schema`'s journal captures for; `None` when there is no journal.
+pub async fn owner(client: &Client, schema: &str) -> Result<Option<JournalOwner>, ProvisionError> {
+    let found = client
+        .query_one(
+            "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL",
+            &[
+                &sql::qualified(schema, "journal"),
+                &sql::qualified(schema, "identity"),
+            ],
+        )
+        .await
+        .map_err(query(format!(
+            "looking for the journal in schema {schema:?}"
+        )))?;
+    let (journal, identity): (bool, bool) = (found.get(0), found.get(1));
+    let unclaimed = JournalOwner {
+        id: None,
+        sink: None,
+        claimed_at: 0,
+        claimed: String::new(),
+    };
+    if !journal {
+        return Ok(None);
+    }
+    if !identity {
+        return Ok(Some(unclaimed));
+    }
+    let row = client
+        .query_opt(
+            &format!(
+                "SELECT journal, sink, claimed_at, to_char(claimed AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS \"UTC\"') FROM {}",
+                sql::qualified(schema, "identity")
+            ),
+            &[],
+        )
+        .await
+        .map_err(query(format!("reading who the journal in schema {schema:?} captures for")))?;
+    Ok(Some(row.map_or(unclaimed, |row| JournalOwner {
+        id: Some(row.get(0)),
+        sink: row.get(1),
+        claimed_at: row.get::<_, i64>(2) as u64,
+        claimed: row.get(3),
+    })))
+}
+
+/// Claim the journal in the installation's transaction, once its lock is held: the owner must
+/// still be the one judged (two starts judging at once: the second finds the first's claim).
+async fn claim(
+    tx: &tokio_postgres::Transaction<'_>,
+    schema: &str,
+    claiming: &Claiming<'_>,
+) -> Result<(), ProvisionError> {
+    let identity = sql::qualified(schema, "identity");
+    let row = tx
+        .query_one(
+            &format!("SELECT sink, claimed_at FROM {identity} FOR UPDATE"),
+            &[],
+        )
+        .await
+        .map_err(query(format!(
+            "reading who the journal in schema {schema:?} captures for"
+        )))?;
+    let now: (Option<String>, i64) = (row.get(0), row.get(1));
+    let judged = claiming
+        .judged
+        .map_or((None, 0), |o| (o.sink.clone(), o.claimed_at as i64));
+    // A journal judged missing is found unclaimed, or claimed by whoever raced this start.
+    let judged = match claiming.judged {
+        None => (None, now.1),
+        Some(_) => judged,
+    };
+    if now != judged {
+        return Err(ProvisionError::Journal(format!(
+            "schema {schema:?} was claimed for sink {} while this start installed capture; start again to judge the journal anew",
+            now.0.as_deref().unwrap_or("(none)")
+        )));
+    }
+    if let Claim::Take {
+        at, fresh_ticks, ..
+    } = claiming.claim
+    {
+        tx.execute(
+            &format!("UPDATE {identity} SET sink = $1, claimed_at = $2, claimed = now()"),
+            &[&claiming.sink, &(*at as i64)],
+        )
+        .await
+        .map_err(query(format!("claiming the journal in schema {schema:?}")))?;
+        if *fresh_ticks {
+            tx.execute(
+                &format!("DELETE FROM {}", sql::qualified(schema, "ticks")),
+                &[],
+            )
+            .await
+            .map_err(query("deleting another lake's ticks"))?;
+        }
+    }
+    Ok(())
+}
+
 /// Install capture of `tables` (`schema.table`) in `schema`, in one transaction: the schema's
-/// tables when missing, each table's capture function written for its columns now, and the
-/// triggers on each table and each of its partitions, all replaced. Running it again changes
-/// nothing but the functions, so a start of a newer Tributary upgrades them.
+/// tables when missing, the journal claimed for the sink, each table's capture function
+/// written for its columns now, and the triggers on each table and each of its partitions,
+/// all replaced. Running it again changes nothing but the functions, so a start of a newer
+/// Tributary upgrades them.
 pub async fn install(
     client: &mut Client,
     schema: &str,
     tables: &[String],
+    claiming: &Claiming<'_>,
 ) -> Result<Installed, ProvisionError> {
     let tx = client
         .transaction()
@@ -52,6 +162,7 @@ pub async fn install(
             "installing trigger capture in schema {schema:?}"
         )))?;
     }
+    claim(&tx, schema, claiming).await?;
     let mut installed = Installed {
         tables: Vec::new(),
         triggers: 0,

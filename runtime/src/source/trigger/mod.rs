@@ -3,11 +3,14 @@
 //! ([`install`]), and journal rows as the pgoutput frames a slot would send ([`journal`],
 //! without IO), which the read machine takes as it takes a slot's, read in ticks ([`poll`];
 //! [`ticks`] says which landed, without IO) by [`capture`], which deletes what landed; and which
-//! transactions a snapshot sees ([`visible`], without IO), for `verify`.
+//! transactions a snapshot sees ([`visible`], without IO), for `verify`; and which lake a
+//! journal captures for ([`owner`], without IO), so that a start never reads on from a journal
+//! that missed changes.
 
 pub mod capture;
 pub mod install;
 pub mod journal;
+pub mod owner;
 pub mod poll;
 pub mod sql;
 pub mod ticks;

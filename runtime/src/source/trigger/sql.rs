@@ -11,8 +11,10 @@ use crate::source::quote::{quote_ident, quote_literal};
 pub const CAPTURE_PREFIX: &str = "capture_";
 /// The function that finds (or records) a table's layout.
 pub const LAYOUT_FUNCTION: &str = "layout";
-/// The name every trigger Tributary installs starts with; the event follows.
-pub const TRIGGER_PREFIX: &str = "tributary_capture_";
+/// What a trigger's name holds between the capture schema's name and the event: the
+/// triggers of two schemas (two pipelines capturing one table) never replace each other, and
+/// the default schema's are named as before (`tributary_capture_insert`).
+pub const TRIGGER_INFIX: &str = "_capture_";
 /// The events captured, one trigger each (PostgreSQL allows transition tables only on a
 /// trigger of one event).
 pub const EVENTS: [Event; 4] = [Event::Insert, Event::Update, Event::Delete, Event::Truncate];
@@ -49,9 +51,12 @@ impl Event {
         }
     }
 
-    /// The name of the trigger for this event.
-    pub fn trigger(self) -> String {
-        format!("{TRIGGER_PREFIX}{}", self.keyword().to_ascii_lowercase())
+    /// The name of the trigger for this event, installed by the capture of `schema`.
+    pub fn trigger(self, schema: &str) -> String {
+        format!(
+            "{schema}{TRIGGER_INFIX}{}",
+            self.keyword().to_ascii_lowercase()
+        )
     }
 
     /// The transition tables the trigger declares.
@@ -120,6 +125,18 @@ pub fn install_schema(schema: &str) -> Vec<String> {
             )"
         ),
         format!("CREATE INDEX IF NOT EXISTS layouts_by_shape ON {s}.layouts (rel, md5(shape))"),
+        // Who the journal captures for (see `owner`): one row, made with the schema, claimed
+        // by the sink of the pipeline that reads it.
+        format!(
+            "CREATE TABLE IF NOT EXISTS {s}.identity (
+                one boolean PRIMARY KEY DEFAULT true CHECK (one),
+                journal text NOT NULL DEFAULT gen_random_uuid()::text,
+                sink text,
+                claimed_at bigint NOT NULL DEFAULT 0,
+                claimed timestamptz NOT NULL DEFAULT now()
+            )"
+        ),
+        format!("INSERT INTO {s}.identity DEFAULT VALUES ON CONFLICT DO NOTHING"),
         format!(
             "CREATE TABLE IF NOT EXISTS {s}.ticks (
                 id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -307,7 +324,7 @@ pub fn install_triggers(schema: &str, table: &str, root: u32) -> Vec<String> {
     EVENTS
         .iter()
         .map(|event| {
-            let name = quote_ident(&event.trigger());
+            let name = quote_ident(&event.trigger(schema));
             format!(
                 "CREATE OR REPLACE TRIGGER {name} AFTER {} ON {table}{} FOR EACH STATEMENT EXECUTE FUNCTION {function}()",
                 event.keyword(),
@@ -325,6 +342,15 @@ pub fn drop_schema(schema: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_triggers_of_two_schemas_have_names_of_their_own() {
+        let ours = install_triggers("tributary", "\"public\".\"t\"", 1);
+        let theirs = install_triggers("cdc_two", "\"public\".\"t\"", 1);
+        assert!(ours[0].starts_with("CREATE OR REPLACE TRIGGER \"tributary_capture_insert\""));
+        assert!(theirs[0].starts_with("CREATE OR REPLACE TRIGGER \"cdc_two_capture_insert\""));
+        assert!(theirs[0].ends_with("EXECUTE FUNCTION \"cdc_two\".\"capture_1\"()"));
+    }
 
     #[test]
     fn each_event_has_its_trigger_with_the_transition_tables_it_may_have() {

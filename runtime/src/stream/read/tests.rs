@@ -96,7 +96,7 @@ fn drain(m: &mut ReadMachine, now: Instant) -> Vec<ReadAction> {
     let mut actions = Vec::new();
     while let Some(action) = m.poll_action(now).expect("the stream decodes") {
         if let ReadAction::Resolve(relation) = &action {
-            m.handle_resolved(relation.id, None);
+            m.handle_resolved(relation.id, None, None);
         }
         actions.push(action);
     }
@@ -490,7 +490,7 @@ fn a_relation_that_changes_mid_transaction_decodes_later_rows_in_its_new_shape()
         m.poll_action(t0).unwrap().is_none(),
         "nothing until answered"
     );
-    m.handle_resolved(ORDERS, None);
+    m.handle_resolved(ORDERS, None, None);
     let Some(ReadAction::Resolve(second)) = m.poll_action(t0).unwrap() else {
         panic!("the new shape is resolved before the rows after it")
     };
@@ -510,7 +510,7 @@ fn a_relation_that_changes_mid_transaction_decodes_later_rows_in_its_new_shape()
         ColumnType::builtin(25, -1),
         mood.clone(),
     ];
-    m.handle_resolved(ORDERS, Some(types));
+    m.handle_resolved(ORDERS, Some(types), None);
     assert_eq!(shown(&drain(&mut m, t0)), ["decoded, 0 replays"]);
     let Some(ReadAction::Cut { batch, .. }) = m.poll_action(t0 + DELAY).unwrap() else {
         panic!("the transaction is cut at its deadline")

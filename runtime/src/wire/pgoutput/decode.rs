@@ -228,6 +228,21 @@ impl Decoder {
         Some(Arc::clone(cached))
     }
 
+    /// Flag `key`'s columns of relation `id` as its key instead of those the message flagged
+    /// (see [`crate::source::catalog::Catalog::row_key`]). Ignored when the widths differ.
+    pub fn resolve_key(&mut self, id: u32, key: &[bool]) -> Option<Arc<Relation>> {
+        let cached = self.relations.get_mut(&id)?;
+        if cached.columns.len() != key.len() {
+            return None;
+        }
+        let mut relation = Relation::clone(cached);
+        for (column, &is_key) in relation.columns.iter_mut().zip(key) {
+            column.key = is_key;
+        }
+        *cached = Arc::new(relation);
+        Some(Arc::clone(cached))
+    }
+
     /// The xid of the streamed transaction whose chunk is open (between Stream Start and
     /// Stream Stop), if any.
     pub fn open_stream(&self) -> Option<u32> {
