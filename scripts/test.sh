@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on this machine, installing what it needs first: the wasm32-wasip2
-# target, PostgreSQL server binaries (and PostgreSQL 17 for the failover tests), the s3s-fs S3
-# server, DuckDB and pyarrow (independent Parquet readers), podman, promtool and
-# kubernetes-validate (the image, alert rules and manifest tests), the plugins the tests load,
-# and the Python (componentize-py), JavaScript (jco) and C (clang, wasi-libc, wit-bindgen)
-# toolchains that build the example plugins.
+# target, PostgreSQL server binaries (the system's, and 16, 17 and 18, on each of which a core
+# subset runs; the failover tests need 17), the s3s-fs S3 server, DuckDB and pyarrow
+# (independent Parquet readers), podman, promtool and kubernetes-validate (the image, alert
+# rules and manifest tests), the plugins the tests load, and the Python (componentize-py),
+# JavaScript (jco) and C (clang, wasi-libc, wit-bindgen) toolchains that build the example
+# plugins.
 # Safe to run again: every step skips what is already there. Extra arguments go to `cargo test`.
 # Without extra arguments the benchmark harness then runs once at its smallest size (debug
 # build), so it keeps working; its figures do not decide the outcome, only whether it runs.
@@ -15,7 +16,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ensure_cargo
 ensure_wasm_target
 ensure_postgres
-ensure_postgres17
+ensure_tested_postgres_majors
 ensure_s3s_fs
 ensure_python_readers
 ensure_packaging_tools

@@ -2,8 +2,8 @@
 //! primary's failover slots (`sync_replication_slots`), the standby promoted while a pipeline
 //! runs, and the pipeline following it without a new full load.
 //!
-//! PostgreSQL 17 comes from `ensure_postgres17` in `scripts/lib.sh` (see
-//! [`tributary_tests::postgres17_bin`]).
+//! PostgreSQL 17 comes from `ensure_postgres_major 17` in `scripts/lib.sh` (see
+//! [`tributary_tests::postgres_bin`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use tributary::lake::sink::Sink;
 use tributary_cluster::{ClusterOptions, StopMode, TempCluster};
 use tributary_tests::lake::landed_changes;
 use tributary_tests::service::{Service, ServiceConfig, tributary_bin, verify};
-use tributary_tests::{connect, postgres17_bin, unique_name};
+use tributary_tests::{cluster_of, connect, postgres_bin, unique_name};
 
 /// The physical slot the standby streams through, named in the primary's
 /// `synchronized_standby_slots`.
@@ -24,7 +24,7 @@ const STANDBY_SLOT: &str = "standby";
 /// A PostgreSQL 17 primary and its physical standby, both running.
 fn primary_and_standby() -> (TempCluster, TempCluster) {
     let options = ClusterOptions {
-        bin_dir: Some(postgres17_bin()),
+        bin_dir: Some(postgres_bin(17)),
         ..ClusterOptions::fast()
     }
     // A standby with hot_standby_feedback needs a walsender and a slot of its own.
@@ -608,11 +608,7 @@ async fn a_start_after_the_promotion_follows_it() {
 /// holds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_existing_slot_becomes_a_failover_slot() {
-    let cluster = TempCluster::start(ClusterOptions {
-        bin_dir: Some(postgres17_bin()),
-        ..ClusterOptions::fast()
-    })
-    .expect("a PostgreSQL 17 cluster");
+    let cluster = cluster_of(17, ClusterOptions::fast());
     let client = tributary_tests::pipeline::events_on(&cluster).await;
     let dir = std::env::temp_dir().join(unique_name("failover-alter"));
     let name = unique_name("alter");

@@ -38,7 +38,8 @@ pub mod tls;
 
 pub use plugins::{PLUGIN_BUILD_COMMAND, guest_plugin, plugin, plugin_dir};
 pub use postgres::{
-    AUTH_METHODS, TestDatabase, connect, fresh_database, postgres, postgres17_bin, unique_name,
+    AUTH_METHODS, TESTED_MAJORS, TestDatabase, cluster_of, connect, database_on, fresh_database,
+    postgres, postgres_bin, unique_name,
 };
 pub use s3::{INSTALL_COMMAND as S3S_FS_INSTALL_COMMAND, S3Server, s3};
 pub use tributary_cluster::TempCluster;

@@ -56,23 +56,31 @@ fn register_exit_hook() {
     unsafe { libc::atexit(stop_cluster) };
 }
 
-/// The directory holding PostgreSQL 17's `initdb`, `pg_ctl` and `postgres`, for the failover
-/// tests (failover slots are new in 17): `TRIBUTARY_PG17_BIN`, else where `scripts/test.sh`
-/// installs it (`ensure_postgres17` in `scripts/lib.sh`): the tools directory, or
-/// `/opt/tributary/postgresql-17` when root's tools directory is out of the postgres user's
-/// reach.
-pub fn postgres17_bin() -> PathBuf {
+/// The PostgreSQL majors the suite runs besides the system's: `ensure_tested_postgres_majors`
+/// in `scripts/lib.sh` installs each, and `tests/e2e/versions.rs` runs a core subset on each.
+pub const TESTED_MAJORS: [u32; 3] = [16, 17, 18];
+
+/// The directory holding PostgreSQL `major`'s `initdb`, `pg_ctl` and `postgres`:
+/// `TRIBUTARY_PG<major>_BIN`, else where `scripts/test.sh` installs it (`ensure_postgres_major`
+/// in `scripts/lib.sh`): the tools directory, or `/opt/tributary/postgresql-<major>` when
+/// root's tools directory is out of the postgres user's reach.
+///
+/// Panics, naming the install step, when none of them holds the binaries: a test that needs a
+/// major fails without it rather than passing untested.
+pub fn postgres_bin(major: u32) -> PathBuf {
+    let variable = format!("TRIBUTARY_PG{major}_BIN");
     let mut candidates = Vec::new();
-    if let Some(dir) = std::env::var_os("TRIBUTARY_PG17_BIN") {
+    if let Some(dir) = std::env::var_os(&variable) {
         candidates.push(PathBuf::from(dir));
     }
     let tools = std::env::var_os("TRIBUTARY_TOOLS")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/tributary/tools")));
+    let home = format!("postgresql-{major}");
     if let Some(tools) = tools {
-        candidates.push(tools.join("postgresql-17/bin"));
+        candidates.push(tools.join(&home).join("bin"));
     }
-    candidates.push(PathBuf::from("/opt/tributary/postgresql-17/bin"));
+    candidates.push(Path::new("/opt/tributary").join(&home).join("bin"));
     let found = candidates.iter().find(|dir| {
         ["initdb", "pg_ctl", "postgres"]
             .iter()
@@ -81,9 +89,10 @@ pub fn postgres17_bin() -> PathBuf {
     match found {
         Some(dir) => dir.clone(),
         None => panic!(
-            "PostgreSQL 17 server binaries not found (searched {}); run scripts/test.sh, which \
-             installs them (ensure_postgres17 in scripts/lib.sh), or set TRIBUTARY_PG17_BIN to \
-             the directory holding PostgreSQL 17's initdb, pg_ctl and postgres",
+            "PostgreSQL {major} server binaries not found (searched {}); run scripts/test.sh, \
+             which installs them, or only this step: `bash -c 'source scripts/lib.sh && \
+             ensure_postgres_major {major}'`; or set {variable} to the directory holding \
+             PostgreSQL {major}'s initdb, pg_ctl and postgres",
             candidates
                 .iter()
                 .map(|d| d.display().to_string())
@@ -91,6 +100,25 @@ pub fn postgres17_bin() -> PathBuf {
                 .join(", ")
         ),
     }
+}
+
+/// A throwaway cluster of PostgreSQL `major` ([`postgres_bin`]) with `options` (which name no
+/// `bin_dir`), checked to be that major. Panics when it cannot start or is another major.
+pub fn cluster_of(major: u32, options: ClusterOptions) -> TempCluster {
+    let options = ClusterOptions {
+        bin_dir: Some(postgres_bin(major)),
+        ..options
+    };
+    let cluster = TempCluster::start(options)
+        .unwrap_or_else(|error| panic!("a PostgreSQL {major} cluster did not start: {error}"));
+    assert!(
+        cluster.server_version().starts_with(&format!("{major}.")),
+        "{} holds PostgreSQL {}, not {major}; point TRIBUTARY_PG{major}_BIN at a build of \
+         {major}",
+        cluster.bin_dir().display(),
+        cluster.server_version()
+    );
+    cluster
 }
 
 /// A database of its own for one test.
@@ -136,7 +164,13 @@ pub fn unique_name(hint: &str) -> String {
 ///
 /// Must be called inside a tokio runtime (the connection task is spawned on it).
 pub async fn fresh_database(hint: &str) -> TestDatabase {
-    let cluster = postgres();
+    database_on(postgres(), hint).await
+}
+
+/// Creates a new database in `cluster` (the shared one or a test's own) and connects to it.
+///
+/// Must be called inside a tokio runtime (the connection task is spawned on it).
+pub async fn database_on(cluster: &TempCluster, hint: &str) -> TestDatabase {
     let name = unique_name(hint);
     let admin = connect(&cluster.url("postgres")).await;
     admin

@@ -65,7 +65,7 @@ pub fn tls_server() -> &'static TlsServer {
 /// The same on PostgreSQL 17, which also takes TLS from the first byte
 /// (`sslnegotiation=direct`).
 pub fn tls_server17() -> &'static TlsServer {
-    match SERVER17.get_or_init(|| start(Some(crate::postgres17_bin()))) {
+    match SERVER17.get_or_init(|| start(Some(crate::postgres_bin(17)))) {
         Ok(server) => server,
         Err(error) => panic!("the PostgreSQL 17 TLS cluster did not start: {error}"),
     }
