@@ -12,7 +12,8 @@ use tokio::sync::watch;
 use tributary::commands::status;
 use tributary::commands::teardown::Teardown;
 use tributary::commands::verify::{self, VerifyOptions};
-use tributary::config::PipelineConfig;
+use tributary::config::{CaptureMode, PipelineConfig};
+use tributary::lake::commit::journal_name;
 use tributary::pipeline::{self, Progress, RunOptions, metrics};
 
 mod demo;
@@ -34,7 +35,8 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
     /// How log lines are written to stderr: text, or one JSON object per line (naming the
-    /// pipeline's slot in each). RUST_LOG chooses what is logged in both.
+    /// pipeline's slot, or its trigger journal, in each). RUST_LOG chooses what is logged in
+    /// both.
     #[arg(
         long,
         global = true,
@@ -263,7 +265,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             wait,
         } => {
             let config = PipelineConfig::load(&config)?;
-            log::name_slot(&config.source.slot);
+            log::name_slot(&source_name(&config));
             let (stop, shutdown) = watch::channel(false);
             let (progress, _) = watch::channel(Progress::default());
             let stopping = progress.clone();
@@ -293,7 +295,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 );
                 let endpoint = metrics::Endpoint {
                     identity: metrics::Identity {
-                        slot: config.source.slot.clone(),
+                        slot: source_name(&config),
                         version: env!("CARGO_PKG_VERSION"),
                     },
                     ready_after_failing: config.metrics.ready_after_failing(),
@@ -321,7 +323,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
         Command::Demo(options) => demo::run(options).await.map(|()| ExitCode::SUCCESS),
         Command::Status { config, json } => {
             let config = PipelineConfig::load(&config)?;
-            log::name_slot(&config.source.slot);
+            log::name_slot(&source_name(&config));
             let status = status::collect(&config).await?;
             if json {
                 println!(
@@ -341,7 +343,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             identities_only,
         } => {
             let config = PipelineConfig::load(&config)?;
-            log::name_slot(&config.source.slot);
+            log::name_slot(&source_name(&config));
             let options = VerifyOptions {
                 table,
                 show,
@@ -357,7 +359,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Check { config } => {
             let config = PipelineConfig::load(&config)?;
-            log::name_slot(&config.source.slot);
+            log::name_slot(&source_name(&config));
             for note in config.source.deprecations() {
                 tracing::warn!("{note}");
             }
@@ -370,14 +372,14 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Resync { config, table } => {
             let config = PipelineConfig::load(&config)?;
-            log::name_slot(&config.source.slot);
+            log::name_slot(&source_name(&config));
             let requested = tributary::commands::resync::request(&config, &table).await?;
             print!("{requested}");
             Ok(ExitCode::SUCCESS)
         }
         Command::Teardown { config, yes } => {
             let config = PipelineConfig::load(&config)?;
-            log::name_slot(&config.source.slot);
+            log::name_slot(&source_name(&config));
             let teardown = Teardown::prepare(&config).await?;
             print!("{teardown}");
             if teardown.is_empty() {
@@ -400,7 +402,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Compact { config, output } => {
             let config = PipelineConfig::load(&config)?;
-            log::name_slot(&config.source.slot);
+            log::name_slot(&source_name(&config));
             let done = tributary::commands::compact::run(&config, output.as_deref()).await?;
             print!("{done}");
             Ok(ExitCode::SUCCESS)
@@ -412,7 +414,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             dry_run,
         } => {
             let config = PipelineConfig::load(&config)?;
-            log::name_slot(&config.source.slot);
+            log::name_slot(&source_name(&config));
             let retention_ms = tributary::lake::delta::vacuum::parse_retention(&retain)
                 .map_err(|e| anyhow::anyhow!("--retain {e}"))?;
             let options = tributary::commands::vacuum::VacuumOptions {
@@ -430,6 +432,15 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             .await
             .context("the plugin command stopped")?
             .map(|()| ExitCode::SUCCESS),
+    }
+}
+
+/// What names the pipeline's source in log lines and metric labels: its slot, or with trigger
+/// capture its journal (`trigger:<schema>`, as the lake records it).
+fn source_name(config: &PipelineConfig) -> String {
+    match config.source.capture {
+        CaptureMode::Trigger => journal_name(&config.source.trigger_schema),
+        CaptureMode::Wal | CaptureMode::Auto => config.source.slot.clone(),
     }
 }
 

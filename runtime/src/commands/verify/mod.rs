@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::Client;
 
 use crate::Lsn;
-use crate::config::{PipelineConfig, UnchangedToastPolicy};
+use crate::config::{CaptureMode, PipelineConfig, UnchangedToastPolicy};
 use crate::lake::TableFormat;
 use crate::lake::commit::{Checkpoint, CommitError, CommitLog, EntryKind, Writer};
 use crate::lake::encode::{EncodeError, to_record_batch};
@@ -118,6 +118,10 @@ pub enum VerifyError {
         "slot {slot:?} does not exist, so no pipeline is landing this source: start it with `tributary run` before verifying"
     )]
     NoSlot { slot: String },
+    #[error(
+        "the trigger journal in schema {schema:?} is not installed, so no pipeline is landing this source: start it with `tributary run` (source.capture = \"trigger\") before verifying"
+    )]
+    NoJournal { schema: String },
     #[error(
         "the pipeline is not running: nothing has held the trigger journal in schema {schema:?} for {}s, and {rows} of its rows, of transactions the snapshot sees, have not landed; start it with `tributary run` and verify again",
         INACTIVE_GRACE.as_secs()
@@ -187,7 +191,7 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
     if options.identities_only {
         let survey = Survey::read(&log, options.table.as_deref(), None, delta).await?;
         let lake = lake::read_lake(&log, &survey, &HashMap::new()).await?;
-        let mut report = finish(&survey, lake, Vec::new(), None, options.show);
+        let mut report = finish(&survey, lake, Vec::new(), None, options.show, false);
         if config.sink.format == TableFormat::Delta {
             report.delta = audit_tables(&log, &survey, options.table.as_deref()).await?;
         }
@@ -204,16 +208,30 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         });
     }
 
-    // A lake captured through triggers names the journal's schema where a slot's name goes.
-    let journal = log
-        .identity()
-        .await?
-        .and_then(|i| crate::lake::commit::journal_schema(&i.slot).map(str::to_owned));
+    // A lake captured through triggers names the journal's schema where a slot's name goes;
+    // before it has landed anything, the pipeline file says which capture it is.
+    let journal = match log.identity().await? {
+        Some(identity) => crate::lake::commit::journal_schema(&identity.slot).map(str::to_owned),
+        None => (config.source.capture == CaptureMode::Trigger)
+            .then(|| config.source.trigger_schema.clone()),
+    };
     let pg = crate::source::connect::parse_url(&config.source.url)?;
     let client = crate::source::connect::sql(&pg).await?;
     let slot = &config.source.slot;
-    if journal.is_none() && provision::slot_state(&client, slot).await?.is_none() {
-        return Err(VerifyError::NoSlot { slot: slot.clone() });
+    match &journal {
+        None if provision::slot_state(&client, slot).await?.is_none() => {
+            return Err(VerifyError::NoSlot { slot: slot.clone() });
+        }
+        Some(schema)
+            if crate::source::trigger::capture::size(&client, schema)
+                .await?
+                .is_none() =>
+        {
+            return Err(VerifyError::NoJournal {
+                schema: schema.clone(),
+            });
+        }
+        _ => {}
     }
     let tables = tables(&client, config, options.table.as_deref()).await?;
 
@@ -343,7 +361,14 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         });
     }
     snapshot.close().await?;
-    let mut report = finish(&survey, lake, tables_out, Some(at), options.show);
+    let mut report = finish(
+        &survey,
+        lake,
+        tables_out,
+        Some(at),
+        options.show,
+        journal.is_some(),
+    );
     report.mirrors = mirrors;
     if config.sink.format == TableFormat::Delta {
         report.delta = audit_tables(&log, &survey, options.table.as_deref()).await?;
@@ -634,6 +659,7 @@ fn finish(
     mut tables: Vec<TableReport>,
     at: Option<String>,
     show: usize,
+    journal: bool,
 ) -> Report {
     if at.is_none() {
         tables = lake
@@ -674,10 +700,13 @@ fn finish(
         .iter()
         .any(|t| matches!(&t.outcome, Outcome::Compared { diff, .. } if diff.missing > 0));
     if let (true, Some(first)) = (missing_rows, survey.entries.first()) {
-        notes.push(format!(
-            "the lake starts at {} (where the slot stood when the pipeline first started): rows written before it never reached the lake and show as missing",
-            first.last_end_lsn
-        ));
+        notes.push(match journal {
+            false => format!(
+                "the lake starts at {} (where the slot stood when the pipeline first started): rows written before it never reached the lake and show as missing",
+                first.last_end_lsn
+            ),
+            true => "the lake starts where the pipeline first installed its trigger journal: rows written before that never reached the lake and show as missing".to_owned(),
+        });
     }
     Report {
         at,
