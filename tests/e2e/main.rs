@@ -21,6 +21,7 @@ mod large;
 mod load;
 mod messages;
 mod metrics;
+mod mirror;
 mod packaging;
 mod plugins;
 mod postgres16;

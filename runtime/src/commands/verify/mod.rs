@@ -153,6 +153,16 @@ pub enum VerifyError {
         committed: Lsn,
         at: Lsn,
     },
+    #[error(
+        "current-state table {table}: {file}, which its version {version} reads (the version holding commit entry {needed}, the last before the snapshot), is not in the sink: {why}"
+    )]
+    MirrorFileGone {
+        table: String,
+        file: String,
+        version: u64,
+        needed: u64,
+        why: String,
+    },
     #[error("table {table} is not tracked by this pipeline; it tracks: {tracked}")]
     UnknownTable { table: String, tracked: String },
     #[error("a verify task failed: {0}")]
@@ -193,7 +203,9 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         let lake = lake::read_lake(&log, &survey, &HashMap::new()).await?;
         let mut report = finish(&survey, lake, Vec::new(), None, options.show, false);
         if config.sink.format == TableFormat::Delta {
-            report.delta = audit_tables(&log, &survey, options.table.as_deref()).await?;
+            let mirrored = config.mirrored();
+            let kept = |output: &str| mirrored.contains(output);
+            report.delta = audit_tables(&log, &survey, options.table.as_deref(), kept).await?;
         }
         return Ok(report);
     }
@@ -320,6 +332,7 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
 
     let mut tables_out = Vec::new();
     let mut mirrors = Vec::new();
+    let mirrored = config.mirrored();
     for ((table, shape), source) in sources.iter().zip(digested) {
         let landed = lake.tables.remove(&table.name).unwrap_or_default();
         let (keyed, show_n) = (shape.key.is_some(), options.show);
@@ -334,16 +347,13 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
             let started = Instant::now();
             let mirror = match &cutoff {
                 Cutoff::Before(at) => {
-                    mirror::compare(
-                        &log,
-                        &survey,
-                        table,
-                        shape,
-                        &source,
-                        Lsn(*at),
-                        options.timeout,
-                    )
-                    .await?
+                    let at = mirror::At {
+                        at: Lsn(*at),
+                        timeout: options.timeout,
+                        mirrored: &mirrored,
+                        client: &client,
+                    };
+                    mirror::compare(&log, &survey, table, shape, &source, &at).await?
                 }
                 Cutoff::Sees { .. } => mirror::not_at_a_position(&log, table).await?,
             };
@@ -369,10 +379,19 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         options.show,
         journal.is_some(),
     );
-    report.mirrors = mirrors;
     if config.sink.format == TableFormat::Delta {
-        report.delta = audit_tables(&log, &survey, options.table.as_deref()).await?;
+        let not_kept: Vec<&str> = mirrors
+            .iter()
+            .filter(|m| matches!(m.outcome, MirrorOutcome::NotKept { .. }))
+            .map(|m| m.table.as_str())
+            .collect();
+        let kept = |output: &str| {
+            mirrored.contains(output)
+                && !not_kept.contains(&crate::lake::delta::mirror_name(output).as_str())
+        };
+        report.delta = audit_tables(&log, &survey, options.table.as_deref(), kept).await?;
     }
+    report.mirrors = mirrors;
     Ok(report)
 }
 
@@ -719,11 +738,14 @@ fn finish(
     }
 }
 
-/// Each output's Delta table held against the entries verify read.
+/// Each output's Delta table held against the entries verify read. The entries a
+/// current-state table the pipeline does not keep (`kept` says which outputs it keeps them of)
+/// lacks are not called on their way: nothing publishes them.
 async fn audit_tables(
     log: &CommitLog,
     survey: &Survey,
     only: Option<&str>,
+    kept: impl Fn(&str) -> bool,
 ) -> Result<Vec<crate::lake::delta::TableAudit>, VerifyError> {
     let Some(identity) = log.identity().await? else {
         return Ok(Vec::new());
@@ -753,9 +775,12 @@ async fn audit_tables(
         }
         audits.push(crate::lake::delta::audit_table(log.sink(), output, &app, &entries).await?);
         let sequences = entries.keys().copied().collect();
-        if let Some(audit) =
+        if let Some(mut audit) =
             crate::lake::delta::audit_mirror_table(log.sink(), output, &app, &sequences).await?
         {
+            if !kept(output) {
+                audit.behind.clear();
+            }
             audits.push(audit);
         }
     }
