@@ -78,7 +78,7 @@ pub use report::{
 };
 
 use digest::BatchCells;
-use lake::{Lake, Survey};
+use lake::{Lake, Survey, audit_tables};
 use replay::SourceState;
 
 /// The prefix of the logical decoding message that moves a running pipeline past the
@@ -736,55 +736,6 @@ fn finish(
         delta: Vec::new(),
         mirrors: Vec::new(),
     }
-}
-
-/// Each output's Delta table held against the entries verify read. The entries a
-/// current-state table the pipeline does not keep (`kept` says which outputs it keeps them of)
-/// lacks are not called on their way: nothing publishes them.
-async fn audit_tables(
-    log: &CommitLog,
-    survey: &Survey,
-    only: Option<&str>,
-    kept: impl Fn(&str) -> bool,
-) -> Result<Vec<crate::lake::delta::TableAudit>, VerifyError> {
-    let Some(identity) = log.identity().await? else {
-        return Ok(Vec::new());
-    };
-    let app = crate::lake::delta::app_id(&identity.database, &identity.slot);
-    let mut outputs: std::collections::BTreeMap<&str, std::collections::BTreeMap<u64, _>> =
-        Default::default();
-    for entry in &survey.entries {
-        for file in &entry.files {
-            let relative = file
-                .path
-                .strip_prefix(&format!("{}/", file.output))
-                .unwrap_or(&file.path)
-                .to_owned();
-            outputs
-                .entry(file.output.as_str())
-                .or_default()
-                .entry(entry.sequence)
-                .or_insert_with(std::collections::BTreeSet::new)
-                .insert(relative);
-        }
-    }
-    let mut audits = Vec::new();
-    for (output, entries) in outputs {
-        if only.is_some_and(|o| o != output) {
-            continue;
-        }
-        audits.push(crate::lake::delta::audit_table(log.sink(), output, &app, &entries).await?);
-        let sequences = entries.keys().copied().collect();
-        if let Some(mut audit) =
-            crate::lake::delta::audit_mirror_table(log.sink(), output, &app, &sequences).await?
-        {
-            if !kept(output) {
-                audit.behind.clear();
-            }
-            audits.push(audit);
-        }
-    }
-    Ok(audits)
 }
 
 /// Output batches for the unit tests of the pure parts.
