@@ -48,7 +48,13 @@ pub enum ConfigError {
 pub struct SourceConfig {
     /// A libpq-style URL or key/value connection string.
     pub url: String,
+    /// The logical replication slot; required unless `capture = "trigger"` (empty when left
+    /// out).
+    #[serde(default)]
     pub slot: String,
+    /// The publication; required unless `capture = "trigger"`, where it may name the tables
+    /// to capture instead of `tables` (empty when left out).
+    #[serde(default)]
     pub publication: String,
     /// `schema.table` names; the publication is created for exactly these when missing.
     #[serde(default)]
@@ -170,6 +176,66 @@ impl SourceConfig {
         self.slot_behavior
             .or(self.create_slot.map(Provisioning::from_create))
             .unwrap_or_default()
+    }
+
+    /// The slot, publication and journal schema: names that can be quoted anywhere, and the
+    /// slot and publication present unless capture is through triggers, which reads neither
+    /// (a publication may still name the tables it captures).
+    fn validate_names(&self) -> Result<(), String> {
+        let trigger = self.capture == CaptureMode::Trigger;
+        for (key, name, what) in [
+            (
+                "slot",
+                &self.slot,
+                "the logical replication slot the pipeline reads, e.g. slot = \"tributary_shop\"",
+            ),
+            (
+                "publication",
+                &self.publication,
+                "the publication of the tracked tables, e.g. publication = \"tributary_shop\"",
+            ),
+        ] {
+            if name.is_empty() && !trigger {
+                let why = match self.capture {
+                    CaptureMode::Auto => {
+                        "source.capture = \"auto\" reads a slot through a publication where the \
+                         server and role allow one"
+                    }
+                    _ => {
+                        "source.capture = \"wal\" (the default) reads a slot through a publication"
+                    }
+                };
+                return Err(format!(
+                    "source.{key} is missing: name {what}; {why}, and only source.capture = \
+                     \"trigger\" goes without"
+                ));
+            }
+        }
+        if trigger && self.tables.is_empty() && self.publication.is_empty() {
+            return Err(
+                "source.tables is empty and source.publication is not set: with source.capture = \
+                 \"trigger\", name the tables to capture in source.tables (or a publication that \
+                 publishes them in source.publication)"
+                    .into(),
+            );
+        }
+        for (key, name) in [
+            ("source.slot", &self.slot),
+            ("source.publication", &self.publication),
+            ("source.trigger_schema", &self.trigger_schema),
+        ] {
+            if name.is_empty() && key != "source.trigger_schema" {
+                continue;
+            }
+            check_identifier(name).map_err(|why| format!("{key} = {name:?}: {why}"))?;
+        }
+        if self.trigger_schema.len() > MAX_TRIGGER_SCHEMA {
+            return Err(format!(
+                "source.trigger_schema = {:?}: must be at most {MAX_TRIGGER_SCHEMA} characters (its name begins the names of the capture triggers, which PostgreSQL limits to 63)",
+                self.trigger_schema
+            ));
+        }
+        Ok(())
     }
 
     /// What to do about the publication: `source.publication_behavior`, or the deprecated
@@ -793,19 +859,7 @@ impl PipelineConfig {
 
     fn validate(&self) -> Result<(), String> {
         let s = &self.source;
-        for (key, name) in [
-            ("source.slot", &s.slot),
-            ("source.publication", &s.publication),
-            ("source.trigger_schema", &s.trigger_schema),
-        ] {
-            check_identifier(name).map_err(|why| format!("{key} = {name:?}: {why}"))?;
-        }
-        if s.trigger_schema.len() > MAX_TRIGGER_SCHEMA {
-            return Err(format!(
-                "source.trigger_schema = {:?}: must be at most {MAX_TRIGGER_SCHEMA} characters (its name begins the names of the capture triggers, which PostgreSQL limits to 63)",
-                s.trigger_schema
-            ));
-        }
+        s.validate_names()?;
         for (old, new, both) in [
             (
                 "create_slot",
@@ -1052,6 +1106,57 @@ mod tests {
             .to_string();
         assert!(err.contains("must be at most 46 characters"), "{err}");
         assert!(with(&format!("trigger_schema = \"{}\"", &long[1..])).is_ok());
+    }
+
+    #[test]
+    fn trigger_capture_needs_no_slot_or_publication_and_the_others_do() {
+        let without = |capture: &str, drop: &[&str]| {
+            let mut text = MINIMAL.replace(
+                "tables = [",
+                &format!("capture = \"{capture}\"\n        tables = ["),
+            );
+            for key in drop {
+                text = text.replace(&format!("{key} = \"tributary_shop\""), "");
+            }
+            parse(&text)
+        };
+        let c = without("trigger", &["slot", "publication"]).unwrap();
+        assert_eq!(
+            (c.source.slot.as_str(), c.source.publication.as_str()),
+            ("", "")
+        );
+        // A publication may still name the tables to capture.
+        let named = MINIMAL
+            .replace("slot = \"tributary_shop\"", "capture = \"trigger\"")
+            .replace("tables = [\"public.orders\", \"public.customers\"]", "");
+        assert_eq!(parse(&named).unwrap().source.publication, "tributary_shop");
+        let neither = named.replace("publication = \"tributary_shop\"", "");
+        let err = parse(&neither).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "with source.capture = \"trigger\", name the tables to capture in source.tables"
+            ),
+            "{err}"
+        );
+        for (capture, key) in [("wal", "slot"), ("wal", "publication"), ("auto", "slot")] {
+            let err = without(capture, &[key]).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!(
+                    "pipeline file pipeline.toml: source.{key} is missing: name the "
+                )) && err.contains(&format!("source.capture = \"{capture}\""))
+                    && err.ends_with("only source.capture = \"trigger\" goes without"),
+                "{err}"
+            );
+        }
+        // Given, a slot's name is checked in trigger mode too.
+        let bad = MINIMAL
+            .replace(
+                "tributary_shop\"\n        publication",
+                "Bad-Slot\"\n        publication",
+            )
+            .replace("tables = [", "capture = \"trigger\"\n        tables = [");
+        let err = parse(&bad).unwrap_err().to_string();
+        assert!(err.contains("source.slot = \"Bad-Slot\""), "{err}");
     }
 
     #[test]

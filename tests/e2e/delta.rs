@@ -26,7 +26,7 @@ async fn delta_fixture(db: &TestDatabase, hint: &str, tables: &[&str]) -> Fixtur
 
 /// A database with `t (id int PRIMARY KEY, body text)` and a fixture landing it as a Delta
 /// table, its pipeline file written after `configure` had its say.
-async fn t_fixture(
+pub(super) async fn t_fixture(
     hint: &str,
     configure: impl FnOnce(&mut ServiceConfig),
 ) -> (TestDatabase, Fixture) {
@@ -71,7 +71,7 @@ async fn check_history(sink: &Sink, log: &CommitLog, output: &str) {
 }
 
 /// The section that keeps `output`'s current-state table.
-fn mirror_section(output: &str) -> String {
+pub(super) fn mirror_section(output: &str) -> String {
     format!("[outputs.{output:?}]\nmirror = true")
 }
 
@@ -1228,7 +1228,7 @@ async fn a_declared_output_and_the_dead_letters_land_as_delta_tables() {
 }
 
 /// Wait until `table` holds the latest commit entry (the publish step follows the entry).
-async fn wait_for_table(fixture: &Fixture, table: &str, timeout: Duration) {
+pub(super) async fn wait_for_table(fixture: &Fixture, table: &str, timeout: Duration) {
     let latest = fixture.log.latest().await.unwrap().unwrap().sequence;
     let deadline = std::time::Instant::now() + timeout;
     loop {

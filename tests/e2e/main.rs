@@ -22,6 +22,7 @@ mod large;
 mod load;
 mod messages;
 mod metrics;
+mod mirror;
 mod packaging;
 mod plugins;
 mod restart;

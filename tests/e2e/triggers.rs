@@ -718,6 +718,9 @@ async fn auto_capture_chooses_triggers_and_lands_a_mixed_workload_exactly_once()
     );
     let log = run.stop().await;
     assert!(log.contains("resuming after position"), "{log}");
+    // The second start runs its installation's `IF NOT EXISTS` statements again; the server's
+    // "already exists, skipping" notices are not news (issue 36).
+    assert!(!log.contains("already exists, skipping"), "{log}");
 
     // Teardown removes what the start installed, and says how much.
     let (code, out, err) = command("teardown", &fx.file, &["--yes"], &[]).await;
@@ -819,6 +822,36 @@ async fn trigger_capture_reads_on_after_the_source_restarts() {
     let mut fx = Fixture::new(&url, "trigger_restart", &["public.t"]).await;
     fx.cfg.source = vec![("capture".into(), "\"trigger\"".into())];
     fx.file = fx.cfg.write(&fx.dir);
+    // Trigger capture needs neither a slot nor a publication in the pipeline file (issue 36).
+    let text: String = std::fs::read_to_string(&fx.file)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("slot = ") && !l.starts_with("publication = "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(
+        !text.contains("slot") && !text.contains("publication"),
+        "{text}"
+    );
+    std::fs::write(&fx.file, text).unwrap();
+    // Before the first start, status and verify speak of the journal, not of a slot.
+    let (code, shown, err) = command("status", &fx.file, &[], &[]).await;
+    assert_eq!(code, 0, "{shown}{err}");
+    assert!(
+        shown.starts_with("trigger journal \"tributary\": not installed\n")
+            && shown.contains("  nothing committed yet")
+            && !shown.contains("slot"),
+        "{shown}"
+    );
+    let said = verify(&fx.file, &[]).await;
+    assert!(
+        said.code == 2
+            && said.stderr.contains(
+                "the trigger journal in schema \"tributary\" is not installed, so no pipeline is landing this source"
+            )
+            && !said.stderr.contains("slot"),
+        "{said}"
+    );
     let mut run = Service::spawn(&fx.file, &[], &fx.dir.join("run.log"));
     run.wait_for_log("streaming", Duration::from_secs(120))
         .await;

@@ -12,7 +12,8 @@ use tokio::sync::watch;
 use tributary::commands::status;
 use tributary::commands::teardown::Teardown;
 use tributary::commands::verify::{self, VerifyOptions};
-use tributary::config::PipelineConfig;
+use tributary::config::{CaptureMode, PipelineConfig};
+use tributary::lake::commit::journal_name;
 use tributary::pipeline::{self, Progress, RunOptions, metrics};
 
 mod demo;
@@ -24,16 +25,18 @@ use log::LogFormat;
 /// Change data capture from PostgreSQL, through WebAssembly transforms, to Parquet in object
 /// storage — exactly once.
 ///
-/// Tributary reads a logical replication slot, hands every committed transaction to the
-/// transforms named in the pipeline file, writes what they emit as Parquet files to S3 or a
-/// directory, and only then lets the slot move on.
+/// Tributary reads a logical replication slot or a trigger journal, hands every committed
+/// transaction to the transforms named in the pipeline file, writes what they emit as Parquet
+/// files (or Delta tables) to S3 or a directory, and only then lets the slot or the journal
+/// move on.
 #[derive(Parser)]
 #[command(name = "tributary", version, about, long_about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
     /// How log lines are written to stderr: text, or one JSON object per line (naming the
-    /// pipeline's slot in each). RUST_LOG chooses what is logged in both.
+    /// pipeline's slot, or its trigger journal, in each). RUST_LOG chooses what is logged in
+    /// both.
     #[arg(
         long,
         global = true,
@@ -64,9 +67,10 @@ enum Command {
     /// Run the whole pipeline on throwaway parts: a temporary PostgreSQL cluster, a sample
     /// shop schema and workload, the passthrough plugin, and a local directory as the sink.
     Demo(demo::DemoOptions),
-    /// Show the slot's and the sink's positions: how far behind the pipeline is and how much
-    /// WAL the slot holds back.
+    /// Show the slot's (or the trigger journal's) and the sink's positions: how far behind the
+    /// pipeline is, and how much WAL the slot holds back or how many rows wait in the journal.
     Status {
+        /// The pipeline file (TOML). TRIBUTARY_SOURCE_URL overrides source.url.
         #[arg(long, short)]
         config: PathBuf,
         /// Print JSON instead of text.
@@ -74,12 +78,14 @@ enum Command {
         json: bool,
     },
     /// Prove that the lake equals the source: take a snapshot of the source at a known WAL
-    /// position, wait until the lake has committed that far, replay the landed changes up to
-    /// it and compare every tracked table; also check that every committed file is intact,
-    /// that no file is named by no entry and that no change landed twice. Prints what differs;
-    /// exits 0 when the lake equals the source, 1 when anything differs, 2 when it could not
-    /// verify.
+    /// position, wait until the lake has committed that far (with trigger capture: a
+    /// transaction's snapshot, and until no change it sees waits in the journal), replay the
+    /// landed changes up to it and compare every tracked table; also check that every
+    /// committed file is intact, that no file is named by no entry and that no change landed
+    /// twice. Prints what differs; exits 0 when the lake equals the source, 1 when anything
+    /// differs, 2 when it could not verify.
     Verify {
+        /// The pipeline file (TOML). TRIBUTARY_SOURCE_URL overrides source.url.
         #[arg(long, short)]
         config: PathBuf,
         /// Only this table (`schema.table`) and its files.
@@ -105,6 +111,7 @@ enum Command {
     /// run refuses for the same reasons. Exits 0 when the pipeline is ready, 1 when something
     /// must be fixed, 2 when it could not check (the source unreachable).
     Check {
+        /// The pipeline file (TOML). TRIBUTARY_SOURCE_URL overrides source.url.
         #[arg(long, short)]
         config: PathBuf,
     },
@@ -113,6 +120,7 @@ enum Command {
     /// the changes committed before it (or at its next start). New load markers tell readers
     /// to replace their copy of each table.
     Resync {
+        /// The pipeline file (TOML). TRIBUTARY_SOURCE_URL overrides source.url.
         #[arg(long, short)]
         config: PathBuf,
         /// A table to load again (`schema.table`); repeat for more; every tracked table when
@@ -120,10 +128,12 @@ enum Command {
         #[arg(long, value_name = "SCHEMA.TABLE")]
         table: Vec<String>,
     },
-    /// Drop the slot and the publication Tributary created for this pipeline, and nothing
-    /// else: it prints what it will drop and asks first. It refuses while a pipeline holds the
-    /// slot. The sink's files stay.
+    /// Drop the slot and the publication Tributary created for this pipeline, or what trigger
+    /// capture installed (its schema, functions and triggers), and nothing else: it prints what
+    /// it will drop and asks first. It refuses while a pipeline holds the slot or reads the
+    /// journal. The sink's files stay.
     Teardown {
+        /// The pipeline file (TOML). TRIBUTARY_SOURCE_URL overrides source.url.
         #[arg(long, short)]
         config: PathBuf,
         /// Drop without asking (needed when stdin is not a terminal).
@@ -134,6 +144,7 @@ enum Command {
     /// files of parquet.target_file_mb, as a commit that changes no row, beside the running
     /// pipeline. A compaction that meets another one stops without committing anything.
     Compact {
+        /// The pipeline file (TOML). TRIBUTARY_SOURCE_URL overrides source.url.
         #[arg(long, short)]
         config: PathBuf,
         /// Only this output's table (`schema.table`, or a plugin's output name).
@@ -144,6 +155,7 @@ enum Command {
     /// compaction, rewritten by a current-state table, dropped by a new version) once the
     /// commit that removed them is older than the retention, beside the running pipeline.
     Vacuum {
+        /// The pipeline file (TOML). TRIBUTARY_SOURCE_URL overrides source.url.
         #[arg(long, short)]
         config: PathBuf,
         /// Only this table (`schema.table`, a plugin's output name, or `<output>__current`).
@@ -253,7 +265,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             wait,
         } => {
             let config = PipelineConfig::load(&config)?;
-            log::name_slot(&config.source.slot);
+            log::name_slot(&source_name(&config));
             let (stop, shutdown) = watch::channel(false);
             let (progress, _) = watch::channel(Progress::default());
             let stopping = progress.clone();
@@ -283,7 +295,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 );
                 let endpoint = metrics::Endpoint {
                     identity: metrics::Identity {
-                        slot: config.source.slot.clone(),
+                        slot: source_name(&config),
                         version: env!("CARGO_PKG_VERSION"),
                     },
                     ready_after_failing: config.metrics.ready_after_failing(),
@@ -311,7 +323,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
         Command::Demo(options) => demo::run(options).await.map(|()| ExitCode::SUCCESS),
         Command::Status { config, json } => {
             let config = PipelineConfig::load(&config)?;
-            log::name_slot(&config.source.slot);
+            log::name_slot(&source_name(&config));
             let status = status::collect(&config).await?;
             if json {
                 println!(
@@ -331,7 +343,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             identities_only,
         } => {
             let config = PipelineConfig::load(&config)?;
-            log::name_slot(&config.source.slot);
+            log::name_slot(&source_name(&config));
             let options = VerifyOptions {
                 table,
                 show,
@@ -347,7 +359,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Check { config } => {
             let config = PipelineConfig::load(&config)?;
-            log::name_slot(&config.source.slot);
+            log::name_slot(&source_name(&config));
             for note in config.source.deprecations() {
                 tracing::warn!("{note}");
             }
@@ -360,14 +372,14 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Resync { config, table } => {
             let config = PipelineConfig::load(&config)?;
-            log::name_slot(&config.source.slot);
+            log::name_slot(&source_name(&config));
             let requested = tributary::commands::resync::request(&config, &table).await?;
             print!("{requested}");
             Ok(ExitCode::SUCCESS)
         }
         Command::Teardown { config, yes } => {
             let config = PipelineConfig::load(&config)?;
-            log::name_slot(&config.source.slot);
+            log::name_slot(&source_name(&config));
             let teardown = Teardown::prepare(&config).await?;
             print!("{teardown}");
             if teardown.is_empty() {
@@ -390,7 +402,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Compact { config, output } => {
             let config = PipelineConfig::load(&config)?;
-            log::name_slot(&config.source.slot);
+            log::name_slot(&source_name(&config));
             let done = tributary::commands::compact::run(&config, output.as_deref()).await?;
             print!("{done}");
             Ok(ExitCode::SUCCESS)
@@ -402,7 +414,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             dry_run,
         } => {
             let config = PipelineConfig::load(&config)?;
-            log::name_slot(&config.source.slot);
+            log::name_slot(&source_name(&config));
             let retention_ms = tributary::lake::delta::vacuum::parse_retention(&retain)
                 .map_err(|e| anyhow::anyhow!("--retain {e}"))?;
             let options = tributary::commands::vacuum::VacuumOptions {
@@ -420,6 +432,15 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
             .await
             .context("the plugin command stopped")?
             .map(|()| ExitCode::SUCCESS),
+    }
+}
+
+/// What names the pipeline's source in log lines and metric labels: its slot, or with trigger
+/// capture its journal (`trigger:<schema>`, as the lake records it).
+fn source_name(config: &PipelineConfig) -> String {
+    match config.source.capture {
+        CaptureMode::Trigger => journal_name(&config.source.trigger_schema),
+        CaptureMode::Wal | CaptureMode::Auto => config.source.slot.clone(),
     }
 }
 
@@ -450,5 +471,46 @@ async fn wait_for_signal() {
         Err(_) => {
             let _ = tokio::signal::ctrl_c().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every option of every subcommand says what it is in `--help`.
+    #[test]
+    fn every_option_has_help_text() {
+        let cli = Cli::command();
+        let mut missing = Vec::new();
+        let mut configs = 0;
+        for command in cli.get_subcommands() {
+            for arg in command.get_arguments() {
+                if arg.get_id() == "config" {
+                    configs += 1;
+                }
+                if arg.get_help().is_none() && !arg.is_positional() {
+                    missing.push(format!("{} --{}", command.get_name(), arg.get_id()));
+                }
+            }
+        }
+        assert!(configs >= 8, "the subcommands that read a pipeline file");
+        assert!(missing.is_empty(), "options without help: {missing:?}");
+    }
+
+    /// The top-level help names both ways of capture.
+    #[test]
+    fn the_help_names_slots_and_trigger_journals() {
+        let cli = Cli::command();
+        let help = cli
+            .get_long_about()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        assert!(
+            help.contains("a logical replication slot or a trigger journal"),
+            "{help}"
+        );
     }
 }

@@ -7,13 +7,13 @@
 use serde::Serialize;
 
 use crate::Lsn;
-use crate::config::PipelineConfig;
+use crate::config::{CaptureMode, PipelineConfig};
 use crate::lake::TableFormat;
 use crate::lake::commit::utc_text;
 use crate::lake::commit::{CommitError, CommitLog, Writer};
 use crate::lake::delta;
 use crate::lake::sink::{Sink, SinkError};
-use crate::source::provision::{self, ProvisionError, SlotHolder};
+use crate::source::provision::{self, ProvisionError, SlotHolder, SlotState};
 use crate::source::trigger::capture;
 use crate::units::human_bytes;
 use tokio_postgres::Client;
@@ -92,7 +92,8 @@ pub struct JournalStatus {
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub current_wal_lsn: Lsn,
-    pub slot: SlotStatus,
+    /// The slot; `None` with trigger capture, which reads none.
+    pub slot: Option<SlotStatus>,
     pub sink: SinkStatus,
     /// With trigger capture: its journal (the slot is then not looked at).
     pub journal: Option<JournalStatus>,
@@ -103,41 +104,27 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
         crate::source::connect::sql(&crate::source::connect::parse_url(&config.source.url)?)
             .await?;
     let current = provision::current_wal_lsn(&client).await?;
-    let slot = provision::slot_state(&client, &config.source.slot).await?;
-    let behind = |lsn: Option<Lsn>| lsn.map(|l| current.0.saturating_sub(l.0));
-    let holder = slot.as_ref().and_then(|s| s.holder.clone());
-    let slot = SlotStatus {
-        name: config.source.slot.clone(),
-        exists: slot.is_some(),
-        active_pid: slot.as_ref().and_then(|s| s.active_pid()),
-        holder: slot
-            .as_ref()
-            .and_then(|s| s.holder.as_ref())
-            .map(|h| h.to_string()),
-        restart_lsn: slot.as_ref().and_then(|s| s.restart_lsn),
-        confirmed_flush_lsn: slot.as_ref().and_then(|s| s.confirmed_flush_lsn),
-        retained_wal_bytes: behind(slot.as_ref().and_then(|s| s.restart_lsn)),
-        lag_bytes: behind(slot.as_ref().and_then(|s| s.confirmed_flush_lsn)),
-        wal_status: slot.as_ref().and_then(|s| s.wal_status.clone()),
-        safe_wal_size: slot.as_ref().and_then(|s| s.safe_wal_size),
-    };
     let sink = Sink::open(&config.sink.url, &config.sink.options)?;
     let log = CommitLog::new(sink.clone(), Writer::named("status"));
     let latest = log.latest().await?;
-    // The lake names its source: a slot, or a trigger journal.
+    // The lake names its source: a slot, or a trigger journal; before it has landed anything,
+    // the pipeline file does.
     let source = log
         .identity()
         .await?
         .map(|i| i.slot)
         .or_else(|| latest.as_ref().map(|e| e.slot.clone()))
-        .unwrap_or_else(|| config.source.slot.clone());
-    let journal = match crate::lake::commit::journal_schema(&source) {
-        Some(schema) => Some(journal_status(&client, schema).await?),
-        None => None,
-    };
-    let holder = match &journal {
-        Some(journal) => capture::reader(&client, &journal.schema).await?,
-        None => holder,
+        .unwrap_or_else(|| configured_source(config));
+    let (slot, journal, holder) = match crate::lake::commit::journal_schema(&source) {
+        Some(schema) => {
+            let holder = capture::reader(&client, schema).await?;
+            (None, Some(journal_status(&client, schema).await?), holder)
+        }
+        None => {
+            let state = provision::slot_state(&client, &source).await?;
+            let holder = state.as_ref().and_then(|s| s.holder.clone());
+            (Some(slot_status(&source, state, current)), None, holder)
+        }
     };
     let mut tables = Vec::new();
     if config.sink.format == TableFormat::Delta {
@@ -175,6 +162,34 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
     })
 }
 
+/// What the pipeline file says the lake's source is: the slot, or with trigger capture the
+/// journal (named as the lake names it).
+fn configured_source(config: &PipelineConfig) -> String {
+    match config.source.capture {
+        CaptureMode::Trigger => crate::lake::commit::journal_name(&config.source.trigger_schema),
+        CaptureMode::Wal | CaptureMode::Auto => config.source.slot.clone(),
+    }
+}
+
+/// Slot `name` as the server has it (`state`, `None` when it does not exist), with the server
+/// at `current`.
+fn slot_status(name: &str, state: Option<SlotState>, current: Lsn) -> SlotStatus {
+    let behind = |lsn: Option<Lsn>| lsn.map(|l| current.0.saturating_sub(l.0));
+    let slot = state.as_ref();
+    SlotStatus {
+        name: name.to_owned(),
+        exists: slot.is_some(),
+        active_pid: slot.and_then(|s| s.active_pid()),
+        holder: slot.and_then(|s| s.holder.as_ref()).map(|h| h.to_string()),
+        restart_lsn: slot.and_then(|s| s.restart_lsn),
+        confirmed_flush_lsn: slot.and_then(|s| s.confirmed_flush_lsn),
+        retained_wal_bytes: behind(slot.and_then(|s| s.restart_lsn)),
+        lag_bytes: behind(slot.and_then(|s| s.confirmed_flush_lsn)),
+        wal_status: slot.and_then(|s| s.wal_status.clone()),
+        safe_wal_size: slot.and_then(|s| s.safe_wal_size),
+    }
+}
+
 /// The journal of `schema`: its rows and size.
 async fn journal_status(client: &Client, schema: &str) -> Result<JournalStatus, StatusError> {
     let size = crate::source::trigger::capture::size(client, schema).await?;
@@ -198,12 +213,52 @@ fn writer_running(writer: &Writer, holder: Option<&SlotHolder>) -> Option<bool> 
     }
 }
 
+/// The slot's lines: who holds it, and its positions against the server's.
+fn slot_lines(f: &mut std::fmt::Formatter<'_>, s: &SlotStatus) -> std::fmt::Result {
+    let lsn = |l: Option<Lsn>| l.map_or_else(|| "-".to_owned(), |l| l.to_string());
+    let size = |b: Option<u64>| b.map_or_else(|| "?".to_owned(), human_bytes);
+    if !s.exists {
+        return writeln!(f, "slot {:?}: does not exist", s.name);
+    }
+    let active = s
+        .active_pid
+        .map_or_else(|| "inactive".to_owned(), |p| format!("active, pid {p}"));
+    let active = match &s.holder {
+        Some(holder) => format!("active, held by {holder}"),
+        None => active,
+    };
+    writeln!(f, "slot {:?}: {active}", s.name)?;
+    writeln!(
+        f,
+        "  confirmed_flush   {}, {} behind",
+        lsn(s.confirmed_flush_lsn),
+        size(s.lag_bytes)
+    )?;
+    writeln!(
+        f,
+        "  restart_lsn       {}, {} of WAL retained",
+        lsn(s.restart_lsn),
+        size(s.retained_wal_bytes)
+    )?;
+    let safe = s
+        .safe_wal_size
+        .map_or_else(|| "unlimited".to_owned(), |b| human_bytes(b.max(0) as u64));
+    writeln!(
+        f,
+        "  wal_status        {} (safe_wal_size {safe})",
+        s.wal_status.as_deref().unwrap_or("-")
+    )?;
+    Ok(())
+}
+
 impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let lsn = |l: Option<Lsn>| l.map_or_else(|| "-".to_owned(), |l| l.to_string());
-        let size = |b: Option<u64>| b.map_or_else(|| "?".to_owned(), human_bytes);
-        let s = &self.slot;
-        writeln!(f, "current WAL         {}", self.current_wal_lsn)?;
+        // With trigger capture a position is a journal's transaction number, not a WAL one.
+        let position = |l: Option<Lsn>| match (&self.journal, l) {
+            (Some(_), Some(l)) => format!("position {}", l.0),
+            _ => lsn(l),
+        };
         if let Some(journal) = &self.journal {
             match (journal.rows, journal.bytes) {
                 (Some(rows), Some(bytes)) => writeln!(
@@ -214,37 +269,10 @@ impl std::fmt::Display for Status {
                 )?,
                 _ => writeln!(f, "trigger journal {:?}: not installed", journal.schema)?,
             }
-        } else if !s.exists {
-            writeln!(f, "slot {:?}: does not exist", s.name)?;
-        } else {
-            let active = s
-                .active_pid
-                .map_or_else(|| "inactive".to_owned(), |p| format!("active, pid {p}"));
-            let active = match &s.holder {
-                Some(holder) => format!("active, held by {holder}"),
-                None => active,
-            };
-            writeln!(f, "slot {:?}: {active}", s.name)?;
-            writeln!(
-                f,
-                "  confirmed_flush   {}, {} behind",
-                lsn(s.confirmed_flush_lsn),
-                size(s.lag_bytes)
-            )?;
-            writeln!(
-                f,
-                "  restart_lsn       {}, {} of WAL retained",
-                lsn(s.restart_lsn),
-                size(s.retained_wal_bytes)
-            )?;
-            let safe = s
-                .safe_wal_size
-                .map_or_else(|| "unlimited".to_owned(), |b| human_bytes(b.max(0) as u64));
-            writeln!(
-                f,
-                "  wal_status        {} (safe_wal_size {safe})",
-                s.wal_status.as_deref().unwrap_or("-")
-            )?;
+        }
+        if let Some(s) = &self.slot {
+            writeln!(f, "current WAL         {}", self.current_wal_lsn)?;
+            slot_lines(f, s)?;
         }
         writeln!(f, "sink {}", self.sink.url)?;
         match self.sink.last_sequence {
@@ -253,8 +281,8 @@ impl std::fmt::Display for Status {
                 writeln!(
                     f,
                     "  last commit       #{n}: transactions up to {} (confirmable {})",
-                    lsn(self.sink.last_commit_lsn),
-                    lsn(self.sink.last_end_lsn)
+                    position(self.sink.last_commit_lsn),
+                    position(self.sink.last_end_lsn)
                 )?;
                 if let Some(w) = &self.sink.writer {
                     writeln!(f, "  written by        {w}")?;
@@ -342,7 +370,7 @@ mod tests {
         Status {
             current_wal_lsn: Lsn(0x30),
             journal: None,
-            slot: SlotStatus {
+            slot: Some(SlotStatus {
                 name: "shop".into(),
                 exists: true,
                 active_pid: None,
@@ -353,7 +381,7 @@ mod tests {
                 lag_bytes: Some(0x10),
                 wal_status: Some("reserved".into()),
                 safe_wal_size: None,
-            },
+            }),
             sink: SinkStatus {
                 url: "s3://lake/shop".into(),
                 last_sequence: Some(3),
@@ -372,6 +400,27 @@ mod tests {
                 tables: Vec::new(),
             },
         }
+    }
+
+    #[test]
+    fn with_trigger_capture_the_journal_and_its_positions_are_shown_and_no_slot() {
+        let mut status = status(Some(true));
+        status.slot = None;
+        status.journal = Some(JournalStatus {
+            schema: "tributary".into(),
+            rows: Some(3),
+            bytes: Some(8192),
+        });
+        let text = status.to_string();
+        assert!(
+            text.starts_with(
+                "trigger journal \"tributary\": 3 rows, 8.0 KiB\nsink s3://lake/shop\n"
+            ) && text.contains(
+                "  last commit       #3: transactions up to position 24 (confirmable position 32)\n"
+            ) && text.contains("  writer            running (it holds the journal)\n"),
+            "{text}"
+        );
+        assert!(!text.contains("slot") && !text.contains("WAL"), "{text}");
     }
 
     #[test]

@@ -171,14 +171,17 @@ impl Teardown {
                 .any(|r| r.kind == kind && r.name == name)
         };
         let mut left_alone = Vec::new();
-        if !recorded(ProvisionedKind::Slot, &source.slot)
+        // With trigger capture the pipeline file may name neither.
+        if !source.slot.is_empty()
+            && !recorded(ProvisionedKind::Slot, &source.slot)
             && provision::slot_state(&teardown.client, &source.slot)
                 .await?
                 .is_some()
         {
             left_alone.push((ProvisionedKind::Slot, source.slot.clone()));
         }
-        if !recorded(ProvisionedKind::Publication, &source.publication)
+        if !source.publication.is_empty()
+            && !recorded(ProvisionedKind::Publication, &source.publication)
             && publication_exists(&teardown.client, &source.publication).await?
         {
             left_alone.push((ProvisionedKind::Publication, source.publication.clone()));

@@ -3,9 +3,13 @@
 //! the running pipeline. Which files go is [`delta::vacuum::plan`]'s answer.
 //!
 //! Each table is read before its folder is listed, so a file written meanwhile is never taken
-//! for one the table removed. A change-log table whose current-state table is behind it is
-//! left alone: the next start applies the missing flushes to the current-state table from
-//! their files, which may be among those removed.
+//! for one the table removed. A change-log table whose current-state table (kept, `mirror =
+//! true`) is behind it is left alone: the pipeline applies the flushes the current-state table
+//! misses from their files (right after the change-log table while it runs, at its next start
+//! when it stopped between the two), and those may be among the files removed. One that missed
+//! flushes while mirror was off is built again from the whole change-log table at the next
+//! flush of its output, and is left alone until then too. A current-state table the pipeline
+//! file does not keep holds nothing back: nothing will read removed files for it.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -87,14 +91,20 @@ pub async fn run(config: &PipelineConfig, options: &VacuumOptions) -> Result<Vac
         );
     }
     let now_ms = crate::clock::unix_micros() / 1000;
+    // Every entry through this one is in the tables the pipeline keeps.
+    let through = log.latest().await?.and_then(|e| e.tables_through);
+    let mirrored = config.mirrored();
     let mut tables = Vec::new();
     for name in names {
         // Every commit, not the latest checkpoint: a checkpoint keeps the removals of the
         // retention only, and the files removed before would never go.
         let state = delta::read_table(&sink, &name, TableState::default()).await?;
-        let skip = match cleaned_up(&sink, &name, &state).await? {
-            Some(reason) => Some(reason),
-            None => behind_mirror(&sink, &name, &state, app.as_deref()).await?,
+        let skip = match (cleaned_up(&sink, &name, &state).await?, &app) {
+            (Some(reason), _) => Some(reason),
+            (None, Some(app)) if mirrored.contains(&name) => {
+                behind_mirror(&sink, &name, &state, app, through).await?
+            }
+            (None, _) => None,
         };
         if let Some(reason) = skip {
             tracing::warn!(table = %name, "not vacuumed: {reason}");
@@ -162,17 +172,16 @@ async fn cleaned_up(
     }))
 }
 
-/// Why change-log table `name` must wait: its current-state table holds an earlier flush of
-/// the pipeline than it does.
+/// Why change-log table `name` must wait: its current-state table, which the pipeline keeps,
+/// holds an earlier flush of the pipeline than it does. `through` is the latest commit entry's
+/// `tables_through`: the pipeline's tables held every entry up to it.
 async fn behind_mirror(
     sink: &Sink,
     name: &str,
     state: &TableState,
-    app: Option<&str>,
+    app: &str,
+    through: Option<u64>,
 ) -> Result<Option<String>, CommitError> {
-    let Some(app) = app else {
-        return Ok(None);
-    };
     if name.ends_with(MIRROR_SUFFIX) {
         return Ok(None);
     }
@@ -182,12 +191,23 @@ async fn behind_mirror(
         return Ok(None);
     }
     let (log, held) = (state.txn(app), current.txn(app));
-    Ok((held < log).then(|| {
-        format!(
-            "its current-state table {mirror} holds commit entry {} and the table {}: the pipeline's next start brings it up to date from files this vacuum could delete; vacuum after it has run",
-            held.map_or("none".to_owned(), |h| h.to_string()),
-            log.unwrap_or_default()
-        )
+    if held >= log {
+        return Ok(None);
+    }
+    let holds = format!(
+        "its current-state table {mirror} holds commit entry {} and the table {}",
+        held.map_or("none".to_owned(), |h| h.to_string()),
+        log.unwrap_or_default()
+    );
+    Ok(Some(match through {
+        // The tables were counted as holding entries this one does not hold: it was not kept
+        // while they landed.
+        Some(through) if held < Some(through) => format!(
+            "{holds}, though the pipeline counted entries up to {through} as in its tables: it missed flushes while mirror was off, and the pipeline builds it again from the whole change-log table at its next flush of this output; vacuum after that"
+        ),
+        _ => format!(
+            "{holds}: the pipeline applies the flushes it misses from their files (right after the change-log table while it runs, at its next start if it stopped between the two), and this vacuum could delete some of them; vacuum again after that"
+        ),
     }))
 }
 

@@ -44,7 +44,8 @@ pub enum SinkError {
     /// sentence, since the client's own text nests each cause in the next. It may pass.
     #[error(
         "sink {url}: cannot reach the S3 endpoint {endpoint} ({cause}); start the store, or fix \
-         sink.options aws_endpoint (or AWS_ENDPOINT_URL) to name where it listens"
+         sink.options aws_endpoint (or the variable AWS_ENDPOINT or AWS_ENDPOINT_URL) to name \
+         where it listens"
     )]
     Unreachable {
         url: String,
@@ -497,8 +498,19 @@ mod tests {
             error.to_string(),
             "sink s3://lake/shop: cannot reach the S3 endpoint http://127.0.0.1:41323 \
              (Connection refused (os error 111)); start the store, or fix sink.options \
-             aws_endpoint (or AWS_ENDPOINT_URL) to name where it listens"
+             aws_endpoint (or the variable AWS_ENDPOINT or AWS_ENDPOINT_URL) to name where it \
+             listens"
         );
+    }
+
+    /// The endpoint's names the error and the README give are the ones the S3 client reads
+    /// from the environment (`AWS_*`, lower-cased) and from `sink.options`.
+    #[test]
+    fn both_endpoint_variables_name_the_endpoint() {
+        for name in ["AWS_ENDPOINT", "AWS_ENDPOINT_URL"] {
+            let key: AmazonS3ConfigKey = name.to_ascii_lowercase().parse().unwrap();
+            assert_eq!(key, AmazonS3ConfigKey::Endpoint, "{name}");
+        }
     }
 
     #[test]

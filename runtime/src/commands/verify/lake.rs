@@ -1,6 +1,7 @@
 //! The lake as the sink holds it, read through the [`Sink`](crate::lake::sink::Sink) and
 //! [`CommitLog`] the pipeline writes with: the data files present, the intents, the commit
-//! entries and the files they name, and what those files hold.
+//! entries and the files they name, and what those files hold; with Delta tables, each
+//! output's tables held against those entries ([`audit_tables`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -394,6 +395,55 @@ pub async fn read_lake(
         lake.duplicates.insert(output.clone(), duplicates);
     }
     Ok(lake)
+}
+
+/// Each output's Delta table held against the entries verify read. The entries a
+/// current-state table the pipeline does not keep (`kept` says which outputs it keeps them of)
+/// lacks are not called on their way: nothing publishes them.
+pub(super) async fn audit_tables(
+    log: &CommitLog,
+    survey: &Survey,
+    only: Option<&str>,
+    kept: impl Fn(&str) -> bool,
+) -> Result<Vec<crate::lake::delta::TableAudit>, VerifyError> {
+    let Some(identity) = log.identity().await? else {
+        return Ok(Vec::new());
+    };
+    let app = crate::lake::delta::app_id(&identity.database, &identity.slot);
+    let mut outputs: std::collections::BTreeMap<&str, std::collections::BTreeMap<u64, _>> =
+        Default::default();
+    for entry in &survey.entries {
+        for file in &entry.files {
+            let relative = file
+                .path
+                .strip_prefix(&format!("{}/", file.output))
+                .unwrap_or(&file.path)
+                .to_owned();
+            outputs
+                .entry(file.output.as_str())
+                .or_default()
+                .entry(entry.sequence)
+                .or_insert_with(std::collections::BTreeSet::new)
+                .insert(relative);
+        }
+    }
+    let mut audits = Vec::new();
+    for (output, entries) in outputs {
+        if only.is_some_and(|o| o != output) {
+            continue;
+        }
+        audits.push(crate::lake::delta::audit_table(log.sink(), output, &app, &entries).await?);
+        let sequences = entries.keys().copied().collect();
+        if let Some(mut audit) =
+            crate::lake::delta::audit_mirror_table(log.sink(), output, &app, &sequences).await?
+        {
+            if !kept(output) {
+                audit.behind.clear();
+            }
+            audits.push(audit);
+        }
+    }
+    Ok(audits)
 }
 
 #[cfg(test)]

@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::Client;
 
 use crate::Lsn;
-use crate::config::{PipelineConfig, UnchangedToastPolicy};
+use crate::config::{CaptureMode, PipelineConfig, UnchangedToastPolicy};
 use crate::lake::TableFormat;
 use crate::lake::commit::{Checkpoint, CommitError, CommitLog, EntryKind, Writer};
 use crate::lake::encode::{EncodeError, to_record_batch};
@@ -78,7 +78,7 @@ pub use report::{
 };
 
 use digest::BatchCells;
-use lake::{Lake, Survey};
+use lake::{Lake, Survey, audit_tables};
 use replay::SourceState;
 
 /// The prefix of the logical decoding message that moves a running pipeline past the
@@ -119,6 +119,10 @@ pub enum VerifyError {
     )]
     NoSlot { slot: String },
     #[error(
+        "the trigger journal in schema {schema:?} is not installed, so no pipeline is landing this source: start it with `tributary run` (source.capture = \"trigger\") before verifying"
+    )]
+    NoJournal { schema: String },
+    #[error(
         "the pipeline is not running: nothing has held the trigger journal in schema {schema:?} for {}s, and {rows} of its rows, of transactions the snapshot sees, have not landed; start it with `tributary run` and verify again",
         INACTIVE_GRACE.as_secs()
     )]
@@ -148,6 +152,16 @@ pub enum VerifyError {
         waited_secs: u64,
         committed: Lsn,
         at: Lsn,
+    },
+    #[error(
+        "current-state table {table}: {file}, which its version {version} reads (the version holding commit entry {needed}, the last before the snapshot), is not in the sink: {why}"
+    )]
+    MirrorFileGone {
+        table: String,
+        file: String,
+        version: u64,
+        needed: u64,
+        why: String,
     },
     #[error("table {table} is not tracked by this pipeline; it tracks: {tracked}")]
     UnknownTable { table: String, tracked: String },
@@ -187,9 +201,11 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
     if options.identities_only {
         let survey = Survey::read(&log, options.table.as_deref(), None, delta).await?;
         let lake = lake::read_lake(&log, &survey, &HashMap::new()).await?;
-        let mut report = finish(&survey, lake, Vec::new(), None, options.show);
+        let mut report = finish(&survey, lake, Vec::new(), None, options.show, false);
         if config.sink.format == TableFormat::Delta {
-            report.delta = audit_tables(&log, &survey, options.table.as_deref()).await?;
+            let mirrored = config.mirrored();
+            let kept = |output: &str| mirrored.contains(output);
+            report.delta = audit_tables(&log, &survey, options.table.as_deref(), kept).await?;
         }
         return Ok(report);
     }
@@ -204,16 +220,30 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         });
     }
 
-    // A lake captured through triggers names the journal's schema where a slot's name goes.
-    let journal = log
-        .identity()
-        .await?
-        .and_then(|i| crate::lake::commit::journal_schema(&i.slot).map(str::to_owned));
+    // A lake captured through triggers names the journal's schema where a slot's name goes;
+    // before it has landed anything, the pipeline file says which capture it is.
+    let journal = match log.identity().await? {
+        Some(identity) => crate::lake::commit::journal_schema(&identity.slot).map(str::to_owned),
+        None => (config.source.capture == CaptureMode::Trigger)
+            .then(|| config.source.trigger_schema.clone()),
+    };
     let pg = crate::source::connect::parse_url(&config.source.url)?;
     let client = crate::source::connect::sql(&pg).await?;
     let slot = &config.source.slot;
-    if journal.is_none() && provision::slot_state(&client, slot).await?.is_none() {
-        return Err(VerifyError::NoSlot { slot: slot.clone() });
+    match &journal {
+        None if provision::slot_state(&client, slot).await?.is_none() => {
+            return Err(VerifyError::NoSlot { slot: slot.clone() });
+        }
+        Some(schema)
+            if crate::source::trigger::capture::size(&client, schema)
+                .await?
+                .is_none() =>
+        {
+            return Err(VerifyError::NoJournal {
+                schema: schema.clone(),
+            });
+        }
+        _ => {}
     }
     let tables = tables(&client, config, options.table.as_deref()).await?;
 
@@ -302,6 +332,7 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
 
     let mut tables_out = Vec::new();
     let mut mirrors = Vec::new();
+    let mirrored = config.mirrored();
     for ((table, shape), source) in sources.iter().zip(digested) {
         let landed = lake.tables.remove(&table.name).unwrap_or_default();
         let (keyed, show_n) = (shape.key.is_some(), options.show);
@@ -316,16 +347,13 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
             let started = Instant::now();
             let mirror = match &cutoff {
                 Cutoff::Before(at) => {
-                    mirror::compare(
-                        &log,
-                        &survey,
-                        table,
-                        shape,
-                        &source,
-                        Lsn(*at),
-                        options.timeout,
-                    )
-                    .await?
+                    let at = mirror::At {
+                        at: Lsn(*at),
+                        timeout: options.timeout,
+                        mirrored: &mirrored,
+                        client: &client,
+                    };
+                    mirror::compare(&log, &survey, table, shape, &source, &at).await?
                 }
                 Cutoff::Sees { .. } => mirror::not_at_a_position(&log, table).await?,
             };
@@ -343,11 +371,27 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         });
     }
     snapshot.close().await?;
-    let mut report = finish(&survey, lake, tables_out, Some(at), options.show);
-    report.mirrors = mirrors;
+    let mut report = finish(
+        &survey,
+        lake,
+        tables_out,
+        Some(at),
+        options.show,
+        journal.is_some(),
+    );
     if config.sink.format == TableFormat::Delta {
-        report.delta = audit_tables(&log, &survey, options.table.as_deref()).await?;
+        let not_kept: Vec<&str> = mirrors
+            .iter()
+            .filter(|m| matches!(m.outcome, MirrorOutcome::NotKept { .. }))
+            .map(|m| m.table.as_str())
+            .collect();
+        let kept = |output: &str| {
+            mirrored.contains(output)
+                && !not_kept.contains(&crate::lake::delta::mirror_name(output).as_str())
+        };
+        report.delta = audit_tables(&log, &survey, options.table.as_deref(), kept).await?;
     }
+    report.mirrors = mirrors;
     Ok(report)
 }
 
@@ -634,6 +678,7 @@ fn finish(
     mut tables: Vec<TableReport>,
     at: Option<String>,
     show: usize,
+    journal: bool,
 ) -> Report {
     if at.is_none() {
         tables = lake
@@ -674,10 +719,13 @@ fn finish(
         .iter()
         .any(|t| matches!(&t.outcome, Outcome::Compared { diff, .. } if diff.missing > 0));
     if let (true, Some(first)) = (missing_rows, survey.entries.first()) {
-        notes.push(format!(
-            "the lake starts at {} (where the slot stood when the pipeline first started): rows written before it never reached the lake and show as missing",
-            first.last_end_lsn
-        ));
+        notes.push(match journal {
+            false => format!(
+                "the lake starts at {} (where the slot stood when the pipeline first started): rows written before it never reached the lake and show as missing",
+                first.last_end_lsn
+            ),
+            true => "the lake starts where the pipeline first installed its trigger journal: rows written before that never reached the lake and show as missing".to_owned(),
+        });
     }
     Report {
         at,
@@ -688,49 +736,6 @@ fn finish(
         delta: Vec::new(),
         mirrors: Vec::new(),
     }
-}
-
-/// Each output's Delta table held against the entries verify read.
-async fn audit_tables(
-    log: &CommitLog,
-    survey: &Survey,
-    only: Option<&str>,
-) -> Result<Vec<crate::lake::delta::TableAudit>, VerifyError> {
-    let Some(identity) = log.identity().await? else {
-        return Ok(Vec::new());
-    };
-    let app = crate::lake::delta::app_id(&identity.database, &identity.slot);
-    let mut outputs: std::collections::BTreeMap<&str, std::collections::BTreeMap<u64, _>> =
-        Default::default();
-    for entry in &survey.entries {
-        for file in &entry.files {
-            let relative = file
-                .path
-                .strip_prefix(&format!("{}/", file.output))
-                .unwrap_or(&file.path)
-                .to_owned();
-            outputs
-                .entry(file.output.as_str())
-                .or_default()
-                .entry(entry.sequence)
-                .or_insert_with(std::collections::BTreeSet::new)
-                .insert(relative);
-        }
-    }
-    let mut audits = Vec::new();
-    for (output, entries) in outputs {
-        if only.is_some_and(|o| o != output) {
-            continue;
-        }
-        audits.push(crate::lake::delta::audit_table(log.sink(), output, &app, &entries).await?);
-        let sequences = entries.keys().copied().collect();
-        if let Some(audit) =
-            crate::lake::delta::audit_mirror_table(log.sink(), output, &app, &sequences).await?
-        {
-            audits.push(audit);
-        }
-    }
-    Ok(audits)
 }
 
 /// Output batches for the unit tests of the pure parts.

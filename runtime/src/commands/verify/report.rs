@@ -51,6 +51,9 @@ pub enum MirrorOutcome {
     /// No version of it is the source at the snapshot: a commit entry holds changes from both
     /// sides of it (a busy source), or the table went past it in one commit. Not a defect.
     NotAtSnapshot { reason: String },
+    /// The pipeline does not keep it up to date (mirror is off in the pipeline file, or where
+    /// the pipeline runs): what it holds is not compared, the change-log table is.
+    NotKept { reason: String },
 }
 
 impl MirrorReport {
@@ -62,7 +65,7 @@ impl MirrorReport {
                 changed,
                 ..
             } => missing + extra + changed,
-            MirrorOutcome::NotAtSnapshot { .. } => 0,
+            MirrorOutcome::NotAtSnapshot { .. } | MirrorOutcome::NotKept { .. } => 0,
         }
     }
 }
@@ -90,11 +93,13 @@ impl fmt::Display for MirrorReport {
                     plural(*rows, "row", "rows")
                 )
             }
-            MirrorOutcome::NotAtSnapshot { reason } => writeln!(
-                f,
-                "current-state table {}: not compared: {reason}",
-                self.table
-            ),
+            MirrorOutcome::NotAtSnapshot { reason } | MirrorOutcome::NotKept { reason } => {
+                writeln!(
+                    f,
+                    "current-state table {}: not compared: {reason}",
+                    self.table
+                )
+            }
         }
     }
 }

@@ -9,6 +9,7 @@
 //! configuration.
 
 mod error;
+pub mod notice;
 pub mod params;
 pub mod tls;
 
@@ -387,13 +388,29 @@ async fn connect_with(
     result.map_err(|e| explain(config, e))
 }
 
-fn spawn_connection<F>(connection: F)
+/// Drive an SQL session's connection on a task of its own. Its notices are logged here at their
+/// level ([`notice`]), not by the client library, which logs every one at INFO.
+fn spawn_connection<S, T>(mut connection: tokio_postgres::Connection<S, T>)
 where
-    F: std::future::Future<Output = Result<(), tokio_postgres::Error>> + Send + 'static,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "source SQL connection closed");
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(tokio_postgres::AsyncMessage::Notice(db))) => {
+                    let severity = db
+                        .parsed_severity()
+                        .map_or_else(|| db.severity().to_owned(), |s| s.to_string());
+                    notice::log_notice("SQL", &severity, db.code().code(), db.message());
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "source SQL connection closed");
+                    break;
+                }
+                None => break,
+            }
         }
     });
 }

@@ -849,7 +849,12 @@ fn unexpected_message(context: &str, message: &Backend) -> ReplicationError {
 
 pub(crate) fn log_notice(body: &postgres_protocol::message::backend::NoticeResponseBody) {
     let notice = ServerError::from_notice_body(body);
-    tracing::info!(severity = %notice.severity, code = %notice.code, "server notice: {}", notice.message);
+    crate::source::connect::notice::log_notice(
+        "replication",
+        &notice.severity,
+        &notice.code,
+        &notice.message,
+    );
 }
 
 #[cfg(test)]

@@ -1,0 +1,223 @@
+//! Current-state tables (`mirror = true`) that are not kept, or whose files a vacuum deleted,
+//! as `verify` and `vacuum` meet them (issue 36): each says at once what it skipped and why,
+//! and what to do.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tributary_tests::lake::delta_txn_versions;
+use tributary_tests::service::{Service, command, tributary_bin, verify};
+
+use super::delta::{mirror_section, t_fixture, wait_for_table};
+
+/// A current-state table whose `mirror` was switched off while the pipeline runs on is named as
+/// not compared at once, not after verify's wait: whether the pipeline file verify reads says
+/// so, or only the running pipeline's. Its change-log table is compared, and vacuumed: a table
+/// nobody keeps holds nothing back. With the file that keeps it, vacuum leaves the change-log
+/// table alone and says what brings the current-state table up to date.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_current_state_table_switched_off_is_not_compared_and_holds_back_no_vacuum() {
+    let (db, fixture) = t_fixture("mirror_off", |cfg| {
+        cfg.sections.push(mirror_section("public.t"))
+    })
+    .await;
+    let kept = fixture.file.clone();
+    let mut without = fixture.cfg.clone();
+    without.sections.clear();
+    let off = fixture.dir.join("off.toml");
+    std::fs::write(&off, without.toml()).unwrap();
+
+    let mut service = Service::spawn(&kept, &[], &fixture.dir.join("kept.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    db.client
+        .batch_execute("INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 10) g")
+        .await
+        .unwrap();
+    service
+        .wait_for_landed(&fixture.log, 10, Duration::from_secs(60))
+        .await;
+    wait_for_table(&fixture, "public.t__current", Duration::from_secs(60)).await;
+    service.stop().await;
+
+    // The same pipeline goes on without its current-state table.
+    let mut service = Service::spawn(&off, &[], &fixture.dir.join("off.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    db.client
+        .batch_execute(
+            "INSERT INTO t SELECT g, 'w' || g FROM generate_series(11, 20) g;
+             UPDATE t SET body = 'changed' WHERE id <= 5;",
+        )
+        .await
+        .unwrap();
+    service
+        .wait_for_landed(&fixture.log, 25, Duration::from_secs(60))
+        .await;
+
+    for (file, said) in [
+        (
+            &off,
+            "current-state table public.t__current: not compared: outputs.\"public.t\".mirror is off in the pipeline file, so the pipeline no longer keeps it up to date; its change-log table is compared",
+        ),
+        (
+            &kept,
+            "the running pipeline does not keep it up to date (is outputs.\"public.t\".mirror off where it runs?); its change-log table is compared",
+        ),
+    ] {
+        let started = Instant::now();
+        let verified = verify(file, &["--timeout", "200"]).await;
+        let took = started.elapsed();
+        assert_eq!(verified.code, 0, "{verified}");
+        assert!(
+            verified.stdout.contains(said)
+                && verified.stdout.contains("public.t: equal (20 rows")
+                && verified
+                    .last_line()
+                    .starts_with("verify: the lake equals the source"),
+            "{verified}"
+        );
+        // Nothing publishes to it: its audit does not say entries are on their way.
+        assert!(!verified.stdout.contains("are not in it yet"), "{verified}");
+        // It did not wait out its timeout for a table nobody publishes to.
+        assert!(
+            took < Duration::from_secs(150) && !verified.stdout.contains("is the pipeline running"),
+            "verify took {took:?} (--timeout 200):\n{verified}"
+        );
+    }
+
+    let (code, out, err) = command("vacuum", &off, &[], &[]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("vacuum: public.t: deleted 0 files") && !out.contains("left alone"),
+        "{out}"
+    );
+    let (code, out, err) = command("vacuum", &kept, &[], &[]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("vacuum: public.t: left alone: its current-state table public.t__current holds commit entry ")
+            && out.contains(
+                "it missed flushes while mirror was off, and the pipeline builds it again from the whole change-log table at its next flush of this output; vacuum after that"
+            ),
+        "{out}"
+    );
+    service.stop().await;
+    std::fs::remove_dir_all(&fixture.dir).unwrap();
+}
+
+/// Verify reads a current-state table at the version of its snapshot. When a flush after the
+/// snapshot rewrote a file of that version and a vacuum with a short retention deleted it
+/// before verify read it, verify says which file and version, why it is gone and what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_explains_a_file_of_its_version_that_a_vacuum_deleted() {
+    let (db, fixture) = t_fixture("mirror_vacuumed", |cfg| {
+        cfg.sections.push(mirror_section("public.t"))
+    })
+    .await;
+    let mut service = Service::spawn(&fixture.file, &[], &fixture.dir.join("run.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    db.client
+        .batch_execute("INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 10) g")
+        .await
+        .unwrap();
+    service
+        .wait_for_landed(&fixture.log, 10, Duration::from_secs(60))
+        .await;
+    wait_for_table(&fixture, "public.t__current", Duration::from_secs(60)).await;
+
+    // Verify is held (SIGSTOP) right after its snapshot, as a slow read of a large source
+    // would hold it.
+    let mut verifying = tokio::process::Command::new(tributary_bin())
+        .arg("verify")
+        .arg("--config")
+        .arg(&fixture.file)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(verifying.stderr.take().unwrap()).lines();
+    let mut stderr = String::new();
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(120), lines.next_line())
+            .await
+            .expect("verify took its snapshot within 2 minutes")
+            .unwrap()
+            .unwrap_or_else(|| panic!("verify ended before its snapshot:\n{stderr}"));
+        stderr.push_str(&line);
+        stderr.push('\n');
+        if line.contains("snapshot taken") {
+            break;
+        }
+    }
+    let pid = verifying.id().unwrap() as i32;
+    // SAFETY: kill(2) on our own child, which is not reaped before `wait` below.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+
+    // A flush after the snapshot rewrites the file that the snapshot's version reads, and a
+    // vacuum without retention deletes that file.
+    let versions = delta_txn_versions(&fixture.sink, "public.t__current")
+        .await
+        .len();
+    db.client
+        .batch_execute("UPDATE t SET body = 'after' WHERE id = 1")
+        .await
+        .unwrap();
+    service
+        .wait_for_landed(&fixture.log, 11, Duration::from_secs(60))
+        .await;
+    wait_for_table(&fixture, "public.t__current", Duration::from_secs(60)).await;
+    assert!(
+        delta_txn_versions(&fixture.sink, "public.t__current")
+            .await
+            .len()
+            > versions
+    );
+    let (code, out, err) = command("vacuum", &fixture.file, &["--retain", "0s"], &[]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("vacuum: public.t__current: deleted 1 files"),
+        "{out}"
+    );
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+
+    while let Some(line) = lines.next_line().await.unwrap() {
+        stderr.push_str(&line);
+        stderr.push('\n');
+    }
+    let output = tokio::time::timeout(Duration::from_secs(240), verifying.wait_with_output())
+        .await
+        .expect("verify finished within 4 minutes")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{stdout}{stderr}");
+    for part in [
+        "error: current-state table public.t__current: ",
+        ", which its version ",
+        " reads (the version holding commit entry ",
+        ", the last before the snapshot), is not in the sink: a later version of the table removed it at ",
+        " (a flush rewrote its rows, or a compaction merged it) and `tributary vacuum` has deleted it since",
+        "run verify again, and keep vacuum's --retain (seven days by default) longer than a verify run takes",
+    ] {
+        assert!(stderr.contains(part), "{part:?} in\n{stdout}{stderr}");
+    }
+    // With its snapshot past the rewrite, verify reads the latest version, whose files are all
+    // there.
+    let verified = verify(&fixture.file, &[]).await;
+    assert_eq!(verified.code, 0, "{verified}");
+    assert!(
+        verified.stdout.lines().any(|l| l
+            .starts_with("current-state table public.t__current: version ")
+            && l.ends_with("10 rows, equal to the source")),
+        "{verified}"
+    );
+    service.stop().await;
+    std::fs::remove_dir_all(&fixture.dir).unwrap();
+}
