@@ -18,7 +18,11 @@ async fn refused_at_start(hint: &str, sink_url: String, options: Vec<(String, St
     let cfg = config(&db.url, &name, &["public.events"], &sink_url, options, &[]);
     let err = RunningPipeline::start_failure(cfg, RunOptions::default()).await;
     assert!(
-        matches!(&err, PipelineError::Commit(_) | PipelineError::Sink(_)),
+        // The preflight's refusal, in the sink's own words.
+        matches!(
+            &err,
+            PipelineError::Refused(_) | PipelineError::Commit(_) | PipelineError::Sink(_)
+        ),
         "{err:?}"
     );
     assert_eq!(
@@ -309,7 +313,10 @@ async fn a_bad_plugin_is_refused_before_anything_is_created() {
             std::slice::from_ref(plugin),
         );
         let err = RunningPipeline::start_failure(cfg, RunOptions::default()).await;
-        assert!(matches!(err, PipelineError::Transform(_)), "{err:?}");
+        assert!(
+            matches!(err, PipelineError::Refused(_) | PipelineError::Transform(_)),
+            "{err:?}"
+        );
         assert!(
             err.to_string().starts_with(&expected),
             "{err}\nexpected {expected}"

@@ -220,10 +220,14 @@ async fn check_sink(
             report.ok(format!(
                 "sink {url}: readable, {entries}, and it is not another pipeline's"
             ));
+            Some(read)
         }
-        Err(e) => report.refuse(crate::error_chain(&e)),
+        // Where this pipeline would start means nothing in another pipeline's log.
+        Err(e) => {
+            report.refuse(crate::error_chain(&e));
+            None
+        }
     }
-    Some(read)
 }
 
 /// What a run would make of `source.start_from`: a first run (an empty commit log) has its
@@ -259,8 +263,8 @@ pub fn judge_start(
 }
 
 /// [`judge_start`] with the slot as it is now; `latest` and `first` are the commit log's latest
-/// and first entries. A later run is also judged against the slot, as the start judges it: a
-/// slot that is missing or confirmed past the lake's end is a gap, refused unless `accept`
+/// and first entries. A later run is also judged against the slot, as the start judges it
+/// before it holds the slot: a missing slot is a gap, refused unless `accept`
 /// (`--accept-gap`) names it.
 async fn check_start(
     report: &mut Report,
@@ -272,8 +276,11 @@ async fn check_start(
 ) -> Result<(), ProvisionError> {
     let slot = provision::slot_state(client, &source.slot).await?;
     let current = provision::current_wal_lsn(client).await?;
-    let confirmed = slot.as_ref().and_then(|s| s.confirmed_flush_lsn);
-    if let Err(gap) = Checkpoint::from_entry(latest).check_slot(&source.slot, confirmed, accept) {
+    // A missing slot only: a slot confirmed past the log read a moment ago may be a running
+    // instance's (a rolling restart), which the start judges once it holds the slot.
+    if slot.is_none()
+        && let Err(gap) = Checkpoint::from_entry(latest).check_slot(&source.slot, None, accept)
+    {
         report.refuse(crate::error_chain(&gap));
         return Ok(());
     }
