@@ -15,7 +15,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -44,6 +44,8 @@ pub const STOP_GRACE: Duration = Duration::from_secs(1);
 /// How long the server waits before accepting again after `accept` failed (out of file
 /// descriptors, say), rather than spinning.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// How often a failing `accept` is said again in the log.
+const TELL_ACCEPT_EVERY: Duration = Duration::from_secs(60);
 
 /// The content type of the probes' and the errors' one line.
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -59,6 +61,7 @@ pub async fn serve(
     let endpoint = Arc::new(endpoint);
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut connections = JoinSet::new();
+    let mut told = None;
     let mut http = http1::Builder::new();
     http.keep_alive(false)
         .timer(TokioTimer::new())
@@ -67,7 +70,7 @@ pub async fn serve(
         while connections.try_join_next().is_some() {}
         let accepted = tokio::select! {
             _ = stop.wait_for(|stop| *stop) => break,
-            accepted = accept(&listener, &permits) => accepted,
+            accepted = accept(&listener, &permits, &mut told) => accepted,
         };
         let Some((stream, permit)) = accepted else {
             tokio::time::sleep(ACCEPT_BACKOFF).await;
@@ -96,19 +99,25 @@ pub async fn serve(
     connections.shutdown().await;
 }
 
-/// The next connection, once one may be served; `None` when `accept` failed.
+/// The next connection, once one may be served; `None` when `accept` failed (said in the log
+/// at most once every [`TELL_ACCEPT_EVERY`], the first time at once).
 async fn accept(
     listener: &TcpListener,
     permits: &Arc<Semaphore>,
+    told: &mut Option<Instant>,
 ) -> Option<(tokio::net::TcpStream, tokio::sync::OwnedSemaphorePermit)> {
-    let permit = Arc::clone(permits)
-        .acquire_owned()
-        .await
-        .expect("the semaphore is never closed");
+    // The semaphore is never closed.
+    let permit = Arc::clone(permits).acquire_owned().await.ok()?;
     match listener.accept().await {
         Ok((stream, _)) => Some((stream, permit)),
         Err(e) => {
-            tracing::debug!("metrics endpoint: accepting a connection failed: {e}");
+            if told.is_none_or(|t| t.elapsed() >= TELL_ACCEPT_EVERY) {
+                *told = Some(Instant::now());
+                tracing::warn!(
+                    "the metrics endpoint could not accept a connection: {e}; scrapes and probes \
+                     may go unanswered until it can (out of file descriptors? raise the limit)"
+                );
+            }
             None
         }
     }
@@ -202,8 +211,6 @@ fn respond(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
-
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
 
