@@ -10,34 +10,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tributary::Lsn;
 use tributary::lake::commit::{CommitLog, Writer};
 use tributary::lake::sink::Sink;
 use tributary_tests::pipeline::{events_database, wait_for_confirmed};
 use tributary_tests::proxy::Proxy;
-use tributary_tests::service::{Fixture, Service, ServiceConfig, command};
+use tributary_tests::service::{Fixture, Service, ServiceConfig, command, get};
 use tributary_tests::{S3Server, postgres, s3, unique_name};
 
 const TABLE: &str = "public.events";
 /// `metrics.ready_after_failing_secs` of the outage test: small, so the test is quick.
 const READY_AFTER: Duration = Duration::from_secs(2);
-
-/// Status code and body of `GET <path>` at `address`.
-async fn get(address: &str, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: tributary\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-    let code = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status code in {head}"));
-    (code, body.to_owned())
-}
 
 /// The value of the sample named exactly `series` (name and labels).
 fn sample(metrics: &str, series: &str) -> Option<f64> {

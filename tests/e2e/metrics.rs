@@ -1,11 +1,15 @@
 //! The metrics endpoint of a real `tributary run`: what landed, where the slot is confirmed,
 //! and what each plugin counted and sent to the dead-letter output, labelled with the plugin;
-//! and an address in use refused before the slot or the publication is created.
+//! the flush, upload and commit latencies as histograms; probes and scrapes answered at once
+//! while idle and stalled clients hold connections open; and an address in use refused before
+//! the slot or the publication is created.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tributary_tests::plugin;
-use tributary_tests::service::{Fixture, Service, metric as sample, scrape};
+use tributary_tests::service::{Fixture, Service, get, metric as sample, scrape};
 
 const TABLE: &str = "public.signups";
 
@@ -151,4 +155,119 @@ async fn a_metrics_address_in_use_is_refused_before_the_slot_is_created() {
         .unwrap();
     assert!(publications.is_empty(), "a publication was created:\n{log}");
     drop(held);
+}
+
+/// Issue 36: the endpoint answered one connection at a time, giving each 5 s to send its
+/// request, so one idle client added 5 s to every probe and fifty stalled it for minutes (a
+/// Kubernetes probe gives up after 5 s and restarts a healthy pipeline). Now each connection
+/// is served on its own, and a client that does not finish its request is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_idle_connections_and_a_stalled_request_delay_no_probe_or_scrape() {
+    let db = tributary_tests::fresh_database("metrics_idle").await;
+    db.client
+        .batch_execute(&format!(
+            "CREATE TABLE {TABLE} (id bigint PRIMARY KEY, email text)"
+        ))
+        .await
+        .unwrap();
+    let fixture = Fixture::new(&db.url, "metrics_idle", &[TABLE]).await;
+    let mut text = fixture.cfg.toml();
+    text.push_str("\n[metrics]\nlisten = \"127.0.0.1:0\"\n");
+    std::fs::write(&fixture.file, text).unwrap();
+    let mut service = Service::spawn(&fixture.file, &[], &fixture.dir.join("run.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    let address = service.metrics_address();
+    // Two transactions, so that there is something to time.
+    for id in [1, 2] {
+        db.client
+            .batch_execute(&format!(
+                "INSERT INTO {TABLE} VALUES ({id}, 'user{id}@example.com')"
+            ))
+            .await
+            .unwrap();
+    }
+    service
+        .wait_for_landed(&fixture.log, 2, Duration::from_secs(60))
+        .await;
+
+    let mut idle = Vec::new();
+    for _ in 0..50 {
+        idle.push(TcpStream::connect(&address).await.unwrap());
+    }
+    let mut stalled = TcpStream::connect(&address).await.unwrap();
+    stalled.write_all(b"GET /metr").await.unwrap();
+    // The server has taken them all before the probe comes.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    for (path, code, body) in [
+        ("/healthz", 200, "alive: streaming\n"),
+        ("/readyz", 200, "ready: streaming"),
+    ] {
+        let asked = Instant::now();
+        let answer = tokio::time::timeout(Duration::from_secs(5), get(&address, path))
+            .await
+            .unwrap_or_else(|_| panic!("{path} gave no answer within 5 s"));
+        let took = asked.elapsed();
+        assert!(took < Duration::from_secs(1), "{path} took {took:?}");
+        assert_eq!(answer.0, code, "{path}: {}", answer.1);
+        assert!(answer.1.starts_with(body), "{path}: {}", answer.1);
+    }
+    // Within a Kubernetes probe's default timeoutSeconds, a scrape too.
+    let metrics = tokio::time::timeout(Duration::from_secs(5), scrape(&address))
+        .await
+        .expect("/metrics gave no answer within 5 s");
+
+    let flushes = sample(&metrics, "tributary_flushes_total").unwrap();
+    let files = sample(&metrics, "tributary_files_written_total").unwrap();
+    assert!(flushes >= 1 && files >= 1, "{metrics}");
+    for (name, help) in [
+        ("tributary_flush_seconds", "# HELP tributary_flush_seconds "),
+        (
+            "tributary_upload_seconds",
+            "# HELP tributary_upload_seconds ",
+        ),
+        (
+            "tributary_commit_seconds",
+            "# HELP tributary_commit_seconds ",
+        ),
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(help)),
+            "no HELP for {name}:\n{metrics}"
+        );
+        assert!(
+            metrics.contains(&format!("\n# TYPE {name} histogram\n")),
+            "no TYPE for {name}:\n{metrics}"
+        );
+        let count = sample(&metrics, &format!("{name}_count")).unwrap();
+        let inf = sample(&metrics, &format!("{name}_bucket{{le=\"+Inf\"}}"));
+        assert_eq!(inf, Some(count), "{name}:\n{metrics}");
+        let sum: f64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}_sum "))?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name}_sum:\n{metrics}"));
+        assert!(sum > 0.0, "{name}_sum {sum}:\n{metrics}");
+    }
+    // Every committed flush was timed once; every data file's upload, and every commit
+    // entry, at least once (a retried attempt is timed too).
+    assert_eq!(
+        sample(&metrics, "tributary_flush_seconds_count"),
+        Some(flushes),
+        "{metrics}"
+    );
+    assert!(sample(&metrics, "tributary_upload_seconds_count").unwrap() >= files);
+    assert!(sample(&metrics, "tributary_commit_seconds_count").unwrap() >= flushes);
+
+    // The stalled client is dropped once its time to send the request is up.
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(15), stalled.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(read, Ok(Ok(_)) | Ok(Err(_))),
+        "a stalled request was still open after 15 s"
+    );
+    drop(idle);
+    service.stop().await;
+    let _ = std::fs::remove_dir_all(&fixture.dir);
 }

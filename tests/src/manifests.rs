@@ -115,14 +115,21 @@ pub fn metric_names(expr: &str) -> Vec<String> {
     names
 }
 
-/// The metric families a Prometheus text exposition declares (its `# TYPE` lines).
+/// The series names a Prometheus text exposition declares: the names of its `# TYPE` lines,
+/// and for a histogram its `_bucket`, `_sum` and `_count` series, which queries name.
 pub fn declared_families(exposition: &str) -> Vec<String> {
-    exposition
-        .lines()
-        .filter_map(|line| line.strip_prefix("# TYPE "))
-        .filter_map(|rest| rest.split_whitespace().next())
-        .map(str::to_owned)
-        .collect()
+    let mut names = Vec::new();
+    for rest in exposition.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+        let mut words = rest.split_whitespace();
+        let (Some(name), kind) = (words.next(), words.next()) else {
+            continue;
+        };
+        names.push(name.to_owned());
+        if kind == Some("histogram") {
+            names.extend(["_bucket", "_sum", "_count"].map(|s| format!("{name}{s}")));
+        }
+    }
+    names
 }
 
 #[cfg(test)]
@@ -140,11 +147,18 @@ mod tests {
     }
 
     #[test]
-    fn declared_families_are_the_type_lines() {
-        let text = "# HELP tributary_ready r\n# TYPE tributary_ready gauge\ntributary_ready 1\n# TYPE tributary_x_total counter\n";
+    fn declared_families_are_the_type_lines_and_a_histograms_series() {
+        let text = "# HELP tributary_ready r\n# TYPE tributary_ready gauge\ntributary_ready 1\n# TYPE tributary_x_total counter\n# TYPE tributary_y_seconds histogram\n";
         assert_eq!(
             declared_families(text),
-            ["tributary_ready", "tributary_x_total"]
+            [
+                "tributary_ready",
+                "tributary_x_total",
+                "tributary_y_seconds",
+                "tributary_y_seconds_bucket",
+                "tributary_y_seconds_sum",
+                "tributary_y_seconds_count"
+            ]
         );
     }
 }

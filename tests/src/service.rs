@@ -402,19 +402,28 @@ pub async fn command(
     )
 }
 
-/// The body of `GET /metrics` at `address` (`host:port`), asserting a 200 answer.
-pub async fn scrape(address: &str) -> String {
+/// Status code and body of `GET <path>` at `address` (`host:port`), asked the way a probe
+/// asks: one HTTP/1.1 request, read to the end.
+pub async fn get(address: &str, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: tributary\r\n\r\n")
-        .await
-        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: tributary\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
     let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
-    body.to_owned()
+    let code = head
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3)?.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP/1.1 status line in {head}"));
+    (code, body.to_owned())
+}
+
+/// The body of `GET /metrics` at `address` (`host:port`), asserting a 200 answer.
+pub async fn scrape(address: &str) -> String {
+    let (code, body) = get(address, "/metrics").await;
+    assert_eq!(code, 200, "{body}");
+    body
 }
 
 /// The value of the sample named exactly `series` (name and labels) in a scrape.

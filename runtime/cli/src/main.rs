@@ -14,7 +14,7 @@ use tributary::commands::teardown::Teardown;
 use tributary::commands::verify::{self, VerifyOptions};
 use tributary::config::{CaptureMode, PipelineConfig};
 use tributary::lake::commit::journal_name;
-use tributary::pipeline::{self, Progress, RunOptions, metrics};
+use tributary::pipeline::{self, Progress, RunOptions, http, metrics};
 
 mod demo;
 mod log;
@@ -257,69 +257,109 @@ async fn load_bar(mut progress: watch::Receiver<Progress>) {
     }
 }
 
+/// The metrics and probe endpoint of `run` (`metrics.listen`), serving while it runs.
+struct Front {
+    stop: watch::Sender<bool>,
+    serving: tokio::task::JoinHandle<()>,
+}
+
+impl Front {
+    /// Bind and serve, when the pipeline file asks for it. Bound before anything else happens,
+    /// so a port in use is refused before the slot or the publication is touched.
+    async fn start(
+        config: &PipelineConfig,
+        progress: &watch::Sender<Progress>,
+    ) -> anyhow::Result<Option<Front>> {
+        let Some(address) = config.metrics.address().map_err(anyhow::Error::msg)? else {
+            return Ok(None);
+        };
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| {
+                format!(
+                    "metrics.listen = \"{address}\": cannot listen there; choose a free port, or \
+                     stop what holds it"
+                )
+            })?;
+        let address = listener.local_addr().unwrap_or(address);
+        tracing::info!("metrics at http://{address}/metrics, probes at /healthz and /readyz");
+        let endpoint = metrics::Endpoint {
+            identity: metrics::Identity {
+                slot: source_name(config),
+                version: env!("CARGO_PKG_VERSION"),
+            },
+            ready_after_failing: config.metrics.ready_after_failing(),
+        };
+        let (stop, stopped) = watch::channel(false);
+        let serving = tokio::spawn(http::serve(
+            listener,
+            progress.subscribe(),
+            endpoint,
+            stopped,
+        ));
+        Ok(Some(Front { stop, serving }))
+    }
+
+    /// Stop once the pipeline has ended: the probes answer while a stop finishes the flush in
+    /// flight, and requests begun are answered.
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.serving.await;
+    }
+}
+
+/// `tributary run`: the pipeline until a signal stops it, with its metrics endpoint when the
+/// pipeline file asks for one.
+async fn run(
+    file: &std::path::Path,
+    accept_gap: Option<String>,
+    wait: bool,
+) -> anyhow::Result<ExitCode> {
+    let config = PipelineConfig::load(file)?;
+    log::name_slot(&source_name(&config));
+    let (stop, shutdown) = watch::channel(false);
+    let (progress, _) = watch::channel(Progress::default());
+    let stopping = progress.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("stopping: finishing the flush in flight");
+        stopping.send_modify(|p| p.stopping = true);
+        let _ = stop.send(true);
+    });
+    if std::io::stderr().is_terminal() {
+        tokio::spawn(load_bar(progress.subscribe()));
+    }
+    let front = Front::start(&config, &progress).await?;
+    let options = RunOptions {
+        accept_gap,
+        wait_for_slot: wait,
+        ..RunOptions::default()
+    };
+    let ended = pipeline::run(config, options, shutdown, progress).await;
+    if let Some(front) = front {
+        front.stop().await;
+    }
+    let done = ended?;
+    tracing::info!(
+        flushes = done.flushes,
+        transactions = done.transactions,
+        changes = done.changes,
+        "stopped"
+    );
+    if !done.plugins.is_empty() {
+        let counted = tributary::transform::describe_tallies(&done.plugins);
+        tracing::info!("plugin counters: {counted}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn execute(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Run {
             config,
             accept_gap,
             wait,
-        } => {
-            let config = PipelineConfig::load(&config)?;
-            log::name_slot(&source_name(&config));
-            let (stop, shutdown) = watch::channel(false);
-            let (progress, _) = watch::channel(Progress::default());
-            let stopping = progress.clone();
-            tokio::spawn(async move {
-                wait_for_signal().await;
-                tracing::info!("stopping: finishing the flush in flight");
-                stopping.send_modify(|p| p.stopping = true);
-                let _ = stop.send(true);
-            });
-            if std::io::stderr().is_terminal() {
-                tokio::spawn(load_bar(progress.subscribe()));
-            }
-            // The endpoint is bound before anything else happens, so a port in use is refused
-            // before the slot or the publication is touched.
-            if let Some(address) = config.metrics.address().map_err(anyhow::Error::msg)? {
-                let listener = tokio::net::TcpListener::bind(address)
-                    .await
-                    .with_context(|| {
-                        format!(
-                            "metrics.listen = \"{address}\": cannot listen there; choose a free \
-                         port, or stop what holds it"
-                        )
-                    })?;
-                let address = listener.local_addr().unwrap_or(address);
-                tracing::info!(
-                    "metrics at http://{address}/metrics, probes at /healthz and /readyz"
-                );
-                let endpoint = metrics::Endpoint {
-                    identity: metrics::Identity {
-                        slot: source_name(&config),
-                        version: env!("CARGO_PKG_VERSION"),
-                    },
-                    ready_after_failing: config.metrics.ready_after_failing(),
-                };
-                tokio::spawn(metrics::serve(listener, progress.subscribe(), endpoint));
-            }
-            let options = RunOptions {
-                accept_gap,
-                wait_for_slot: wait,
-                ..RunOptions::default()
-            };
-            let done = pipeline::run(config, options, shutdown, progress).await?;
-            tracing::info!(
-                flushes = done.flushes,
-                transactions = done.transactions,
-                changes = done.changes,
-                "stopped"
-            );
-            if !done.plugins.is_empty() {
-                let counted = tributary::transform::describe_tallies(&done.plugins);
-                tracing::info!("plugin counters: {counted}");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => run(&config, accept_gap, wait).await,
         Command::Demo(options) => demo::run(options).await.map(|()| ExitCode::SUCCESS),
         Command::Status { config, json } => {
             let config = PipelineConfig::load(&config)?;

@@ -18,7 +18,7 @@ use super::sleep_until;
 use crate::failpoint;
 use crate::lake::commit::{CommitError, CommitLog, EntryKind, Failover, unix_micros};
 use crate::lake::delta::Tables;
-use crate::lake::flush::{Action, ActionId, FlushMachine, Step, Stopped};
+use crate::lake::flush::{Action, ActionId, EncodedFlush, FlushMachine, Step, Stopped};
 use crate::lake::sink::{Created, Sink};
 use crate::source::replication::Confirmer;
 use crate::transform::{Tallies, add_tallies, describe_tallies};
@@ -49,15 +49,13 @@ pub(super) async fn land(
     let sink = log.sink().clone();
     let retry_limit = machine.retry_limit();
     let mut running: Running = FuturesUnordered::new();
-    // Budget shares of parts whose files are not all up, and the stage times of flushes in
-    // flight; the machine holds the flushes themselves.
-    let mut budgets: Vec<((u64, u32), Share)> = Vec::new();
-    let mut held: Vec<(u64, Held)> = Vec::new();
-    let mut failing = Failing {
-        limit: retry_limit,
-        ..Failing::default()
+    let mut books = Books {
+        failing: Failing {
+            limit: retry_limit,
+            ..Failing::default()
+        },
+        ..Books::default()
     };
-    let mut told_tallies: Option<Instant> = None;
     let mut open = true;
     let mut stop_seen = false;
     // After a stop request, how long landing waits for a sink request that gives no answer.
@@ -70,67 +68,9 @@ pub(super) async fn land(
             machine.followed(failover);
         }
         while let Some(action) = machine.poll_action(Instant::now(), unix_micros()) {
-            match action {
-                Action::PartUploaded {
-                    sequence,
-                    part,
-                    last,
-                } => {
-                    budgets.retain(|(key, _)| *key != (sequence, part));
-                    if !last {
-                        failpoint::reached("flush.after-part").await;
-                    }
-                }
-                Action::Confirm { lsn } => confirmer.confirm(lsn),
-                Action::Landed { entry } => {
-                    let index = held.iter().position(|(n, _)| *n == entry.sequence);
-                    let done = index.map(|i| held.remove(i).1);
-                    let counted = done.as_ref().is_some_and(|d| !d.tallies.is_empty());
-                    report(&progress, &entry, done.as_ref());
-                    if counted && told_tallies.is_none_or(|t| t.elapsed() >= TALLIES_EVERY) {
-                        told_tallies = Some(Instant::now());
-                        let line = describe_tallies(&progress.borrow().plugins);
-                        tracing::info!("plugin counters so far: {line}");
-                    }
-                }
-                Action::Retrying {
-                    what,
-                    sequence,
-                    attempts,
-                    retry_in,
-                    error,
-                } => {
-                    let told = failing.retrying(
-                        what,
-                        sequence,
-                        attempts,
-                        retry_in,
-                        &error,
-                        machine.confirmed(),
-                        Instant::now(),
-                    );
-                    if let Some(message) = told {
-                        tracing::warn!("{message}");
-                    }
-                    let failure = failing.failure();
-                    progress.send_modify(|p| {
-                        p.sink_retries += 1;
-                        p.sink_failing = true;
-                        p.faults.sink = failure;
-                    });
-                }
-                Action::Recovered { what, attempts } => {
-                    if let Some(message) = failing.recovered(what, attempts, Instant::now()) {
-                        tracing::info!("{message}");
-                    }
-                    let (still, failure) = (failing.any(), failing.failure());
-                    progress.send_modify(|p| {
-                        p.sink_failing = still;
-                        p.faults.sink = failure;
-                    });
-                }
-                Action::Warning { message } => tracing::warn!("{message}"),
-                other => running.push(execute(other, &log, &sink, tables.as_ref())),
+            let confirmed = machine.confirmed();
+            if let Some(request) = books.settle(action, confirmed, &confirmer, &progress).await {
+                running.push(execute(request, &log, &sink, tables.as_ref()));
             }
         }
         if machine.is_stopped() && machine.is_idle() && running.is_empty() {
@@ -160,29 +100,12 @@ pub(super) async fn land(
                 if stop_seen {
                     patience = Some(tokio::time::Instant::now() + STOP_PATIENCE);
                 }
-                progress.send_if_modified(|p| {
-                    match id.step {
-                        Step::Intent(_) | Step::Upload(_) => p.stages.upload += took,
-                        _ => p.stages.commit += took,
-                    }
-                    false
-                });
+                timed(&progress, id.step, result.is_ok(), took);
                 machine.handle(id, result, Instant::now());
             }
             _ = sleep_until(retry_at) => {}
             received = input.recv(), if open && !machine.is_stopped() && machine.accepts() => match received {
-                Some(Encoded { flush, _budget, transform, encode, tallies }) => {
-                    budgets.push(((flush.sequence, flush.part), _budget));
-                    match held.iter_mut().find(|(n, _)| *n == flush.sequence) {
-                        Some((_, kept)) => {
-                            kept.transform += transform;
-                            kept.encode += encode;
-                            add_tallies(&mut kept.tallies, &tallies);
-                        }
-                        None => held.push((flush.sequence, Held { transform, encode, tallies })),
-                    }
-                    machine.push(flush);
-                }
+                Some(encoded) => machine.push(books.receive(encoded)),
                 None => open = false,
             },
         }
@@ -207,6 +130,139 @@ pub(super) async fn land(
             error,
             confirmed,
         }),
+    }
+}
+
+/// A sink request's time, in its stage's timer and, for a data file or a commit entry that
+/// succeeded, in its latency histogram.
+fn timed(progress: &watch::Sender<Progress>, step: Step, succeeded: bool, took: Duration) {
+    progress.send_if_modified(|p| {
+        match step {
+            Step::Intent(_) | Step::Upload(_) => p.stages.upload += took,
+            _ => p.stages.commit += took,
+        }
+        match step {
+            Step::Upload(_) if succeeded => p.latencies.upload(took),
+            Step::Commit if succeeded => p.latencies.commit(took),
+            _ => {}
+        }
+        false
+    });
+}
+
+/// What landing keeps beside the machine, which holds the flushes themselves: the budget
+/// shares of parts whose files are not all up, what each flush in flight took so far and what
+/// its plugins counted, the sink steps failing now, and when the plugins' counters were last
+/// logged.
+#[derive(Default)]
+struct Books {
+    budgets: Vec<((u64, u32), Share)>,
+    held: Vec<(u64, Held)>,
+    failing: Failing,
+    told_tallies: Option<Instant>,
+}
+
+impl Books {
+    /// Keep what landing needs of an encoded part beside the machine; the flush part itself
+    /// goes to the machine.
+    fn receive(&mut self, encoded: Encoded) -> EncodedFlush {
+        let Encoded {
+            flush,
+            _budget,
+            transform,
+            encode,
+            tallies,
+        } = encoded;
+        self.budgets.push(((flush.sequence, flush.part), _budget));
+        match self.held.iter_mut().find(|(n, _)| *n == flush.sequence) {
+            Some((_, kept)) => {
+                kept.transform += transform;
+                kept.encode += encode;
+                add_tallies(&mut kept.tallies, &tallies);
+            }
+            None => self.held.push((
+                flush.sequence,
+                Held {
+                    arrived: Instant::now(),
+                    transform,
+                    encode,
+                    tallies,
+                },
+            )),
+        }
+        flush
+    }
+
+    /// Carry out an action that asks nothing of the sink, and hand back one that does.
+    async fn settle(
+        &mut self,
+        action: Action,
+        confirmed: crate::Lsn,
+        confirmer: &Confirmer,
+        progress: &watch::Sender<Progress>,
+    ) -> Option<Action> {
+        match action {
+            Action::PartUploaded {
+                sequence,
+                part,
+                last,
+            } => {
+                self.budgets.retain(|(key, _)| *key != (sequence, part));
+                if !last {
+                    failpoint::reached("flush.after-part").await;
+                }
+            }
+            Action::Confirm { lsn } => confirmer.confirm(lsn),
+            Action::Landed { entry } => {
+                let index = self.held.iter().position(|(n, _)| *n == entry.sequence);
+                let done = index.map(|i| self.held.remove(i).1);
+                let counted = done.as_ref().is_some_and(|d| !d.tallies.is_empty());
+                report(progress, &entry, done.as_ref());
+                if counted
+                    && self
+                        .told_tallies
+                        .is_none_or(|t| t.elapsed() >= TALLIES_EVERY)
+                {
+                    self.told_tallies = Some(Instant::now());
+                    let line = describe_tallies(&progress.borrow().plugins);
+                    tracing::info!("plugin counters so far: {line}");
+                }
+            }
+            Action::Retrying {
+                what,
+                sequence,
+                attempts,
+                retry_in,
+                error,
+            } => {
+                let now = Instant::now();
+                let told = self
+                    .failing
+                    .retrying(what, sequence, attempts, retry_in, &error, confirmed, now);
+                if let Some(message) = told {
+                    tracing::warn!("{message}");
+                }
+                let failure = self.failing.failure();
+                progress.send_modify(|p| {
+                    p.sink_retries += 1;
+                    p.sink_failing = true;
+                    p.faults.sink = failure;
+                });
+            }
+            Action::Recovered { what, attempts } => {
+                if let Some(message) = self.failing.recovered(what, attempts, Instant::now()) {
+                    tracing::info!("{message}");
+                }
+                let (still, failure) = (self.failing.any(), self.failing.failure());
+                progress.send_modify(|p| {
+                    p.sink_failing = still;
+                    p.faults.sink = failure;
+                });
+            }
+            Action::Warning { message } => tracing::warn!("{message}"),
+            request => return Some(request),
+        }
+        None
     }
 }
 
@@ -294,9 +350,11 @@ impl Failing {
     }
 }
 
-/// What landing keeps of a flush beside the machine, for the progress report: its stage times
-/// and what the plugins counted making it (reported once it is committed).
+/// What landing keeps of a flush beside the machine, for the progress report: when its first
+/// part reached landing, its stage times and what the plugins counted making it (reported
+/// once it is committed).
 struct Held {
+    arrived: Instant,
     transform: Duration,
     encode: Duration,
     tallies: Tallies,
@@ -444,6 +502,7 @@ fn report(
         p.bytes_written += bytes;
         p.last_entry = Some(entry.clone());
         if let Some(done) = done {
+            p.latencies.flush(done.arrived.elapsed());
             p.stages.transform += done.transform;
             p.stages.encode += done.encode;
             add_tallies(&mut p.plugins, &done.tallies);

@@ -8,6 +8,7 @@ use tokio::sync::watch;
 
 use super::budget::Share;
 use super::health::{Backlog, Faults};
+use super::latency::Latencies;
 use crate::Lsn;
 use crate::lake::commit::CommitEntry;
 use crate::lake::flush::EncodedFlush;
@@ -32,6 +33,9 @@ pub struct Progress {
     pub streaming: bool,
     /// Where the time went, summed over the run.
     pub stages: StageTimes,
+    /// How long flushes, data file uploads and commit entries took, as histograms that every
+    /// copy of the progress shares.
+    pub latencies: Latencies,
     /// What each plugin counted in the flushes committed so far, by plugin name.
     pub plugins: Tallies,
     /// Attempts of sink steps (intents, uploads, commit entries) that failed and were retried.

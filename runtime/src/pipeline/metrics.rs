@@ -1,21 +1,30 @@
-//! Metrics of a running pipeline in the Prometheus text format (version 0.0.4), served over
-//! plain HTTP at `GET /metrics` when `metrics.listen` is set, beside the probes an orchestrator
-//! asks: `GET /healthz` (alive) and `GET /readyz` (ready), each answering 200 or 503 with one
-//! line that says why (see [`super::health`]).
+//! Metrics of a running pipeline in the Prometheus text format (version 0.0.4), written with
+//! the Prometheus project's client (`prometheus-client`) and served at `GET /metrics` when
+//! `metrics.listen` is set (see [`super::http`]).
 //!
 //! Everything comes from the pipeline's [`Progress`]: what was committed (counters since the
-//! process started), where the slot is confirmed, where the time went, whether the sink is
-//! failing, how far behind the lake is, the slot's WAL figures, and what each plugin counted
-//! (`host.count`) and sent to the dead-letter output, labelled with the plugin. Counts are
-//! taken at commit, so a flush that never commits (a crash, a stop) counts nothing and the
-//! figures match what landed.
+//! process started), where the slot is confirmed, where the time went and how it is spread
+//! (the latency histograms, see [`super::latency`]), whether the sink is failing, how far
+//! behind the lake is, the slot's WAL figures, and what each plugin counted (`host.count`) and
+//! sent to the dead-letter output, labelled with the plugin. Counts are taken at commit, so a
+//! flush that never commits (a crash, a stop) counts nothing and the figures match what
+//! landed.
+//!
+//! A scrape is one snapshot of the progress, read at one instant ([`Now`]): a collector holds
+//! it and writes every family from it, with its HELP and TYPE, so the figures of one scrape
+//! agree with each other.
 
-use std::fmt::Write as _;
+use std::fmt;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet, EncodeMetric, prometheus_text,
+};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
 
 use super::health;
 use crate::lake::commit::EntryKind;
@@ -23,14 +32,7 @@ use crate::pipeline::Progress;
 use crate::source::slot_wal::WAL_STATUSES;
 
 /// The content type of the text exposition format.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-/// The content type of the probes' and the errors' one line.
-const TEXT: &str = "text/plain; charset=utf-8";
-
-/// The longest a client may take to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// The most of a request that is read: a scrape's request line and headers.
-const REQUEST_LIMIT: usize = 8 * 1024;
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 /// What names the pipeline in every scrape.
 #[derive(Debug, Clone)]
@@ -64,398 +66,333 @@ impl Now {
     }
 }
 
-/// The metrics of `progress` at `now` in the text exposition format.
-pub fn render(progress: &Progress, endpoint: &Endpoint, now: Now) -> String {
-    let identity = &endpoint.identity;
-    let mut out = Text::default();
-    out.family("tributary_info", "gauge", "The running pipeline, always 1.");
-    out.sample(
-        "tributary_info",
-        &[("slot", &identity.slot), ("version", identity.version)],
-        1,
-    );
-    out.single(
-        "tributary_streaming",
-        "gauge",
-        "1 while the slot is being read: every transaction committed from then on lands.",
-        u64::from(progress.streaming),
-    );
+/// The metrics of `progress` at `now` in the text exposition format. Fails only if the client
+/// cannot format a figure, which no figure here gives it cause to.
+pub fn render(progress: &Progress, endpoint: &Endpoint, now: Now) -> Result<String, fmt::Error> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Scrape {
+        progress: progress.clone(),
+        endpoint: endpoint.clone(),
+        now,
+    }));
+    let mut text = String::new();
+    prometheus_text::encode(&mut text, &registry)?;
+    Ok(text)
+}
+
+/// One scrape: the progress as it was, and when.
+#[derive(Debug)]
+struct Scrape {
+    progress: Progress,
+    endpoint: Endpoint,
+    now: Now,
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut out: DescriptorEncoder) -> fmt::Result {
+        let (progress, out) = (&self.progress, &mut out);
+        let identity = &self.endpoint.identity;
+        family(
+            out,
+            "tributary_info",
+            "The running pipeline, always 1.",
+            MetricType::Gauge,
+            [(
+                [
+                    ("slot", identity.slot.as_str()),
+                    ("version", identity.version),
+                ],
+                ConstGauge::new(1u64),
+            )],
+        )?;
+        gauge(
+            out,
+            "tributary_streaming",
+            "1 while the slot is being read: every transaction committed from then on lands.",
+            u64::from(progress.streaming),
+        )?;
+        totals(out, progress)?;
+        let ready = health::readiness(
+            progress,
+            self.now.instant,
+            self.endpoint.ready_after_failing,
+        );
+        gauge(
+            out,
+            "tributary_ready",
+            "1 while the pipeline is ready, as /readyz judges: streaming, and no sink or source step failing for longer than metrics.ready_after_failing_secs.",
+            u64::from(ready.ok),
+        )?;
+        gauge(
+            out,
+            "tributary_lag_seconds",
+            "With transactions read and not yet landed, seconds since the oldest of them committed; 0 when everything read has landed.",
+            health::lag_seconds(progress, self.now.unix_micros),
+        )?;
+        slot_figures(out, progress)?;
+        journal_figures(out, progress)?;
+        gauge(
+            out,
+            "tributary_sink_failing",
+            "1 while a sink step fails and is being retried (nothing new is confirmed meanwhile).",
+            u64::from(progress.sink_failing),
+        )?;
+        last_entry(out, progress)?;
+        stage_times(out, progress)?;
+        plugin_tallies(out, progress)?;
+        progress.latencies.encode(out)
+    }
+}
+
+/// A counter without labels (the client names its sample `<name>_total`).
+fn counter(out: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> fmt::Result {
+    ConstCounter::new(value).encode(out.encode_descriptor(name, help, None, MetricType::Counter)?)
+}
+
+/// A gauge without labels.
+fn gauge(
+    out: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: impl EncodeGaugeValue,
+) -> fmt::Result {
+    ConstGauge::new(value).encode(out.encode_descriptor(name, help, None, MetricType::Gauge)?)
+}
+
+/// A family of samples told apart by their labels; declared (HELP and TYPE) even without any.
+fn family<L: EncodeLabelSet, M: EncodeMetric>(
+    out: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    samples: impl IntoIterator<Item = (L, M)>,
+) -> fmt::Result {
+    let mut family = out.encode_descriptor(name, help, None, kind)?;
+    for (labels, metric) in samples {
+        metric.encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// What landed since the process started.
+fn totals(out: &mut DescriptorEncoder, progress: &Progress) -> fmt::Result {
     for (name, help, value) in [
         (
-            "tributary_flushes_total",
+            "tributary_flushes",
             "Flushes committed to the commit log.",
             progress.flushes,
         ),
         (
-            "tributary_transactions_total",
+            "tributary_transactions",
             "Source transactions landed.",
             progress.transactions,
         ),
         (
-            "tributary_changes_total",
+            "tributary_changes",
             "Source changes landed.",
             progress.changes,
         ),
         (
-            "tributary_rows_written_total",
+            "tributary_rows_written",
             "Rows written to data files, over all outputs.",
             progress.rows_written,
         ),
         (
-            "tributary_files_written_total",
+            "tributary_files_written",
             "Data files committed.",
             progress.files_written,
         ),
         (
-            "tributary_bytes_written_total",
+            "tributary_bytes_written",
             "Bytes of data files committed.",
             progress.bytes_written,
         ),
         (
-            "tributary_replays_skipped_total",
+            "tributary_replays_skipped",
             "Transactions the server sent again that had already landed, dropped.",
             progress.replays_skipped,
         ),
         (
-            "tributary_sink_retries_total",
+            "tributary_sink_retries",
             "Failed attempts of sink steps (intents, uploads, commit entries) that were retried.",
             progress.sink_retries,
         ),
     ] {
-        out.single(name, "counter", help, value);
+        counter(out, name, help, value)?;
     }
-    out.single(
-        "tributary_ready",
-        "gauge",
-        "1 while the pipeline is ready, as /readyz judges: streaming, and no sink or source step failing for longer than metrics.ready_after_failing_secs.",
-        u64::from(health::readiness(progress, now.instant, endpoint.ready_after_failing).ok),
-    );
-    out.family(
-        "tributary_lag_seconds",
-        "gauge",
-        "With transactions read and not yet landed, seconds since the oldest of them committed; 0 when everything read has landed.",
-    );
-    out.sample_float(
-        "tributary_lag_seconds",
-        &[],
-        health::lag_seconds(progress, now.unix_micros),
-    );
-    slot_figures(&mut out, progress);
-    journal_figures(&mut out, progress);
-    out.single(
-        "tributary_sink_failing",
-        "gauge",
-        "1 while a sink step fails and is being retried (nothing new is confirmed meanwhile).",
-        u64::from(progress.sink_failing),
-    );
-    if let Some(entry) = &progress.last_entry {
-        out.single(
-            "tributary_confirmed_lsn",
-            "gauge",
-            "Where the slot is confirmed: the end of the last transaction the commit log holds.",
-            entry.last_end_lsn.0,
-        );
-        out.single(
-            "tributary_last_commit_lsn",
-            "gauge",
-            "Commit LSN of the last source transaction landed.",
-            entry.last_commit_lsn.0,
-        );
-        out.single(
-            "tributary_last_entry_sequence",
-            "gauge",
-            "Sequence number of the last commit entry this process wrote.",
-            entry.sequence,
-        );
-        out.family(
-            "tributary_last_entry_timestamp_seconds",
-            "gauge",
-            "When the last commit entry was written, in seconds since the Unix epoch.",
-        );
-        out.sample_float(
-            "tributary_last_entry_timestamp_seconds",
-            &[(
-                "kind",
-                match entry.kind {
-                    EntryKind::Flush => "flush",
-                    EntryKind::Open => "open",
-                    EntryKind::Advance => "advance",
-                    EntryKind::Load => "load",
-                },
-            )],
-            entry.committed_at as f64 / 1e6,
-        );
-        out.single(
-            "tributary_dead_letters_committed",
-            "gauge",
-            "Changes in the dead-letter output, as the last commit entry counts them (every run).",
-            entry.dead_letters,
-        );
-    }
-    out.family(
-        "tributary_stage_seconds_total",
-        "counter",
-        "Wall time spent in each stage of the pipeline.",
-    );
-    let stages = &progress.stages;
-    for (stage, took) in [
-        ("decode", stages.decode),
-        ("transform", stages.transform),
-        ("encode", stages.encode),
-        ("upload", stages.upload),
-        ("commit", stages.commit),
-    ] {
-        out.sample_float(
-            "tributary_stage_seconds_total",
-            &[("stage", stage)],
-            took.as_secs_f64(),
-        );
-    }
-    if !progress.plugins.is_empty() {
-        out.family(
-            "tributary_plugin_calls_total",
-            "counter",
-            "Calls of a plugin's process in committed flushes.",
-        );
-        for (plugin, tally) in &progress.plugins {
-            out.sample(
-                "tributary_plugin_calls_total",
-                &[("plugin", plugin)],
-                tally.calls,
-            );
-        }
-        out.family(
-            "tributary_dead_letters_total",
-            "counter",
-            "Changes a plugin rejected (or failed on) that landed in the dead-letter output.",
-        );
-        for (plugin, tally) in &progress.plugins {
-            out.sample(
-                "tributary_dead_letters_total",
-                &[("plugin", plugin)],
-                tally.dead_letters,
-            );
-        }
-        out.family(
-            "tributary_plugin_counter_total",
-            "counter",
-            "What plugins counted through the host's count import, by plugin and counter name.",
-        );
-        for (plugin, tally) in &progress.plugins {
-            for (counter, value) in &tally.counters {
-                out.sample(
-                    "tributary_plugin_counter_total",
-                    &[("plugin", plugin), ("counter", counter)],
-                    *value,
-                );
-            }
-        }
-    }
-    out.0
+    Ok(())
 }
 
 /// The slot's WAL figures as last sampled; nothing before the first sample, and no
-/// `safe_wal_bytes` when the server keeps WAL for slots without limit.
-fn slot_figures(out: &mut Text, progress: &Progress) {
+/// `safe_wal_bytes` sample when the server keeps WAL for slots without limit.
+fn slot_figures(out: &mut DescriptorEncoder, progress: &Progress) -> fmt::Result {
     let Some(slot) = &progress.slot else {
-        return;
+        return Ok(());
     };
     if let Some(retained) = slot.retained_bytes {
-        out.single(
+        gauge(
+            out,
             "tributary_slot_retained_wal_bytes",
-            "gauge",
             "WAL the server keeps for the slot: its current WAL position minus the slot's restart_lsn.",
             retained,
-        );
+        )?;
     }
     // Declared even without a sample, so that rules written against it find the name.
-    out.family(
+    family(
+        out,
         "tributary_slot_safe_wal_bytes",
-        "gauge",
         "safe_wal_size of the slot: WAL that may still be written before the slot is in danger of being lost (max_slot_wal_keep_size); no sample while it is unlimited.",
-    );
-    if let Some(safe) = slot.safe_bytes {
-        out.labels("tributary_slot_safe_wal_bytes", &[]);
-        let _ = writeln!(out.0, " {safe}");
-    }
+        MetricType::Gauge,
+        slot.safe_bytes
+            .map(|safe| (Vec::<(&str, &str)>::new(), ConstGauge::new(safe))),
+    )?;
     if let Some(status) = &slot.wal_status {
-        out.family(
+        family(
+            out,
             "tributary_slot_wal_status",
-            "gauge",
             "wal_status of the slot, as a state set: 1 for the status it has, 0 for the others.",
-        );
-        for known in WAL_STATUSES {
-            out.sample(
-                "tributary_slot_wal_status",
-                &[("status", known)],
-                u64::from(status == known),
-            );
-        }
+            MetricType::Gauge,
+            WAL_STATUSES.iter().map(|known| {
+                (
+                    [("status", *known)],
+                    ConstGauge::new(u64::from(status == known)),
+                )
+            }),
+        )?;
     }
+    Ok(())
 }
 
 /// Trigger capture's journal as last sampled; nothing before the first sample.
-fn journal_figures(out: &mut Text, progress: &Progress) {
+fn journal_figures(out: &mut DescriptorEncoder, progress: &Progress) -> fmt::Result {
     let Some(journal) = &progress.journal else {
-        return;
+        return Ok(());
     };
-    out.single(
+    gauge(
+        out,
         "tributary_journal_rows",
-        "gauge",
         "Rows in trigger capture's journal: changes not landed yet, or landed and not yet deleted.",
-        u64::try_from(journal.rows).unwrap_or(0),
-    );
-    out.single(
+        journal.rows.max(0),
+    )?;
+    gauge(
+        out,
         "tributary_journal_bytes",
-        "gauge",
         "The size of trigger capture's journal on the source, indexes and TOAST included.",
-        u64::try_from(journal.bytes).unwrap_or(0),
-    );
+        journal.bytes.max(0),
+    )
 }
 
-/// Text exposition being written.
-#[derive(Default)]
-struct Text(String);
-
-impl Text {
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.0, "# HELP {name} {help}");
-        let _ = writeln!(self.0, "# TYPE {name} {kind}");
-    }
-
-    fn single(&mut self, name: &str, kind: &str, help: &str, value: u64) {
-        self.family(name, kind, help);
-        self.sample(name, &[], value);
-    }
-
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: u64) {
-        self.labels(name, labels);
-        let _ = writeln!(self.0, " {value}");
-    }
-
-    fn sample_float(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
-        self.labels(name, labels);
-        let _ = writeln!(self.0, " {value}");
-    }
-
-    fn labels(&mut self, name: &str, labels: &[(&str, &str)]) {
-        self.0.push_str(name);
-        if labels.is_empty() {
-            return;
-        }
-        self.0.push('{');
-        for (i, (label, value)) in labels.iter().enumerate() {
-            if i > 0 {
-                self.0.push(',');
-            }
-            let _ = write!(self.0, "{label}=\"");
-            for c in value.chars() {
-                match c {
-                    '\\' => self.0.push_str("\\\\"),
-                    '"' => self.0.push_str("\\\""),
-                    '\n' => self.0.push_str("\\n"),
-                    c => self.0.push(c),
-                }
-            }
-            self.0.push('"');
-        }
-        self.0.push('}');
-    }
-}
-
-/// Answer scrapes and probes on `listener` until the process ends, from the latest progress.
-/// One connection at a time is plenty for a scraper and a prober; a client that says nothing
-/// is dropped after a few seconds.
-pub async fn serve(listener: TcpListener, progress: watch::Receiver<Progress>, endpoint: Endpoint) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &progress, &endpoint)).await;
-    }
-}
-
-/// A response: status line, content type and body.
-#[derive(Debug, PartialEq, Eq)]
-struct Response {
-    status: &'static str,
-    content_type: &'static str,
-    body: String,
-}
-
-/// The response to `method` `path`, from `progress` at `now`.
-fn respond(
-    method: &str,
-    path: &str,
-    progress: &Progress,
-    endpoint: &Endpoint,
-    now: Now,
-) -> Response {
-    let probe = |verdict: health::Verdict| Response {
-        status: if verdict.ok {
-            "200 OK"
-        } else {
-            "503 Service Unavailable"
-        },
-        content_type: TEXT,
-        body: format!("{}\n", verdict.reason),
+/// Where the commit log stands, from the last entry this process wrote or read at start.
+fn last_entry(out: &mut DescriptorEncoder, progress: &Progress) -> fmt::Result {
+    let Some(entry) = &progress.last_entry else {
+        return Ok(());
     };
-    match (method, path) {
-        ("GET", "/metrics") => Response {
-            status: "200 OK",
-            content_type: CONTENT_TYPE,
-            body: render(progress, endpoint, now),
-        },
-        ("GET", "/healthz") => probe(health::liveness(progress)),
-        ("GET", "/readyz") => probe(health::readiness(
-            progress,
-            now.instant,
-            endpoint.ready_after_failing,
-        )),
-        ("GET", _) => Response {
-            status: "404 Not Found",
-            content_type: TEXT,
-            body: "not found: the metrics are at /metrics, the probes at /healthz and /readyz\n"
-                .to_owned(),
-        },
-        _ => Response {
-            status: "405 Method Not Allowed",
-            content_type: TEXT,
-            body: "only GET is answered\n".to_owned(),
-        },
-    }
+    gauge(
+        out,
+        "tributary_confirmed_lsn",
+        "Where the slot is confirmed: the end of the last transaction the commit log holds.",
+        entry.last_end_lsn.0,
+    )?;
+    gauge(
+        out,
+        "tributary_last_commit_lsn",
+        "Commit LSN of the last source transaction landed.",
+        entry.last_commit_lsn.0,
+    )?;
+    gauge(
+        out,
+        "tributary_last_entry_sequence",
+        "Sequence number of the last commit entry this process wrote.",
+        entry.sequence,
+    )?;
+    let kind = match entry.kind {
+        EntryKind::Flush => "flush",
+        EntryKind::Open => "open",
+        EntryKind::Advance => "advance",
+        EntryKind::Load => "load",
+    };
+    family(
+        out,
+        "tributary_last_entry_timestamp_seconds",
+        "When the last commit entry was written, in seconds since the Unix epoch.",
+        MetricType::Gauge,
+        [(
+            [("kind", kind)],
+            ConstGauge::new(entry.committed_at as f64 / 1e6),
+        )],
+    )?;
+    gauge(
+        out,
+        "tributary_dead_letters_committed",
+        "Changes in the dead-letter output, as the last commit entry counts them (every run).",
+        entry.dead_letters,
+    )
 }
 
-async fn answer(
-    mut stream: TcpStream,
-    progress: &watch::Receiver<Progress>,
-    endpoint: &Endpoint,
-) -> std::io::Result<()> {
-    let mut request = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < REQUEST_LIMIT {
-        let n = stream.read(&mut buf).await?;
-        if n == 0 {
-            break;
-        }
-        request.extend_from_slice(&buf[..n]);
+/// Wall time summed per stage.
+fn stage_times(out: &mut DescriptorEncoder, progress: &Progress) -> fmt::Result {
+    let stages = &progress.stages;
+    family(
+        out,
+        "tributary_stage_seconds",
+        "Wall time spent in each stage of the pipeline.",
+        MetricType::Counter,
+        [
+            ("decode", stages.decode),
+            ("transform", stages.transform),
+            ("encode", stages.encode),
+            ("upload", stages.upload),
+            ("commit", stages.commit),
+        ]
+        .map(|(stage, took)| ([("stage", stage)], ConstCounter::new(took.as_secs_f64()))),
+    )
+}
+
+/// What each plugin did in committed flushes, labelled with the plugin; nothing without
+/// plugins.
+fn plugin_tallies(out: &mut DescriptorEncoder, progress: &Progress) -> fmt::Result {
+    let plugins = &progress.plugins;
+    if plugins.is_empty() {
+        return Ok(());
     }
-    let line = request.split(|&b| b == b'\r').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut words = line.split(' ');
-    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    // The answer is made before anything is written: the progress is not held meanwhile.
-    let response = respond(method, path, &progress.borrow(), endpoint, Now::read());
-    let head = format!(
-        "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        response.status,
-        response.content_type,
-        response.body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(response.body.as_bytes()).await?;
-    stream.shutdown().await
+    family(
+        out,
+        "tributary_plugin_calls",
+        "Calls of a plugin's process in committed flushes.",
+        MetricType::Counter,
+        plugins.iter().map(|(plugin, tally)| {
+            (
+                [("plugin", plugin.as_str())],
+                ConstCounter::new(tally.calls),
+            )
+        }),
+    )?;
+    family(
+        out,
+        "tributary_dead_letters",
+        "Changes a plugin rejected (or failed on) that landed in the dead-letter output.",
+        MetricType::Counter,
+        plugins.iter().map(|(plugin, tally)| {
+            (
+                [("plugin", plugin.as_str())],
+                ConstCounter::new(tally.dead_letters),
+            )
+        }),
+    )?;
+    family(
+        out,
+        "tributary_plugin_counter",
+        "What plugins counted through the host's count import, by plugin and counter name.",
+        MetricType::Counter,
+        plugins.iter().flat_map(|(plugin, tally)| {
+            tally.counters.iter().map(move |(counter, value)| {
+                (
+                    [("plugin", plugin.as_str()), ("counter", counter.as_str())],
+                    ConstCounter::new(*value),
+                )
+            })
+        }),
+    )
 }
 
 #[cfg(test)]
@@ -494,12 +431,12 @@ mod tests {
         mask.counters.insert("values_masked".into(), 240);
         mask.counters.insert("odd \"name\"\\".into(), 1);
         progress.plugins.insert("mask".into(), mask);
-        let text = render(&progress, &endpoint(), now());
+        let text = render(&progress, &endpoint(), now()).unwrap();
         for line in [
             "tributary_info{slot=\"orders\",version=\"1.2.3\"} 1",
             "tributary_streaming 1",
             "tributary_ready 1",
-            "tributary_lag_seconds 0",
+            "tributary_lag_seconds 0.0",
             "tributary_flushes_total 3",
             "tributary_changes_total 120",
             "# TYPE tributary_changes_total counter",
@@ -507,7 +444,7 @@ mod tests {
             "tributary_plugin_calls_total{plugin=\"mask\"} 3",
             "tributary_plugin_counter_total{plugin=\"mask\",counter=\"values_masked\"} 240",
             "tributary_plugin_counter_total{plugin=\"mask\",counter=\"odd \\\"name\\\"\\\\\"} 1",
-            "tributary_stage_seconds_total{stage=\"decode\"} 0",
+            "tributary_stage_seconds_total{stage=\"decode\"} 0.0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -517,22 +454,38 @@ mod tests {
         every_sample_has_a_family(&text);
     }
 
-    /// Every sample belongs to a family declared before it.
+    /// Every sample belongs to a family declared before it with HELP and TYPE (a histogram's
+    /// samples are its `_bucket`, `_sum` and `_count`).
     fn every_sample_has_a_family(text: &str) {
-        let mut declared = std::collections::HashSet::new();
+        let mut helped = std::collections::HashSet::new();
+        let mut declared = std::collections::HashMap::new();
         for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("# TYPE ") {
-                declared.insert(rest.split(' ').next().unwrap().to_owned());
-            } else if !line.starts_with('#') {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                helped.insert(rest.split(' ').next().unwrap().to_owned());
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                assert!(
+                    helped.contains(name),
+                    "{name} has no HELP line before its TYPE"
+                );
+                declared.insert(name.to_owned(), kind.to_owned());
+            } else {
                 let name = line.split(['{', ' ']).next().unwrap();
-                assert!(declared.contains(name), "{name} has no TYPE line");
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|suffix| {
+                        let base = name.strip_suffix(suffix)?;
+                        (declared.get(base)? == "histogram").then_some(base)
+                    })
+                    .unwrap_or(name);
+                assert!(declared.contains_key(family), "{name} has no TYPE line");
             }
         }
     }
 
     #[test]
     fn a_pipeline_without_plugins_or_entries_leaves_those_families_out() {
-        let text = render(&Progress::default(), &endpoint(), now());
+        let text = render(&Progress::default(), &endpoint(), now()).unwrap();
         assert!(!text.contains("tributary_plugin"), "{text}");
         assert!(!text.contains("tributary_confirmed_lsn"), "{text}");
         assert!(!text.contains("tributary_slot_"), "{text}");
@@ -550,7 +503,7 @@ mod tests {
             }),
             ..Progress::default()
         };
-        let text = render(&progress, &endpoint(), now());
+        let text = render(&progress, &endpoint(), now()).unwrap();
         for line in [
             "tributary_journal_rows 1200",
             "tributary_journal_bytes 98304",
@@ -572,7 +525,7 @@ mod tests {
             }),
             ..Progress::default()
         };
-        let text = render(&progress, &endpoint(), now());
+        let text = render(&progress, &endpoint(), now()).unwrap();
         for line in [
             "tributary_slot_retained_wal_bytes 123456",
             "tributary_slot_safe_wal_bytes -4096",
@@ -593,7 +546,7 @@ mod tests {
             safe_bytes: None,
             wal_status: Some("reserved".into()),
         });
-        let text = render(&progress, &endpoint(), now());
+        let text = render(&progress, &endpoint(), now()).unwrap();
         assert!(
             !text
                 .lines()
@@ -621,84 +574,46 @@ mod tests {
             instant: Instant::now(),
             unix_micros: 3_500_000,
         };
-        let text = render(&progress, &endpoint(), at);
+        let text = render(&progress, &endpoint(), at).unwrap();
         assert!(text.contains("\ntributary_lag_seconds 2.5\n"), "{text}");
     }
 
     #[test]
-    fn probes_answer_200_or_503_with_one_line() {
-        let at = now();
-        let starting = Progress::default();
-        let ready = respond("GET", "/readyz", &starting, &endpoint(), at);
-        assert_eq!(
-            ready,
-            Response {
-                status: "503 Service Unavailable",
-                content_type: TEXT,
-                body: "not ready: starting (the slot is not being read yet)\n".into()
-            }
-        );
-        let alive = respond("GET", "/healthz", &starting, &endpoint(), at);
-        assert_eq!(
-            (alive.status, alive.body.as_str()),
-            ("200 OK", "alive: starting\n")
-        );
-        let streaming = Progress {
-            streaming: true,
-            ..Progress::default()
-        };
-        let ready = respond("GET", "/readyz", &streaming, &endpoint(), at);
-        assert_eq!(
-            (ready.status, ready.body.as_str()),
-            ("200 OK", "ready: streaming\n")
-        );
-        let ended = Progress {
-            ended: Some("the sink refused".into()),
-            ..streaming
-        };
-        let alive = respond("GET", "/healthz", &ended, &endpoint(), at);
-        assert_eq!(alive.status, "503 Service Unavailable");
-        assert_eq!(alive.body.lines().count(), 1);
-        assert_eq!(
-            respond("GET", "/health", &ended, &endpoint(), at).status,
-            "404 Not Found"
-        );
-        assert_eq!(
-            respond("POST", "/readyz", &ended, &endpoint(), at).status,
-            "405 Method Not Allowed"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_scrape_gets_the_latest_progress_and_other_paths_a_404() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let (sender, receiver) = watch::channel(Progress::default());
-        tokio::spawn(serve(listener, receiver, endpoint()));
-        sender.send_modify(|p| p.changes = 7);
-        let get = |path: &'static str| async move {
-            let mut stream = TcpStream::connect(address).await.unwrap();
-            let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
-            stream.write_all(request.as_bytes()).await.unwrap();
-            let mut response = String::new();
-            stream.read_to_string(&mut response).await.unwrap();
-            response
-        };
-        let metrics = get("/metrics").await;
-        assert!(metrics.starts_with("HTTP/1.1 200 OK\r\n"), "{metrics}");
-        assert!(metrics.contains(CONTENT_TYPE), "{metrics}");
-        assert!(
-            metrics.contains("\ntributary_changes_total 7\n"),
-            "{metrics}"
-        );
-        let other = get("/").await;
-        assert!(other.starts_with("HTTP/1.1 404"), "{other}");
-        sender.send_modify(|p| p.streaming = true);
-        let ready = get("/readyz?verbose").await;
-        assert!(
-            ready.starts_with("HTTP/1.1 200 OK\r\n")
-                && ready.ends_with("\r\n\r\nready: streaming\n"),
-            "{ready}"
-        );
+    fn the_latency_histograms_are_declared_and_count_what_was_observed() {
+        let progress = Progress::default();
+        let text = render(&progress, &endpoint(), now()).unwrap();
+        for name in ["flush", "upload", "commit"] {
+            let family = format!("tributary_{name}_seconds");
+            assert!(
+                text.contains(&format!("\n# TYPE {family} histogram\n")),
+                "{text}"
+            );
+            assert!(text.contains(&format!("\n{family}_count 0\n")), "{text}");
+        }
+        let latencies = progress.latencies.clone();
+        latencies.upload(Duration::from_millis(30));
+        latencies.upload(Duration::from_secs(3));
+        latencies.commit(Duration::from_millis(4));
+        latencies.flush(Duration::from_secs(90));
+        // Observed through a copy: the progress sees it.
+        let text = render(&progress, &endpoint(), now()).unwrap();
+        for line in [
+            "tributary_upload_seconds_bucket{le=\"0.025\"} 0",
+            "tributary_upload_seconds_bucket{le=\"0.05\"} 1",
+            "tributary_upload_seconds_bucket{le=\"2.5\"} 1",
+            "tributary_upload_seconds_bucket{le=\"5\"} 2",
+            "tributary_upload_seconds_bucket{le=\"+Inf\"} 2",
+            "tributary_upload_seconds_sum 3.03",
+            "tributary_upload_seconds_count 2",
+            "tributary_commit_seconds_bucket{le=\"0.005\"} 1",
+            "tributary_flush_seconds_bucket{le=\"60\"} 0",
+            "tributary_flush_seconds_bucket{le=\"+Inf\"} 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line:?} missing from\n{text}"
+            );
+        }
+        every_sample_has_a_family(&text);
     }
 }

@@ -26,7 +26,9 @@ mod encode;
 mod error;
 mod feed;
 pub mod health;
+pub mod http;
 mod land;
+mod latency;
 mod load;
 mod messages;
 pub mod metrics;
@@ -45,6 +47,7 @@ use encode::encode_stage;
 use read::Reader;
 
 pub use error::PipelineError;
+pub use latency::Latencies;
 use messages::LoadCut;
 pub use messages::{Progress, Shutdown, StageTimes};
 
