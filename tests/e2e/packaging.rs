@@ -578,9 +578,7 @@ async fn the_image_runs_as_its_user_and_checks_the_compose_pipeline_against_the_
     let cache = format!("tributary-test-cache-{}", std::process::id());
     let check = || {
         let mut command = engine.run();
-        // A read-only root with a writable /tmp for large transactions (flush.spill_dir),
-        // as the Kubernetes manifest mounts one.
-        command.args(["--read-only", "--tmpfs", "/tmp:rw,mode=1777", "--network", "host"]);
+        command.args(["--read-only", "--network", "host"]);
         for (name, value) in &env {
             command.arg("--env").arg(format!("{name}={value}"));
         }

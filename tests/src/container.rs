@@ -169,7 +169,14 @@ pub fn base_image(engine: &Engine, binary: &Path, work: &Path) -> Result<Image, 
     if ca.exists() {
         copy_into(&root, ca)?;
     }
+    // World-writable and sticky, as distroless has it: large transactions wait there
+    // (flush.spill_dir), and `tributary check` makes sure a file can be written.
     std::fs::create_dir_all(root.join("tmp")).map_err(|e| e.to_string())?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(root.join("tmp"), std::fs::Permissions::from_mode(0o1777))
+            .map_err(|e| e.to_string())?;
+    }
     std::fs::write(
         root.join("etc/passwd"),
         "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
