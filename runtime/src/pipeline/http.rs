@@ -215,17 +215,7 @@ mod tests {
     use tokio::net::TcpStream;
 
     use super::*;
-    use crate::pipeline::metrics::Identity;
-
-    fn endpoint() -> Endpoint {
-        Endpoint {
-            identity: Identity {
-                slot: "orders".into(),
-                version: "1.2.3",
-            },
-            ready_after_failing: Duration::from_secs(60),
-        }
-    }
+    use crate::pipeline::metrics::tests::endpoint;
 
     #[test]
     fn probes_answer_200_or_503_with_one_line() {

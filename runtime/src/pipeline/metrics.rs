@@ -396,12 +396,13 @@ fn plugin_tallies(out: &mut DescriptorEncoder, progress: &Progress) -> fmt::Resu
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::source::slot_wal::SlotWal;
     use crate::transform::PluginTally;
 
-    fn endpoint() -> Endpoint {
+    /// An endpoint of pipeline `orders`, version 1.2.3 (the HTTP front's tests use it too).
+    pub(in crate::pipeline) fn endpoint() -> Endpoint {
         Endpoint {
             identity: Identity {
                 slot: "orders".into(),
