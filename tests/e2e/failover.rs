@@ -332,7 +332,10 @@ async fn the_running_pipeline_follows_a_promoted_standby() {
             "ok    synchronized_standby_slots = '{STANDBY_SLOT}': changes reach the pipeline \
              only once those standbys have them"
         ),
-        format!("ok    standby: synchronises slot {slot:?} (synced), a promotion keeps it"),
+        format!(
+            "ok    failover ready: the standby holds slot {slot:?} synchronised and persistent, \
+             so a promotion keeps it"
+        ),
     ] {
         assert!(
             said.lines().any(|l| l == line),

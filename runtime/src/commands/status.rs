@@ -13,6 +13,7 @@ use crate::lake::commit::utc_text;
 use crate::lake::commit::{CommitError, CommitLog, Writer};
 use crate::lake::delta;
 use crate::lake::sink::{Sink, SinkError};
+use crate::source::failover::{self, StandbyCopy};
 use crate::source::provision::{self, ProvisionError, SlotHolder, SlotState};
 use crate::source::trigger::capture;
 use crate::units::human_bytes;
@@ -97,6 +98,16 @@ pub struct Status {
     pub sink: SinkStatus,
     /// With trigger capture: its journal (the slot is then not looked at).
     pub journal: Option<JournalStatus>,
+    /// With `source.failover` and a slot: whether a promotion of the standby keeps the slot.
+    pub failover: Option<FailoverStatus>,
+}
+
+/// Failover readiness: what the standby of `source.standby_url` holds of the slot.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailoverStatus {
+    /// A promotion of the standby now keeps the slot, and the pipeline goes on from it.
+    pub ready: bool,
+    pub standby_copy: StandbyCopy,
 }
 
 pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
@@ -125,6 +136,20 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
             let holder = state.as_ref().and_then(|s| s.holder.clone());
             (Some(slot_status(&source, state, current)), None, holder)
         }
+    };
+    let failover = match &slot {
+        Some(slot) if config.source.failover => {
+            let copy = StandbyCopy::judge(
+                failover::ask_standby(&config.source, &slot.name)
+                    .await
+                    .as_ref(),
+            );
+            Some(FailoverStatus {
+                ready: copy.ready(),
+                standby_copy: copy,
+            })
+        }
+        _ => None,
     };
     let mut tables = Vec::new();
     if config.sink.format == TableFormat::Delta {
@@ -159,6 +184,7 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
         slot,
         sink,
         journal,
+        failover,
     })
 }
 
@@ -273,6 +299,9 @@ impl std::fmt::Display for Status {
         if let Some(s) = &self.slot {
             writeln!(f, "current WAL         {}", self.current_wal_lsn)?;
             slot_lines(f, s)?;
+            if let Some(failover) = &self.failover {
+                writeln!(f, "  {}", failover.standby_copy.describe(&s.name))?;
+            }
         }
         writeln!(f, "sink {}", self.sink.url)?;
         match self.sink.last_sequence {
@@ -370,6 +399,7 @@ mod tests {
         Status {
             current_wal_lsn: Lsn(0x30),
             journal: None,
+            failover: None,
             slot: Some(SlotStatus {
                 name: "shop".into(),
                 exists: true,
@@ -449,6 +479,32 @@ mod tests {
         assert!(
             text.contains("  writer            running (it holds the slot)\n"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn with_failover_the_slot_says_whether_a_promotion_keeps_it() {
+        let mut status = status(Some(true));
+        let text = status.to_string();
+        assert!(!text.contains("failover"), "{text}");
+        status.failover = Some(FailoverStatus {
+            ready: false,
+            standby_copy: StandbyCopy::Temporary,
+        });
+        let text = status.to_string();
+        let line = format!(
+            "  wal_status        reserved (safe_wal_size unlimited)\n  {}\nsink ",
+            StandbyCopy::Temporary.describe("shop")
+        );
+        assert!(text.contains(&line), "{text}");
+        assert!(
+            text.contains("a failover now would lose the slot"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(
+            json["failover"],
+            serde_json::json!({"ready": false, "standby_copy": "temporary"})
         );
     }
 }

@@ -3,7 +3,13 @@
 //! whether a pipeline can decode on a hot standby (PostgreSQL 16). [`gather`] reads the facts
 //! over SQL (from the source, and from `source.standby_url` when given); [`assess`] adds their
 //! lines to the prerequisite report without IO.
+//!
+//! Whether a promotion now keeps the slot is one judgement, [`StandbyCopy`], which `check`,
+//! `status` and the readiness gauge word alike. A PostgreSQL 17 standby keeps its synchronised
+//! copy temporary (and drops it at a promotion) until the primary's slot has moved past the
+//! standby's catalog horizon.
 
+use serde::Serialize;
 use tokio_postgres::Client;
 
 use crate::config::SourceConfig;
@@ -74,7 +80,11 @@ pub struct FailoverFacts {
     pub standby: Option<Result<ServerFailoverFacts, String>>,
 }
 
-async fn server_facts(client: &Client, slot: &str) -> Result<ServerFailoverFacts, ProvisionError> {
+/// The failover facts of the server behind `client`, with its view of `slot`.
+pub async fn server_facts(
+    client: &Client,
+    slot: &str,
+) -> Result<ServerFailoverFacts, ProvisionError> {
     let row = client
         .query_one(
             "SELECT current_setting('server_version_num')::int, current_setting('server_version'),
@@ -104,24 +114,25 @@ pub async fn gather(
     source: &SourceConfig,
 ) -> Result<FailoverFacts, ProvisionError> {
     let facts = server_facts(client, &source.slot).await?;
-    let standby = match &source.standby_url {
-        None => None,
-        Some(url) => Some(
-            standby_facts(url, &source.slot)
-                .await
-                .map_err(|e| e.to_string()),
-        ),
-    };
     Ok(FailoverFacts {
         source: facts,
-        standby,
+        standby: ask_standby(source, &source.slot).await,
     })
 }
 
-async fn standby_facts(url: &str, slot: &str) -> Result<ServerFailoverFacts, ProvisionError> {
-    let config = crate::source::connect::parse_url(url)?;
-    let client = crate::source::connect::sql(&config).await?;
-    server_facts(&client, slot).await
+/// The facts of the standby `source.standby_url` names, over a connection of its own, with its
+/// view of `slot`: `None` without one, the error when it could not be asked.
+pub async fn ask_standby(
+    source: &SourceConfig,
+    slot: &str,
+) -> Option<Result<ServerFailoverFacts, String>> {
+    let url = source.standby_url.as_deref()?;
+    let asked = async {
+        let config = crate::source::connect::parse_url(url)?;
+        let client = crate::source::connect::sql(&config).await?;
+        server_facts(&client, slot).await
+    };
+    Some(asked.await.map_err(|e| e.to_string()))
 }
 
 /// The failover lines of the report.
@@ -173,52 +184,115 @@ pub fn assess(report: &mut Report, facts: &FailoverFacts, source: &SourceConfig)
                 .into(),
         )),
     }
-    match &facts.standby {
-        None => report.ok(
-            "standby: not checked (name it in source.standby_url to check that it synchronises \
-             the slot)"
-                .into(),
-        ),
-        Some(Err(error)) => report.warn(ProvisionError::Failover(format!(
-            "source.standby_url could not be asked whether it synchronises slot {slot:?}: {error}"
-        ))),
-        Some(Ok(standby)) => assess_standby(report, standby, slot),
+    let copy = StandbyCopy::judge(facts.standby.as_ref());
+    match copy {
+        StandbyCopy::Persistent => report.ok(copy.describe(slot)),
+        StandbyCopy::NotNamed => report.note(copy.describe(slot)),
+        _ => report.warn(ProvisionError::Failover(copy.describe(slot))),
     }
 }
 
-/// The standby `source.standby_url` names: does it keep the failover slot?
-fn assess_standby(report: &mut Report, standby: &ServerFailoverFacts, slot: &str) {
-    let setup = "on the standby, set sync_replication_slots = on and hot_standby_feedback = on, \
-                 name its physical slot in primary_slot_name and a database in primary_conninfo";
-    if !standby.in_recovery {
-        report.warn(ProvisionError::Failover(format!(
-            "source.standby_url is not a standby (not in recovery), so it cannot synchronise \
-             slot {slot:?}"
-        )));
-        return;
-    }
-    match standby.slot {
-        Some(state) if state.synced && !state.temporary => report.ok(format!(
-            "standby: synchronises slot {slot:?} (synced), a promotion keeps it"
-        )),
-        Some(state) if state.synced => report.warn(ProvisionError::Failover(format!(
-            "the standby holds slot {slot:?} only as a temporary synchronised slot, which a \
-             promotion drops: it becomes permanent once the pipeline has confirmed a position \
-             past where the standby could serve it from"
-        ))),
-        Some(_) => report.warn(ProvisionError::Failover(format!(
-            "the standby has a slot {slot:?} of its own, not one synchronised from the primary"
-        ))),
-        None if standby.sync_replication_slots != Some(true) => {
-            report.warn(ProvisionError::Failover(format!(
-                "the standby does not synchronise slot {slot:?}: sync_replication_slots is off; \
-                 {setup}"
-            )))
+/// What the standby of `source.standby_url` holds of the failover slot, and so whether a
+/// promotion now keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StandbyCopy {
+    /// No `source.standby_url`: nobody can say.
+    NotNamed,
+    /// The standby could not be asked, and why.
+    Unreachable(String),
+    /// `source.standby_url` is not in recovery.
+    NotAStandby,
+    /// A synchronised copy that is no longer temporary: a promotion keeps it.
+    Persistent,
+    /// A synchronised copy that is still temporary: a promotion drops it.
+    Temporary,
+    /// A slot of the same name that the standby made itself (its slot sync refuses to
+    /// overwrite it).
+    OwnSlot,
+    /// No copy, and the standby does not synchronise slots (`sync_replication_slots` off).
+    NotSynchronising,
+    /// No copy yet, though the standby synchronises slots.
+    Missing,
+}
+
+/// How a standby is set up to synchronise failover slots.
+const STANDBY_SETUP: &str = "on the standby, set sync_replication_slots = on and \
+    hot_standby_feedback = on, name its physical slot in primary_slot_name and a database in \
+    primary_conninfo";
+
+impl StandbyCopy {
+    /// Judge the standby's facts (`None` without `source.standby_url`; the error when it could
+    /// not be asked).
+    pub fn judge(standby: Option<&Result<ServerFailoverFacts, String>>) -> StandbyCopy {
+        let standby = match standby {
+            None => return StandbyCopy::NotNamed,
+            Some(Err(error)) => return StandbyCopy::Unreachable(error.clone()),
+            Some(Ok(standby)) => standby,
+        };
+        if !standby.in_recovery {
+            return StandbyCopy::NotAStandby;
         }
-        None => report.warn(ProvisionError::Failover(format!(
-            "the standby has no copy of slot {slot:?} yet ({setup}; a synchronised slot \
-             appears once the pipeline has confirmed a position)"
-        ))),
+        match standby.slot {
+            Some(state) if state.synced && !state.temporary => StandbyCopy::Persistent,
+            Some(state) if state.synced => StandbyCopy::Temporary,
+            Some(_) => StandbyCopy::OwnSlot,
+            None if standby.sync_replication_slots != Some(true) => StandbyCopy::NotSynchronising,
+            None => StandbyCopy::Missing,
+        }
+    }
+
+    /// A promotion of the standby now keeps the slot: the pipeline would go on from it.
+    pub fn ready(&self) -> bool {
+        *self == StandbyCopy::Persistent
+    }
+
+    /// The judgement in one sentence about `slot`, with what to do where something can be
+    /// done.
+    pub fn describe(&self, slot: &str) -> String {
+        match self {
+            StandbyCopy::NotNamed => format!(
+                "failover readiness not known: set source.standby_url to the standby that \
+                 synchronises slot {slot:?} to see whether a promotion keeps it"
+            ),
+            StandbyCopy::Unreachable(error) => format!(
+                "failover readiness not known: source.standby_url could not be asked whether \
+                 it holds slot {slot:?}: {error}"
+            ),
+            StandbyCopy::NotAStandby => format!(
+                "failover readiness not known: source.standby_url is not a standby (not in \
+                 recovery), so it cannot synchronise slot {slot:?}; point it at the physical \
+                 standby that a failover would promote"
+            ),
+            StandbyCopy::Persistent => format!(
+                "failover ready: the standby holds slot {slot:?} synchronised and persistent, \
+                 so a promotion keeps it"
+            ),
+            StandbyCopy::Temporary => format!(
+                "failover not ready: the standby holds slot {slot:?} only as a temporary \
+                 synchronised copy, which a promotion drops, so a failover now would lose the \
+                 slot; PostgreSQL 17 keeps the copy temporary until the primary's slot has \
+                 moved past the standby's catalog horizon, which takes a position the pipeline \
+                 confirmed after a running-xacts record (a start asks the primary for one and \
+                 confirms past it at once)"
+            ),
+            StandbyCopy::OwnSlot => format!(
+                "failover not ready: the standby has a slot {slot:?} of its own, not one \
+                 synchronised from the primary, and its slot sync will not replace it; drop it \
+                 on the standby (SELECT pg_drop_replication_slot('{slot}'))"
+            ),
+            StandbyCopy::NotSynchronising => format!(
+                "failover not ready: the standby does not synchronise slot {slot:?} \
+                 (sync_replication_slots is off), so a failover would lose the slot; \
+                 {STANDBY_SETUP}"
+            ),
+            StandbyCopy::Missing => format!(
+                "failover not ready: the standby has no copy of slot {slot:?} yet, so a \
+                 failover now would lose the slot; a copy appears once the slot exists on the \
+                 primary as a failover slot and the standby's slot sync has seen it (if it \
+                 never does: {STANDBY_SETUP})"
+            ),
+        }
     }
 }
 
@@ -339,7 +413,11 @@ mod tests {
             said[1].starts_with("warn synchronized_standby_slots is not set"),
             "{said:?}"
         );
-        assert!(said[2].starts_with("ok standby: not checked"), "{said:?}");
+        assert_eq!(
+            said[2],
+            "note failover readiness not known: set source.standby_url to the standby that \
+             synchronises slot \"shop\" to see whether a promotion keeps it"
+        );
 
         source.slot = Some(SlotFailover {
             failover: true,
@@ -363,7 +441,7 @@ mod tests {
             [
                 "ok slot \"shop\": a failover slot",
                 "ok synchronized_standby_slots = 'standby1': changes reach the pipeline only once those standbys have them",
-                "ok standby: synchronises slot \"shop\" (synced), a promotion keeps it",
+                "ok failover ready: the standby holds slot \"shop\" synchronised and persistent, so a promotion keeps it",
             ]
         );
 
@@ -375,10 +453,108 @@ mod tests {
         let said = lines(&facts, &failover_source());
         assert!(
             said[2].starts_with(
-                "warn the standby does not synchronise slot \"shop\": sync_replication_slots is off"
+                "warn failover not ready: the standby does not synchronise slot \"shop\" \
+                 (sync_replication_slots is off)"
             ),
             "{said:?}"
         );
+    }
+
+    #[test]
+    fn only_a_persistent_synchronised_copy_is_ready() {
+        let mut standby = primary(170_002);
+        standby.in_recovery = true;
+        standby.sync_replication_slots = Some(true);
+        let judged = |standby: &ServerFailoverFacts, slot: Option<SlotFailover>| {
+            let facts = ServerFailoverFacts {
+                slot,
+                ..standby.clone()
+            };
+            StandbyCopy::judge(Some(&Ok(facts)))
+        };
+        let synced = |temporary: bool| SlotFailover {
+            failover: true,
+            synced: true,
+            temporary,
+        };
+        assert_eq!(
+            judged(&standby, Some(synced(false))),
+            StandbyCopy::Persistent
+        );
+        assert_eq!(judged(&standby, Some(synced(true))), StandbyCopy::Temporary);
+        assert_eq!(
+            judged(&standby, Some(SlotFailover::default())),
+            StandbyCopy::OwnSlot
+        );
+        assert_eq!(judged(&standby, None), StandbyCopy::Missing);
+        let mut off = standby.clone();
+        off.sync_replication_slots = Some(false);
+        assert_eq!(judged(&off, None), StandbyCopy::NotSynchronising);
+        let mut primary_too = standby.clone();
+        primary_too.in_recovery = false;
+        assert_eq!(
+            judged(&primary_too, Some(synced(false))),
+            StandbyCopy::NotAStandby
+        );
+        assert_eq!(StandbyCopy::judge(None), StandbyCopy::NotNamed);
+        assert_eq!(
+            StandbyCopy::judge(Some(&Err("connection refused".into()))),
+            StandbyCopy::Unreachable("connection refused".into())
+        );
+        let all = [
+            StandbyCopy::Persistent,
+            StandbyCopy::Temporary,
+            StandbyCopy::OwnSlot,
+            StandbyCopy::Missing,
+            StandbyCopy::NotSynchronising,
+            StandbyCopy::NotAStandby,
+            StandbyCopy::NotNamed,
+            StandbyCopy::Unreachable("connection refused".into()),
+        ];
+        let ready: Vec<_> = all.iter().filter(|c| c.ready()).collect();
+        assert_eq!(ready, [&StandbyCopy::Persistent]);
+        // A temporary copy says that a failover now loses the slot, and why.
+        let said = StandbyCopy::Temporary.describe("shop");
+        for part in [
+            "failover not ready: the standby holds slot \"shop\" only as a temporary",
+            "a failover now would lose the slot",
+            "past the standby's catalog horizon",
+            "after a running-xacts record",
+        ] {
+            assert!(said.contains(part), "{part:?} not in {said:?}");
+        }
+        assert!(
+            StandbyCopy::Missing
+                .describe("shop")
+                .contains("set sync_replication_slots = on"),
+            "the setup hint"
+        );
+    }
+
+    #[test]
+    fn the_check_words_the_standby_copy_as_status_does() {
+        let mut source = primary(170_002);
+        source.slot = Some(SlotFailover {
+            failover: true,
+            ..SlotFailover::default()
+        });
+        source.standby_slots = Some("standby1".into());
+        let mut standby = primary(170_002);
+        standby.in_recovery = true;
+        standby.sync_replication_slots = Some(true);
+        standby.slot = Some(SlotFailover {
+            failover: true,
+            synced: true,
+            temporary: true,
+        });
+        let facts = FailoverFacts {
+            source,
+            standby: Some(Ok(standby)),
+        };
+        let said = lines(&facts, &failover_source());
+        let copy = StandbyCopy::judge(facts.standby.as_ref());
+        assert_eq!(copy, StandbyCopy::Temporary);
+        assert_eq!(said[2], format!("warn {}", copy.describe("shop")));
     }
 
     #[test]
