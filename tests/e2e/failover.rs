@@ -22,7 +22,7 @@ use tributary_tests::{cluster_of, connect, postgres_bin, unique_name};
 const STANDBY_SLOT: &str = "standby";
 
 /// A PostgreSQL 17 primary and its physical standby, both running.
-fn primary_and_standby() -> (TempCluster, TempCluster) {
+pub(crate) fn primary_and_standby() -> (TempCluster, TempCluster) {
     let options = ClusterOptions {
         bin_dir: Some(postgres_bin(17)),
         ..ClusterOptions::fast()
@@ -97,7 +97,7 @@ async fn wait_until_synced(
 
 /// A libpq URL naming both servers, the primary first, that connects to whichever accepts
 /// writes: how an application finds the primary after a failover.
-fn both(primary: &TempCluster, standby: &TempCluster) -> String {
+pub(crate) fn both(primary: &TempCluster, standby: &TempCluster) -> String {
     format!(
         "host={host},{host} port={},{} user=postgres dbname=postgres \
          target_session_attrs=read-write connect_timeout=5",
@@ -109,7 +109,11 @@ fn both(primary: &TempCluster, standby: &TempCluster) -> String {
 
 /// A pipeline file landing `events` into a directory, with a failover slot, the standby named
 /// for `tributary check`, and `url` as the source.
-fn failover_pipeline(url: &str, standby: &TempCluster, dir: &Path) -> (String, std::path::PathBuf) {
+pub(crate) fn failover_pipeline(
+    url: &str,
+    standby: &TempCluster,
+    dir: &Path,
+) -> (String, std::path::PathBuf) {
     let name = unique_name("failover");
     let mut cfg = ServiceConfig::new(
         url,
@@ -126,7 +130,7 @@ fn failover_pipeline(url: &str, standby: &TempCluster, dir: &Path) -> (String, s
     (name, file)
 }
 
-async fn commit_log(dir: &Path) -> CommitLog {
+pub(crate) async fn commit_log(dir: &Path) -> CommitLog {
     let lake = dir.join("lake");
     std::fs::create_dir_all(&lake).unwrap();
     let sink = Sink::open(&format!("file://{}", lake.display()), &Default::default()).unwrap();
@@ -181,8 +185,13 @@ fn workload(
 
 /// `tributary check --config <file>`: its exit code and what it printed.
 async fn check(file: &Path) -> (i32, String) {
+    tributary("check", file).await
+}
+
+/// `tributary <command> --config <file>`: its exit code and what it printed.
+pub(crate) async fn tributary(command: &str, file: &Path) -> (i32, String) {
     let output = tokio::process::Command::new(tributary_bin())
-        .args(["check", "--config"])
+        .args([command, "--config"])
         .arg(file)
         .stdin(std::process::Stdio::null())
         .output()

@@ -9,6 +9,7 @@ mod crash;
 mod ddl_matrix;
 mod delta;
 mod failover;
+mod failover_readiness;
 mod faults;
 mod fencing;
 mod gaps;

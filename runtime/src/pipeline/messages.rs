@@ -53,6 +53,10 @@ pub struct Progress {
     pub slot: Option<SlotWal>,
     /// With trigger capture, the journal's rows and size as last sampled (likewise).
     pub journal: Option<crate::source::trigger::capture::JournalSize>,
+    /// With `source.failover` and `source.standby_url`: whether the standby holds a copy of
+    /// the slot that a promotion keeps, as last looked at (`None` before the first look, and
+    /// without a standby to look at). For the `tributary_failover_ready` gauge.
+    pub failover_ready: Option<bool>,
     /// A stop was requested: the flush in flight is finishing.
     pub stopping: bool,
     /// The stages have ended, and why (an error, or the stop asked for).

@@ -38,6 +38,7 @@ mod reconnect;
 mod reload;
 mod retry;
 mod slot_watch;
+mod standby_watch;
 mod start;
 mod start_journal;
 mod transform;
@@ -162,8 +163,29 @@ async fn run_to_end(
             progress.clone(),
         )))
     });
-    let stages: BoxFuture<'_, _> =
-        Box::pin(run_stages(config, started, shutdown, progress.clone()));
+    // With a failover slot: failover readiness watched, and the standby's copy hastened.
+    let (records, watched_records) = watch::channel(None);
+    let failover = matches!(started.feed, feed::Feed::Slot { .. }) && config.source.failover;
+    let _standby_watch = failover.then(|| {
+        AbortOnDrop(tokio::spawn(standby_watch::watch(
+            standby_watch::StandbyWatch {
+                primary: started.pg.clone(),
+                standby_url: config.source.standby_url.clone(),
+                slot: config.source.slot.clone(),
+                every: Duration::from_secs(config.source.status_interval_secs),
+                records,
+                progress: progress.clone(),
+            },
+        )))
+    });
+    let records = failover.then_some(watched_records);
+    let stages: BoxFuture<'_, _> = Box::pin(run_stages(
+        config,
+        started,
+        shutdown,
+        progress.clone(),
+        records,
+    ));
     let feed = stages.await?;
     let landed = progress.borrow().clone();
     // A clean goodbye: the final status update carries the last confirmed position (the
@@ -188,6 +210,7 @@ async fn run_stages(
     started: start::Started,
     shutdown: Shutdown,
     progress: watch::Sender<Progress>,
+    records: Option<watch::Receiver<Option<crate::Lsn>>>,
 ) -> Result<feed::Feed, PipelineError> {
     let flush = &config.flush;
     let writer = started.log.writer().clone();
@@ -258,6 +281,7 @@ async fn run_stages(
         load_settings,
         loading: None,
         to_load: resumed,
+        records,
     };
     let delta = config.sink.format == TableFormat::Delta;
     let encoder = Encoder::new(&EncodeOptions {

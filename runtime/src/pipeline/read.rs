@@ -45,6 +45,9 @@ pub(super) struct Reader {
     /// A load to start once the batch asking for it is handed on (whose entry records it, so
     /// that a crash before the load's first entry still knows it is due).
     pub(super) to_load: Option<load::LoadJob>,
+    /// With a failover slot: the running-xacts records the primary was asked for, each to be
+    /// confirmed past promptly (see `standby_watch.rs`); `None` without.
+    pub(super) records: Option<watch::Receiver<Option<Lsn>>>,
 }
 
 /// What the sink held at start, as the read machine needs it.
@@ -67,6 +70,20 @@ impl From<ReadError> for PipelineError {
             ReadError::Assemble(error) => PipelineError::Assemble(error),
         }
     }
+}
+
+/// The next running-xacts record to confirm past; pending for ever without one (or once the
+/// task that asks for them is gone).
+async fn next_record(records: &mut Option<watch::Receiver<Option<Lsn>>>) -> Lsn {
+    if let Some(receiver) = records {
+        while receiver.changed().await.is_ok() {
+            if let Some(lsn) = *receiver.borrow_and_update() {
+                return lsn;
+            }
+        }
+        *records = None;
+    }
+    std::future::pending().await
 }
 
 /// Frames arrived and not yet all decoded: when they arrived, and the time since spent handing
@@ -124,6 +141,7 @@ impl Reader {
                     if changed.is_err() || *shutdown.borrow() { break }
                 }
                 _ = sleep_until(deadline) => {}
+                lsn = next_record(&mut self.records) => self.machine.advance_past(lsn),
                 _ = idle_check.tick() => {
                     let facts = IdleFacts {
                         confirmed: self.feed.confirmer().confirmed(),

@@ -7,11 +7,13 @@
 //! Whether a promotion now keeps the slot is one judgement, [`StandbyCopy`], which `check`,
 //! `status` and the readiness gauge word alike. A PostgreSQL 17 standby keeps its synchronised
 //! copy temporary (and drops it at a promotion) until the primary's slot has moved past the
-//! standby's catalog horizon.
+//! standby's catalog horizon; [`log_standby_snapshot`] is how a running pipeline shortens that
+//! window.
 
 use serde::Serialize;
 use tokio_postgres::Client;
 
+use crate::Lsn;
 use crate::config::SourceConfig;
 use crate::source::prerequisites::Report;
 use crate::source::provision::{ProvisionError, query_error};
@@ -273,8 +275,8 @@ impl StandbyCopy {
                  synchronised copy, which a promotion drops, so a failover now would lose the \
                  slot; PostgreSQL 17 keeps the copy temporary until the primary's slot has \
                  moved past the standby's catalog horizon, which takes a position the pipeline \
-                 confirmed after a running-xacts record (a start asks the primary for one and \
-                 confirms past it at once)"
+                 confirmed after a running-xacts record (a running pipeline asks the primary \
+                 for one and confirms past it)"
             ),
             StandbyCopy::OwnSlot => format!(
                 "failover not ready: the standby has a slot {slot:?} of its own, not one \
@@ -293,6 +295,36 @@ impl StandbyCopy {
                  never does: {STANDBY_SETUP})"
             ),
         }
+    }
+}
+
+/// Have the primary write a running-xacts record now (`pg_log_standby_snapshot()`,
+/// PostgreSQL 16 and newer), and return where it ends; `None` when the role may not (the
+/// function is the superuser's unless granted).
+///
+/// A failover slot's copy on a standby stays temporary until the primary's slot has moved past
+/// the standby's catalog horizon (taken when the standby made the copy), and the primary's
+/// slot moves only at a running-xacts record the consumer then confirms past. The server
+/// writes one every 15 s, and only while other WAL is written; a consumer that confirms past
+/// one written after the copy was made has the copy persist at the standby's next slot sync.
+pub async fn log_standby_snapshot(client: &Client) -> Result<Option<Lsn>, ProvisionError> {
+    match client
+        .query_one("SELECT pg_log_standby_snapshot()::text", &[])
+        .await
+    {
+        Ok(row) => {
+            let text: String = row.get(0);
+            let lsn = text.parse().map_err(|e| {
+                ProvisionError::Failover(format!(
+                    "pg_log_standby_snapshot() returned {text:?}, not a WAL position: {e}"
+                ))
+            })?;
+            Ok(Some(lsn))
+        }
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => {
+            Ok(None)
+        }
+        Err(e) => Err(query_error("asking the primary for a running-xacts record")(e)),
     }
 }
 

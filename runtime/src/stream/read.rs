@@ -162,6 +162,9 @@ pub struct ReadMachine {
     last_handed: Instant,
     /// When the last advance was handed on.
     advanced: Option<Instant>,
+    /// A position to confirm past as soon as the stream is idle past it, without waiting for
+    /// the idle advance's thresholds; dropped once the confirmed position reaches it.
+    advance_past: Option<Lsn>,
     /// Frames not decoded yet, and when they arrived.
     frames: VecDeque<Frame>,
     arrived: Instant,
@@ -189,6 +192,7 @@ impl ReadMachine {
             handed_end: Lsn::ZERO,
             last_handed: now,
             advanced: None,
+            advance_past: None,
             frames: VecDeque::new(),
             arrived: now,
             decoding: None,
@@ -266,6 +270,15 @@ impl ReadMachine {
         self.decoder = Decoder::new(self.proto_version);
     }
 
+    /// Confirm a position past `lsn` soon: the next time the stream is idle past it (and
+    /// everything handed on has landed), an advance is due at once, however little the WAL
+    /// moved and however recently something was handed on. For the running-xacts record a
+    /// start with a failover slot asks the primary for: the standby's copy of the slot
+    /// persists only once the primary's slot was confirmed past one.
+    pub fn advance_past(&mut self, lsn: Lsn) {
+        self.advance_past = Some(lsn);
+    }
+
     /// Look whether an advance is due: with nothing held, nothing pending and everything
     /// handed on landed, record where the server's WAL went (other databases and tables write
     /// it too), so that the slot does not retain it; at once when the server asks for a reply
@@ -291,8 +304,18 @@ impl ReadMachine {
         // walsender sent, asking for a reply until it does: then the advance is due at once,
         // or the shutdown never finishes.
         let asked = reply_wanted > confirmed;
+        // Asked to confirm past a position: due once the stream is idle past it.
+        let wanted = match self.advance_past {
+            Some(lsn) if confirmed >= lsn => {
+                self.advance_past = None;
+                false
+            }
+            Some(lsn) => end >= lsn,
+            None => false,
+        };
         let elapsed = |since: Instant| now.saturating_duration_since(since);
         let due = asked
+            || wanted
             || (end.0 >= confirmed.0.saturating_add(ADVANCE_BYTES)
                 && elapsed(self.last_handed) >= ADVANCE_IDLE
                 && self.advanced.is_none_or(|t| elapsed(t) >= ADVANCE_EVERY));

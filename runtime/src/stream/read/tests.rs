@@ -377,6 +377,41 @@ fn an_idle_pipeline_advances_past_wal_others_wrote() {
 }
 
 #[test]
+fn a_position_to_confirm_past_is_advanced_to_at_once_when_idle_past_it() {
+    let t0 = Instant::now();
+    let mut m = ReadMachine::new(settings(limits(100, 1 << 30)), holding(2, 0x500), t0);
+    let confirmed = Lsn(0x508);
+    // The running-xacts record a start asked the primary for ends a few bytes on.
+    let record_end = Lsn(0x560);
+    m.advance_past(record_end);
+    let idle = |confirmed: Lsn, position: Lsn| IdleFacts {
+        confirmed,
+        idle_position: Some(position),
+        reply_wanted: Lsn::ZERO,
+    };
+    // Not while the stream is idle short of it (the server has not decoded it yet).
+    m.handle_idle(idle(confirmed, Lsn(0x540)), t0);
+    assert!(drain(&mut m, t0).is_empty());
+    // Once it is idle past it: at once, long before ADVANCE_IDLE and a segment of WAL.
+    m.handle_idle(idle(confirmed, Lsn(0x598)), t0);
+    assert_eq!(
+        shown(&drain(&mut m, t0)),
+        ["advance 3: last commit 0/500, end 0/598"]
+    );
+    // Once: when that has landed, the idle advance's thresholds apply again.
+    let t1 = t0 + Duration::from_secs(1);
+    m.handle_idle(idle(Lsn(0x598), Lsn(0x5f0)), t1);
+    assert!(drain(&mut m, t1).is_empty());
+
+    // A transaction that lands past the position confirms it: no advance is due for it.
+    let mut m = ReadMachine::new(settings(limits(100, 1 << 30)), holding(2, 0x500), t0);
+    m.advance_past(record_end);
+    m.handle_idle(idle(Lsn(0x600), Lsn(0x600)), t0);
+    m.handle_idle(idle(Lsn(0x600), Lsn(0x680)), t0);
+    assert!(drain(&mut m, t0).is_empty());
+}
+
+#[test]
 fn a_resync_message_comes_before_the_cut_of_its_batch() {
     let t0 = Instant::now();
     let mut m = ReadMachine::new(settings(limits(100, 1 << 30)), empty(), t0);
