@@ -55,6 +55,7 @@ async fn standby_copy(standby: &tokio_postgres::Client, slot: &str) -> Option<bo
 /// source but a transaction a second outside the publication. Before the start hastened it,
 /// such a source kept the copy temporary until a segment of WAL had gone by (minutes at this
 /// rate): the test would time out. Without `source.standby_url`, `status` says how to see it.
+/// Asking the primary for a record takes the superuser or a grant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_and_status_say_whether_a_promotion_keeps_the_slot() {
     let (primary, standby) = primary_and_standby();
@@ -208,5 +209,30 @@ async fn check_and_status_say_whether_a_promotion_keeps_the_slot() {
          slot {slot:?} to see whether a promotion keeps it"
     );
     assert_eq!(readiness(&blind_file).await, (unknown.clone(), unknown));
+
+    // Asking for a record is the superuser's unless granted: a role without it is told no
+    // (the pipeline then logs it and goes on), and a grant is enough.
+    on_primary
+        .batch_execute("CREATE ROLE plain LOGIN")
+        .await
+        .unwrap();
+    let plain = connect(&primary.url("postgres").replace("postgres@", "plain@")).await;
+    let asked = tributary::source::failover::log_standby_snapshot(&plain).await;
+    assert!(matches!(asked, Ok(None)), "{asked:?}");
+    on_primary
+        .batch_execute("GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot() TO plain")
+        .await
+        .unwrap();
+    let before: String = on_primary
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let before: tributary::Lsn = before.parse().unwrap();
+    let asked = tributary::source::failover::log_standby_snapshot(&plain).await;
+    assert!(
+        matches!(asked, Ok(Some(end)) if end > before),
+        "{asked:?}, the WAL was at {before}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
