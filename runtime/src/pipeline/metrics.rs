@@ -111,6 +111,16 @@ impl Collector for Scrape {
             "1 while the slot is being read: every transaction committed from then on lands.",
             u64::from(progress.streaming),
         )?;
+        // Declared without a sample unless source.failover and source.standby_url are set.
+        family(
+            out,
+            "tributary_failover_ready",
+            "1 while the standby of source.standby_url holds a persistent synchronised copy of the failover slot (a promotion keeps it); 0 otherwise, when a failover now would lose the slot.",
+            MetricType::Gauge,
+            progress
+                .failover_ready
+                .map(|ready| (Vec::<(&str, &str)>::new(), ConstGauge::new(u64::from(ready)))),
+        )?;
         totals(out, progress)?;
         let ready = health::readiness(
             progress,
@@ -432,10 +442,13 @@ pub(super) mod tests {
         mask.counters.insert("values_masked".into(), 240);
         mask.counters.insert("odd \"name\"\\".into(), 1);
         progress.plugins.insert("mask".into(), mask);
+        progress.failover_ready = Some(false);
         let text = render(&progress, &endpoint(), now()).unwrap();
         for line in [
             "tributary_info{slot=\"orders\",version=\"1.2.3\"} 1",
             "tributary_streaming 1",
+            "# TYPE tributary_failover_ready gauge",
+            "tributary_failover_ready 0",
             "tributary_ready 1",
             "tributary_lag_seconds 0.0",
             "tributary_flushes_total 3",
