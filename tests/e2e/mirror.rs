@@ -6,8 +6,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, BufReader};
+use tributary_tests::TestDatabase;
 use tributary_tests::lake::delta_txn_versions;
-use tributary_tests::service::{Service, command, tributary_bin, verify};
+use tributary_tests::service::{Fixture, Service, command, tributary_bin, verify};
 
 use super::delta::{mirror_section, t_fixture, wait_for_table};
 
@@ -28,18 +29,7 @@ async fn a_current_state_table_switched_off_is_not_compared_and_holds_back_no_va
     let off = fixture.dir.join("off.toml");
     std::fs::write(&off, without.toml()).unwrap();
 
-    let mut service = Service::spawn(&kept, &[], &fixture.dir.join("kept.log"));
-    service
-        .wait_for_log("streaming", Duration::from_secs(120))
-        .await;
-    db.client
-        .batch_execute("INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 10) g")
-        .await
-        .unwrap();
-    service
-        .wait_for_landed(&fixture.log, 10, Duration::from_secs(60))
-        .await;
-    wait_for_table(&fixture, "public.t__current", Duration::from_secs(60)).await;
+    let service = ten_rows_mirrored(&db, &fixture, &kept, "kept.log").await;
     service.stop().await;
 
     // The same pipeline goes on without its current-state table.
@@ -117,18 +107,7 @@ async fn verify_explains_a_file_of_its_version_that_a_vacuum_deleted() {
         cfg.sections.push(mirror_section("public.t"))
     })
     .await;
-    let mut service = Service::spawn(&fixture.file, &[], &fixture.dir.join("run.log"));
-    service
-        .wait_for_log("streaming", Duration::from_secs(120))
-        .await;
-    db.client
-        .batch_execute("INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 10) g")
-        .await
-        .unwrap();
-    service
-        .wait_for_landed(&fixture.log, 10, Duration::from_secs(60))
-        .await;
-    wait_for_table(&fixture, "public.t__current", Duration::from_secs(60)).await;
+    let service = ten_rows_mirrored(&db, &fixture, &fixture.file, "run.log").await;
 
     // Verify is held (SIGSTOP) right after its snapshot, as a slow read of a large source
     // would hold it.
@@ -220,4 +199,27 @@ async fn verify_explains_a_file_of_its_version_that_a_vacuum_deleted() {
     );
     service.stop().await;
     std::fs::remove_dir_all(&fixture.dir).unwrap();
+}
+
+/// Run the pipeline file `file` (logging to `log` in the fixture's directory), land ten rows
+/// of `t`, and wait until its current-state table exists.
+async fn ten_rows_mirrored(
+    db: &TestDatabase,
+    fixture: &Fixture,
+    file: &std::path::Path,
+    log: &str,
+) -> Service {
+    let mut service = Service::spawn(file, &[], &fixture.dir.join(log));
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    db.client
+        .batch_execute("INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 10) g")
+        .await
+        .unwrap();
+    service
+        .wait_for_landed(&fixture.log, 10, Duration::from_secs(60))
+        .await;
+    wait_for_table(fixture, "public.t__current", Duration::from_secs(60)).await;
+    service
 }

@@ -117,9 +117,12 @@ impl Collector for Scrape {
             "tributary_failover_ready",
             "1 while the standby of source.standby_url holds a persistent synchronised copy of the failover slot (a promotion keeps it); 0 otherwise, when a failover now would lose the slot.",
             MetricType::Gauge,
-            progress
-                .failover_ready
-                .map(|ready| (Vec::<(&str, &str)>::new(), ConstGauge::new(u64::from(ready)))),
+            progress.failover_ready.map(|ready| {
+                (
+                    Vec::<(&str, &str)>::new(),
+                    ConstGauge::new(u64::from(ready)),
+                )
+            }),
         )?;
         totals(out, progress)?;
         let ready = health::readiness(

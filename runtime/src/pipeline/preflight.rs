@@ -19,18 +19,21 @@
 
 use tokio_postgres::Client;
 
+use super::error::PipelineError;
+use super::messages::Shutdown;
+use super::{RunOptions, load_transforms};
 use crate::Lsn;
 use crate::config::{PipelineConfig, SourceConfig, StartFrom};
+use crate::lake::commit::PluginRecord;
 use crate::lake::commit::{
     Checkpoint, CommitEntry, CommitError, CommitLog, FORMAT, PipelineIdentity, StartedFrom, Writer,
     journal_name,
 };
 use crate::lake::sink::Sink;
 use crate::source::connect::{PgConfig, SslMode};
-use crate::source::prerequisites::{self, Capture, Report};
+use crate::source::prerequisites::{self, Capture, Choice, Refusal, Report};
 use crate::source::provision::{self, ProvisionError, SlotState};
 use crate::source::replication::SystemIdentity;
-use crate::source::trigger::owner::{self, LakeEnd};
 use crate::source::trigger::{capture, install};
 use crate::source::{connect, position};
 use crate::transform::TransformChain;
@@ -230,6 +233,49 @@ async fn check_sink(
     }
 }
 
+/// The preflight a start makes first, and the plugins it loads once the preflight found
+/// nothing to refuse: the capture mode chosen, the plugins; `None` when a stop came first.
+/// Compiling a plugin can take half a minute: a stop asked for meanwhile is honoured at once,
+/// before anything is created (the compile is left to finish on its own thread).
+pub(super) async fn cleared(
+    config: &PipelineConfig,
+    options: &RunOptions,
+    shutdown: &Shutdown,
+) -> Result<Option<(Choice, TransformChain, Vec<PluginRecord>)>, PipelineError> {
+    let mut stopping = shutdown.clone();
+    let purpose = Purpose::Run {
+        accept_gap: options.accept_gap.as_deref(),
+    };
+    let report = tokio::select! {
+        report = gather(config, purpose) => report?,
+        _ = stopping.wait_for(|s| *s) => {
+            tracing::info!("asked to stop during the preflight: stopping before anything is created");
+            return Ok(None);
+        }
+    };
+    for warning in report.warnings() {
+        tracing::warn!("{warning}");
+    }
+    let choice = report.choice.clone();
+    match report.into_refusal() {
+        Some(Refusal::One(problem)) => return Err(problem.into()),
+        Some(Refusal::Said(reason)) => return Err(PipelineError::Refused(reason)),
+        Some(Refusal::Several(report)) => return Err(PipelineError::Prerequisites(report)),
+        None => {}
+    }
+    let choice = choice.expect("a report without failures names its capture mode");
+    tracing::info!(capture = choice.capture.as_str(), why = %choice.why, "capture mode chosen");
+    // The plugins the preflight loaded, from the compile cache.
+    let (transforms, plugins) = tokio::select! {
+        loaded = load_transforms(config) => loaded?,
+        _ = stopping.wait_for(|s| *s) => {
+            tracing::info!("asked to stop while the plugins were loading: stopping before anything is created");
+            return Ok(None);
+        }
+    };
+    Ok(Some((choice, transforms, plugins)))
+}
+
 /// What a run would make of `source.start_from`: a first run (an empty commit log) has its
 /// position judged as the start judges it; a later run resumes from the log and ignores
 /// `start_from` (a warning when it differs from what the first run started from).
@@ -359,7 +405,7 @@ fn judge_trigger_start(report: &mut Report, source: &SourceConfig, latest: Optio
 }
 
 /// Whether the journal holds every change after the lake's end, judged as a start judges it
-/// ([`owner::judge`]): a new journal on a lake that has landed changes, one installed again
+/// ([`install::judge_journal`]): a new journal on a lake that has landed changes, one installed again
 /// since, or another sink's, is refused unless `--accept-gap` names it.
 async fn check_journal(
     report: &mut Report,
@@ -369,13 +415,10 @@ async fn check_journal(
     accept: Option<&str>,
 ) -> Result<(), ProvisionError> {
     let schema = &config.source.trigger_schema;
-    let found = install::owner(client, schema).await?;
     let checkpoint = Checkpoint::from_entry(latest);
-    let lake = LakeEnd {
-        sequence: checkpoint.sequence(),
-        landed: checkpoint.confirmed().0,
-    };
-    match owner::judge(schema, found.as_ref(), lake, &config.sink.url, accept) {
+    let (found, judged) =
+        install::judge_journal(client, schema, &checkpoint, &config.sink.url, accept).await?;
+    match judged {
         Ok(_) => report.ok(match &found {
             None => format!("journal in schema {schema:?}: none yet, a first run installs it"),
             Some(o) if o.sink.is_none() => format!(

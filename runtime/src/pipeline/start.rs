@@ -33,10 +33,10 @@ use super::error::PipelineError;
 use super::feed::Feed;
 use super::load::LoadJob;
 use super::messages::Shutdown;
-use super::preflight::{self, Purpose};
+use super::preflight;
 use super::reconnect::{Reconnect, switch_point};
 use super::retry::with_retry;
-use super::{RunOptions, load_transforms, proto_version};
+use super::{RunOptions, proto_version};
 use crate::Lsn;
 use crate::config::{PipelineConfig, Provisioning, SourceConfig, StartFrom};
 use crate::lake::TableFormat;
@@ -48,7 +48,7 @@ use crate::lake::delta::{self, Tables};
 use crate::lake::sink::Sink;
 use crate::source::catalog::Catalog;
 use crate::source::position::{self, FirstStart};
-use crate::source::prerequisites::{Capture, Refusal};
+use crate::source::prerequisites::Capture;
 use crate::source::provision::{self, Ensured, ProvisionError, SlotHolder};
 use crate::source::replication::{ReplicationConnection, ReplicationStream};
 use crate::source::snapshot::{Snapshot, SnapshotError};
@@ -124,38 +124,9 @@ pub(super) async fn start(
     let client = crate::source::connect::sql(&pg).await?;
 
     // 1. Everything that can refuse, found at once by the preflight `tributary check` prints.
-    // Compiling a plugin can take half a minute: a stop asked for meanwhile is honoured at
-    // once, before anything is created (the compile is left to finish on its own thread).
-    let mut stopping = shutdown.clone();
-    let purpose = Purpose::Run {
-        accept_gap: options.accept_gap.as_deref(),
-    };
-    let report = tokio::select! {
-        report = preflight::gather(config, purpose) => report?,
-        _ = stopping.wait_for(|s| *s) => {
-            tracing::info!("asked to stop during the preflight: stopping before anything is created");
-            return Ok(None);
-        }
-    };
-    for warning in report.warnings() {
-        tracing::warn!("{warning}");
-    }
-    let choice = report.choice.clone();
-    match report.into_refusal() {
-        Some(Refusal::One(problem)) => return Err(problem.into()),
-        Some(Refusal::Said(reason)) => return Err(PipelineError::Refused(reason)),
-        Some(Refusal::Several(report)) => return Err(PipelineError::Prerequisites(report)),
-        None => {}
-    }
-    let choice = choice.expect("a report without failures names its capture mode");
-    tracing::info!(capture = choice.capture.as_str(), why = %choice.why, "capture mode chosen");
-    // The plugins the preflight loaded, from the compile cache.
-    let (transforms, plugins) = tokio::select! {
-        loaded = load_transforms(config) => loaded?,
-        _ = stopping.wait_for(|s| *s) => {
-            tracing::info!("asked to stop while the plugins were loading: stopping before anything is created");
-            return Ok(None);
-        }
+    let Some((choice, transforms, plugins)) = preflight::cleared(config, options, shutdown).await?
+    else {
+        return Ok(None);
     };
     let sink = Sink::open(&config.sink.url, &config.sink.options)?;
     let log = CommitLog::new(sink.clone(), writer.clone());

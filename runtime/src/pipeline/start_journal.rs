@@ -34,7 +34,7 @@ use crate::source::catalog::Catalog;
 use crate::source::position::FirstStart;
 use crate::source::provision::{self, ProvisionError};
 use crate::source::snapshot::Snapshot;
-use crate::source::trigger::owner::{self, Claim, LakeEnd};
+use crate::source::trigger::owner::Claim;
 use crate::source::trigger::poll::Tick;
 use crate::source::trigger::{capture, install};
 use crate::stream::load::LoadState;
@@ -88,19 +88,15 @@ pub(super) async fn start(
     };
     // The journal must hold every change after the lake's end: one that is new, installed
     // again, or another sink's is refused unless --accept-gap names it.
-    let found = install::owner(&client, schema).await?;
-    let lake = LakeEnd {
-        sequence: first_read.sequence(),
-        landed: first_read.confirmed().0,
-    };
-    let claim = owner::judge(
+    let (found, judged) = install::judge_journal(
+        &client,
         schema,
-        found.as_ref(),
-        lake,
+        &first_read,
         sink.url(),
         options.accept_gap.as_deref(),
     )
-    .map_err(ProvisionError::from)?;
+    .await?;
+    let claim = judged.map_err(ProvisionError::from)?;
     let tracked = provision::tracked_tables(&client, source).await?;
 
     // 2. Holding the journal.
@@ -110,34 +106,16 @@ pub(super) async fn start(
     }
 
     // 3. Provisioning.
-    let installing = Instant::now();
     let claiming = install::Claiming {
         sink: sink.url(),
         judged: found.as_ref(),
         claim: &claim,
     };
-    let installed = install::install(&mut reader, schema, &tracked, &claiming).await?;
-    let accepted = match &claim {
-        Claim::Take { gap: Some(gap), .. } => {
-            tracing::warn!(
-                schema = %schema,
-                gap = %gap,
-                "accepting the gap named by --accept-gap: the changes committed between the lake's last landed position and the journal's claim never reach this sink; the commit log records it"
-            );
-            Some(AcceptedGap {
-                from: first_read.confirmed(),
-                to: first_read.confirmed(),
-            })
-        }
-        _ => None,
-    };
-    tracing::info!(
-        schema = %schema,
-        tables = installed.tables.len(),
-        triggers = installed.triggers,
-        took_ms = installing.elapsed().as_millis() as u64,
-        "trigger capture installed: the journal, a capture function per table, and its triggers"
-    );
+    install_capture(&mut reader, schema, &tracked, &claiming).await?;
+    let accepted = matches!(claim, Claim::Take { gap: Some(_), .. }).then(|| AcceptedGap {
+        from: first_read.confirmed(),
+        to: first_read.confirmed(),
+    });
     let record = Provisioned {
         kind: ProvisionedKind::TriggerCapture,
         name: schema.clone(),
@@ -230,6 +208,33 @@ pub(super) async fn start(
         tables,
         name,
     }))
+}
+
+/// Install capture of `tracked` in `schema`, claiming its journal as judged, and say what was
+/// installed, and the gap `--accept-gap` named when one is taken.
+async fn install_capture(
+    reader: &mut Client,
+    schema: &str,
+    tracked: &[String],
+    claiming: &install::Claiming<'_>,
+) -> Result<(), PipelineError> {
+    let installing = Instant::now();
+    let installed = install::install(reader, schema, tracked, claiming).await?;
+    if let Claim::Take { gap: Some(gap), .. } = claiming.claim {
+        tracing::warn!(
+            schema = %schema,
+            gap = %gap,
+            "accepting the gap named by --accept-gap: the changes committed between the lake's last landed position and the journal's claim never reach this sink; the commit log records it"
+        );
+    }
+    tracing::info!(
+        schema = %schema,
+        tables = installed.tables.len(),
+        triggers = installed.triggers,
+        took_ms = installing.elapsed().as_millis() as u64,
+        "trigger capture installed: the journal, a capture function per table, and its triggers"
+    );
+    Ok(())
 }
 
 /// The full load due (a first run's, or one a crash cut short): its snapshot taken in a

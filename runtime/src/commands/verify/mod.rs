@@ -199,15 +199,7 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
     let log = CommitLog::new(sink, Writer::named("verify"));
     let delta = config.sink.format == TableFormat::Delta;
     if options.identities_only {
-        let survey = Survey::read(&log, options.table.as_deref(), None, delta).await?;
-        let lake = lake::read_lake(&log, &survey, &HashMap::new()).await?;
-        let mut report = finish(&survey, lake, Vec::new(), None, options.show, false);
-        if config.sink.format == TableFormat::Delta {
-            let mirrored = config.mirrored();
-            let kept = |output: &str| mirrored.contains(output);
-            report.delta = audit_tables(&log, &survey, options.table.as_deref(), kept).await?;
-        }
-        return Ok(report);
+        return identities_only(&log, config, options).await;
     }
     if !config.transforms.is_empty() {
         let plugins: Vec<String> = config
@@ -220,60 +212,13 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         });
     }
 
-    // A lake captured through triggers names the journal's schema where a slot's name goes;
-    // before it has landed anything, the pipeline file says which capture it is.
-    let journal = match log.identity().await? {
-        Some(identity) => crate::lake::commit::journal_schema(&identity.slot).map(str::to_owned),
-        None => (config.source.capture == CaptureMode::Trigger)
-            .then(|| config.source.trigger_schema.clone()),
-    };
     let pg = crate::source::connect::parse_url(&config.source.url)?;
     let client = crate::source::connect::sql(&pg).await?;
     let slot = &config.source.slot;
-    match &journal {
-        None if provision::slot_state(&client, slot).await?.is_none() => {
-            return Err(VerifyError::NoSlot { slot: slot.clone() });
-        }
-        Some(schema)
-            if crate::source::trigger::capture::size(&client, schema)
-                .await?
-                .is_none() =>
-        {
-            return Err(VerifyError::NoJournal {
-                schema: schema.clone(),
-            });
-        }
-        _ => {}
-    }
+    let journal = capture_of(&log, config, &client).await?;
     let tables = tables(&client, config, options.table.as_deref()).await?;
 
-    let (snapshot, at, cutoff) = match &journal {
-        None => {
-            tracing::info!(
-                "taking a snapshot of the source (waits for transactions running now to end)"
-            );
-            let snapshot =
-                Snapshot::take(&pg, &crate::source::snapshot::temporary_slot_name("verify"))
-                    .await?;
-            let at = snapshot.consistent_point();
-            (snapshot, at.to_string(), Cutoff::Before(at.0))
-        }
-        Some(_) => {
-            // What landed before the snapshot is taken committed before it.
-            let landed = Checkpoint::from_entry(log.latest().await?.as_ref()).confirmed();
-            let (snapshot, text, _) = Snapshot::begin(&pg, landed).await?;
-            let xids = SnapshotXids::parse(&text).ok_or_else(|| {
-                VerifyError::Task(format!(
-                    "the server gave snapshot {text:?}, which does not read as xmin:xmax:xip"
-                ))
-            })?;
-            let cutoff = Cutoff::Sees {
-                landed: landed.0,
-                xids,
-            };
-            (snapshot, format!("snapshot {text}"), cutoff)
-        }
-    };
+    let (snapshot, at, cutoff) = snapshot_at(&pg, &log, journal.is_some()).await?;
     tracing::info!(%at, "snapshot taken");
     let mut catalog = Catalog::new(pg.clone(), false);
     // Trigger capture takes whole rows of every table it tracks; a slot what its publication
@@ -393,6 +338,88 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
     }
     report.mirrors = mirrors;
     Ok(report)
+}
+
+/// `--identities-only`: the lake's files and change identities, without the source.
+async fn identities_only(
+    log: &CommitLog,
+    config: &PipelineConfig,
+    options: &VerifyOptions,
+) -> Result<Report, VerifyError> {
+    let delta = config.sink.format == TableFormat::Delta;
+    let survey = Survey::read(log, options.table.as_deref(), None, delta).await?;
+    let lake = lake::read_lake(log, &survey, &HashMap::new()).await?;
+    let mut report = finish(&survey, lake, Vec::new(), None, options.show, false);
+    if delta {
+        let mirrored = config.mirrored();
+        let kept = |output: &str| mirrored.contains(output);
+        report.delta = audit_tables(log, &survey, options.table.as_deref(), kept).await?;
+    }
+    Ok(report)
+}
+
+/// The trigger journal's schema when the lake is captured through triggers (`None`: from a
+/// slot), refusing a slot or a journal that is not there. A lake names the journal's schema
+/// where a slot's name goes; before it has landed anything, the pipeline file says which
+/// capture it is.
+async fn capture_of(
+    log: &CommitLog,
+    config: &PipelineConfig,
+    client: &Client,
+) -> Result<Option<String>, VerifyError> {
+    let journal = match log.identity().await? {
+        Some(identity) => crate::lake::commit::journal_schema(&identity.slot).map(str::to_owned),
+        None => (config.source.capture == CaptureMode::Trigger)
+            .then(|| config.source.trigger_schema.clone()),
+    };
+    let slot = &config.source.slot;
+    match &journal {
+        None if provision::slot_state(client, slot).await?.is_none() => {
+            return Err(VerifyError::NoSlot { slot: slot.clone() });
+        }
+        Some(schema)
+            if crate::source::trigger::capture::size(client, schema)
+                .await?
+                .is_none() =>
+        {
+            return Err(VerifyError::NoJournal {
+                schema: schema.clone(),
+            });
+        }
+        _ => {}
+    }
+    Ok(journal)
+}
+
+/// The source's snapshot to compare at, what to call it, and how it splits the lake: at a
+/// slot's exact position, or (`journal`, trigger capture) by the transactions it sees.
+async fn snapshot_at(
+    pg: &crate::source::connect::PgConfig,
+    log: &CommitLog,
+    journal: bool,
+) -> Result<(Snapshot, String, Cutoff), VerifyError> {
+    if !journal {
+        tracing::info!(
+            "taking a snapshot of the source (waits for transactions running now to end)"
+        );
+        let snapshot =
+            Snapshot::take(pg, &crate::source::snapshot::temporary_slot_name("verify")).await?;
+        let at = snapshot.consistent_point();
+        return Ok((snapshot, at.to_string(), Cutoff::Before(at.0)));
+    }
+    // What landed before the snapshot is taken committed before it.
+    let landed = Checkpoint::from_entry(log.latest().await?.as_ref()).confirmed();
+    let (snapshot, text, _) = Snapshot::begin(pg, landed).await?;
+    let xids = SnapshotXids::parse(&text).ok_or_else(|| {
+        VerifyError::Task(format!(
+            "the server gave snapshot {text:?}, which does not read as xmin:xmax:xip"
+        ))
+    })?;
+    let cutoff = Cutoff::Sees {
+        landed: landed.0,
+        xids,
+    };
+    Ok((snapshot, format!("snapshot {text}"), cutoff))
 }
 
 /// The tracked tables, or the one asked for.

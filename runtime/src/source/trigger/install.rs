@@ -2,9 +2,10 @@
 
 use tokio_postgres::Client;
 
-use super::owner::{Claim, JournalOwner};
+use super::owner::{Claim, JournalGap, JournalOwner, LakeEnd};
 use super::query;
 use super::sql;
+use crate::lake::commit::Checkpoint;
 use crate::source::provision::ProvisionError;
 use crate::source::quote::quote_ident;
 
@@ -81,6 +82,25 @@ pub async fn owner(client: &Client, schema: &str) -> Result<Option<JournalOwner>
     })))
 }
 
+/// Who `schema`'s journal captures for, and what a start of the lake at `checkpoint`, writing
+/// to `sink`, may do with it ([`super::owner::judge`]): the one judgement `check` and a start
+/// make.
+pub async fn judge_journal(
+    client: &Client,
+    schema: &str,
+    checkpoint: &Checkpoint,
+    sink: &str,
+    accept: Option<&str>,
+) -> Result<(Option<JournalOwner>, Result<Claim, JournalGap>), ProvisionError> {
+    let found = owner(client, schema).await?;
+    let lake = LakeEnd {
+        sequence: checkpoint.sequence(),
+        landed: checkpoint.confirmed().0,
+    };
+    let judged = super::owner::judge(schema, found.as_ref(), lake, sink, accept);
+    Ok((found, judged))
+}
+
 /// Claim the journal in the installation's transaction, once its lock is held: the owner must
 /// still be the one judged (two starts judging at once: the second finds the first's claim).
 async fn claim(
@@ -99,13 +119,10 @@ async fn claim(
             "reading who the journal in schema {schema:?} captures for"
         )))?;
     let now: (Option<String>, i64) = (row.get(0), row.get(1));
-    let judged = claiming
-        .judged
-        .map_or((None, 0), |o| (o.sink.clone(), o.claimed_at as i64));
     // A journal judged missing is found unclaimed, or claimed by whoever raced this start.
     let judged = match claiming.judged {
         None => (None, now.1),
-        Some(_) => judged,
+        Some(o) => (o.sink.clone(), o.claimed_at as i64),
     };
     if now != judged {
         return Err(ProvisionError::Journal(format!(
