@@ -21,9 +21,11 @@ use super::compact::{fit, merged_schema};
 use super::mirror::{
     self, Bounds, Cell, Change, ChangeOp, Key, Keys, MirrorError, Net, Reduced, mirror_name,
 };
+use super::overtaken::{Seen, overtaken};
 use super::state::{TableError, TableState, schema_actions};
 use crate::lake::commit::CommitError;
 use crate::lake::sink::{Created, Sink};
+use crate::stream::load::LOAD_XID;
 
 /// Most rows put into one Arrow batch while a file is written.
 const CHUNK_ROWS: usize = 8192;
@@ -47,7 +49,13 @@ pub(super) struct Applied {
 /// The rows to apply: one flush's files of the output, or (a new or stale current-state
 /// table) every file of its change-log table.
 pub(super) enum Rows<'a> {
-    Flush(&'a [&'a str]),
+    /// A flush's files; the change-log table holding them, which a load's chunk reads for
+    /// the changes after its snapshot ([`overtaken`]).
+    Flush {
+        paths: &'a [&'a str],
+        log: &'a TableState,
+        seen: &'a Seen,
+    },
     Rebuild(Vec<String>),
 }
 
@@ -63,9 +71,9 @@ pub(super) async fn apply(
     now_ms: i64,
 ) -> Result<Applied, TableError> {
     let name = mirror_name(output);
-    let (paths, rebuild): (Vec<String>, bool) = match rows {
-        Rows::Flush(paths) => (paths.iter().map(|p| (*p).to_owned()).collect(), false),
-        Rows::Rebuild(paths) => (paths, true),
+    let paths: Vec<String> = match &rows {
+        Rows::Flush { paths, .. } => paths.iter().map(|p| (*p).to_owned()).collect(),
+        Rows::Rebuild(paths) => paths.clone(),
     };
     let mut log_batches = Vec::new();
     for path in &paths {
@@ -81,19 +89,33 @@ pub(super) async fn apply(
             .iter()
             .map(|b| mirror::mirror_schema(&b.schema())),
     )?;
-    let changes = changes(&log_batches, &keys, &flush_schema)?;
-    let reduced = mirror::reduce(changes, flush_schema.fields().len())?;
+    let width = flush_schema.fields().len();
+    let logged = changes(&log_batches, &keys, &flush_schema)?;
+    let snapshot = logged.iter().find(|l| l.load).map(|l| l.lsn);
+    let changes = logged.into_iter().map(|l| l.change).collect();
+    let reduced = match (&rows, snapshot) {
+        (Rows::Flush { log, seen, .. }, Some(snapshot)) => {
+            overtaken(sink, output, log, snapshot, &keys, seen)
+                .await?
+                .reduce(changes, width)?
+        }
+        _ => mirror::reduce(changes, width)?,
+    };
 
-    // The files the flush replaces: all of them when it rebuilds or truncates, else those
-    // whose key bounds may hold an affected key.
+    // The files the flush replaces: all of them when it rebuilds or truncates (but for the
+    // rows a truncate keeps), else those whose key bounds may hold an affected key.
     let affected = reduced.affected();
-    let emptied = rebuild || reduced.truncate;
-    let touched: Vec<&Add> = match emptied {
+    let emptied = matches!(rows, Rows::Rebuild(_)) || reduced.truncate;
+    let sought = match emptied {
+        true => &reduced.keep,
+        false => &affected,
+    };
+    let touched: Vec<&Add> = match sought.is_empty() {
         true => Vec::new(),
         false => state
             .files
             .values()
-            .filter(|a| Bounds::of(a, &keys).may_hold_any(&affected))
+            .filter(|a| Bounds::of(a, &keys).may_hold_any(sought))
             .collect(),
     };
     // First pass, one touched file at a time: its columns, and its rows of the keys the flush
@@ -116,7 +138,7 @@ pub(super) async fn apply(
                 Keys::new(arrays.iter().collect()).map_err(|e| data(&name, e.to_string()))?;
             for row in 0..batch.num_rows() {
                 let key = reader.key(row);
-                if affected.contains(&key) {
+                if sought.contains(&key) {
                     found_at.insert(key, (index, picks.len()));
                     picks.push((b, row));
                 }
@@ -159,7 +181,13 @@ pub(super) async fn apply(
     // Each upsert goes to the file that held its key (or its prior key), or to a new file.
     let mut homed: Vec<Vec<(Key, Vec<Option<Cell>>)>> = vec![Vec::new(); touched.len()];
     let mut fresh = Vec::new();
-    let Reduced { net, .. } = reduced;
+    let Reduced { net, keep, .. } = reduced;
+    // Rows a truncate keeps (every file goes) are written again with the new ones.
+    for key in keep {
+        if let Some(&(_, cell)) = found.get(&key) {
+            fresh.push((key, whole_row(cell, width)));
+        }
+    }
     for (key, net) in net {
         let Net::Upsert(upsert) = net else { continue };
         let mut cells = upsert.cells;
@@ -219,7 +247,7 @@ pub(super) async fn apply(
         // Second pass: each file that held a changed key, read again (or kept from the first
         // pass when small), is written anew with the rows it keeps and the upserts it homes.
         for (file, add) in touched.iter().enumerate() {
-            if !changed.contains(&file) {
+            if emptied || !changed.contains(&file) {
                 continue;
             }
             removed.push(state.files.get(&add.path).expect("a touched file is live"));
@@ -381,7 +409,7 @@ pub(super) fn whole_row(cell: Cell, width: usize) -> Vec<Option<Cell>> {
     vec![Some(cell); width]
 }
 
-fn data(path: &str, reason: String) -> TableError {
+pub(super) fn data(path: &str, reason: String) -> TableError {
     TableError::Data {
         path: path.to_owned(),
         reason,
@@ -409,12 +437,21 @@ pub(super) fn key_columns(
         .collect()
 }
 
+/// A change as the change log holds it: where it was committed, and whether a load read it
+/// (a load's rows and its marker have `_xid` 0 and the snapshot's position).
+pub(super) struct Logged {
+    pub change: Change,
+    pub lsn: u64,
+    pub load: bool,
+}
+
 /// The changes of the change-log `batches`, in change order: `(_commit_lsn, _seq, _sub)`.
-fn changes(
+/// A load's marker (`_op = "load"`) empties the table, as it tells a reader of the log to.
+pub(super) fn changes(
     batches: &[RecordBatch],
     keys: &[String],
     schema: &SchemaRef,
-) -> Result<Vec<Change>, TableError> {
+) -> Result<Vec<Logged>, TableError> {
     let mut changes = Vec::new();
     let mut order = Vec::new();
     for (b, batch) in batches.iter().enumerate() {
@@ -437,6 +474,8 @@ fn changes(
         let lsn = long("_commit_lsn")?.ok_or_else(|| bad("it has no _commit_lsn column".into()))?;
         let seq = long("_seq")?.ok_or_else(|| bad("it has no _seq column".into()))?;
         let sub = long("_sub")?;
+        let xid = long("_xid")?;
+        let xid = xid.as_ref().map(|x| x.as_primitive::<Int64Type>());
         let (lsn, seq) = (
             lsn.as_primitive::<Int64Type>(),
             seq.as_primitive::<Int64Type>(),
@@ -459,7 +498,7 @@ fn changes(
                 "insert" => ChangeOp::Insert,
                 "update" => ChangeOp::Update,
                 "delete" => ChangeOp::Delete,
-                "truncate" => ChangeOp::Truncate,
+                "truncate" | "load" => ChangeOp::Truncate,
                 other => return Err(bad(format!("a change of kind {other:?}"))),
             };
             let old_key = match (old, &old_keys) {
@@ -483,17 +522,21 @@ fn changes(
                 sub.map_or(0, |s| s.value(row)),
                 changes.len(),
             ));
-            changes.push(Change {
-                op,
-                key,
-                old_key,
-                unchanged,
-                at: (b, row),
+            changes.push(Logged {
+                change: Change {
+                    op,
+                    key,
+                    old_key,
+                    unchanged,
+                    at: (b, row),
+                },
+                lsn: lsn.value(row) as u64,
+                load: xid.is_some_and(|x| x.value(row) == i64::from(LOAD_XID)),
             });
         }
     }
     order.sort_unstable();
-    let mut slots: Vec<Option<Change>> = changes.into_iter().map(Some).collect();
+    let mut slots: Vec<Option<Logged>> = changes.into_iter().map(Some).collect();
     Ok(order
         .into_iter()
         .map(|(.., i)| slots[i].take().expect("each change once"))

@@ -224,8 +224,12 @@ pub enum Net {
 /// A flush's net effect on the table.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Reduced {
-    /// The table was emptied first (a `TRUNCATE`).
+    /// The table was emptied first (a `TRUNCATE`, or a load's marker).
     pub truncate: bool,
+    /// Keys whose rows in the table the truncate leaves: a load's marker empties the table as
+    /// the snapshot saw it, and these rows came from changes after the snapshot
+    /// ([`Overtaken`]).
+    pub keep: BTreeSet<Key>,
     pub net: BTreeMap<Key, Net>,
 }
 
@@ -243,6 +247,58 @@ impl Reduced {
             }
         }
         keys
+    }
+}
+
+/// What the changes committed after a load's snapshot did to an output, as far as its change
+/// log holds them when a chunk of the load is applied: the keys they wrote or deleted, and
+/// whether one emptied the table.
+///
+/// A first load lands before the stream, so nothing overtakes it; a resync's chunks land
+/// between the stream's flushes, and a flush landed before a chunk may hold changes committed
+/// after the chunk's snapshot. The current-state table holds those changes already, and they
+/// are newer than the load's rows, so they win: a row the stream wrote or deleted since the
+/// snapshot keeps its state through the marker and the load's row of its key is dropped,
+/// and after a truncate since the snapshot the load has nothing left to say. Changes
+/// committed before the snapshot that land after a chunk replay what the snapshot holds and
+/// change nothing, so the table ends where a reader replaying the change log in order does.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Overtaken {
+    pub keys: BTreeSet<Key>,
+    pub truncated: bool,
+}
+
+impl Overtaken {
+    /// Note a change committed after the snapshot.
+    pub fn note(&mut self, change: &Change) {
+        match change.op {
+            ChangeOp::Truncate => self.truncated = true,
+            _ => self
+                .keys
+                .extend(change.key.iter().chain(&change.old_key).cloned()),
+        }
+    }
+
+    /// A load chunk's `changes` (its marker a truncate) as they apply to a table that holds
+    /// the overtaking changes already.
+    pub fn screen(&self, changes: Vec<Change>) -> Vec<Change> {
+        if self.truncated {
+            return Vec::new();
+        }
+        changes
+            .into_iter()
+            .filter(|c| !c.key.as_ref().is_some_and(|k| self.keys.contains(k)))
+            .collect()
+    }
+
+    /// What a load chunk's changes, screened, reduce to: its marker leaves the overtaken
+    /// keys' rows.
+    pub fn reduce(&self, changes: Vec<Change>, width: usize) -> Result<Reduced, MirrorError> {
+        let mut reduced = reduce(self.screen(changes), width)?;
+        if reduced.truncate {
+            reduced.keep = self.keys.clone();
+        }
+        Ok(reduced)
     }
 }
 
@@ -538,6 +594,39 @@ mod tests {
             unchanged: Vec::new(),
             at: (0, row),
         }
+    }
+
+    #[test]
+    fn a_load_chunk_leaves_the_rows_changes_after_its_snapshot_wrote() {
+        use ChangeOp::*;
+        let chunk = || {
+            vec![
+                change(Truncate, None, None, 0),
+                change(Insert, Some(1), None, 1),
+                change(Insert, Some(2), None, 2),
+                change(Insert, Some(3), None, 3),
+            ]
+        };
+        // Nothing overtook it: the marker empties the table, the rows fill it.
+        let plain = Overtaken::default().reduce(chunk(), 1).unwrap();
+        assert!(plain.truncate && plain.keep.is_empty());
+        assert_eq!(plain.net.len(), 3);
+
+        // Key 2 updated and key 3 deleted after the snapshot (and key 9 moved to key 8):
+        // their rows stay, the load's rows of them are dropped.
+        let mut later = Overtaken::default();
+        later.note(&change(Update, Some(2), None, 0));
+        later.note(&change(Delete, None, Some(3), 0));
+        later.note(&change(Update, Some(8), Some(9), 0));
+        let screened = later.reduce(chunk(), 1).unwrap();
+        assert!(screened.truncate);
+        assert_eq!(screened.keep, [k(2), k(3), k(8), k(9)].into());
+        assert_eq!(screened.net.keys().collect::<Vec<_>>(), [&k(1)]);
+
+        // A truncate after the snapshot: the chunk has nothing to add.
+        later.note(&change(Truncate, None, None, 0));
+        let emptied = later.reduce(chunk(), 1).unwrap();
+        assert_eq!(emptied, Reduced::default());
     }
 
     #[test]

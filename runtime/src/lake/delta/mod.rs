@@ -19,6 +19,7 @@ pub mod checkpoint;
 pub mod compact;
 pub mod current;
 pub mod mirror;
+mod overtaken;
 pub mod schema;
 pub mod state;
 pub mod table;

@@ -15,6 +15,7 @@ use super::checkpoint;
 use super::compact;
 use super::current::{self, Mirrors, Rows};
 use super::mirror::mirror_name;
+use super::overtaken::Seen;
 use super::state::{Appender, TableError, TableFile, TableState, TypeChange};
 use super::vacuum::COMPACTED;
 use crate::lake::commit::{CommitError, CommitLog, FileEntry, Writer};
@@ -54,6 +55,8 @@ pub struct Tables {
     /// What each table was last read or written as, by table name.
     states: Arc<Mutex<BTreeMap<String, TableState>>>,
     mirrors: Option<Arc<Mirrors>>,
+    /// What the current-state tables' loads read of the change logs.
+    seen: Arc<Seen>,
 }
 
 impl Tables {
@@ -68,6 +71,7 @@ impl Tables {
             writer,
             states: Arc::default(),
             mirrors: None,
+            seen: Arc::default(),
         }
     }
 
@@ -277,7 +281,14 @@ impl Tables {
             let held = state.txn(self.app_id());
             let stale = state.version.is_none() || before.is_some_and(|prev| held < prev);
             let (rows, txn) = match stale {
-                false => (Rows::Flush(&paths), sequence),
+                false => (
+                    Rows::Flush {
+                        paths: &paths,
+                        log,
+                        seen: &self.seen,
+                    },
+                    sequence,
+                ),
                 true => {
                     let all = current::log_files(output, log);
                     tracing::info!(table = %name, files = all.len(), "building the current-state table from the whole change log (it is new, or missed flushes while mirroring was off)");
@@ -1034,17 +1045,7 @@ pub async fn file_from_footer(sink: &Sink, file: &FileEntry) -> Result<TableFile
         reason,
     };
     let size = file.bytes;
-    if size < 12 {
-        return Err(corrupt(format!("{size} bytes is too short for Parquet")));
-    }
-    let tail = sink.get_range(&path, size - 8..size).await?;
-    let footer = u32::from_le_bytes(tail[..4].try_into().expect("four bytes")) as u64;
-    if &tail[4..] != b"PAR1" || footer + 8 > size {
-        return Err(corrupt("does not end in a Parquet footer".into()));
-    }
-    let metadata = sink.get_range(&path, size - 8 - footer..size - 8).await?;
-    let metadata = parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&metadata)
-        .map_err(|e| corrupt(format!("its Parquet footer: {e}")))?;
+    let metadata = footer(sink, &path, size).await?;
     let meta = metadata.file_metadata();
     let schema =
         parquet::arrow::parquet_to_arrow_schema(meta.schema_descr(), meta.key_value_metadata())
@@ -1066,6 +1067,29 @@ pub async fn file_from_footer(sink: &Sink, file: &FileEntry) -> Result<TableFile
         schema: table_columns(Arc::new(schema), partition.as_ref()),
         partition,
     })
+}
+
+/// The Parquet footer of the data file at `path`, `size` bytes long: two ranged reads.
+pub(super) async fn footer(
+    sink: &Sink,
+    path: &Path,
+    size: u64,
+) -> Result<parquet::file::metadata::ParquetMetaData, CommitError> {
+    let corrupt = |reason: String| CommitError::Corrupt {
+        path: path.to_string(),
+        reason,
+    };
+    if size < 12 {
+        return Err(corrupt(format!("{size} bytes is too short for Parquet")));
+    }
+    let tail = sink.get_range(path, size - 8..size).await?;
+    let footer = u32::from_le_bytes(tail[..4].try_into().expect("four bytes")) as u64;
+    if &tail[4..] != b"PAR1" || footer + 8 > size {
+        return Err(corrupt("does not end in a Parquet footer".into()));
+    }
+    let metadata = sink.get_range(path, size - 8 - footer..size - 8).await?;
+    parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&metadata)
+        .map_err(|e| corrupt(format!("its Parquet footer: {e}")))
 }
 
 /// The columns a file brings to its table: its own, and a derived partition column.
