@@ -5,14 +5,16 @@
 //! tables, and as Delta tables with current-state tables. Every change lands once, the change
 //! log replayed agrees with the source, and a current-state table equals the source row for
 //! row; a combination the pipeline cannot keep (a current-state table of a table with no key)
-//! is refused up front, by `check` and `run` in the same sentence.
+//! is refused up front, by `check` and `run` in the same sentence. A column that comes into a
+//! current-state table holding rows (added, with a default or without, or renamed) makes the
+//! pipeline load the table again, which fills the rows no change touched since.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tributary_tests::chaos::source_rows;
 use tributary_tests::fresh_database;
-use tributary_tests::lake::{committed_rows, read_delta};
+use tributary_tests::lake::{committed_rows, entries, read_delta};
 use tributary_tests::service::{Fixture, Service, command};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +32,8 @@ enum Identity {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ddl {
     Add,
+    /// A column added with a default: the rows already there read it without a change.
+    AddDefault,
     Drop,
     Rename,
     Widen,
@@ -41,7 +45,13 @@ const IDENTITIES: [Identity; 4] = [
     Identity::Index,
     Identity::Keyless,
 ];
-const DDLS: [Ddl; 4] = [Ddl::Add, Ddl::Drop, Ddl::Rename, Ddl::Widen];
+const DDLS: [Ddl; 5] = [
+    Ddl::Add,
+    Ddl::AddDefault,
+    Ddl::Drop,
+    Ddl::Rename,
+    Ddl::Widen,
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Output {
@@ -93,6 +103,11 @@ fn change_and_after(ddl: Ddl, t: &str) -> String {
             format!("(id, uid, v, n, extra) SELECT g, g * 10, 'after', g, {long}"),
             "extra",
         ),
+        Ddl::AddDefault => (
+            format!("ALTER TABLE {t} ADD COLUMN flag text NOT NULL DEFAULT 'standing'"),
+            format!("(id, uid, v, n, note, flag) SELECT g, g * 10, 'after', g, 'note', {long}"),
+            "flag",
+        ),
         Ddl::Drop => (
             format!("ALTER TABLE {t} DROP COLUMN note"),
             "(id, uid, v, n) SELECT g, g * 10, 'after', g".to_owned(),
@@ -126,22 +141,35 @@ fn before(t: &str) -> String {
 }
 
 /// The tables a pipeline of `output` captures: every combination, but a current-state table
-/// of a table without a key, which is refused (see [`keyless_current_state_is_refused`]), and
-/// a current-state table through a column rename, which it does not follow yet (its rows
-/// written before the rename keep the old column: docs/design.md, Known limits).
-fn cases(output: Output) -> Vec<(Identity, Ddl)> {
+/// of a table without a key, which is refused (see [`keyless_current_state_is_refused`]), and,
+/// through triggers, a current-state table meeting a column renamed or added with a default:
+/// trigger capture cannot load a table again while it runs, so the rows no change touched
+/// since hold the column as null (docs/design.md, Known limits).
+fn cases(capture: &str, output: Output) -> Vec<(Identity, Ddl)> {
     IDENTITIES
         .iter()
         .flat_map(|&i| DDLS.iter().map(move |&d| (i, d)))
         .filter(|&(i, _)| !(output == Output::Current && i == Identity::Keyless))
-        .filter(|&(_, d)| !(output == Output::Current && d == Ddl::Rename))
+        .filter(|&(_, d)| {
+            !(output == Output::Current
+                && capture == "trigger"
+                && matches!(d, Ddl::Rename | Ddl::AddDefault))
+        })
         .collect()
+}
+
+/// Whether the change of columns brings a column to a current-state table holding rows,
+/// which then loads its table again.
+fn reloads(capture: &str, output: Output, ddl: Ddl) -> bool {
+    output == Output::Current
+        && capture == "wal"
+        && matches!(ddl, Ddl::Add | Ddl::AddDefault | Ddl::Rename)
 }
 
 async fn matrix(capture: &str, output: Output) {
     let hint = format!("ddl_{capture}_{output:?}").to_lowercase();
     let db = fresh_database(&hint).await;
-    let cases = cases(output);
+    let cases = cases(capture, output);
     for &(identity, ddl) in &cases {
         db.client
             .batch_execute(&create(identity, &table(identity, ddl)))
@@ -189,6 +217,40 @@ async fn matrix(capture: &str, output: Output) {
         Duration::from_secs(240),
     )
     .await;
+    // The loads a column brought, landed whole.
+    let reloaded: Vec<&String> = cases
+        .iter()
+        .zip(&names)
+        .filter(|((_, d), _)| reloads(capture, output, *d))
+        .map(|(_, name)| name)
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        // What the entries' load states say (the files are read once the pipeline stopped).
+        let loads: Vec<_> = entries(&fx.log)
+            .await
+            .into_iter()
+            .filter_map(|e| e.load)
+            .collect();
+        let waiting: Vec<&str> = reloaded
+            .iter()
+            .filter(|name| {
+                !loads
+                    .iter()
+                    .any(|l| l.tables.iter().any(|t| &t.table == **name && t.finished()))
+            })
+            .map(|name| name.as_str())
+            .collect();
+        if waiting.is_empty() && loads.last().is_none_or(|l| l.finished()) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no load of {waiting:?} landed whole:\n{}",
+            run.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let log = run.stop().await;
 
     let mut problems = Vec::new();
@@ -200,14 +262,21 @@ async fn matrix(capture: &str, output: Output) {
         // Every change once, and the change log replayed agrees with the source on every
         // column the changes carried (a change before a rename carries the old name).
         let rows = committed_rows(&fx.sink, name).await;
-        if rows.len() != CHANGES {
-            problems.push(format!(
-                "{case}: {} changes landed, not {CHANGES}",
-                rows.len()
-            ));
+        // A load's rows (and its marker) have no transaction.
+        let streamed = rows.iter().filter(|r| r.xid != 0).count();
+        if streamed != CHANGES {
+            problems.push(format!("{case}: {streamed} changes landed, not {CHANGES}"));
+        }
+        let loads = rows.iter().filter(|r| r.op == "load").count();
+        if loads != usize::from(reloads(capture, output, ddl)) {
+            problems.push(format!("{case}: {loads} loads of the table"));
         }
         let mut replayed: BTreeMap<String, BTreeMap<String, Option<String>>> = BTreeMap::new();
         for row in rows {
+            if row.op == "load" {
+                replayed.clear();
+                continue;
+            }
             let Some(id) = row.values[key].clone() else {
                 problems.push(format!("{case}: a {} without its key {key}", row.op));
                 continue;

@@ -11,7 +11,6 @@
 use crate::Lsn;
 use crate::config::PipelineConfig;
 use crate::source::provision::{self, ProvisionError};
-use crate::stream::load::{RESYNC_PREFIX, ResyncRequest};
 
 /// What `tributary resync` asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,23 +85,12 @@ pub async fn request(config: &PipelineConfig, tables: &[String]) -> Result<Reque
             });
         }
     }
-    let content = serde_json::to_string(&ResyncRequest {
-        tables: tables.to_vec(),
-    })
-    .expect("a request serialises");
-    let lsn: String = client
-        .query_one(
-            "SELECT pg_logical_emit_message(true, $1, $2)::text",
-            &[&RESYNC_PREFIX, &content],
-        )
-        .await
-        .map_err(query("writing the resync request into the WAL"))?
-        .get(0);
+    let lsn = crate::source::resync::request(&client, tables).await?;
     let running = provision::slot_state(&client, &source.slot)
         .await?
         .is_some_and(|s| s.holder.is_some());
     Ok(Requested {
-        lsn: lsn.parse().unwrap_or_default(),
+        lsn,
         tables: match tables.is_empty() {
             true => tracked,
             false => tables.to_vec(),

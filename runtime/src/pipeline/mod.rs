@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod preflight;
 mod read;
 mod reconnect;
+mod refill;
 mod reload;
 mod retry;
 mod slot_watch;

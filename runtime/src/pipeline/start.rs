@@ -426,6 +426,9 @@ pub(super) async fn settle_sink(
                 outputs: config.mirrored(),
                 properties: encoder.properties().clone(),
                 target: config.parquet.target_file_bytes(),
+                reload: Some(std::sync::Arc::new(super::refill::AskSource {
+                    source: config.source.clone(),
+                })),
             });
             let through = checkpoint.tables_through();
             let caught_up = with_retry!(

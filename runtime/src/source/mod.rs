@@ -1,7 +1,7 @@
 //! Everything that talks to the source database: the connection factory ([`connect`]), the
 //! replication socket ([`replication`]), the catalog queries that resolve types
 //! ([`catalog`]), failover slots and standbys ([`failover`]), the source-side set-up and its
-//! refusals ([`provision`]), the WAL a slot holds back ([`slot_wal`]), the prerequisite report ([`prerequisites`]), a full load's
+//! refusals ([`provision`]), the WAL a slot holds back ([`slot_wal`]), the prerequisite report ([`prerequisites`]), requests for a new load ([`resync`]), a full load's
 //! snapshot reads ([`snapshot`]), where a first run starts reading ([`position`], a decision
 //! without IO), which columns may be stored out of line as TOAST ([`toast`], without IO), and capture
 //! through triggers where no slot can be had ([`trigger`]).
@@ -18,6 +18,7 @@ pub mod prerequisites;
 pub mod provision;
 mod quote;
 pub mod replication;
+pub mod resync;
 pub mod slot_wal;
 pub mod snapshot;
 pub mod toast;

@@ -5,6 +5,7 @@
 //! off meanwhile), is built from the whole change-log table instead.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
@@ -37,13 +38,60 @@ pub struct Mirrors {
     pub properties: WriterProperties,
     /// A file is cut once it reaches about this size.
     pub target: u64,
+    /// Who to ask for an output's rows again when its table gains a column.
+    pub reload: Option<Arc<dyn Reload>>,
+}
+
+/// Asks for an output's rows to be loaded again, because a column came into its
+/// current-state table while it held rows: no change carries that column's value in the
+/// rows not changed since, which may not be null (a column renamed, or added with a default).
+/// Asked before the flush that brings the column is applied, so a crash in between asks
+/// again.
+pub trait Reload: Send + Sync {
+    fn request<'a>(
+        &'a self,
+        output: &'a str,
+        columns: &'a [String],
+    ) -> futures::future::BoxFuture<'a, Result<(), String>>;
+}
+
+/// The columns whose values some rows of the table being written have from no change: a
+/// flush's columns the table held rows without, or (a build from the whole change log, in the
+/// order it landed) the columns that came after rows were written without them.
+fn arriving(rows: &Rows<'_>, state: &TableState, log_batches: &[RecordBatch]) -> Vec<String> {
+    let mut held: Option<BTreeSet<String>> = match rows {
+        Rows::Flush { .. } => match (&state.schema, state.files.is_empty()) {
+            (Some(schema), false) => Some(schema.fields.iter().map(|f| f.name.clone()).collect()),
+            _ => return Vec::new(),
+        },
+        Rows::Rebuild(_) => None,
+    };
+    let mut arriving = BTreeSet::new();
+    for batch in log_batches.iter().filter(|b| b.num_rows() > 0) {
+        let schema = mirror::mirror_schema(&batch.schema());
+        let columns = schema.fields().iter().map(|f| f.name().clone());
+        match &mut held {
+            None => held = Some(columns.collect()),
+            Some(held) => {
+                for column in columns {
+                    if !held.contains(&column) {
+                        arriving.insert(column.clone());
+                        held.insert(column);
+                    }
+                }
+            }
+        }
+    }
+    arriving.into_iter().collect()
 }
 
 /// What applying a flush to a current-state table writes: its commit's actions, and the new
-/// files (deleted again when the commit loses its version).
+/// files (deleted again when the commit loses its version); and the columns some of its rows
+/// have no value of ([`Reload`]).
 pub(super) struct Applied {
     pub actions: Vec<Action>,
     pub written: Vec<Path>,
+    pub arriving: Vec<String>,
 }
 
 /// The rows to apply: one flush's files of the output, or (a new or stale current-state
@@ -90,6 +138,7 @@ pub(super) async fn apply(
             .map(|b| mirror::mirror_schema(&b.schema())),
     )?;
     let width = flush_schema.fields().len();
+    let arriving = arriving(&rows, state, &log_batches);
     let logged = changes(&log_batches, &keys, &flush_schema)?;
     let snapshot = logged.iter().find(|l| l.load).map(|l| l.lsn);
     let changes = logged.into_iter().map(|l| l.change).collect();
@@ -312,7 +361,11 @@ pub(super) async fn apply(
         version: txn,
         last_updated: Some(now_ms),
     }));
-    Ok(Applied { actions, written })
+    Ok(Applied {
+        actions,
+        written,
+        arriving,
+    })
 }
 
 /// Where the files of one current-state commit go, and what it wrote.

@@ -274,6 +274,7 @@ impl Tables {
             sequence,
             source,
         };
+        let mut asked = false;
         loop {
             if self.holds(&state, &name, sequence, later)? {
                 break;
@@ -310,6 +311,14 @@ impl Tables {
             )
             .await
             .map_err(failed)?;
+            if !asked && !applied.arriving.is_empty() {
+                let asking = self.reload_for(output, sequence, &applied.arriving);
+                if let Err(e) = asking.await {
+                    current::delete_written(&self.sink, &applied.written).await;
+                    return Err(e);
+                }
+                asked = true;
+            }
             if current::commit(&self.sink, output, &mut state, applied).await? {
                 let version = state.version.unwrap_or_default();
                 if checkpoint::due(version) {
@@ -327,6 +336,34 @@ impl Tables {
 }
 
 impl Tables {
+    /// Ask for `output`'s rows again when flush `sequence` brings `columns` to its
+    /// current-state table (see [`current::Reload`]).
+    async fn reload_for(
+        &self,
+        output: &str,
+        sequence: u64,
+        columns: &[String],
+    ) -> Result<(), CommitError> {
+        let reload = self.mirrors.as_deref().and_then(|m| m.reload.as_deref());
+        let (Some(reload), false) = (reload, columns.is_empty()) else {
+            return Ok(());
+        };
+        reload
+            .request(output, columns)
+            .await
+            .map_err(|reason| CommitError::Table {
+                output: mirror_name(output),
+                sequence,
+                source: TableError::Data {
+                    path: mirror_name(output),
+                    reason: format!(
+                        "columns {} came in, so its rows must be loaded again, and asking for that failed: {reason}",
+                        columns.join(", ")
+                    ),
+                },
+            })
+    }
+
     async fn checkpoint(&self, output: &str, version: u64, state: &TableState) {
         write_checkpoint(&self.sink, output, version, state).await;
     }
@@ -1534,6 +1571,7 @@ mod tests {
             outputs: ["public.t".to_owned()].into(),
             properties: parquet::file::properties::WriterProperties::default(),
             target: 1 << 20,
+            reload: None,
         };
         let tables = Tables::new(sink.clone(), app_id("db", "slot"), Writer::named("a"))
             .with_mirrors(mirrors.clone());
