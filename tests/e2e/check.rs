@@ -17,7 +17,7 @@ async fn tributary(command: &str, file: &Path) -> (i32, String, String) {
 
 /// The check's one failure, which must also be the run's refusal: the check exits 1 with that
 /// FAIL line and a summary of one problem, and the run stops with the same text as its error.
-async fn refused_alike(file: &Path, dir: &Path) -> String {
+pub(crate) async fn refused_alike(file: &Path, dir: &Path) -> String {
     let (code, out, err) = tributary("check", file).await;
     assert_eq!(code, 1, "check passed what a run refuses:\n{out}{err}");
     let fails: Vec<&str> = out

@@ -190,9 +190,15 @@ async fn check(file: &Path) -> (i32, String) {
 
 /// `tributary <command> --config <file>`: its exit code and what it printed.
 pub(crate) async fn tributary(command: &str, file: &Path) -> (i32, String) {
+    tributary_with(command, file, &[]).await
+}
+
+/// `tributary <command> --config <file> <args>`: its exit code and what it printed.
+async fn tributary_with(command: &str, file: &Path, args: &[&str]) -> (i32, String) {
     let output = tokio::process::Command::new(tributary_bin())
         .args([command, "--config"])
         .arg(file)
+        .args(args)
         .stdin(std::process::Stdio::null())
         .output()
         .await
@@ -447,8 +453,9 @@ async fn the_running_pipeline_follows_a_promoted_standby() {
 /// (`synchronized_standby_slots` emptied), the standby stops, and the pipeline lands rows the
 /// standby never receives. Once the standby is promoted, the running process stops instead of
 /// following, naming the switch point and the lake's end; a new start is refused the same way
-/// with the commit entry and writes nothing; `--accept-gap "timeline 1..2"` keeps the lake's
-/// extra changes and goes on, and the commit log records that acceptance.
+/// with the commit entry and writes nothing, and `tributary check` refuses it in the same words;
+/// `--accept-gap "timeline 1..2"` passes the check, keeps the lake's extra changes and goes on,
+/// and the commit log records that acceptance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lake_ahead_of_the_switch_point_is_refused() {
     let (primary, standby) = primary_and_standby();
@@ -527,6 +534,24 @@ async fn a_lake_ahead_of_the_switch_point_is_refused() {
         sequences,
         "a refused start writes nothing"
     );
+    // `tributary check` refuses it in the run's words, and says ready once the move is named.
+    let (code, said) = check(&file).await;
+    assert_eq!(code, 1, "{said}");
+    let fail = said
+        .lines()
+        .find_map(|l| l.strip_prefix("FAIL  the source server was promoted onto timeline 2"))
+        .unwrap_or_else(|| panic!("no refusal of the move in:\n{said}"));
+    assert!(
+        refused.contains(&format!(
+            "the source server was promoted onto timeline 2{fail}"
+        )),
+        "the check and the run give different reasons:\n{said}\n{refused}"
+    );
+    let (code, said) = tributary_with("check", &file, &["--accept-gap", "timeline 1..2"]).await;
+    assert_eq!(code, 0, "{said}");
+    let accepted = "ok    timeline: the server moved from the lake's timeline 1 to 2, and \
+                    --accept-gap accepts that move (the commit log records it)";
+    assert!(said.lines().any(|l| l == accepted), "{said}");
 
     // Keeping the lake's extra changes is the operator's call, and recorded.
     let accepted = Service::spawn(
@@ -549,9 +574,10 @@ async fn a_lake_ahead_of_the_switch_point_is_refused() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The promotion happens while the pipeline is stopped: its next start finds the lake on
-/// timeline 1 and the server on timeline 2, follows the move without `--accept-gap` (the open
-/// entry records it, with no accepted change), and lands what the new primary committed.
+/// The promotion happens while the pipeline is stopped: `tributary check` and the next start
+/// find the lake on timeline 1 and the server on timeline 2, and the start follows the move
+/// without `--accept-gap` (the open entry records it, with no accepted change), and lands
+/// what the new primary committed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_after_the_promotion_follows_it() {
     let (primary, standby) = primary_and_standby();
@@ -583,6 +609,17 @@ async fn a_start_after_the_promotion_follows_it() {
         .batch_execute("INSERT INTO events SELECT g, 'after' FROM generate_series(11, 15) g")
         .await
         .unwrap();
+
+    // `tributary check` judges the move as the start does: a promotion it follows.
+    let (code, said) = check(&file).await;
+    assert_eq!(code, 0, "{said}");
+    assert!(
+        said.lines().any(|l| l.starts_with(
+            "ok    timeline: the server is a promoted standby on timeline 2 that synchronised \
+             the failover slot, and the lake ends at "
+        ) && l.ends_with(": a start follows the promotion")),
+        "{said}"
+    );
 
     let mut second = Service::spawn(&file, &[], &dir.join("second.log"));
     second

@@ -3,7 +3,8 @@
 //! the exact positions the refusal printed, and then recorded in the log), a slot the server
 //! invalidated (it removed WAL the slot still needed, past `max_slot_wal_keep_size`),
 //! another server answering at the source's address with the same database and slot names, and
-//! the source moved to another timeline, at start or under a running pipeline.
+//! the source moved to another timeline, at start or under a running pipeline. A gap or a move
+//! accepted counts in the metrics (`tributary_accepted_gaps_total`).
 
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use tributary::lake::sink::Sink;
 use tributary_cluster::{ClusterOptions, TempCluster};
 use tributary_tests::lake::committed_rows;
 use tributary_tests::pipeline::{events_database, events_on};
-use tributary_tests::service::{Fixture, Service, ServiceConfig};
+use tributary_tests::service::{Fixture, Service, ServiceConfig, command, metric, scrape};
 use tributary_tests::{s3, unique_name};
 
 const TABLE: &str = "public.events";
@@ -106,6 +107,7 @@ async fn a_slot_advanced_behind_the_pipelines_back_is_accepted_only_by_its_exact
         file,
         ..
     } = Fixture::new(&db.url, "gap", &[TABLE]).await;
+    serve_metrics(&file);
 
     let mut a = Service::spawn(&file, &[], &dir.join("a.log"));
     a.wait_for_log("streaming", Duration::from_secs(60)).await;
@@ -114,6 +116,7 @@ async fn a_slot_advanced_behind_the_pipelines_back_is_accepted_only_by_its_exact
         .await
         .unwrap();
     a.wait_for_landed(&log, 1, Duration::from_secs(60)).await;
+    assert_eq!(accepted_gaps(&a).await, 0, "a start without a gap");
     a.stop().await;
     // A change the pipeline never sees: the slot is moved past it by hand.
     db.client
@@ -156,6 +159,7 @@ async fn a_slot_advanced_behind_the_pipelines_back_is_accepted_only_by_its_exact
     let opened = log.latest().await.unwrap().unwrap();
     let gap = opened.accepted_gap.expect("the open entry records the gap");
     assert_eq!(format!("{}..{}", gap.from, gap.to), token);
+    assert_eq!(accepted_gaps(&c).await, 1, "the metrics count the gap");
     db.client
         .batch_execute("INSERT INTO events VALUES (3, 'after')")
         .await
@@ -282,7 +286,9 @@ async fn another_timeline_is_refused_until_that_move_is_accepted() {
         file,
         ..
     } = Fixture::new(&url, "timeline", &[TABLE]).await;
+    serve_metrics(&file);
     let a = land_first_row(&client, &file, &dir, &log, "timeline 1").await;
+    assert_eq!(accepted_gaps(&a).await, 0, "a first run accepts nothing");
     a.stop().await;
     drop(client);
     let latest = log.latest().await.unwrap().unwrap();
@@ -294,16 +300,14 @@ async fn another_timeline_is_refused_until_that_move_is_accepted() {
         .await
         .unwrap();
 
+    // `tributary check` refuses the move as the run does, in the same words.
     let sequences = log.sequences().await.unwrap();
-    let mut b = Service::spawn(&file, &[], &dir.join("b.log"));
-    let status = b.wait_exit(Duration::from_secs(60)).await;
-    assert!(!status.success());
-    let refused = b.log();
+    let refused = crate::check::refused_alike(&file, &dir).await;
     assert!(
-        refused.contains(&format!(
+        refused.starts_with(&format!(
             "the source server is on timeline 2, but this sink was written from timeline 1 (commit entry {})",
             latest.sequence
-        )),
+        )) && refused.contains("cannot be followed by itself: source.failover is false."),
         "{refused}"
     );
     assert!(
@@ -315,6 +319,12 @@ async fn another_timeline_is_refused_until_that_move_is_accepted() {
         sequences,
         "a refused start writes nothing"
     );
+    // Naming the move, the check says ready, as the run then starts.
+    let (code, out, err) = command("check", &file, &["--accept-gap", "timeline 1..2"], &[]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let accepted = "ok    timeline: the server moved from the lake's timeline 1 to 2, and \
+                    --accept-gap accepts that move (the commit log records it)";
+    assert!(out.lines().any(|l| l == accepted), "{out}");
 
     let mut c = Service::spawn(
         &file,
@@ -323,6 +333,7 @@ async fn another_timeline_is_refused_until_that_move_is_accepted() {
     );
     c.wait_for_log("streaming", Duration::from_secs(60)).await;
     c.wait_for_landed(&log, 2, Duration::from_secs(60)).await;
+    assert_eq!(accepted_gaps(&c).await, 1, "the metrics count the move");
     c.stop().await;
     let mut opened = None;
     for sequence in log.sequences().await.unwrap() {
@@ -393,6 +404,20 @@ async fn a_connection_that_comes_back_on_another_timeline_stops_the_pipeline() {
     );
     let _ = std::fs::remove_dir_all(&dir);
     cluster.stop().unwrap();
+}
+
+/// Serve the metrics of every run of the pipeline `file` on a free port.
+fn serve_metrics(file: &std::path::Path) {
+    let mut text = std::fs::read_to_string(file).unwrap();
+    text.push_str("\n[metrics]\nlisten = \"127.0.0.1:0\"\n");
+    std::fs::write(file, text).unwrap();
+}
+
+/// What a running service's metrics count as gaps accepted (declared, and 0 without any).
+async fn accepted_gaps(service: &Service) -> u64 {
+    let metrics = scrape(&service.metrics_address()).await;
+    metric(&metrics, "tributary_accepted_gaps_total")
+        .unwrap_or_else(|| panic!("no tributary_accepted_gaps_total in:\n{metrics}"))
 }
 
 /// Start a pipeline on `file`, commit row 1 with `body` and wait until it landed.

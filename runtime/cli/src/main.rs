@@ -107,13 +107,18 @@ enum Command {
     /// WAL senders, the role's REPLICATION attribute and SELECT on the tracked tables, their
     /// replica identity, the publication, the slot and the server version), the plugins
     /// (loaded and initialized with their settings, as a run does), the sink (its URL, its
-    /// commit log, and whether it belongs to another pipeline) and where a run would start. A
-    /// run refuses for the same reasons. Exits 0 when the pipeline is ready, 1 when something
-    /// must be fixed, 2 when it could not check (the source unreachable).
+    /// commit log, and whether it belongs to another pipeline), the server's timeline against
+    /// the lake's, and where a run would start. A run refuses for the same reasons. Exits 0
+    /// when the pipeline is ready, 1 when something must be fixed, 2 when it could not check
+    /// (the source unreachable).
     Check {
         /// The pipeline file (TOML). TRIBUTARY_SOURCE_URL overrides source.url.
         #[arg(long, short)]
         config: PathBuf,
+        /// Judge the start as `run --accept-gap GAP` would: the gap or the change of timeline
+        /// this exact text names (as a refusal printed it) is accepted.
+        #[arg(long, value_name = "GAP")]
+        accept_gap: Option<String>,
     },
     /// Load some tables (or every tracked one) again from a new snapshot while the pipeline
     /// keeps running: a request written into the source's WAL, which the pipeline acts on after
@@ -397,13 +402,13 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
                 false => ExitCode::FAILURE,
             })
         }
-        Command::Check { config } => {
+        Command::Check { config, accept_gap } => {
             let config = PipelineConfig::load(&config)?;
             log::name_slot(&source_name(&config));
             for note in config.source.deprecations() {
                 tracing::warn!("{note}");
             }
-            let report = tributary::commands::check::check(&config).await?;
+            let report = tributary::commands::check::check(&config, accept_gap.as_deref()).await?;
             print!("{report}");
             Ok(match report.is_ready() {
                 true => ExitCode::SUCCESS,

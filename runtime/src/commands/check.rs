@@ -7,7 +7,11 @@ use crate::source::prerequisites::Report;
 use crate::source::provision::ProvisionError;
 
 /// The whole check: a report of every finding, or why it could not be made (the source
-/// unreachable).
-pub async fn check(config: &PipelineConfig) -> Result<Report, ProvisionError> {
-    preflight::gather(config, Purpose::Check).await
+/// unreachable). `accept_gap` judges the start as `tributary run --accept-gap` with the same
+/// text would.
+pub async fn check(
+    config: &PipelineConfig,
+    accept_gap: Option<&str>,
+) -> Result<Report, ProvisionError> {
+    preflight::gather(config, Purpose::Check { accept_gap }).await
 }

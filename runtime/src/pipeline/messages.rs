@@ -40,6 +40,9 @@ pub struct Progress {
     pub plugins: Tallies,
     /// Attempts of sink steps (intents, uploads, commit entries) that failed and were retried.
     pub sink_retries: u64,
+    /// Gaps (or changes of timeline) accepted with `--accept-gap` since the process started,
+    /// as the open entries record them.
+    pub accepted_gaps: u64,
     /// A sink step is failing and being retried right now.
     pub sink_failing: bool,
     /// A full load under way: what it has read so far.

@@ -125,6 +125,12 @@ impl Collector for Scrape {
             }),
         )?;
         totals(out, progress)?;
+        counter(
+            out,
+            "tributary_accepted_gaps",
+            "Gaps accepted with --accept-gap since the process started (a slot ahead of the lake or missing, a trigger journal new or installed again, another timeline): changes this lake will never hold; the commit log's open entry records which.",
+            progress.accepted_gaps,
+        )?;
         let ready = health::readiness(
             progress,
             self.now.instant,
@@ -446,9 +452,12 @@ pub(super) mod tests {
         mask.counters.insert("odd \"name\"\\".into(), 1);
         progress.plugins.insert("mask".into(), mask);
         progress.failover_ready = Some(false);
+        progress.accepted_gaps = 1;
         let text = render(&progress, &endpoint(), now()).unwrap();
         for line in [
             "tributary_info{slot=\"orders\",version=\"1.2.3\"} 1",
+            "# TYPE tributary_accepted_gaps_total counter",
+            "tributary_accepted_gaps_total 1",
             "tributary_streaming 1",
             "# TYPE tributary_failover_ready gauge",
             "tributary_failover_ready 0",
@@ -509,6 +518,10 @@ pub(super) mod tests {
         assert!(!text.contains("tributary_journal_"), "{text}");
         assert!(text.contains("tributary_streaming 0"), "{text}");
         assert!(text.contains("tributary_ready 0"), "{text}");
+        assert!(
+            text.contains("\ntributary_accepted_gaps_total 0\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -146,6 +146,7 @@ async fn run_to_end(
     };
     progress.send_modify(|p| {
         p.last_entry = Some(started.opened.clone());
+        p.accepted_gaps += started.opened.accepted_gaps();
         p.streaming = true;
     });
     // Only the metrics endpoint shows the slot's figures (or the journal's): without it, no

@@ -11,29 +11,33 @@
 //! transform and a plugin whose `init` refuses its settings fail here in the words the start
 //! refuses with; then the sink: the URL, the commit log read, and whether the sink belongs to
 //! another pipeline (compared by the server's system identifier, read over SQL when the
-//! replication connection failed); last, where a run would start: a first run, with an empty
-//! commit log, has `source.start_from` judged as the start judges it; a later run resumes from
-//! the log, and a slot or a trigger journal that would leave a gap is refused unless
-//! `--accept-gap` names it. The start's own steps judge the same facts again as they act on
-//! them, which catches what changed in between (another instance, a slot dropped meanwhile).
+//! replication connection failed); then the server's timeline against the lake's
+//! ([`judge_timeline`], which the start calls too): another one is refused unless it is a
+//! promotion the pipeline follows by itself or `--accept-gap` names the move; last, where a
+//! run would start: a first run, with an empty commit log, has `source.start_from` judged as
+//! the start judges it; a later run resumes from the log, and a slot or a trigger journal that
+//! would leave a gap is refused unless `--accept-gap` names it. The start's own steps judge the
+//! same facts again as they act on them, which catches what changed in between (another
+//! instance, a slot dropped meanwhile).
 
 use tokio_postgres::Client;
 
 use super::error::PipelineError;
 use super::messages::Shutdown;
+use super::reconnect::switch_point;
 use super::{RunOptions, load_transforms};
 use crate::Lsn;
 use crate::config::{PipelineConfig, SourceConfig, StartFrom};
 use crate::lake::commit::PluginRecord;
 use crate::lake::commit::{
-    Checkpoint, CommitEntry, CommitError, CommitLog, FORMAT, PipelineIdentity, StartedFrom, Writer,
-    journal_name,
+    Checkpoint, CommitEntry, CommitError, CommitLog, FORMAT, PipelineIdentity, StartedFrom,
+    TimelineMove, Writer, journal_name,
 };
 use crate::lake::sink::Sink;
 use crate::source::connect::{PgConfig, SslMode};
 use crate::source::prerequisites::{self, Capture, Choice, Refusal, Report};
 use crate::source::provision::{self, ProvisionError, SlotState};
-use crate::source::replication::SystemIdentity;
+use crate::source::replication::{ReplicationConnection, SystemIdentity};
 use crate::source::trigger::{capture, install};
 use crate::source::{connect, position};
 use crate::transform::TransformChain;
@@ -41,8 +45,9 @@ use crate::transform::TransformChain;
 /// What the preflight is made for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Purpose<'a> {
-    /// `tributary check`: a sink that cannot be read now is a problem.
-    Check,
+    /// `tributary check`: a sink that cannot be read now is a problem. `accept_gap` (from
+    /// `check --accept-gap`) judges the start as `run --accept-gap` with the same text would.
+    Check { accept_gap: Option<&'a str> },
     /// A start: a sink unreachable for now is waited for by the start, and `accept_gap` (from
     /// `--accept-gap`) accepts the gap it names.
     Run { accept_gap: Option<&'a str> },
@@ -51,10 +56,18 @@ pub enum Purpose<'a> {
 impl<'a> Purpose<'a> {
     fn accept_gap(self) -> Option<&'a str> {
         match self {
-            Purpose::Check => None,
-            Purpose::Run { accept_gap } => accept_gap,
+            Purpose::Check { accept_gap } | Purpose::Run { accept_gap } => accept_gap,
         }
     }
+}
+
+/// The source server as the preflight met it: its system identifier and timeline, and with a
+/// slot the replication connection that asks its timeline history (`None` when that
+/// connection failed, said in the report).
+struct Server {
+    system_id: String,
+    timeline: u32,
+    replication: Option<ReplicationConnection>,
 }
 
 /// The whole preflight: a report of every finding, or why it could not be made (the source
@@ -68,33 +81,7 @@ pub async fn gather(
     let client = connect::sql(&pg).await?;
     let mut report = prerequisites::run(&client, &pg, source, &config.mirrored()).await?;
     let trigger = report.choice.as_ref().map(|c| c.capture) == Some(Capture::Trigger);
-    let system = match trigger {
-        // The sink's owner is compared by the server's system identifier, which SQL reads too
-        // when the replication connection fails: a problem with one does not hide the other.
-        false => match check_connections(&mut report, &client, &pg).await? {
-            Some(identity) => Some(identity.system_id),
-            None => capture::identify(&client)
-                .await
-                .ok()
-                .map(|(system, _)| system),
-        },
-        true => {
-            report.ok(format!(
-                "connection (SQL): {}",
-                connect::describe_sql(&client, &pg).await?
-            ));
-            warn_weak_tls(&mut report, &pg);
-            // Trigger capture needs no replication connection; the system identifier is read
-            // over SQL, as its start reads it.
-            match capture::identify(&client).await {
-                Ok((system, _)) => Some(system),
-                Err(e) => {
-                    report.fail(e);
-                    None
-                }
-            }
-        }
-    };
+    let mut server = meet_server(&mut report, &client, &pg, trigger).await?;
     check_plugins(&mut report, config).await;
     if let Some(problem) = super::spill_dir_problem(&config.flush) {
         report.refuse(problem.to_string());
@@ -104,26 +91,156 @@ pub async fn gather(
         false => source.slot.clone(),
     };
     let accept = purpose.accept_gap();
-    if let Some(log) = check_sink(&mut report, config, system, &name, &client, purpose).await {
-        match trigger {
-            false => {
-                check_start(
-                    &mut report,
-                    &client,
-                    source,
-                    log.latest.as_ref(),
-                    log.first.as_ref(),
-                    accept,
-                )
-                .await?
-            }
-            true => {
-                judge_trigger_start(&mut report, source, log.latest.as_ref());
-                check_journal(&mut report, &client, config, log.latest.as_ref(), accept).await?;
-            }
+    let system = server.as_ref().map(|s| s.system_id.clone());
+    let Some(log) = check_sink(&mut report, config, system, &name, &client, purpose).await else {
+        return Ok(report);
+    };
+    let lake = Checkpoint::from_entry(log.latest.as_ref());
+    if let Some(server) = server.as_mut() {
+        let timeline = server.timeline;
+        // A slot's start asks the timeline history over its replication connection: when that
+        // failed (said above), the move is not judged here.
+        let replication = server.replication.as_mut();
+        if trigger || replication.is_some() {
+            let judged =
+                judge_timeline(&client, replication, source, &lake, timeline, accept).await;
+            report_timeline(&mut report, &lake, timeline, judged);
+        }
+    }
+    match trigger {
+        false => {
+            check_start(
+                &mut report,
+                &client,
+                source,
+                log.latest.as_ref(),
+                log.first.as_ref(),
+                accept,
+            )
+            .await?
+        }
+        true => {
+            judge_trigger_start(&mut report, source, log.latest.as_ref());
+            check_journal(&mut report, &client, config, log.latest.as_ref(), accept).await?;
         }
     }
     Ok(report)
+}
+
+/// The server's system identifier and timeline, with a slot over the replication connection
+/// (its protection said in the report), else over SQL; `None` when neither could tell (said).
+async fn meet_server(
+    report: &mut Report,
+    client: &Client,
+    pg: &PgConfig,
+    trigger: bool,
+) -> Result<Option<Server>, ProvisionError> {
+    Ok(match trigger {
+        // The sink's owner is compared by the server's system identifier, which SQL reads too
+        // when the replication connection fails: a problem with one does not hide the other.
+        false => match check_connections(report, client, pg).await? {
+            Some((identity, replication)) => Some(Server {
+                system_id: identity.system_id,
+                timeline: identity.timeline,
+                replication: Some(replication),
+            }),
+            None => capture::identify(client)
+                .await
+                .ok()
+                .map(|(system_id, timeline)| Server {
+                    system_id,
+                    timeline,
+                    replication: None,
+                }),
+        },
+        true => {
+            report.ok(format!(
+                "connection (SQL): {}",
+                connect::describe_sql(client, pg).await?
+            ));
+            warn_weak_tls(report, pg);
+            // Trigger capture needs no replication connection; the system identifier is read
+            // over SQL, as its start reads it.
+            match capture::identify(client).await {
+                Ok((system_id, timeline)) => Some(Server {
+                    system_id,
+                    timeline,
+                    replication: None,
+                }),
+                Err(e) => {
+                    report.fail(e);
+                    None
+                }
+            }
+        }
+    })
+}
+
+/// Where the lake's timeline ended in the server's history, when the move to the server's
+/// timeline is a promotion the pipeline can follow, or why not (see
+/// [`crate::lake::commit::follow_promotion`]).
+pub(super) type Switch = Result<Lsn, String>;
+
+/// The server's timeline against the lake's, judged as a start judges it before anything is
+/// created: the lake's own timeline goes on; another one is followed when it is a promotion
+/// the pipeline can follow by itself (`source.failover`, the slot synchronised on the promoted
+/// standby, and the lake ending at or before the switch point, see [`switch_point`]), and
+/// refused otherwise unless `accept` (`--accept-gap`) names the move. `replication` asks the
+/// server's timeline history; trigger capture has none and follows no promotion by itself
+/// (its journal is a table, which a promoted standby holds only as far as it replayed).
+/// Returns the switch point or why there is none (the open entry judges the move again) and
+/// the judgement.
+pub(super) async fn judge_timeline(
+    client: &Client,
+    replication: Option<&mut ReplicationConnection>,
+    source: &SourceConfig,
+    lake: &Checkpoint,
+    timeline: u32,
+    accept: Option<&str>,
+) -> Result<(Switch, Result<TimelineMove, CommitError>), PipelineError> {
+    let switch = match replication {
+        None => Err("trigger capture does not follow a promotion by itself".to_owned()),
+        Some(replication) => match lake.timeline() {
+            Some(from) if from != timeline => {
+                let client = source.failover.then_some(client);
+                switch_point(client, replication, &source.slot, from, timeline).await?
+            }
+            _ => Err("the timeline did not change".to_owned()),
+        },
+    };
+    let judged = lake.judge_timeline(timeline, &switch, accept);
+    Ok((switch, judged))
+}
+
+/// What [`judge_timeline`] found, in the report: a move the start would refuse is refused in
+/// its words.
+fn report_timeline(
+    report: &mut Report,
+    lake: &Checkpoint,
+    timeline: u32,
+    judged: Result<(Switch, Result<TimelineMove, CommitError>), PipelineError>,
+) {
+    // A lake that does not say its timeline (an empty one, or older entries) accepts any.
+    let Some(from) = lake.timeline() else {
+        return;
+    };
+    match judged {
+        Ok((_, Ok(TimelineMove::Same))) => report.ok(format!(
+            "timeline: the server is on timeline {timeline}, the lake's"
+        )),
+        Ok((_, Ok(TimelineMove::Accepted))) => report.ok(format!(
+            "timeline: the server moved from the lake's timeline {from} to {timeline}, and \
+             --accept-gap accepts that move (the commit log records it)"
+        )),
+        Ok((_, Ok(TimelineMove::Followed(failover)))) => report.ok(format!(
+            "timeline: the server is a promoted standby on timeline {timeline} that synchronised \
+             the failover slot, and the lake ends at {}, at or before where its history ends \
+             timeline {from} ({}): a start follows the promotion",
+            failover.lake_end, failover.switch_point
+        )),
+        Ok((_, Err(refused))) => report.refuse(crate::error_chain(&refused)),
+        Err(e) => report.refuse(crate::error_chain(&e)),
+    }
 }
 
 /// Load and initialize every plugin as a start does.
@@ -182,7 +299,7 @@ async fn check_sink(
     let read = match read.await {
         Ok(read) => read,
         // A start waits for a sink it cannot reach yet, as it waits while running.
-        Err(CommitError::Sink(e)) if e.is_transient() && purpose != Purpose::Check => {
+        Err(CommitError::Sink(e)) if e.is_transient() && matches!(purpose, Purpose::Run { .. }) => {
             report.note(format!(
                 "sink {url}: not reachable now ({}); the start waits for it",
                 crate::error_chain(&e)
@@ -338,12 +455,13 @@ async fn check_start(
 /// How each kind of connection to the source is protected ("TLS 1.3 (...), verify-full against
 /// ca.pem, channel binding", or "unencrypted"), with a warning when `sslmode` lets a
 /// connection that crosses a network go unencrypted or unchecked. Returns what the replication
-/// connection says of the server, for the sink's owner check.
+/// connection says of the server, for the sink's owner check, and the connection itself, which
+/// asks the server's timeline history.
 async fn check_connections(
     report: &mut Report,
     client: &Client,
     pg: &PgConfig,
-) -> Result<Option<SystemIdentity>, ProvisionError> {
+) -> Result<Option<(SystemIdentity, ReplicationConnection)>, ProvisionError> {
     report.ok(format!(
         "connection (SQL): {}",
         connect::describe_sql(client, pg).await?
@@ -361,12 +479,15 @@ async fn check_connections(
                     "connection (replication): {}",
                     replication.protection()
                 ));
-                replication.identify_system().await
+                match replication.identify_system().await {
+                    Ok(identity) => Ok((identity, replication)),
+                    Err(e) => Err(e),
+                }
             }
             Err(e) => Err(e),
         };
         match identified {
-            Ok(identity) => system = Some(identity),
+            Ok(identified) => system = Some(identified),
             Err(e) => report.fail(ProvisionError::ReplicationConnection(Box::new(e))),
         }
     }

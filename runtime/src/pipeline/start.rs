@@ -34,7 +34,7 @@ use super::feed::Feed;
 use super::load::LoadJob;
 use super::messages::Shutdown;
 use super::preflight;
-use super::reconnect::{Reconnect, switch_point};
+use super::reconnect::Reconnect;
 use super::retry::with_retry;
 use super::{RunOptions, proto_version};
 use crate::Lsn;
@@ -172,21 +172,16 @@ pub(super) async fn start(
     }
     let first_read = Checkpoint::from_entry(latest.as_ref());
     // Another timeline than the lake's: a promotion the pipeline may follow by itself.
-    let switch = match first_read.timeline() {
-        Some(from) if from != system.timeline => {
-            let client = source.failover.then_some(&client);
-            switch_point(
-                client,
-                &mut replication,
-                &source.slot,
-                from,
-                system.timeline,
-            )
-            .await?
-        }
-        _ => Err("the timeline did not change".to_owned()),
-    };
-    first_read.judge_timeline(system.timeline, &switch, options.accept_gap.as_deref())?;
+    let (switch, judged) = preflight::judge_timeline(
+        &client,
+        Some(&mut replication),
+        source,
+        &first_read,
+        system.timeline,
+        options.accept_gap.as_deref(),
+    )
+    .await?;
+    judged?;
     let slot = provision::slot_state(&client, &source.slot).await?;
     match &slot {
         Some(state) => provision::check_slot(&source.slot, state, &database)?,
@@ -635,8 +630,8 @@ pub(super) struct OpenAt<'a> {
     pub name: &'a str,
     pub timeline: u32,
     /// Where the lake's timeline ended in the server's history, if the pipeline can follow
-    /// the move, or why not (see [`crate::lake::commit::follow_promotion`]).
-    pub switch: &'a Result<Lsn, String>,
+    /// the move, or why not.
+    pub switch: &'a preflight::Switch,
     /// A first run's decision, made from the log as first read.
     pub first_start: Option<&'a FirstStart>,
     /// The position `START_REPLICATION` named.

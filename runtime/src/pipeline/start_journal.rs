@@ -23,6 +23,7 @@ use super::error::PipelineError;
 use super::feed::{Feed, JournalFeed, JournalSource};
 use super::load::LoadJob;
 use super::messages::Shutdown;
+use super::preflight;
 use super::start::{OpenAt, Opening, Started, open_log, plugin_names, settle_sink};
 use crate::Lsn;
 use crate::config::{PipelineConfig, StartFrom};
@@ -80,8 +81,16 @@ pub(super) async fn start(
     let first_read = Checkpoint::from_entry(latest.as_ref());
     // The journal is a table: a promoted standby has it as far as it replayed, which may be
     // short of what landed. A move is taken only when named by --accept-gap.
-    let switch = Err("trigger capture does not follow a promotion by itself".to_owned());
-    first_read.judge_timeline(timeline, &switch, options.accept_gap.as_deref())?;
+    let (switch, judged) = preflight::judge_timeline(
+        &client,
+        None,
+        source,
+        &first_read,
+        timeline,
+        options.accept_gap.as_deref(),
+    )
+    .await?;
+    judged?;
     let first_start = match first_read.sequence() {
         0 => Some(first_start(source.start_from)?),
         _ => None,

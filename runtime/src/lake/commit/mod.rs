@@ -283,6 +283,13 @@ impl CommitEntry {
         self.started_from = Some(started);
         self
     }
+
+    /// Gaps an operator accepted with `--accept-gap` that this open entry records: a gap
+    /// between the lake and the slot or the trigger journal, and a change of timeline (one
+    /// text names one of them, so 0 or 1).
+    pub fn accepted_gaps(&self) -> u64 {
+        u64::from(self.accepted_gap.is_some()) + u64::from(self.accepted_timeline.is_some())
+    }
 }
 
 /// A plugin that made an entry's files, as the entry records it: which build it was (the
@@ -818,7 +825,12 @@ mod tests {
             (open.timeline, open.accepted_timeline),
             (Some(2), Some(AcceptedTimeline { from: 1, to: 2 }))
         );
+        assert_eq!(open.accepted_gaps(), 1);
         c.advance(&open).unwrap();
+        assert_eq!(
+            c.open_entry(&w, "s", Lsn(0x500), false, 2).accepted_gaps(),
+            0
+        );
         assert!(
             !c.check_timeline(2, None).unwrap(),
             "the next start needs no flag"
@@ -952,6 +964,8 @@ mod tests {
             }),
             "the log records what was accepted"
         );
+        assert_eq!(accepted.accepted_gaps(), 1);
+        assert_eq!(again.accepted_gaps(), 0);
         c.advance(&accepted).unwrap();
         assert!(!c.check_slot("s", Some(Lsn(0x9999)), None).unwrap());
     }
