@@ -19,18 +19,8 @@ use super::delta::{mirror_section, t_fixture, wait_for_table};
 /// table alone and says what brings the current-state table up to date.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_current_state_table_switched_off_is_not_compared_and_holds_back_no_vacuum() {
-    let (db, fixture) = t_fixture("mirror_off", |cfg| {
-        cfg.sections.push(mirror_section("public.t"))
-    })
-    .await;
+    let (db, fixture, off) = ten_rows_then_off("mirror_off").await;
     let kept = fixture.file.clone();
-    let mut without = fixture.cfg.clone();
-    without.sections.clear();
-    let off = fixture.dir.join("off.toml");
-    std::fs::write(&off, without.toml()).unwrap();
-
-    let service = ten_rows_mirrored(&db, &fixture, &kept, "kept.log").await;
-    service.stop().await;
 
     // The same pipeline goes on without its current-state table.
     let mut service = Service::spawn(&off, &[], &fixture.dir.join("off.log"));
@@ -199,6 +189,122 @@ async fn verify_explains_a_file_of_its_version_that_a_vacuum_deleted() {
     );
     service.stop().await;
     std::fs::remove_dir_all(&fixture.dir).unwrap();
+}
+
+/// A current-state table kept, then not while flushes of inserts, updates and deletes landed
+/// and `tributary compact` merged their files in the change-log table, then kept again by a run
+/// that stopped between the change-log table and the current-state table: the next start's
+/// catch-up applies that flush, which the change log holds already, and finds the table
+/// missed the flushes before it, so builds it again from the whole change log. Verify finds it
+/// equal to the source. (It used to take that flush alone on top of the rows it had.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_current_state_table_kept_again_is_built_again_when_the_catch_up_meets_it() {
+    let (db, fixture, off) = ten_rows_then_off("mirror_again").await;
+    let kept = fixture.file.clone();
+    let held = delta_txn_versions(&fixture.sink, "public.t__current").await;
+
+    // Without it: three flushes, then a compaction of the change-log table.
+    let mut service = Service::spawn(&off, &[], &fixture.dir.join("off.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    for (statement, landed) in [
+        (
+            "INSERT INTO t SELECT g, 'w' || g FROM generate_series(11, 20) g",
+            20,
+        ),
+        ("UPDATE t SET body = 'changed' WHERE id <= 5", 25),
+        ("DELETE FROM t WHERE id IN (6, 7, 15)", 28),
+    ] {
+        db.client.batch_execute(statement).await.unwrap();
+        service
+            .wait_for_landed(&fixture.log, landed, Duration::from_secs(60))
+            .await;
+    }
+    service.stop().await;
+    let (code, out, err) = command("compact", &off, &[], &[]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("compact: public.t: 4 files (") && out.contains(" rewritten as 1 "),
+        "{out}"
+    );
+    assert_eq!(
+        delta_txn_versions(&fixture.sink, "public.t__current").await,
+        held,
+        "nothing kept it meanwhile"
+    );
+
+    // Kept again, by a run that stops between the change-log table and the current-state
+    // table of a flush: of the entry its start's catch-up publishes again (the last run's
+    // entries may name their tables as behind), or else of its first flush.
+    let mut armed = Service::spawn_with(
+        &kept,
+        &[],
+        &fixture.dir.join("armed.log"),
+        &[("TRIBUTARY_FAILPOINTS", "delta.before-current")],
+    );
+    let reached = "failpoint delta.before-current reached";
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !armed.log().contains(reached) && !armed.log().contains("streaming") {
+        assert!(Instant::now() < deadline, "{}", armed.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut changes = 28;
+    if !armed.log().contains(reached) {
+        db.client
+            .batch_execute("UPDATE t SET body = 'first' WHERE id IN (3, 12)")
+            .await
+            .unwrap();
+        changes += 2;
+        armed.wait_for_log(reached, Duration::from_secs(60)).await;
+    }
+    armed.kill().await;
+    assert_eq!(
+        delta_txn_versions(&fixture.sink, "public.t__current").await,
+        held
+    );
+
+    // The next start's catch-up publishes the flush again, which its change-log table holds.
+    let mut service = Service::spawn(&kept, &[], &fixture.dir.join("again.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(120))
+        .await;
+    db.client
+        .batch_execute("UPDATE t SET body = 'again' WHERE id IN (4, 13)")
+        .await
+        .unwrap();
+    service
+        .wait_for_landed(&fixture.log, changes + 2, Duration::from_secs(60))
+        .await;
+    wait_for_table(&fixture, "public.t__current", Duration::from_secs(60)).await;
+    let verified = verify(&kept, &[]).await;
+    assert_eq!(verified.code, 0, "{verified}");
+    assert!(
+        verified.stdout.lines().any(|l| l
+            .starts_with("current-state table public.t__current: version ")
+            && l.ends_with("17 rows, equal to the source")),
+        "{verified}"
+    );
+    let log = service.stop().await;
+    assert!(
+        log.contains("building the current-state table from the whole change log")
+            && log.contains("the change log held flush "),
+        "{log}"
+    );
+    std::fs::remove_dir_all(&fixture.dir).unwrap();
+}
+
+/// A fixture whose pipeline file keeps `t`'s current-state table, after a run of it landed ten
+/// rows, and the same pipeline file without that (`off.toml` beside it).
+async fn ten_rows_then_off(hint: &str) -> (TestDatabase, Fixture, std::path::PathBuf) {
+    let (db, fixture) = t_fixture(hint, |cfg| cfg.sections.push(mirror_section("public.t"))).await;
+    let mut without = fixture.cfg.clone();
+    without.sections.clear();
+    let off = fixture.dir.join("off.toml");
+    std::fs::write(&off, without.toml()).unwrap();
+    let service = ten_rows_mirrored(&db, &fixture, &fixture.file, "kept.log").await;
+    service.stop().await;
+    (db, fixture, off)
 }
 
 /// Run the pipeline file `file` (logging to `log` in the fixture's directory), land ten rows

@@ -88,7 +88,10 @@ pub fn commit(replaced: &[Add], written: &[Add], target: u64, now_ms: i64) -> Ve
 
 /// The schema of a file that holds all of `schemas`' rows: every column of any of them, in
 /// the order they first appear (older files first, so added columns come last, as in the
-/// table), nested columns merged the same way, every column nullable.
+/// table), nested columns merged the same way, every column nullable. A column keeps the
+/// metadata of the last file that has it (its PostgreSQL type, whether it is a key column):
+/// what the column is as of the newest rows. A current-state table built from a compacted
+/// change log finds its key there.
 pub fn merged_schema(schemas: &[SchemaRef]) -> Result<SchemaRef, ArrowError> {
     let mut fields: Vec<FieldRef> = Vec::new();
     for schema in schemas {
@@ -116,7 +119,10 @@ fn merge_fields(into: &[FieldRef], from: &Fields) -> Result<Vec<FieldRef>, Arrow
                         )));
                     }
                 };
-                merged[at] = Arc::new(Field::new(have.name(), data_type, true));
+                merged[at] = Arc::new(
+                    Field::new(have.name(), data_type, true)
+                        .with_metadata(field.metadata().clone()),
+                );
             }
         }
     }
@@ -226,6 +232,41 @@ mod tests {
                 .all(|r| !r.data_change && r.deletion_timestamp == Some(9))
         );
         assert!(matches!(&actions[3], Action::Add(a) if !a.data_change && a.path == new.path));
+    }
+
+    #[test]
+    fn a_column_in_several_files_keeps_the_metadata_of_the_last() {
+        let marked = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<std::collections::HashMap<_, _>>()
+        };
+        let key = [("tributary.key", "true"), ("pg.type", "int4")];
+        let older = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false).with_metadata(marked(&key)),
+            Field::new("v", DataType::Utf8, true).with_metadata(marked(&[("pg.type", "text")])),
+        ]));
+        let newer = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false)
+                .with_metadata(marked(&[("tributary.key", "true"), ("pg.type", "int8")])),
+            Field::new("v", DataType::Utf8, true),
+        ]));
+        let merged = merged_schema(&[older.clone(), older.clone()]).unwrap();
+        assert_eq!(
+            merged.field(0).metadata(),
+            &marked(&key),
+            "the key stays marked"
+        );
+        let merged = merged_schema(&[older, newer]).unwrap();
+        assert_eq!(
+            merged.field(0).metadata(),
+            &marked(&[("tributary.key", "true"), ("pg.type", "int8")])
+        );
+        assert!(
+            merged.field(1).metadata().is_empty(),
+            "as the last file has it"
+        );
     }
 
     #[test]

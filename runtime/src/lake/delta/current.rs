@@ -17,7 +17,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::file::properties::WriterProperties;
 
-use super::actions::{Action, Add, Remove, Txn, commit_file};
+use super::actions::{Action, Add, Remove, Txn, commit_file, parse_commit};
 use super::compact::{fit, merged_schema};
 use super::mirror::{
     self, Bounds, Cell, Change, ChangeOp, Key, Keys, MirrorError, Net, Reduced, mirror_name,
@@ -709,6 +709,71 @@ pub(super) async fn commit(
     }
 }
 
+/// The flush of the pipeline a change-log table held before a given flush.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Preceding {
+    /// This flush (`None`: none; the given flush is the table's first).
+    Flush(Option<u64>),
+    /// The commit at this version, which the walk back needed, is gone (another tool cleaned
+    /// the log up).
+    Gone(u64),
+}
+
+impl Preceding {
+    /// Why a current-state table whose `txn` is `held` is built again rather than take the
+    /// given flush alone: it missed flushes of the change log before it, or that cannot be
+    /// told. `None`: it missed none.
+    pub fn missed_by(self, held: Option<u64>) -> Option<String> {
+        match self {
+            Preceding::Flush(Some(before)) if held < Some(before) => Some(format!(
+                "it holds flush {} and the change log held flush {before} before this one: it missed flushes while mirroring was off",
+                held.map_or("none".to_owned(), |h| h.to_string())
+            )),
+            Preceding::Flush(_) => None,
+            Preceding::Gone(version) => Some(format!(
+                "whether it missed flushes cannot be told: version {version} of the change log, which would say, is gone"
+            )),
+        }
+    }
+}
+
+/// The flush of app `app_id` that `output`'s change-log table (`log`, as read after it held
+/// flush `sequence`) held before `sequence`: the `txn` of the latest commit with one below
+/// `sequence`. Each flush of the output is one commit of the change log whose `txn` version
+/// is the flush, appended in flush order; a compaction's commit carries no `txn` and changes
+/// no rows, so it is passed over, whichever files it merged. The commits are read from the
+/// latest back, one read each: the flushes after `sequence` (a catch-up meets those), the flush
+/// itself, the compactions since the flush before, and that one.
+pub(super) async fn preceding_flush(
+    sink: &Sink,
+    output: &str,
+    log: &TableState,
+    app_id: &str,
+    sequence: u64,
+) -> Result<Preceding, CommitError> {
+    let Some(latest) = log.version else {
+        return Ok(Preceding::Flush(None));
+    };
+    for version in (0..=latest).rev() {
+        let path = super::table::commit_path(output, version);
+        let Some(bytes) = sink.get(&path).await? else {
+            return Ok(Preceding::Gone(version));
+        };
+        let actions = parse_commit(&bytes).map_err(|reason| CommitError::Corrupt {
+            path: path.to_string(),
+            reason,
+        })?;
+        let flush = actions.iter().find_map(|a| match a {
+            Action::Txn(t) if t.app_id == app_id => Some(t.version),
+            _ => None,
+        });
+        if let Some(flush) = flush.filter(|&f| f < sequence) {
+            return Ok(Preceding::Flush(Some(flush)));
+        }
+    }
+    Ok(Preceding::Flush(None))
+}
+
 /// The sink paths of every file a change-log table's reader reads, oldest first.
 pub(super) fn log_files(output: &str, log: &TableState) -> Vec<String> {
     let mut files: Vec<&Add> = log.files.values().collect();
@@ -717,4 +782,77 @@ pub(super) fn log_files(output: &str, log: &TableState) -> Vec<String> {
         .into_iter()
         .map(|a| format!("{output}/{}", a.path))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use object_store::memory::InMemory;
+
+    use super::*;
+    use crate::lake::delta::table::commit_path;
+
+    /// A change log whose commits carry these `txn` versions of app `a` (`None`: a
+    /// compaction's commit), and its state.
+    async fn log_of(sink: &Sink, txns: &[Option<u64>]) -> TableState {
+        let mut state = TableState::default();
+        for (version, txn) in txns.iter().enumerate() {
+            let actions: Vec<Action> = match txn {
+                Some(txn) => vec![Action::Txn(Txn {
+                    app_id: "a".into(),
+                    version: *txn,
+                    last_updated: None,
+                })],
+                None => vec![Action::CommitInfo(
+                    serde_json::json!({"operation": "OPTIMIZE"}),
+                )],
+            };
+            let path = commit_path("public.t", version as u64);
+            sink.create(&path, commit_file(&actions)).await.unwrap();
+            state.apply(version as u64, actions).unwrap();
+        }
+        state
+    }
+
+    /// The flush before a given one is the latest `txn` below it, compactions passed over;
+    /// a commit the walk needs that is gone leaves it untold, and the table is built again.
+    #[tokio::test]
+    async fn the_flush_before_is_read_back_from_the_change_logs_commits() {
+        let sink = Sink::from_store(Arc::new(InMemory::new()), "memory://");
+        let log = log_of(&sink, &[Some(1), Some(4), None, None, Some(6), Some(9)]).await;
+        let before = |sequence| preceding_flush(&sink, "public.t", &log, "a", sequence);
+        assert_eq!(before(9).await.unwrap(), Preceding::Flush(Some(6)));
+        assert_eq!(
+            before(6).await.unwrap(),
+            Preceding::Flush(Some(4)),
+            "past two compactions, and a later flush (a catch-up's)"
+        );
+        assert_eq!(before(1).await.unwrap(), Preceding::Flush(None));
+        assert_eq!(
+            preceding_flush(&sink, "public.t", &log, "b", 9)
+                .await
+                .unwrap(),
+            Preceding::Flush(None),
+            "another app's flushes are not this one's"
+        );
+
+        sink.delete(&commit_path("public.t", 1)).await.unwrap();
+        assert_eq!(before(9).await.unwrap(), Preceding::Flush(Some(6)));
+        assert_eq!(before(6).await.unwrap(), Preceding::Gone(1));
+
+        assert_eq!(Preceding::Flush(Some(6)).missed_by(Some(6)), None);
+        assert_eq!(Preceding::Flush(None).missed_by(None), None);
+        let missed = Preceding::Flush(Some(6)).missed_by(Some(1)).unwrap();
+        assert!(
+            missed.contains("it holds flush 1 and the change log held flush 6 before this one"),
+            "{missed}"
+        );
+        assert!(Preceding::Flush(Some(6)).missed_by(None).is_some());
+        let untold = Preceding::Gone(1).missed_by(Some(6)).unwrap();
+        assert!(
+            untold.contains("version 1 of the change log, which would say, is gone"),
+            "{untold}"
+        );
+    }
 }

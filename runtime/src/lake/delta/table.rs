@@ -13,7 +13,7 @@ use super::actions::{Action, Add, commit_file, parse_commit};
 use super::audit;
 use super::checkpoint;
 use super::compact;
-use super::current::{self, Mirrors, Rows};
+use super::current::{self, Mirrors, Preceding, Rows};
 use super::mirror::mirror_name;
 use super::overtaken::Seen;
 use super::state::{Appender, TableError, TableFile, TableState, TypeChange};
@@ -147,7 +147,7 @@ impl Tables {
             Some(state) => state,
             None => read_latest(&self.sink, output).await?,
         };
-        // What the table held before this call appended to it (`None`: it held the flush).
+        // The flush the table held before this call appended to it (`None`: it held the flush).
         let mut before = None;
         loop {
             if self.holds(&state, output, sequence, later)? {
@@ -177,7 +177,7 @@ impl Tables {
                             sequence,
                             source,
                         })?;
-                    before = Some(held);
+                    before = Some(Preceding::Flush(held));
                     crate::failpoint::reached("delta.after-table").await;
                     if checkpoint::due(version) {
                         self.checkpoint(output, version, &state).await;
@@ -244,16 +244,18 @@ impl Tables {
     }
 
     /// Apply flush `sequence` (its `files` of `output`, now in the change-log table `log`)
-    /// to the output's current-state table, when it keeps one. `before` is what the change
-    /// log held before this flush was appended to it, when this writer appended it: a
-    /// current-state table behind that missed flushes and is built again.
+    /// to the output's current-state table, when it keeps one. A current-state table behind
+    /// the flush the change log held before this one missed flushes, and is built again from
+    /// the whole change log. `before` is that flush when this writer appended this one to the
+    /// change log; otherwise (the change log held it already: a start's catch-up, an attempt
+    /// whose reply was lost) the change log's commits say, read when needed.
     async fn mirror(
         &self,
         output: &str,
         sequence: u64,
         files: &[&TableFile],
         log: &TableState,
-        before: Option<Option<u64>>,
+        mut before: Option<Preceding>,
         later: Later,
     ) -> Result<(), CommitError> {
         let Some(mirrors) = self.mirrors.as_deref() else {
@@ -279,10 +281,11 @@ impl Tables {
             if self.holds(&state, &name, sequence, later)? {
                 break;
             }
-            let held = state.txn(self.app_id());
-            let stale = state.version.is_none() || before.is_some_and(|prev| held < prev);
+            let stale = self
+                .rebuild_reason(output, sequence, log, &state, &mut before)
+                .await?;
             let (rows, txn) = match stale {
-                false => (
+                None => (
                     Rows::Flush {
                         paths: &paths,
                         log,
@@ -290,9 +293,9 @@ impl Tables {
                     },
                     sequence,
                 ),
-                true => {
+                Some(reason) => {
                     let all = current::log_files(output, log);
-                    tracing::info!(table = %name, files = all.len(), "building the current-state table from the whole change log (it is new, or missed flushes while mirroring was off)");
+                    tracing::info!(table = %name, files = all.len(), %reason, "building the current-state table from the whole change log");
                     (
                         Rows::Rebuild(all),
                         log.txn(self.app_id()).unwrap_or(sequence),
@@ -362,6 +365,30 @@ impl Tables {
                     ),
                 },
             })
+    }
+
+    /// Why `output`'s current-state table (`state`) is built again from the whole change log
+    /// (`log`) rather than take flush `sequence` alone; `None`: it takes the flush. `before`
+    /// is the flush the change log held before this one, once known: the first call that
+    /// needs it reads it from the change log's commits.
+    async fn rebuild_reason(
+        &self,
+        output: &str,
+        sequence: u64,
+        log: &TableState,
+        state: &TableState,
+        before: &mut Option<Preceding>,
+    ) -> Result<Option<String>, CommitError> {
+        if state.version.is_none() {
+            return Ok(Some("it is new".to_owned()));
+        }
+        let preceding = match *before {
+            Some(known) => known,
+            None => *before.insert(
+                current::preceding_flush(&self.sink, output, log, self.app_id(), sequence).await?,
+            ),
+        };
+        Ok(preceding.missed_by(state.txn(self.app_id())))
     }
 
     async fn checkpoint(&self, output: &str, version: u64, state: &TableState) {
@@ -1441,6 +1468,12 @@ mod tests {
     /// `(op, id, old id, v, v left out as an unchanged TOAST value)`.
     type Change<'a> = (&'a str, i64, Option<i64>, Option<&'a str>, bool);
 
+    /// Inserts of rows 1 (`a`) and 2 (`b`).
+    const A_AND_B: [Change<'static>; 2] = [
+        ("insert", 1, None, Some("a"), false),
+        ("insert", 2, None, Some("b"), false),
+    ];
+
     /// A change-log file of `public.t` (key `id`, a value `v`) holding `changes`, at
     /// `_commit_lsn` `sequence`.
     async fn changes(sink: &Sink, sequence: u64, changes: &[Change<'_>]) -> TableFile {
@@ -1521,6 +1554,16 @@ mod tests {
         file
     }
 
+    /// Keep the current-state table of `public.t`, in files of up to 1 MiB.
+    fn mirror_t() -> Mirrors {
+        Mirrors {
+            outputs: ["public.t".to_owned()].into(),
+            properties: parquet::file::properties::WriterProperties::default(),
+            target: 1 << 20,
+            reload: None,
+        }
+    }
+
     /// `public.t__current` as `id -> v`, and how many files it has.
     async fn current(sink: &Sink) -> (BTreeMap<i64, Option<String>>, usize) {
         use arrow_array::Array;
@@ -1567,23 +1610,10 @@ mod tests {
     #[tokio::test]
     async fn a_current_state_table_follows_the_flushes_by_key() {
         let sink = Sink::from_store(Arc::new(InMemory::new()), "memory://");
-        let mirrors = Mirrors {
-            outputs: ["public.t".to_owned()].into(),
-            properties: parquet::file::properties::WriterProperties::default(),
-            target: 1 << 20,
-            reload: None,
-        };
+        let mirrors = mirror_t();
         let tables = Tables::new(sink.clone(), app_id("db", "slot"), Writer::named("a"))
             .with_mirrors(mirrors.clone());
-        let one = changes(
-            &sink,
-            1,
-            &[
-                ("insert", 1, None, Some("a"), false),
-                ("insert", 2, None, Some("b"), false),
-            ],
-        )
-        .await;
+        let one = changes(&sink, 1, &A_AND_B).await;
         tables.publish(1, &[one]).await.unwrap();
         let two = changes(
             &sink,
@@ -1681,5 +1711,77 @@ mod tests {
             stats.contains(r#""minValues":{"id":3}"#) && stats.contains(r#""maxValues":{"id":40}"#),
             "{stats}"
         );
+    }
+
+    /// A current-state table that missed flushes while mirroring was off is built again even
+    /// when the flush that meets it is in the change log already (a start's catch-up, an
+    /// attempt whose reply was lost), and a compaction merged the missed flushes' files; one
+    /// that missed nothing takes such a flush as it is, past a compaction of the change log.
+    #[tokio::test]
+    async fn a_current_state_table_that_missed_flushes_is_built_again_when_the_log_holds_the_flush()
+    {
+        let sink = Sink::from_store(Arc::new(InMemory::new()), "memory://");
+        let mirrors = mirror_t();
+        let app = app_id("db", "slot");
+        let kept = Tables::new(sink.clone(), app.clone(), Writer::named("a"))
+            .with_mirrors(mirrors.clone());
+        let one = changes(&sink, 1, &A_AND_B).await;
+        kept.publish(1, &[one]).await.unwrap();
+
+        // Mirroring off: three flushes land in the change log only, and a compaction merges
+        // their files with the first's. Then mirroring is on again and the last of them is
+        // published once more: the change log holds it already.
+        let plain = Tables::new(sink.clone(), app.clone(), Writer::named("b"));
+        let two = changes(&sink, 2, &[("update", 1, None, Some("c"), false)]).await;
+        plain.publish(2, &[two]).await.unwrap();
+        let three = changes(
+            &sink,
+            3,
+            &[
+                ("delete", 0, Some(2), None, false),
+                ("insert", 3, None, Some("d"), false),
+            ],
+        )
+        .await;
+        plain.publish(3, &[three]).await.unwrap();
+        let four = changes(&sink, 4, &[("insert", 4, None, Some("e"), false)]).await;
+        plain.publish(4, std::slice::from_ref(&four)).await.unwrap();
+        let properties = parquet::file::properties::WriterProperties::default();
+        let done = compact_table(&sink, "public.t", 1 << 20, &properties)
+            .await
+            .unwrap();
+        assert_eq!((done.replaced, done.written), (4, 1));
+        let back = Tables::new(sink.clone(), app.clone(), Writer::named("c"))
+            .with_mirrors(mirrors.clone());
+        back.publish(4, &[four]).await.unwrap();
+        let (rows, files) = current(&sink).await;
+        assert_eq!(
+            rows,
+            text(&[(1, "c"), (3, "d"), (4, "e")]),
+            "built again from the change log"
+        );
+        assert_eq!(files, 1);
+
+        // Kept from here on, with a compaction of the change log between two flushes: flush 6
+        // reaches the change log alone, and published again it is applied as it is, adding a
+        // file for its far key rather than building the table again.
+        let five = changes(&sink, 5, &[("update", 4, None, Some("f"), false)]).await;
+        back.publish(5, &[five]).await.unwrap();
+        let done = compact_table(&sink, "public.t", 1 << 20, &properties)
+            .await
+            .unwrap();
+        assert!(done.version.is_some());
+        let six = changes(&sink, 6, &[("insert", 100, None, Some("g"), false)]).await;
+        plain.publish(6, std::slice::from_ref(&six)).await.unwrap();
+        let again =
+            Tables::new(sink.clone(), app.clone(), Writer::named("d")).with_mirrors(mirrors);
+        again.publish(6, &[six]).await.unwrap();
+        let (rows, files) = current(&sink).await;
+        assert_eq!(rows, text(&[(1, "c"), (3, "d"), (4, "f"), (100, "g")]));
+        assert_eq!(files, 2, "flush 6 applied on its own");
+        let state = read_table(&sink, "public.t__current", TableState::default())
+            .await
+            .unwrap();
+        assert_eq!(state.txn(&app), Some(6));
     }
 }
