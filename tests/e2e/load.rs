@@ -476,3 +476,51 @@ async fn a_full_load_and_a_resync_keep_current_state_tables_equal_to_the_source(
     run.stop().await;
     std::fs::remove_dir_all(&fx.dir).unwrap();
 }
+
+/// A table DDL changed after a load's snapshot was taken, before the load locked it, is named
+/// (the load then takes another snapshot): a column dropped since would fail the read, and a
+/// rewrite since would show the snapshot an empty table. One that did not change is held as is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_changed_after_the_loads_snapshot_is_told_apart_when_it_is_locked() {
+    use tributary::source::catalog::Catalog;
+    use tributary::source::snapshot::{Snapshot, temporary_slot_name};
+    let db = fresh_database("load_ddl_race").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE kept (id int PRIMARY KEY, a text);
+             CREATE TABLE dropped (id int PRIMARY KEY, a text, b text);
+             CREATE TABLE rewritten (id int PRIMARY KEY, n int);
+             INSERT INTO rewritten SELECT g, g FROM generate_series(1, 100) g;",
+        )
+        .await
+        .unwrap();
+    let pg = tributary::source::connect::parse_url(&db.url).unwrap();
+    let snapshot = Snapshot::take(&pg, &temporary_slot_name("test"))
+        .await
+        .unwrap();
+    let mut catalog = Catalog::new(pg.clone(), false);
+    let mut tables = Vec::new();
+    for name in ["public.kept", "public.dropped", "public.rewritten"] {
+        tables.push(snapshot.table(&mut catalog, name, None).await.unwrap());
+    }
+    db.client
+        .batch_execute(
+            "ALTER TABLE dropped DROP COLUMN b;
+             ALTER TABLE rewritten ALTER COLUMN n TYPE bigint;",
+        )
+        .await
+        .unwrap();
+    let said: Vec<Option<String>> =
+        futures::future::join_all(tables.iter().map(|t| snapshot.hold(t)))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+    assert_eq!(said[0], None);
+    assert_eq!(
+        said[1].as_deref(),
+        Some("its columns were (id, a, b) and are now (id, a)")
+    );
+    assert_eq!(said[2].as_deref(), Some("its storage was rewritten"));
+    snapshot.close().await.unwrap();
+}

@@ -168,6 +168,46 @@ pub(super) struct Loading {
     rows_read: u64,
 }
 
+/// The snapshot the load reads (`anchor`, or a new one) with the unfinished tables of `state`
+/// as it sees them, each locked against DDL: a table that DDL changed after the snapshot was
+/// taken is read under a new one, taken once the DDL is through.
+async fn held(
+    mut anchor: Option<Snapshot>,
+    state: &LoadState,
+    settings: &LoadSettings,
+) -> Result<(Snapshot, Vec<SourceTable>), PipelineError> {
+    let mut catalog = Catalog::new(settings.pg.clone(), settings.binary);
+    loop {
+        let snapshot = match anchor.take() {
+            Some(anchor) => anchor,
+            None => {
+                tracing::info!(
+                    tables = ?state.unfinished(),
+                    "taking a snapshot for the load (a temporary slot; this waits for the transactions running now to end)"
+                );
+                Snapshot::take(&settings.pg, &settings.temporary_slot).await?
+            }
+        };
+        let mut tables = Vec::new();
+        let mut changed = None;
+        for entry in state.tables.iter().filter(|t| !t.finished()) {
+            let table = snapshot
+                .table(&mut catalog, &entry.table, settings.publication.as_deref())
+                .await?;
+            if let Some(what) = snapshot.hold(&table).await? {
+                changed = Some((table.name.clone(), what));
+                break;
+            }
+            tables.push(table);
+        }
+        let Some((table, what)) = changed else {
+            return Ok((snapshot, tables));
+        };
+        tracing::info!(%table, change = %what, snapshot = %snapshot.consistent_point(), "a table changed (DDL) after the load's snapshot was taken: taking another");
+        snapshot.close().await?;
+    }
+}
+
 impl Loading {
     /// Take the snapshot (or use the job's), plan the unfinished tables of `job` in chunks and
     /// start the connections reading them.
@@ -179,28 +219,16 @@ impl Loading {
         let started = Instant::now();
         let LoadJob { anchor, mut state } = job;
         state.requeue();
-        let anchor = match anchor {
-            Some(anchor) => anchor,
-            None => {
-                tracing::info!(
-                    tables = ?state.unfinished(),
-                    "taking a snapshot for the load (a temporary slot; this waits for the transactions running now to end)"
-                );
-                Snapshot::take(&settings.pg, &settings.temporary_slot).await?
-            }
-        };
+        let (anchor, tables) = held(anchor, &state, settings).await?;
         let snapshot_lsn = anchor.consistent_point();
         let snapshot_time = unix_micros();
         let covers_all = !state.resync && state.tables.iter().all(|t| !t.finished());
 
         // The plan, read inside the snapshot.
-        let mut catalog = Catalog::new(settings.pg.clone(), settings.binary);
         let mut planned = Vec::new();
         let mut chunks = Vec::new();
-        for entry in state.tables.iter_mut().filter(|t| !t.finished()) {
-            let table = anchor
-                .table(&mut catalog, &entry.table, settings.publication.as_deref())
-                .await?;
+        let unfinished = state.tables.iter_mut().filter(|t| !t.finished());
+        for (entry, table) in unfinished.zip(tables) {
             let pages = anchor.pages(&table).await?;
             let plan = load::plan(pages, settings.chunk_pages, !table.partitioned());
             if entry.snapshot_lsn != Lsn::ZERO && entry.snapshot_lsn != snapshot_lsn {

@@ -459,6 +459,63 @@ impl Snapshot {
         self.read(table, Pages::All).await
     }
 
+    /// Lock `table` against DDL for the rest of the snapshot's transaction (the lock its reads
+    /// take anyway, taken first) and say whether DDL committed after the snapshot was taken
+    /// changed it: catalog reads see the table as the snapshot does, but a statement is
+    /// planned against the catalog as it is now, so a column dropped or renamed since fails
+    /// the read, and a rewrite since (a type changed) shows the snapshot an empty table.
+    /// `Some(what changed)`: read it under a new snapshot.
+    pub async fn hold(&self, table: &SourceTable) -> Result<Option<String>, SnapshotError> {
+        let what = || format!("locking table {} for the load", table.name);
+        let relation: String = self
+            .client
+            .query_one("SELECT $1::oid::regclass::text", &[&table.oid])
+            .await
+            .map_err(query(what()))?
+            .get(0);
+        self.client
+            .batch_execute(&format!("LOCK TABLE {relation} IN ACCESS SHARE MODE"))
+            .await
+            .map_err(query(what()))?;
+        // As the snapshot sees it, and as it is now (the lock made this session take in the
+        // DDL committed before it).
+        let row = self
+            .client
+            .query_one(
+                "SELECT NULLIF(c.relfilenode, 0)::bigint, pg_relation_filenode(c.oid)::bigint,
+                        ARRAY(SELECT a.attname::text FROM pg_attribute a
+                              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+                              ORDER BY a.attnum)
+                 FROM pg_class c WHERE c.oid = $1",
+                &[&table.oid],
+            )
+            .await
+            .map_err(query(what()))?;
+        let (then, now): (Option<i64>, Option<i64>) = (row.get(0), row.get(1));
+        if then != now {
+            return Ok(Some("its storage was rewritten".to_owned()));
+        }
+        let seen: Vec<String> = row.get(2);
+        let only = if table.partitioned { "" } else { "ONLY " };
+        let planned = self
+            .client
+            .prepare(&format!("SELECT * FROM {only}{relation}"))
+            .await
+            .map_err(query(what()))?;
+        let current: Vec<String> = planned
+            .columns()
+            .iter()
+            .map(|c| c.name().to_owned())
+            .collect();
+        Ok((current != seen).then(|| {
+            format!(
+                "its columns were ({}) and are now ({})",
+                seen.join(", "),
+                current.join(", ")
+            )
+        }))
+    }
+
     /// Stream the rows of `table` in `pages`; rows of a page range come with their place in
     /// the heap ([`TableRows::next_rows`]).
     pub async fn read(
