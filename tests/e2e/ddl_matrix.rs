@@ -141,35 +141,26 @@ fn before(t: &str) -> String {
 }
 
 /// The tables a pipeline of `output` captures: every combination, but a current-state table
-/// of a table without a key, which is refused (see [`keyless_current_state_is_refused`]), and,
-/// through triggers, a current-state table meeting a column renamed or added with a default:
-/// trigger capture cannot load a table again while it runs, so the rows no change touched
-/// since hold the column as null (docs/design.md, Known limits).
-fn cases(capture: &str, output: Output) -> Vec<(Identity, Ddl)> {
+/// of a table without a key, which is refused (see [`keyless_current_state_is_refused`]).
+fn cases(output: Output) -> Vec<(Identity, Ddl)> {
     IDENTITIES
         .iter()
         .flat_map(|&i| DDLS.iter().map(move |&d| (i, d)))
         .filter(|&(i, _)| !(output == Output::Current && i == Identity::Keyless))
-        .filter(|&(_, d)| {
-            !(output == Output::Current
-                && capture == "trigger"
-                && matches!(d, Ddl::Rename | Ddl::AddDefault))
-        })
         .collect()
 }
 
-/// Whether the change of columns brings a column to a current-state table holding rows,
-/// which then loads its table again.
+/// Whether the table is loaded again: a column came into a current-state table holding rows
+/// (from a slot, that table; through triggers, which load at a start, every table).
 fn reloads(capture: &str, output: Output, ddl: Ddl) -> bool {
     output == Output::Current
-        && capture == "wal"
-        && matches!(ddl, Ddl::Add | Ddl::AddDefault | Ddl::Rename)
+        && (capture == "trigger" || matches!(ddl, Ddl::Add | Ddl::AddDefault | Ddl::Rename))
 }
 
 async fn matrix(capture: &str, output: Output) {
     let hint = format!("ddl_{capture}_{output:?}").to_lowercase();
     let db = fresh_database(&hint).await;
-    let cases = cases(capture, output);
+    let cases = cases(output);
     for &(identity, ddl) in &cases {
         db.client
             .batch_execute(&create(identity, &table(identity, ddl)))
@@ -224,32 +215,38 @@ async fn matrix(capture: &str, output: Output) {
         .filter(|((_, d), _)| reloads(capture, output, *d))
         .map(|(_, name)| name)
         .collect();
+    // Twice, a moment apart: a column met after one load can ask for another.
     let deadline = std::time::Instant::now() + Duration::from_secs(240);
-    loop {
-        // What the entries' load states say (the files are read once the pipeline stopped).
-        let loads: Vec<_> = entries(&fx.log)
-            .await
-            .into_iter()
-            .filter_map(|e| e.load)
-            .collect();
-        let waiting: Vec<&str> = reloaded
-            .iter()
-            .filter(|name| {
-                !loads
-                    .iter()
-                    .any(|l| l.tables.iter().any(|t| &t.table == **name && t.finished()))
-            })
-            .map(|name| name.as_str())
-            .collect();
-        if waiting.is_empty() && loads.last().is_none_or(|l| l.finished()) {
-            break;
+    for round in 0..2 {
+        if round > 0 {
+            tokio::time::sleep(Duration::from_secs(3)).await;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no load of {waiting:?} landed whole:\n{}",
-            run.log()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        loop {
+            // What the entries' load states say (the files are read once the pipeline stopped).
+            let loads: Vec<_> = entries(&fx.log)
+                .await
+                .into_iter()
+                .filter_map(|e| e.load)
+                .collect();
+            let waiting: Vec<&str> = reloaded
+                .iter()
+                .filter(|name| {
+                    !loads
+                        .iter()
+                        .any(|l| l.tables.iter().any(|t| &t.table == **name && t.finished()))
+                })
+                .map(|name| name.as_str())
+                .collect();
+            if waiting.is_empty() && loads.last().is_none_or(|l| l.finished()) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no load of {waiting:?} landed whole:\n{}",
+                run.log()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
     let log = run.stop().await;
 
@@ -262,13 +259,20 @@ async fn matrix(capture: &str, output: Output) {
         // Every change once, and the change log replayed agrees with the source on every
         // column the changes carried (a change before a rename carries the old name).
         let rows = committed_rows(&fx.sink, name).await;
-        // A load's rows (and its marker) have no transaction.
+        // A load's rows (and its marker) have no transaction. Through triggers a load at a
+        // start takes in the journal's rows its snapshot sees: those changes land as its rows.
         let streamed = rows.iter().filter(|r| r.xid != 0).count();
-        if streamed != CHANGES {
+        let loads = rows.iter().filter(|r| r.op == "load").count();
+        let absorbed = capture == "trigger" && loads > 0 && streamed < CHANGES;
+        if streamed != CHANGES && !absorbed {
             problems.push(format!("{case}: {streamed} changes landed, not {CHANGES}"));
         }
-        let loads = rows.iter().filter(|r| r.op == "load").count();
-        if loads != usize::from(reloads(capture, output, ddl)) {
+        let expected = match (reloads(capture, output, ddl), capture) {
+            (false, _) => loads == 0,
+            (true, "wal") => loads == 1,
+            (true, _) => loads >= 1,
+        };
+        if !expected {
             problems.push(format!("{case}: {loads} loads of the table"));
         }
         let mut replayed: BTreeMap<String, BTreeMap<String, Option<String>>> = BTreeMap::new();

@@ -136,6 +136,17 @@ pub(super) struct JournalFeed {
     confirmer: Confirmer,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<Result<(), PipelineError>>,
+    /// Ends the task when the feed is dropped without a shutdown (a run that failed), so that
+    /// its session lets go of the journal's reader lock for the next start.
+    _ends: EndsOnDrop,
+}
+
+struct EndsOnDrop(tokio::task::AbortHandle);
+
+impl Drop for EndsOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// How the journal task reaches the source again.
@@ -164,6 +175,7 @@ impl JournalFeed {
             frames,
             confirmer,
             stop,
+            _ends: EndsOnDrop(task.abort_handle()),
             task,
         }
     }
@@ -184,7 +196,11 @@ impl JournalFeed {
 
     async fn shutdown(self) -> Result<(), PipelineError> {
         let JournalFeed {
-            frames, stop, task, ..
+            frames,
+            stop,
+            task,
+            _ends,
+            ..
         } = self;
         drop(frames);
         let _ = stop.send(true);

@@ -61,7 +61,7 @@ use tokio::sync::{mpsc, watch};
 use crate::config::PipelineConfig;
 use crate::failpoint;
 use crate::lake::TableFormat;
-use crate::lake::commit::PluginRecord;
+use crate::lake::commit::{CommitError, PluginRecord};
 use crate::lake::encode::{EncodeOptions, Encoder};
 use crate::lake::flush::FlushMachine;
 use crate::stream::assemble::{SpillMedia, SpillMedium, SpillSettings};
@@ -119,7 +119,27 @@ pub async fn run(
     shutdown: Shutdown,
     progress: watch::Sender<Progress>,
 ) -> Result<Progress, PipelineError> {
-    let result = run_to_end(config, options, shutdown, progress.clone()).await;
+    let mut options = options;
+    let result = loop {
+        let ended = run_to_end(
+            config.clone(),
+            options.clone(),
+            shutdown.clone(),
+            progress.clone(),
+        )
+        .await;
+        match ended {
+            // Trigger capture loads at a start: start again to take the load asked for. The
+            // first start judged any gap; the run that ended lets go of the journal as its
+            // tasks wind down, which the new start waits for.
+            Err(PipelineError::Commit(CommitError::LoadDue { .. })) => {
+                tracing::info!("starting again to load every table");
+                options.accept_gap = None;
+                options.wait_for_slot = true;
+            }
+            ended => break ended,
+        }
+    };
     progress.send_modify(|p| {
         p.streaming = false;
         p.ended = Some(match &result {

@@ -316,6 +316,7 @@ pub(super) async fn start(
             first_start: first_start.as_ref(),
             start_at,
             load: full.then(|| tracked.clone()),
+            due: None,
         },
         limit,
         shutdown,
@@ -638,6 +639,9 @@ pub(super) struct OpenAt<'a> {
     pub start_at: Lsn,
     /// A first run's full load: the tables it loads.
     pub load: Option<Vec<String>>,
+    /// A load asked for by the pipeline itself, due at this start whatever the log holds
+    /// (trigger capture: a column came into a current-state table): the tables it loads.
+    pub due: Option<Vec<String>>,
 }
 
 /// Read the log as it is now that this instance holds the slot, refuse a gap, and append the
@@ -723,7 +727,10 @@ pub(super) async fn open_log(
                 .load
                 .as_ref()
                 .map(|tables| LoadState::pending(tables, false)),
-            _ => None,
+            _ => at
+                .due
+                .as_ref()
+                .map(|tables| LoadState::pending(tables, false)),
         };
         entry.load = first_load
             .or_else(|| latest.as_ref().and_then(|l| l.load.clone()))

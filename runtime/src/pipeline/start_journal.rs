@@ -135,8 +135,13 @@ pub(super) async fn start(
     };
     log.record_created(&record).await?;
 
-    // 4. Taking over the log, and opening the journal where the lake ends.
+    // 4. Taking over the log, and opening the journal where the lake ends (with a load of
+    // every table when the pipeline asked for one).
     log.claim_identity(&identity).await?;
+    let due = capture::load_due(&reader, schema).await?;
+    if due {
+        tracing::info!(%schema, "a load of every table is due: a column came into a current-state table holding rows");
+    }
     let (checkpoint, opened) = open_log(
         &log,
         &client,
@@ -152,6 +157,7 @@ pub(super) async fn start(
             load: first_start
                 .is_some_and(|f| f.from == StartFrom::Full)
                 .then(|| tracked.clone()),
+            due: due.then(|| tracked.clone()),
         },
         config.retry.limit(),
         shutdown,
@@ -179,7 +185,7 @@ pub(super) async fn start(
         mode = %match (resumed, load.is_some()) {
             (false, true) => "first run with a full load: the tables as the load's snapshot sees them, then the journal after it".to_owned(),
             (false, false) => "first run from the tail: the changes committed from now on".to_owned(),
-            (true, true) => format!("resuming after position {}, with the full load a stop cut short", confirmed.0),
+            (true, true) => format!("resuming after position {}, with a full load (one a stop cut short, or one the pipeline asked for)", confirmed.0),
             (true, false) => format!("resuming after position {}", confirmed.0),
         },
         schema = %schema,

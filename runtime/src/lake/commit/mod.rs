@@ -85,6 +85,12 @@ pub enum CommitError {
         #[source]
         source: crate::lake::delta::TableError,
     },
+    /// Columns came into an output's current-state table, and its rows are loaded again at a
+    /// start (trigger capture): the pipeline starts again.
+    #[error(
+        "output {output:?}: columns {columns} came into its current-state table, whose rows are loaded again at a start: starting again"
+    )]
+    LoadDue { output: String, columns: String },
     #[error(
         "output {output:?}: its Delta table already holds flush {theirs} of this pipeline, past this writer's flush {ours}: another tributary has taken over this pipeline, so this one ({writer}) stops and writes nothing more"
     )]

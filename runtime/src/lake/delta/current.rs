@@ -52,7 +52,18 @@ pub trait Reload: Send + Sync {
         &'a self,
         output: &'a str,
         columns: &'a [String],
-    ) -> futures::future::BoxFuture<'a, Result<(), String>>;
+    ) -> futures::future::BoxFuture<'a, Result<Asked, String>>;
+}
+
+/// How a load asked for comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked {
+    /// Beside the stream, once it reaches the request.
+    Beside,
+    /// At the next start, which the pipeline makes now.
+    AtStart,
+    /// At this start, which asked before (its catch-up meets the flush again).
+    Due,
 }
 
 /// The columns whose values some rows of the table being written have from no change: a

@@ -351,7 +351,7 @@ impl Tables {
         let (Some(reload), false) = (reload, columns.is_empty()) else {
             return Ok(());
         };
-        reload
+        let asked = reload
             .request(output, columns)
             .await
             .map_err(|reason| CommitError::Table {
@@ -364,7 +364,14 @@ impl Tables {
                         columns.join(", ")
                     ),
                 },
-            })
+            })?;
+        match asked {
+            current::Asked::AtStart => Err(CommitError::LoadDue {
+                output: output.to_owned(),
+                columns: columns.join(", "),
+            }),
+            current::Asked::Beside | current::Asked::Due => Ok(()),
+        }
     }
 
     /// Why `output`'s current-state table (`state`) is built again from the whole change log

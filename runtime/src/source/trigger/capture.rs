@@ -151,6 +151,35 @@ pub async fn load_position(
     ))
 }
 
+/// Ask for a load of every table at the next start (trigger capture loads only at a start:
+/// the journal is read from one snapshot). `false`: one was asked for already, and a start
+/// has not taken it yet.
+pub async fn ask_load(client: &Client, schema: &str) -> Result<bool, ProvisionError> {
+    let asked = client
+        .execute(
+            &format!(
+                "UPDATE {}.identity SET load_due = true WHERE NOT load_due",
+                quote_ident(schema)
+            ),
+            &[],
+        )
+        .await
+        .map_err(query("asking for a load of every table at the next start"))?;
+    Ok(asked > 0)
+}
+
+/// Whether a load of every table is due ([`ask_load`]).
+pub async fn load_due(client: &Client, schema: &str) -> Result<bool, ProvisionError> {
+    Ok(client
+        .query_one(
+            &format!("SELECT load_due FROM {}.identity", quote_ident(schema)),
+            &[],
+        )
+        .await
+        .map_err(query("reading whether a load of every table is due"))?
+        .get(0))
+}
+
 /// Record `tick`, a full load's snapshot, as the tick the journal is read from, at the load's
 /// `position`, replacing every tick recorded before (those of a load a crash cut short, and of
 /// what was read after it): the load takes them in.
@@ -182,6 +211,9 @@ pub async fn record_load(
     )
     .await
     .map_err(query("recording the full load's tick"))?;
+    txn.execute(&format!("UPDATE {s}.identity SET load_due = false"), &[])
+        .await
+        .map_err(query("recording the full load's tick"))?;
     txn.commit()
         .await
         .map_err(query("recording the full load's tick"))

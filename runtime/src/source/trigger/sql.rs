@@ -136,6 +136,10 @@ pub fn install_schema(schema: &str) -> Vec<String> {
                 claimed timestamptz NOT NULL DEFAULT now()
             )"
         ),
+        // A load of every table is due at the next start (see `capture::ask_load`).
+        format!(
+            "ALTER TABLE {s}.identity ADD COLUMN IF NOT EXISTS load_due boolean NOT NULL DEFAULT false"
+        ),
         format!("INSERT INTO {s}.identity DEFAULT VALUES ON CONFLICT DO NOTHING"),
         format!(
             "CREATE TABLE IF NOT EXISTS {s}.ticks (
