@@ -452,7 +452,7 @@ pub struct SinkConfig {
     /// With Delta tables, what a column whose new type its table cannot hold beside the old
     /// one does: `stop` the pipeline (the default), or start a `new_version` of the table.
     #[serde(default)]
-    pub on_type_change: crate::lake::delta::TypeChange,
+    pub on_type_change: crate::lake::tables::TypeChange,
 }
 
 /// `sink.options` as object_store takes them, text: a TOML boolean or number
@@ -900,7 +900,7 @@ impl PipelineConfig {
             );
         }
         self.parquet.validate()?;
-        if self.sink.on_type_change != crate::lake::delta::TypeChange::Stop
+        if self.sink.on_type_change != crate::lake::tables::TypeChange::Stop
             && self.sink.format != crate::lake::TableFormat::Delta
         {
             return Err(
@@ -923,10 +923,10 @@ impl PipelineConfig {
                 crate::lake::encode::partition::Partition::parse(spec)
                     .map_err(|why| format!("outputs.{name:?}.partition_by = {why}"))?;
             }
-            if name.ends_with(crate::lake::delta::MIRROR_SUFFIX) || name.is_empty() {
+            if name.ends_with(crate::lake::tables::MIRROR_SUFFIX) || name.is_empty() {
                 return Err(format!(
                     "outputs.{name:?}: not an output's name (`schema.table` or a plugin's output; names ending in {} are those of the current-state tables)",
-                    crate::lake::delta::MIRROR_SUFFIX
+                    crate::lake::tables::MIRROR_SUFFIX
                 ));
             }
         }

@@ -40,7 +40,7 @@ use crate::lake::commit::{
     Checkpoint, CommitEntry, CommitError, EntryKind, FORMAT, Failover, FileEntry, PluginRecord,
     Writer,
 };
-use crate::lake::delta::TableFile;
+use crate::lake::tables::TableFile;
 
 /// Uploads in flight at once, over all flushes.
 pub const MAX_UPLOADS: usize = 4;

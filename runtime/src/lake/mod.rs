@@ -6,7 +6,7 @@
 //! Two table formats ([`TableFormat`]) share the data files ([`commit::data_file_path`]) and the
 //! commit log under `_tributary/`: `parquet` is those alone; `delta` ([`delta`]) also makes each
 //! output a Delta Lake table, one Delta commit per output after each commit entry (the flush
-//! machine's publish step).
+//! machine's publish step). The pipeline reaches a format only through [`tables`].
 //!
 //! Owns: every byte written to the sink. May import: [`crate::stream`], [`crate::wire`] and
 //! the crate root. [`encode`], [`flush`] and the protocol in [`commit`] are pure; [`sink`] and
@@ -17,6 +17,7 @@ pub mod delta;
 pub mod encode;
 pub mod flush;
 pub mod sink;
+pub mod tables;
 
 /// How landed flushes are made visible to readers (`sink.format`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]

@@ -11,8 +11,8 @@ use tokio::sync::mpsc;
 use super::error::PipelineError;
 use super::messages::{Encoded, Transformed};
 use crate::lake::commit::{FileEntry, Writer, data_file_path};
-use crate::lake::delta::TableFile;
 use crate::lake::encode::{EncodeError, Encoder};
+use crate::lake::tables::{TableFile, table_columns};
 
 const ENCODERS: usize = 2;
 
@@ -21,7 +21,7 @@ const ENCODERS: usize = 2;
 pub(super) async fn encode_stage(
     encoder: Encoder,
     writer: Writer,
-    delta: bool,
+    tables: bool,
     mut input: mpsc::Receiver<Transformed>,
     output: mpsc::Sender<Encoded>,
 ) -> Result<(), PipelineError> {
@@ -74,7 +74,7 @@ pub(super) async fn encode_stage(
                     numbering = (sequence, BTreeMap::new());
                 }
                 (flush.files, flush.tables) =
-                    name_files(files, sequence, &writer, &mut numbering.1, delta);
+                    name_files(files, sequence, &writer, &mut numbering.1, tables);
                 // Only the files are left until they are uploaded.
                 share.shrink_to(flush.files.iter().map(|(_, b)| b.len()).sum());
                 let encoded = Encoded {
@@ -95,13 +95,13 @@ pub(super) async fn encode_stage(
 }
 
 /// Name the encoded files of a flush (or part of one); `ordinals` holds the next file ordinal
-/// of each output in this flush. With `delta`, also what each file brings to its table.
+/// of each output in this flush. With `publish`, also what each file brings to its table.
 fn name_files(
     outputs: Vec<(String, Vec<crate::lake::encode::EncodedFile>)>,
     sequence: u64,
     writer: &Writer,
     ordinals: &mut BTreeMap<String, usize>,
-    delta: bool,
+    publish: bool,
 ) -> (Vec<(FileEntry, Bytes)>, Vec<TableFile>) {
     let mut files = Vec::new();
     let mut tables = Vec::new();
@@ -117,16 +117,13 @@ fn name_files(
                 bytes: encoded.bytes.len() as u64,
                 schema: encoded.schema,
             };
-            if delta {
+            if publish {
                 tables.push(TableFile {
                     output: output.clone(),
                     path: file.path.clone(),
                     size: file.bytes,
                     rows: file.rows,
-                    schema: crate::lake::delta::table::table_columns(
-                        encoded.columns,
-                        encoded.partition.as_ref(),
-                    ),
+                    schema: table_columns(encoded.columns, encoded.partition.as_ref()),
                     partition: encoded.partition,
                 });
             }

@@ -17,9 +17,9 @@ use super::retry::TELL_EVERY;
 use super::sleep_until;
 use crate::failpoint;
 use crate::lake::commit::{CommitError, CommitLog, EntryKind, Failover, unix_micros};
-use crate::lake::delta::Tables;
 use crate::lake::flush::{Action, ActionId, EncodedFlush, FlushMachine, Step, Stopped};
 use crate::lake::sink::{Created, Sink};
+use crate::lake::tables::Tables;
 use crate::source::replication::Confirmer;
 use crate::transform::{Tallies, add_tallies, describe_tallies};
 

@@ -305,7 +305,7 @@ async fn run_stages(
         to_load: resumed,
         records,
     };
-    let delta = config.sink.format == TableFormat::Delta;
+    let tables = config.sink.format != TableFormat::Parquet;
     let encoder = Encoder::new(&EncodeOptions {
         format: config.sink.format,
         partitions: config.partitions(),
@@ -321,7 +321,7 @@ async fn run_stages(
             transformed_tx,
             flush.parallel_transforms,
         ),
-        encode_stage(encoder, writer, delta, transformed_rx, encoded_tx),
+        encode_stage(encoder, writer, tables, transformed_rx, encoded_tx),
         land::land(
             machine,
             encoded_rx,

@@ -9,7 +9,7 @@
 use futures::future::BoxFuture;
 
 use crate::config::{CaptureMode, SourceConfig};
-use crate::lake::delta::current::{Asked, Reload};
+use crate::lake::tables::{Asked, Reload};
 use crate::source::provision::{self, ProvisionError};
 
 pub(super) struct AskSource {

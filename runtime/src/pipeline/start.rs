@@ -39,13 +39,12 @@ use super::retry::with_retry;
 use super::{RunOptions, proto_version};
 use crate::Lsn;
 use crate::config::{PipelineConfig, Provisioning, SourceConfig, StartFrom};
-use crate::lake::TableFormat;
 use crate::lake::commit::{
     AcceptedGap, Checkpoint, CommitEntry, CommitError, CommitLog, FORMAT, PipelineIdentity,
     PluginRecord, Provisioned, ProvisionedKind, TimelineMove, Writer, unix_micros,
 };
-use crate::lake::delta::{self, Tables};
 use crate::lake::sink::Sink;
+use crate::lake::tables::{Keeping, Tables};
 use crate::source::catalog::Catalog;
 use crate::source::position::{self, FirstStart};
 use crate::source::prerequisites::Capture;
@@ -394,7 +393,7 @@ pub(super) async fn start(
 }
 
 /// Make the sink whole for this run: remove what flushes that can never commit left, and with
-/// `sink.format = "delta"` bring the outputs' tables up to the commit log (returned).
+/// a table format (`sink.format`) bring the outputs' tables up to the commit log (returned).
 pub(super) async fn settle_sink(
     config: &PipelineConfig,
     sink: &Sink,
@@ -408,42 +407,33 @@ pub(super) async fn settle_sink(
     let limit = config.retry.limit();
     let mut stop = shutdown.clone();
     let writer = log.writer();
-    let tables = match config.sink.format {
-        TableFormat::Parquet => None,
-        TableFormat::Delta => {
-            let encoder = crate::lake::encode::Encoder::new(&config.parquet.encode_options())?;
-            let tables = Tables::new(
-                sink.clone(),
-                delta::app_id(&identity.database, &identity.slot),
-                writer.clone(),
-            )
-            .on_type_change(config.sink.on_type_change)
-            .with_mirrors(delta::current::Mirrors {
-                outputs: config.mirrored(),
-                properties: encoder.properties().clone(),
-                target: config.parquet.target_file_bytes(),
-                reload: Some(std::sync::Arc::new(super::refill::AskSource {
-                    source: config.source.clone(),
-                })),
-            });
-            let through = checkpoint.tables_through();
-            let caught_up = with_retry!(
-                "bringing the Delta tables up to the commit log",
-                checkpoint.confirmed(),
-                limit,
-                &mut stop,
-                delta::catch_up(log, &tables, through, opened.sequence)
-            )?;
-            if caught_up > 0 {
-                tracing::info!(
-                    entries = caught_up,
-                    "the Delta tables hold every commit entry"
-                );
-            }
-            Some(tables)
-        }
+    let encoder = crate::lake::encode::Encoder::new(&config.parquet.encode_options())?;
+    let keeping = Keeping {
+        database: identity.database.clone(),
+        slot: identity.slot.clone(),
+        on_type_change: config.sink.on_type_change,
+        mirrored: config.mirrored(),
+        properties: encoder.properties().clone(),
+        target: config.parquet.target_file_bytes(),
+        reload: Some(std::sync::Arc::new(super::refill::AskSource {
+            source: config.source.clone(),
+        })),
     };
-    Ok(tables)
+    let Some(tables) = Tables::open(config.sink.format, sink, writer.clone(), keeping) else {
+        return Ok(None);
+    };
+    let through = checkpoint.tables_through();
+    let caught_up = with_retry!(
+        "bringing the tables up to the commit log",
+        checkpoint.confirmed(),
+        limit,
+        &mut stop,
+        tables.catch_up(log, through, opened.sequence)
+    )?;
+    if caught_up > 0 {
+        tracing::info!(entries = caught_up, "the tables hold every commit entry");
+    }
+    Ok(Some(tables))
 }
 
 /// The one line that says a pipeline is streaming: from where, what, through which plugins, to

@@ -42,29 +42,7 @@ pub struct Mirrors {
     pub reload: Option<Arc<dyn Reload>>,
 }
 
-/// Asks for an output's rows to be loaded again, because a column came into its
-/// current-state table while it held rows: no change carries that column's value in the
-/// rows not changed since, which may not be null (a column renamed, or added with a default).
-/// Asked before the flush that brings the column is applied, so a crash in between asks
-/// again.
-pub trait Reload: Send + Sync {
-    fn request<'a>(
-        &'a self,
-        output: &'a str,
-        columns: &'a [String],
-    ) -> futures::future::BoxFuture<'a, Result<Asked, String>>;
-}
-
-/// How a load asked for comes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Asked {
-    /// Beside the stream, once it reaches the request.
-    Beside,
-    /// At the next start, which the pipeline makes now.
-    AtStart,
-    /// At this start, which asked before (its catch-up meets the flush again).
-    Due,
-}
+pub use crate::lake::tables::file::{Asked, Reload};
 
 /// The columns whose values some rows of the table being written have from no change: a
 /// flush's columns the table held rows without, or (a build from the whole change log, in the

@@ -29,8 +29,7 @@ use arrow_schema::{ArrowError, DataType, Schema, SchemaRef, TimeUnit};
 
 use super::actions::Add;
 
-/// What an output's current-state table is called after it: `<output>__current`.
-pub const MIRROR_SUFFIX: &str = "__current";
+pub use crate::lake::tables::file::{MIRROR_SUFFIX, mirror_name};
 
 /// The change log's columns the current-state table leaves out: it holds rows, not changes.
 const LOG_ONLY: &[&str] = &["_op", "_xid", "_schema", "_unchanged_toast", "_old"];
@@ -43,11 +42,6 @@ static PRINTED: FormatOptions<'static> = FormatOptions::new();
 
 /// Longest text whose bounds go into a file's statistics.
 const MAX_BOUND_BYTES: usize = 64;
-
-/// The name of `output`'s current-state table.
-pub fn mirror_name(output: &str) -> String {
-    format!("{output}{MIRROR_SUFFIX}")
-}
 
 /// The columns of the current-state table of a log file with `log`'s columns.
 pub fn mirror_schema(log: &Schema) -> SchemaRef {

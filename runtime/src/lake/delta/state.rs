@@ -8,20 +8,7 @@ use arrow_schema::SchemaRef;
 use super::actions::{Action, Add, Format, Metadata, Protocol, Remove, Txn};
 use super::schema::{SchemaError, StructType, evolve, table_schema};
 
-/// What one data file of a flush brings to its output's table.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TableFile {
-    pub output: String,
-    /// Relative to the sink root, as the commit log names it.
-    pub path: String,
-    pub size: u64,
-    pub rows: u64,
-    /// The file's columns, as written (conformed to Delta's types), and a derived partition
-    /// column the table has beside them.
-    pub schema: SchemaRef,
-    /// The partition whose rows the file holds, when its output is partitioned.
-    pub partition: Option<crate::lake::encode::partition::FilePartition>,
-}
+pub use crate::lake::tables::file::TableFile;
 
 /// Why a flush cannot be appended to a table.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -139,18 +126,7 @@ pub struct Appender {
     pub on_type_change: TypeChange,
 }
 
-/// What a column whose new type a table cannot hold beside the old one does
-/// (`sink.on_type_change`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TypeChange {
-    /// The pipeline stops, naming the column and both types.
-    #[default]
-    Stop,
-    /// The table starts a new version: the flush's commit replaces the schema with the files'
-    /// and removes every earlier file, which readers still find by time travel.
-    NewVersion,
-}
+pub use crate::lake::tables::file::TypeChange;
 
 impl Appender {
     /// The actions of the commit that appends `files` (all of `output`, at paths relative to

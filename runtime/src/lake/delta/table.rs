@@ -1163,23 +1163,7 @@ pub(super) async fn footer(
         .map_err(|e| corrupt(format!("its Parquet footer: {e}")))
 }
 
-/// The columns a file brings to its table: its own, and a derived partition column.
-pub fn table_columns(
-    columns: arrow_schema::SchemaRef,
-    partition: Option<&FilePartition>,
-) -> arrow_schema::SchemaRef {
-    match partition.and_then(FilePartition::derived_field) {
-        None => columns,
-        Some(field) => {
-            let mut fields: Vec<_> = columns.fields().iter().cloned().collect();
-            fields.push(field);
-            Arc::new(arrow_schema::Schema::new_with_metadata(
-                fields,
-                columns.metadata().clone(),
-            ))
-        }
-    }
-}
+pub use crate::lake::tables::file::table_columns;
 
 /// A random (version 4) UUID, the id a new table's metadata takes.
 pub(super) fn new_table_id() -> String {

@@ -86,6 +86,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 use crate::Lsn;
+use crate::lake::TableFormat;
 use crate::lake::delta;
 use crate::stream::change::{OutputBatch, OutputColumn, OutputRow, Value};
 
@@ -216,7 +217,8 @@ pub struct Encoder {
     properties: WriterProperties,
     chunk_rows: usize,
     target_file_bytes: usize,
-    delta: bool,
+    /// The table format whose types the files are written in.
+    format: crate::lake::TableFormat,
     partitions: Arc<std::collections::BTreeMap<String, partition::Partition>>,
 }
 
@@ -247,7 +249,7 @@ impl Encoder {
             properties,
             chunk_rows: options.row_group_rows.min(MAX_CHUNK_ROWS),
             target_file_bytes: options.target_file_bytes,
-            delta: options.format == crate::lake::TableFormat::Delta,
+            format: options.format,
             partitions: Arc::new(options.partitions.clone()),
         })
     }
@@ -310,9 +312,9 @@ impl Encoder {
     ) -> Result<Vec<EncodedFile>, EncodeError> {
         let output = &batch.output;
         let schema = arrow_schema(&batch.columns, batch.old_image);
-        let written = match self.delta {
-            true => delta::schema::conform_schema(&schema),
-            false => schema.clone(),
+        let written = match self.format {
+            TableFormat::Delta => delta::schema::conform_schema(&schema),
+            TableFormat::Parquet => schema.clone(),
         };
         let kinds: Vec<Kind> = batch.columns.iter().map(Kind::of).collect();
         let fingerprint = fingerprint(&batch.columns);
@@ -340,14 +342,16 @@ impl Encoder {
         while start < rows.len() {
             let end = self.chunk_end(batch, rows, start)?;
             let record = record_batch(batch, &schema, &kinds, &fingerprint, &rows[start..end])?;
-            let record = match self.delta {
-                true => delta::schema::conform_batch(&record, &written).map_err(|source| {
-                    EncodeError::Arrow {
-                        output: output.clone(),
-                        source,
-                    }
-                })?,
-                false => record,
+            let record = match self.format {
+                TableFormat::Delta => {
+                    delta::schema::conform_batch(&record, &written).map_err(|source| {
+                        EncodeError::Arrow {
+                            output: output.clone(),
+                            source,
+                        }
+                    })?
+                }
+                TableFormat::Parquet => record,
             };
             let w = match &mut writer {
                 Some(w) => w,
