@@ -108,37 +108,13 @@ pub(super) async fn apply(
     now_ms: i64,
 ) -> Result<Applied, TableError> {
     let name = mirror_name(output);
-    let paths: Vec<String> = match &rows {
-        Rows::Flush { paths, .. } => paths.iter().map(|p| (*p).to_owned()).collect(),
-        Rows::Rebuild(paths) => paths.clone(),
-    };
-    let mut log_batches = Vec::new();
-    for path in &paths {
-        log_batches.extend(read_batches(sink, path).await?);
-    }
-    let keys = log_batches
-        .iter()
-        .map(|b| mirror::key_names(&b.schema()))
-        .find(|k| !k.is_empty())
-        .ok_or(MirrorError::NoKey)?;
-    let flush_schema = merged(
-        log_batches
-            .iter()
-            .map(|b| mirror::mirror_schema(&b.schema())),
-    )?;
-    let width = flush_schema.fields().len();
-    let arriving = arriving(&rows, state, &log_batches);
-    let logged = changes(&log_batches, &keys, &flush_schema)?;
-    let snapshot = logged.iter().find(|l| l.load).map(|l| l.lsn);
-    let changes = logged.into_iter().map(|l| l.change).collect();
-    let reduced = match (&rows, snapshot) {
-        (Rows::Flush { log, seen, .. }, Some(snapshot)) => {
-            overtaken(sink, output, log, snapshot, &keys, seen)
-                .await?
-                .reduce(changes, width)?
-        }
-        _ => mirror::reduce(changes, width)?,
-    };
+    let Read {
+        log_batches,
+        keys,
+        flush_schema,
+        reduced,
+        arriving,
+    } = read(sink, output, state, &rows).await?;
 
     // The files the flush replaces: all of them when it rebuilds or truncates (but for the
     // rows a truncate keeps), else those whose key bounds may hold an affected key.
@@ -156,46 +132,15 @@ pub(super) async fn apply(
             .filter(|a| Bounds::of(a, &keys).may_hold_any(sought))
             .collect(),
     };
-    // First pass, one touched file at a time: its columns, and its rows of the keys the flush
-    // changes, the only rows of it kept (each a row to drop, or the prior row whose unchanged
-    // TOAST values a key change carries over). The files that held such a row are written
-    // anew in the second pass, so a flush holds its own rows, those rows, and one file.
-    let mut schemas = vec![flush_schema];
-    let mut found_rows: Vec<RecordBatch> = Vec::new();
-    let mut found_at: BTreeMap<Key, (usize, usize)> = BTreeMap::new();
-    let mut changed: BTreeSet<usize> = BTreeSet::new();
-    let mut kept = KeptBytes::within(mirrors.target);
-    for (index, add) in touched.iter().enumerate() {
-        let path = format!("{name}/{}", add.path);
-        let bytes = get_file(sink, &path).await?;
-        let (file_schema, batches) = decode(&path, bytes.clone())?;
-        let mut picks = Vec::new();
-        for (b, batch) in batches.iter().enumerate() {
-            let arrays = key_columns(batch, &keys, &name)?;
-            let reader =
-                Keys::new(arrays.iter().collect()).map_err(|e| data(&name, e.to_string()))?;
-            for row in 0..batch.num_rows() {
-                let key = reader.key(row);
-                if sought.contains(&key) {
-                    found_at.insert(key, (index, picks.len()));
-                    picks.push((b, row));
-                }
-            }
-        }
-        let batches: Vec<&RecordBatch> = batches.iter().collect();
-        let rows = match picks.is_empty() {
-            true => RecordBatch::new_empty(file_schema.clone()),
-            false => arrow_select::interleave::interleave_record_batch(&batches, &picks)
-                .map_err(|e| data(&path, e.to_string()))?,
-        };
-        if !picks.is_empty() {
-            changed.insert(index);
-            kept.keep(path, bytes);
-        }
-        found_rows.push(rows);
-        schemas.push(file_schema);
-    }
+    let FirstPass {
+        mut schemas,
+        found_rows,
+        found_at,
+        changed,
+        mut kept,
+    } = first_pass(sink, &name, &touched, &keys, sought, mirrors.target).await?;
     // The flush's columns first, so the positions the reduction used stay valid.
+    schemas.insert(0, flush_schema);
     let schema = merged(schemas)?;
     let width = schema.fields().len();
     let fit_all = |batches: &[RecordBatch]| {
@@ -216,50 +161,10 @@ pub(super) async fn apply(
         .map(|(key, (file, row))| (key, (file, (found_source + file, row))))
         .collect();
 
-    // Each upsert goes to the file that held its key (or its prior key), or to a new file.
-    let mut homed: Vec<Vec<(Key, Vec<Option<Cell>>)>> = vec![Vec::new(); touched.len()];
-    let mut fresh = Vec::new();
-    let Reduced { net, keep, .. } = reduced;
-    // Rows a truncate keeps (every file goes) are written again with the new ones.
-    for key in keep {
-        if let Some(&(_, cell)) = found.get(&key) {
-            fresh.push((key, whole_row(cell, width)));
-        }
-    }
-    for (key, net) in net {
-        let Net::Upsert(upsert) = net else { continue };
-        let mut cells = upsert.cells;
-        cells.resize(width, None);
-        let mut home = found.get(&key).map(|(file, _)| *file);
-        if let Some((prior, columns)) = &upsert.prior {
-            let before = found.get(prior);
-            for &c in columns {
-                cells[c] = before.map(|(_, cell)| *cell);
-            }
-            home = home.or(before.map(|(file, _)| *file));
-        }
-        match home {
-            Some(file) => homed[file].push((key, cells)),
-            None => fresh.push((key, cells)),
-        }
-    }
-    let null = RecordBatch::try_new(
-        schema.clone(),
-        schema
-            .fields()
-            .iter()
-            .map(|f| new_null_array(f.data_type(), 1))
-            .collect(),
-    )
-    .map_err(|e| data(&name, e.to_string()))?;
+    let (mut homed, mut fresh) = home(reduced, &found, touched.len(), width);
+    let null = null_row(&schema).map_err(|e| data(&name, e))?;
 
-    let mut actions = vec![Action::CommitInfo(serde_json::json!({
-        "timestamp": now_ms,
-        "operation": "MERGE",
-        "operationParameters": { "source": output, "epochId": txn.to_string() },
-        "isBlindAppend": false,
-        "engineInfo": format!("tributary {}", env!("CARGO_PKG_VERSION")),
-    }))];
+    let mut actions = vec![merge_info(output, txn, now_ms)];
     actions.extend(schema_actions(
         state,
         [&schema],
@@ -336,25 +241,220 @@ pub(super) async fn apply(
         delete_written(sink, &written).await;
         return Err(e);
     }
-    for add in removed {
-        actions.push(Action::Remove(Remove {
-            path: add.path.clone(),
-            deletion_timestamp: Some(now_ms),
-            data_change: true,
-            size: Some(add.size),
-        }));
-    }
+    actions.extend(closing(&removed, adds, (app_id, txn), now_ms));
+    Ok(Applied {
+        actions,
+        written,
+        arriving,
+    })
+}
+
+/// One row of nulls in `schema`: where a cell with no value is taken from.
+fn null_row(schema: &SchemaRef) -> Result<RecordBatch, String> {
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| new_null_array(f.data_type(), 1))
+        .collect();
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| e.to_string())
+}
+
+/// The commit's `commitInfo`: a merge of `output`'s flush `txn`.
+fn merge_info(output: &str, txn: u64, now_ms: i64) -> Action {
+    Action::CommitInfo(serde_json::json!({
+        "timestamp": now_ms,
+        "operation": "MERGE",
+        "operationParameters": { "source": output, "epochId": txn.to_string() },
+        "isBlindAppend": false,
+        "engineInfo": format!("tributary {}", env!("CARGO_PKG_VERSION")),
+    }))
+}
+
+/// The commit's last actions: the files it replaces removed, the new ones added, and the
+/// application's transaction version.
+fn closing(
+    removed: &[&Add],
+    adds: Vec<Add>,
+    (app_id, txn): (&str, u64),
+    now_ms: i64,
+) -> Vec<Action> {
+    let mut actions: Vec<Action> = removed
+        .iter()
+        .map(|add| {
+            Action::Remove(Remove {
+                path: add.path.clone(),
+                deletion_timestamp: Some(now_ms),
+                data_change: true,
+                size: Some(add.size),
+            })
+        })
+        .collect();
     actions.extend(adds.into_iter().map(Action::Add));
     actions.push(Action::Txn(Txn {
         app_id: app_id.to_owned(),
         version: txn,
         last_updated: Some(now_ms),
     }));
-    Ok(Applied {
-        actions,
-        written,
+    actions
+}
+
+/// The rows a commit applies, read from the change log and reduced to one net change per key.
+struct Read {
+    log_batches: Vec<RecordBatch>,
+    keys: Vec<String>,
+    /// Their columns, as the current-state table holds them.
+    flush_schema: SchemaRef,
+    reduced: Reduced,
+    /// Columns some rows have no value of ([`Reload`]).
+    arriving: Vec<String>,
+}
+
+async fn read(
+    sink: &Sink,
+    output: &str,
+    state: &TableState,
+    rows: &Rows<'_>,
+) -> Result<Read, TableError> {
+    let paths: Vec<String> = match rows {
+        Rows::Flush { paths, .. } => paths.iter().map(|p| (*p).to_owned()).collect(),
+        Rows::Rebuild(paths) => paths.clone(),
+    };
+    let mut log_batches = Vec::new();
+    for path in &paths {
+        log_batches.extend(read_batches(sink, path).await?);
+    }
+    let keys = log_batches
+        .iter()
+        .map(|b| mirror::key_names(&b.schema()))
+        .find(|k| !k.is_empty())
+        .ok_or(MirrorError::NoKey)?;
+    let flush_schema = merged(
+        log_batches
+            .iter()
+            .map(|b| mirror::mirror_schema(&b.schema())),
+    )?;
+    let width = flush_schema.fields().len();
+    let arriving = arriving(rows, state, &log_batches);
+    let logged = changes(&log_batches, &keys, &flush_schema)?;
+    let snapshot = logged.iter().find(|l| l.load).map(|l| l.lsn);
+    let changes = logged.into_iter().map(|l| l.change).collect();
+    let reduced = match (rows, snapshot) {
+        (Rows::Flush { log, seen, .. }, Some(snapshot)) => {
+            overtaken(sink, output, log, snapshot, &keys, seen)
+                .await?
+                .reduce(changes, width)?
+        }
+        _ => mirror::reduce(changes, width)?,
+    };
+    Ok(Read {
+        log_batches,
+        keys,
+        flush_schema,
+        reduced,
         arriving,
     })
+}
+
+/// What the first pass found in the touched files: each one's columns and its rows of the
+/// keys sought (where each key's row is: file, row among them), the files that held one, and
+/// their bytes when small.
+struct FirstPass {
+    schemas: Vec<SchemaRef>,
+    found_rows: Vec<RecordBatch>,
+    found_at: BTreeMap<Key, (usize, usize)>,
+    changed: BTreeSet<usize>,
+    kept: KeptBytes,
+}
+
+/// First pass, one touched file at a time: its columns, and its rows of the keys `sought`,
+/// the only rows of it kept (each a row to drop, the prior row whose unchanged TOAST values a
+/// key change carries over, or a row a truncate keeps). The files that held such a row are
+/// written anew in the second pass, so a flush holds its own rows, those rows, and one file.
+async fn first_pass(
+    sink: &Sink,
+    name: &str,
+    touched: &[&Add],
+    keys: &[String],
+    sought: &BTreeSet<Key>,
+    target: u64,
+) -> Result<FirstPass, TableError> {
+    let mut pass = FirstPass {
+        schemas: Vec::new(),
+        found_rows: Vec::new(),
+        found_at: BTreeMap::new(),
+        changed: BTreeSet::new(),
+        kept: KeptBytes::within(target),
+    };
+    for (index, add) in touched.iter().enumerate() {
+        let path = format!("{name}/{}", add.path);
+        let bytes = get_file(sink, &path).await?;
+        let (file_schema, batches) = decode(&path, bytes.clone())?;
+        let mut picks = Vec::new();
+        for (b, batch) in batches.iter().enumerate() {
+            let arrays = key_columns(batch, keys, name)?;
+            let reader =
+                Keys::new(arrays.iter().collect()).map_err(|e| data(name, e.to_string()))?;
+            for row in 0..batch.num_rows() {
+                let key = reader.key(row);
+                if sought.contains(&key) {
+                    pass.found_at.insert(key, (index, picks.len()));
+                    picks.push((b, row));
+                }
+            }
+        }
+        let batches: Vec<&RecordBatch> = batches.iter().collect();
+        let rows = match picks.is_empty() {
+            true => RecordBatch::new_empty(file_schema.clone()),
+            false => arrow_select::interleave::interleave_record_batch(&batches, &picks)
+                .map_err(|e| data(&path, e.to_string()))?,
+        };
+        if !picks.is_empty() {
+            pass.changed.insert(index);
+            pass.kept.keep(path, bytes);
+        }
+        pass.found_rows.push(rows);
+        pass.schemas.push(file_schema);
+    }
+    Ok(pass)
+}
+
+/// A row to write: its key, and where each of its `width` cells comes from.
+type Row = (Key, Vec<Option<Cell>>);
+
+/// Where each upsert of `reduced` goes: to the touched file that held its key (or its prior
+/// key, `found`), or to a new file; a row a truncate keeps (every file goes) to a new file.
+fn home(
+    reduced: Reduced,
+    found: &BTreeMap<Key, (usize, Cell)>,
+    touched: usize,
+    width: usize,
+) -> (Vec<Vec<Row>>, Vec<Row>) {
+    let mut homed: Vec<Vec<Row>> = vec![Vec::new(); touched];
+    let mut fresh = Vec::new();
+    let Reduced { net, keep, .. } = reduced;
+    for key in keep {
+        if let Some(&(_, cell)) = found.get(&key) {
+            fresh.push((key, whole_row(cell, width)));
+        }
+    }
+    for (key, net) in net {
+        let Net::Upsert(upsert) = net else { continue };
+        let mut cells = upsert.cells;
+        cells.resize(width, None);
+        let mut home = found.get(&key).map(|(file, _)| *file);
+        if let Some((prior, columns)) = &upsert.prior {
+            let before = found.get(prior);
+            for &c in columns {
+                cells[c] = before.map(|(_, cell)| *cell);
+            }
+            home = home.or(before.map(|(file, _)| *file));
+        }
+        match home {
+            Some(file) => homed[file].push((key, cells)),
+            None => fresh.push((key, cells)),
+        }
+    }
+    (homed, fresh)
 }
 
 /// Where the files of one current-state commit go, and what it wrote.
