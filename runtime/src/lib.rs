@@ -28,21 +28,20 @@
 //! [`config`] reads the pipeline file. The `tributary` command is the `tributary-cli` crate.
 //! Which room may import which is in `docs/design.md`.
 
-pub(crate) mod clock;
+mod basics;
 pub mod commands;
 pub mod config;
-mod expand;
 pub mod failpoint;
 pub mod lake;
-mod lsn;
 pub mod pipeline;
 pub mod source;
 pub mod stream;
 pub mod transform;
-pub mod units;
 pub mod wire;
 
-pub use lsn::{Lsn, ParseLsnError};
+pub(crate) use basics::clock;
+pub use basics::lsn::{Lsn, ParseLsnError};
+pub use basics::units;
 
 /// An error and its causes, each said once: a cause whose text the message already holds is not
 /// repeated (tokio-postgres ends its text with its cause; object_store and thiserror messages

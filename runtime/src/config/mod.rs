@@ -19,6 +19,8 @@
 //! Every other setting has a default. Unknown keys are errors that name the key and the file:
 //! a misspelt setting silently ignored is a production incident waiting to happen.
 
+mod expand;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -845,7 +847,7 @@ impl PipelineConfig {
         let config = if text.contains('$') {
             let mut value: toml::Value =
                 toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
-            crate::expand::expand_value(&mut value, "", &|name| std::env::var(name).ok())
+            expand::expand_value(&mut value, "", &|name| std::env::var(name).ok())
                 .map_err(invalid)?;
             value
                 .try_into::<PipelineConfig>()
