@@ -26,7 +26,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ),
         ("wire", &[][..]),
         ("stream", &["wire"][..]),
-        ("source", &["wire", "stream", "lake::commit"][..]),
+        ("source", &["wire", "stream"][..]),
         ("transform", &["wire", "stream", "lake::encode"][..]),
         ("lake", &["wire", "stream"][..]),
         (
@@ -63,7 +63,7 @@ const PURE: &[&str] = &[
     "lake/delta/mirror.rs",
     "lake/delta/schema.rs",
     "lake/delta/state.rs",
-    "source/position.rs",
+    "pipeline/position.rs",
     "source/toast.rs",
     "source/trigger/journal.rs",
     "source/trigger/sql.rs",

@@ -32,6 +32,7 @@ mod latency;
 mod load;
 mod messages;
 pub mod metrics;
+mod position;
 pub mod preflight;
 mod read;
 mod reconnect;

@@ -24,6 +24,7 @@ use tokio_postgres::Client;
 
 use super::error::PipelineError;
 use super::messages::Shutdown;
+use super::position;
 use super::reconnect::switch_point;
 use super::{RunOptions, load_transforms};
 use crate::Lsn;
@@ -34,12 +35,12 @@ use crate::lake::commit::{
     TimelineMove, Writer, journal_name,
 };
 use crate::lake::sink::Sink;
+use crate::source::connect;
 use crate::source::connect::{PgConfig, SslMode};
 use crate::source::prerequisites::{self, Capture, Choice, Refusal, Report};
 use crate::source::provision::{self, ProvisionError, SlotState};
 use crate::source::replication::{ReplicationConnection, SystemIdentity};
 use crate::source::trigger::{capture, install};
-use crate::source::{connect, position};
 use crate::transform::TransformChain;
 
 /// What the preflight is made for.
@@ -536,9 +537,9 @@ async fn check_journal(
     accept: Option<&str>,
 ) -> Result<(), ProvisionError> {
     let schema = &config.source.trigger_schema;
-    let checkpoint = Checkpoint::from_entry(latest);
+    let lake = super::position::lake_end(&Checkpoint::from_entry(latest));
     let (found, judged) =
-        install::judge_journal(client, schema, &checkpoint, &config.sink.url, accept).await?;
+        install::judge_journal(client, schema, lake, &config.sink.url, accept).await?;
     match judged {
         Ok(_) => report.ok(match &found {
             None => format!("journal in schema {schema:?}: none yet, a first run installs it"),

@@ -12,7 +12,7 @@
 //!    is a promotion the pipeline follows, see [`crate::lake::commit::follow_promotion`]), the
 //!    slot (its plugin, database, two-phase setting, and whether the lake
 //!    would have a gap without it), and on a first run (an empty commit log) where
-//!    `source.start_from` starts ([`position`](crate::source::position)).
+//!    `source.start_from` starts ([`position`](super::position)).
 //! 2. Provisioning: the publication, replica identity checks, the slot if missing (a failover
 //!    slot with `source.failover`, which also marks an existing slot as one); what is
 //!    created is recorded in the sink, for `tributary teardown`.
@@ -33,6 +33,7 @@ use super::error::PipelineError;
 use super::feed::Feed;
 use super::load::LoadJob;
 use super::messages::Shutdown;
+use super::position::{self, FirstStart};
 use super::preflight;
 use super::reconnect::Reconnect;
 use super::retry::with_retry;
@@ -46,7 +47,6 @@ use crate::lake::commit::{
 use crate::lake::sink::Sink;
 use crate::lake::tables::{Keeping, Tables};
 use crate::source::catalog::Catalog;
-use crate::source::position::{self, FirstStart};
 use crate::source::prerequisites::Capture;
 use crate::source::provision::{self, Ensured, ProvisionError, SlotHolder};
 use crate::source::replication::{ReplicationConnection, ReplicationStream};

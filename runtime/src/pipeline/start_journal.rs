@@ -23,6 +23,7 @@ use super::error::PipelineError;
 use super::feed::{Feed, JournalFeed, JournalSource};
 use super::load::LoadJob;
 use super::messages::Shutdown;
+use super::position::FirstStart;
 use super::preflight;
 use super::start::{OpenAt, Opening, Started, open_log, plugin_names, settle_sink};
 use crate::Lsn;
@@ -32,7 +33,6 @@ use crate::lake::commit::{
     unix_micros,
 };
 use crate::source::catalog::Catalog;
-use crate::source::position::FirstStart;
 use crate::source::provision::{self, ProvisionError};
 use crate::source::snapshot::Snapshot;
 use crate::source::trigger::owner::Claim;
@@ -100,7 +100,7 @@ pub(super) async fn start(
     let (found, judged) = install::judge_journal(
         &client,
         schema,
-        &first_read,
+        super::position::lake_end(&first_read),
         sink.url(),
         options.accept_gap.as_deref(),
     )

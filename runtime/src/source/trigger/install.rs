@@ -5,7 +5,6 @@ use tokio_postgres::Client;
 use super::owner::{Claim, JournalGap, JournalOwner, LakeEnd};
 use super::query;
 use super::sql;
-use crate::lake::commit::Checkpoint;
 use crate::source::provision::ProvisionError;
 use crate::source::quote::quote_ident;
 
@@ -82,21 +81,17 @@ pub async fn owner(client: &Client, schema: &str) -> Result<Option<JournalOwner>
     })))
 }
 
-/// Who `schema`'s journal captures for, and what a start of the lake at `checkpoint`, writing
-/// to `sink`, may do with it ([`super::owner::judge`]): the one judgement `check` and a start
-/// make.
+/// Who `schema`'s journal captures for, and what a start of the lake ending at `lake`,
+/// writing to `sink`, may do with it ([`super::owner::judge`]): the one judgement `check` and a
+/// start make.
 pub async fn judge_journal(
     client: &Client,
     schema: &str,
-    checkpoint: &Checkpoint,
+    lake: LakeEnd,
     sink: &str,
     accept: Option<&str>,
 ) -> Result<(Option<JournalOwner>, Result<Claim, JournalGap>), ProvisionError> {
     let found = owner(client, schema).await?;
-    let lake = LakeEnd {
-        sequence: checkpoint.sequence(),
-        landed: checkpoint.confirmed().0,
-    };
     let judged = super::owner::judge(schema, found.as_ref(), lake, sink, accept);
     Ok((found, judged))
 }

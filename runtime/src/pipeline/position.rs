@@ -19,6 +19,7 @@ use crate::Lsn;
 use crate::config::StartFrom;
 use crate::lake::commit::StartedFrom;
 use crate::source::provision::{ProvisionError, SlotState};
+use crate::source::trigger::owner::LakeEnd;
 
 /// A first run's decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +143,14 @@ pub(crate) fn describe(first: Option<&FirstStart>, resume: Lsn) -> String {
             format!("first run from {from}: the transactions committed from {resume}")
         }
         None => format!("resuming from the commit log at {resume}"),
+    }
+}
+
+/// Where the lake at `checkpoint` ends, as the trigger journal's judgement needs it.
+pub(super) fn lake_end(checkpoint: &crate::lake::commit::Checkpoint) -> LakeEnd {
+    LakeEnd {
+        sequence: checkpoint.sequence(),
+        landed: checkpoint.confirmed().0,
     }
 }
 
