@@ -24,7 +24,7 @@ impl Reload for AskSource {
     ) -> BoxFuture<'a, Result<Asked, String>> {
         Box::pin(async move {
             let columns = columns.join(", ");
-            let table = format!("{output}__current");
+            let table = crate::lake::tables::mirror_name(output);
             if self.source.capture == CaptureMode::Trigger {
                 let asked = self.ask_at_start().await.map_err(|e| e.to_string())?;
                 if asked == Asked::AtStart {
