@@ -151,6 +151,24 @@ pub async fn run(
     result
 }
 
+/// Start a pipeline: open it ([`start::open`]: the preflight, the plugins, the sink), then go
+/// on reading a slot or a trigger journal; `None` when a stop came first.
+async fn start(
+    config: &PipelineConfig,
+    options: &RunOptions,
+    shutdown: &Shutdown,
+) -> Result<Option<start::Started>, PipelineError> {
+    let Some((capture, opening)) = start::open(config, options, shutdown).await? else {
+        return Ok(None);
+    };
+    match capture {
+        crate::source::prerequisites::Capture::Trigger => {
+            start_journal::start(config, options, shutdown, opening).await
+        }
+        _ => start::start_slot(config, options, shutdown, opening).await,
+    }
+}
+
 async fn run_to_end(
     config: PipelineConfig,
     options: RunOptions,
@@ -160,7 +178,7 @@ async fn run_to_end(
     failpoint::announce().map_err(PipelineError::Failpoints)?;
     // Boxed as `dyn Send` so the compiler checks Send here, with concrete lifetimes; checked
     // through `tokio::spawn` instead, it trips over the borrows held across awaits.
-    let start: BoxFuture<'_, _> = Box::pin(start::start(&config, &options, &shutdown));
+    let start: BoxFuture<'_, _> = Box::pin(start(&config, &options, &shutdown));
     let Some(started) = start.await? else {
         tracing::info!("stopped before the slot was free");
         return Ok(progress.borrow().clone());

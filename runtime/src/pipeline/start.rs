@@ -2,8 +2,9 @@
 //! second instance from writing over the first:
 //!
 //! The prerequisite check also chooses the capture mode (`source.capture`); once plugins and
-//! sink are open, a start capturing through triggers goes on in [`super::start_journal`], in
-//! the same order with the journal where the slot is. A slot's start:
+//! sink are open ([`open`]), the pipeline hands a start capturing through triggers to
+//! `start_journal.rs`, in the same order with the journal where the slot is, and a slot's to
+//! [`start_slot`]:
 //!
 //! 1. Everything that can refuse, before anything is created: the prerequisite check (every
 //!    problem of the source in one report, see [`crate::source::prerequisites`]), the spill directory
@@ -104,12 +105,14 @@ pub(super) struct Opening {
     pub latest: Option<CommitEntry>,
 }
 
-/// Start a pipeline; `None` when a stop was requested while it waited for the slot.
-pub(super) async fn start(
+/// What every start does first, whatever the capture: the preflight (the one `tributary
+/// check` prints), the plugins loaded, the sink opened and the commit log's latest entry read;
+/// `None` when a stop came first.
+pub(super) async fn open(
     config: &PipelineConfig,
     options: &RunOptions,
     shutdown: &Shutdown,
-) -> Result<Option<Started>, PipelineError> {
+) -> Result<Option<(Capture, Opening)>, PipelineError> {
     let source = &config.source;
     for note in source.deprecations() {
         tracing::warn!("{note}");
@@ -140,19 +143,40 @@ pub(super) async fn start(
         &mut stop,
         log.latest()
     )?;
-    if choice.capture == Capture::Trigger {
-        let opening = Opening {
-            writer,
-            pg,
-            client,
-            transforms,
-            plugins,
-            sink,
-            log,
-            latest,
-        };
-        return super::start_journal::start(config, options, shutdown, opening).await;
-    }
+    let opening = Opening {
+        writer,
+        pg,
+        client,
+        transforms,
+        plugins,
+        sink,
+        log,
+        latest,
+    };
+    Ok(Some((choice.capture, opening)))
+}
+
+/// A start reading a slot, once [`open`]; `None` when a stop came while it waited for the
+/// slot.
+pub(super) async fn start_slot(
+    config: &PipelineConfig,
+    options: &RunOptions,
+    shutdown: &Shutdown,
+    opening: Opening,
+) -> Result<Option<Started>, PipelineError> {
+    let source = &config.source;
+    let Opening {
+        writer,
+        pg,
+        client,
+        transforms,
+        plugins,
+        sink,
+        log,
+        latest,
+    } = opening;
+    let mut stop = shutdown.clone();
+    let limit = config.retry.limit();
     let mut replication = crate::source::connect::replication(&pg).await?;
     let system = replication.identify_system().await?;
     let database = provision::current_database(&client).await?;
