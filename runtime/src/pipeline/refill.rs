@@ -40,11 +40,16 @@ impl Reload for AskSource {
 }
 
 impl AskSource {
+    /// A session of its own: a column arrives seldom, and the read stage's is busy.
+    async fn connect(&self) -> Result<tokio_postgres::Client, ProvisionError> {
+        let pg = crate::source::connect::parse_url(&self.source.url)?;
+        crate::source::connect::sql(&pg).await
+    }
+
     /// Trigger capture: flag a load of every table for the next start, unless one is due
     /// already (this start's catch-up meets the flush that asked).
     async fn ask_at_start(&self) -> Result<Asked, ProvisionError> {
-        let pg = crate::source::connect::parse_url(&self.source.url)?;
-        let client = crate::source::connect::sql(&pg).await?;
+        let client = self.connect().await?;
         let asked =
             crate::source::trigger::capture::ask_load(&client, &self.source.trigger_schema).await?;
         Ok(match asked {
@@ -55,8 +60,7 @@ impl AskSource {
 
     /// Ask for `output`'s table again (every tracked table when the output is not one).
     async fn ask(&self, output: &str) -> Result<(String, crate::Lsn), ProvisionError> {
-        let pg = crate::source::connect::parse_url(&self.source.url)?;
-        let client = crate::source::connect::sql(&pg).await?;
+        let client = self.connect().await?;
         let tracked = provision::tracked_tables(&client, &self.source).await?;
         let tables = match tracked.iter().any(|t| t == output) {
             true => vec![output.to_owned()],

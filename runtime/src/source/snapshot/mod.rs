@@ -459,6 +459,17 @@ impl Snapshot {
         self.read(table, Pages::All).await
     }
 
+    /// `table` as SQL names it now, quoted where it needs to be (by its oid, so a rename since
+    /// the snapshot does not lose it).
+    async fn relation(&self, table: &SourceTable) -> Result<String, SnapshotError> {
+        Ok(self
+            .client
+            .query_one("SELECT $1::oid::regclass::text", &[&table.oid])
+            .await
+            .map_err(query(format!("naming table {}", table.name)))?
+            .get(0))
+    }
+
     /// Lock `table` against DDL for the rest of the snapshot's transaction (the lock its reads
     /// take anyway, taken first) and say whether DDL committed after the snapshot was taken
     /// changed it: catalog reads see the table as the snapshot does, but a statement is
@@ -467,12 +478,7 @@ impl Snapshot {
     /// `Some(what changed)`: read it under a new snapshot.
     pub async fn hold(&self, table: &SourceTable) -> Result<Option<String>, SnapshotError> {
         let what = || format!("locking table {} for the load", table.name);
-        let relation: String = self
-            .client
-            .query_one("SELECT $1::oid::regclass::text", &[&table.oid])
-            .await
-            .map_err(query(what()))?
-            .get(0);
+        let relation = self.relation(table).await?;
         self.client
             .batch_execute(&format!("LOCK TABLE {relation} IN ACCESS SHARE MODE"))
             .await
@@ -549,12 +555,7 @@ impl Snapshot {
             true => String::new(),
             false => format!(" WHERE {}", conditions.join(" AND ")),
         };
-        let relation: String = self
-            .client
-            .query_one("SELECT $1::oid::regclass::text", &[&table.oid])
-            .await
-            .map_err(query(format!("naming table {}", table.name)))?
-            .get(0);
+        let relation = self.relation(table).await?;
         let sql = format!(
             "COPY (SELECT {} FROM {only}{relation}{filter}) TO STDOUT (FORMAT binary)",
             if select.is_empty() {
