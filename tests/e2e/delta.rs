@@ -893,7 +893,7 @@ async fn compact_names_what_it_cannot_compact() {
     let (code, _, err) = command("compact", &fixture.file, &["--output", "public.nope"], &[]).await;
     assert_ne!(code, 0);
     assert!(
-        err.contains("\"public.nope\" is not a Delta table of this sink"),
+        err.contains("\"public.nope\" is not a table of this sink"),
         "{err}"
     );
 }

@@ -460,7 +460,7 @@ async fn execute(command: Command) -> anyhow::Result<ExitCode> {
         } => {
             let config = PipelineConfig::load(&config)?;
             log::name_slot(&source_name(&config));
-            let retention_ms = tributary::lake::delta::vacuum::parse_retention(&retain)
+            let retention_ms = tributary::lake::tables::tend::parse_retention(&retain)
                 .map_err(|e| anyhow::anyhow!("--retain {e}"))?;
             let options = tributary::commands::vacuum::VacuumOptions {
                 output,

@@ -1,5 +1,5 @@
-//! `tributary compact`: rewrite the small files of a pipeline's Delta tables into files of
-//! `parquet.target_file_mb`, beside the running pipeline (see [`delta::compact_table`]).
+//! `tributary compact`: rewrite the small files of a pipeline's tables into files of
+//! `parquet.target_file_mb`, beside the running pipeline (see [`TableSet::compact`]).
 //!
 //! A table's rows do not change, so the commit says `dataChange = false`; the files it
 //! replaced stay in the sink (the commit log names them, and `verify` reads them), and a
@@ -10,18 +10,17 @@
 use std::fmt;
 
 use crate::config::PipelineConfig;
-use crate::lake::TableFormat;
-use crate::lake::commit::CommitError;
-use crate::lake::delta::{self, CompactError, Compacted};
+use crate::lake::commit::{CommitError, CommitLog, Writer};
 use crate::lake::encode::{EncodeError, Encoder};
 use crate::lake::sink::{Sink, SinkError};
+use crate::lake::tables::{CompactError, Compacted, TableSet, app_id};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CompactCommandError {
     #[error(
-        "tributary compact rewrites Delta tables, and this pipeline lands Parquet files with a commit log (sink.format = \"parquet\"): there is nothing to compact"
+        "tributary compact rewrites the files of a sink's tables, and this pipeline lands Parquet files with a commit log (sink.format = \"parquet\"): there is nothing to compact"
     )]
-    NotDelta,
+    NotTables,
     #[error(transparent)]
     Tables(#[from] TablesError),
     #[error(transparent)]
@@ -36,16 +35,31 @@ pub enum CompactCommandError {
 #[derive(Debug, thiserror::Error)]
 pub enum TablesError {
     #[error(
-        "{output:?} is not a Delta table of this sink (its tables: {tables}); name one of them, or none for all"
+        "{output:?} is not a table of this sink (its tables: {tables}); name one of them, or none for all"
     )]
     NoSuchTable { output: String, tables: String },
     #[error(transparent)]
     Commit(#[from] CommitError),
 }
 
-/// The sink's Delta tables, or only `output`, which must be one.
-pub(super) async fn tables(sink: &Sink, output: Option<&str>) -> Result<Vec<String>, TablesError> {
-    let mut names = delta::table_names(sink).await?;
+/// The sink's tables, in `config`'s format (`None` for Parquet files alone), named for the
+/// pipeline the sink's commit log says it holds.
+pub(super) async fn table_set(
+    config: &PipelineConfig,
+    sink: &Sink,
+    command: &str,
+) -> Result<Option<TableSet>, CommitError> {
+    let log = CommitLog::new(sink.clone(), Writer::named(command));
+    let app = log.identity().await?.map(|i| app_id(&i.database, &i.slot));
+    Ok(TableSet::open(config.sink.format, sink, app))
+}
+
+/// The set's tables, or only `output`, which must be one.
+pub(super) async fn tables(
+    set: &TableSet,
+    output: Option<&str>,
+) -> Result<Vec<String>, TablesError> {
+    let mut names = set.names().await?;
     if let Some(output) = output {
         if !names.iter().any(|n| n == output) {
             return Err(TablesError::NoSuchTable {
@@ -64,22 +78,23 @@ pub struct Compaction {
     pub tables: Vec<Compacted>,
 }
 
-/// Compact every Delta table of the pipeline's sink, or only `output`.
+/// Compact every table of the pipeline's sink, or only `output`.
 pub async fn run(
     config: &PipelineConfig,
     output: Option<&str>,
 ) -> Result<Compaction, CompactCommandError> {
-    if config.sink.format != TableFormat::Delta {
-        return Err(CompactCommandError::NotDelta);
-    }
     let sink = Sink::open(&config.sink.url, &config.sink.options)?;
-    let names = tables(&sink, output).await?;
+    let set = table_set(config, &sink, "compact")
+        .await
+        .map_err(TablesError::from)?
+        .ok_or(CompactCommandError::NotTables)?;
+    let names = tables(&set, output).await?;
     let encoder = Encoder::new(&config.parquet.encode_options())?;
     let target = config.parquet.target_file_bytes();
     let mut tables = Vec::new();
     for name in names {
         tracing::info!(output = %name, target_mib = target >> 20, "compacting: rewriting the table's files smaller than the target size");
-        let done = delta::compact_table(&sink, &name, target, encoder.properties()).await?;
+        let done = set.compact(&name, target, encoder.properties()).await?;
         tracing::info!(
             output = %name,
             version = ?done.version,
@@ -110,7 +125,7 @@ impl fmt::Display for Compaction {
             }
         }
         if self.tables.is_empty() {
-            writeln!(f, "compact: the sink holds no Delta table yet")?;
+            writeln!(f, "compact: the sink holds no table yet")?;
         }
         Ok(())
     }

@@ -8,11 +8,10 @@ use serde::Serialize;
 
 use crate::Lsn;
 use crate::config::{CaptureMode, PipelineConfig};
-use crate::lake::TableFormat;
 use crate::lake::commit::utc_text;
 use crate::lake::commit::{CommitError, CommitLog, Writer};
-use crate::lake::delta;
 use crate::lake::sink::{Sink, SinkError};
+use crate::lake::tables::{TableSet, app_id};
 use crate::source::failover::{self, StandbyCopy};
 use crate::source::provision::{self, ProvisionError, SlotHolder, SlotState};
 use crate::source::trigger::capture;
@@ -64,7 +63,7 @@ pub struct SinkStatus {
     pub dead_letters: u64,
     /// A full load (or resync) under way, as of the latest entry.
     pub load: Option<crate::stream::load::LoadState>,
-    /// With `sink.format = "delta"`: each output's table.
+    /// With tables (`sink.format = "delta"`): each table of the sink.
     pub tables: Vec<TableStatus>,
 }
 
@@ -152,15 +151,14 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
         _ => None,
     };
     let mut tables = Vec::new();
-    if config.sink.format == TableFormat::Delta {
-        let database = provision::current_database(&client).await?;
-        let app = delta::app_id(&database, &source);
-        for output in delta::table_names(&sink).await? {
-            let state = delta::read_latest(&sink, &output).await?;
+    let database = provision::current_database(&client).await?;
+    if let Some(set) = TableSet::open(config.sink.format, &sink, Some(app_id(&database, &source))) {
+        for output in set.names().await? {
+            let table = set.latest(&output).await?;
             tables.push(TableStatus {
-                sequence: state.txn(&app),
-                version: state.version,
-                files: state.files.len(),
+                sequence: table.holds,
+                version: table.version,
+                files: table.files.len(),
                 output,
             });
         }

@@ -1,29 +1,29 @@
-//! `tributary vacuum`: delete the data files the pipeline's Delta tables no longer read, once
-//! the commits that removed them are older than the retention (seven days unless told), beside
-//! the running pipeline. Which files go is [`delta::vacuum::plan`]'s answer.
+//! `tributary vacuum`: delete the files the pipeline's tables no longer read, once the
+//! versions that stopped reading them are older than the retention (seven days unless told),
+//! beside the running pipeline. Which files go is each format's answer
+//! ([`TableSet::vacuumable`]): a table is read before its folder is listed, so a file written
+//! meanwhile is never taken for one the table removed.
 //!
-//! Each table is read before its folder is listed, so a file written meanwhile is never taken
-//! for one the table removed. A change-log table whose current-state table (kept, `mirror =
-//! true`) is behind it is left alone: the pipeline applies the flushes the current-state table
-//! misses from their files (right after the change-log table while it runs, at its next start
-//! when it stopped between the two), and those may be among the files removed. One that missed
-//! flushes while mirror was off is built again from the whole change-log table at the next
-//! flush of its output, and is left alone until then too. A current-state table the pipeline
-//! file does not keep holds nothing back: nothing will read removed files for it.
+//! A change-log table whose current-state table (kept, `mirror = true`) is behind it is left
+//! alone: the pipeline applies the flushes the current-state table misses from their files
+//! (right after the change-log table while it runs, at its next start when it stopped between
+//! the two), and those may be among the files removed. One that missed flushes while mirror
+//! was off is built again from the whole change-log table at the next flush of its output, and
+//! is left alone until then too. A current-state table the pipeline file does not keep holds
+//! nothing back: nothing will read removed files for it.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use futures::StreamExt;
 use object_store::path::Path;
 
-use super::compact::{TablesError, tables};
+use super::compact::{TablesError, table_set, tables};
 use crate::config::PipelineConfig;
-use crate::lake::TableFormat;
 use crate::lake::commit::{CommitError, CommitLog, Writer};
-use crate::lake::delta::vacuum::{COMPACTED, Plan, Present, plan};
-use crate::lake::delta::{self, MIRROR_SUFFIX, TableState, mirror_name};
 use crate::lake::sink::{Sink, SinkError};
+use crate::lake::tables::{
+    DEFAULT_RETENTION_MS, MIRROR_SUFFIX, Plan, TableSet, Vacuumable, mirror_name,
+};
 use crate::units::human_bytes;
 
 /// Deletes in flight at once.
@@ -32,9 +32,9 @@ const DELETE_AHEAD: usize = 8;
 #[derive(Debug, thiserror::Error)]
 pub enum VacuumError {
     #[error(
-        "tributary vacuum deletes the files Delta tables no longer read, and this pipeline lands Parquet files with a commit log (sink.format = \"parquet\"), whose entries name every file it keeps"
+        "tributary vacuum deletes the files a sink's tables no longer read, and this pipeline lands Parquet files with a commit log (sink.format = \"parquet\"), whose entries name every file it keeps"
     )]
-    NotDelta,
+    NotTables,
     #[error(transparent)]
     Tables(#[from] TablesError),
     #[error(transparent)]
@@ -72,20 +72,16 @@ pub struct Vacuum {
     pub dry_run: bool,
 }
 
-/// Vacuum every Delta table of the pipeline's sink, or only `options.output`.
+/// Vacuum every table of the pipeline's sink, or only `options.output`.
 pub async fn run(config: &PipelineConfig, options: &VacuumOptions) -> Result<Vacuum, VacuumError> {
-    if config.sink.format != TableFormat::Delta {
-        return Err(VacuumError::NotDelta);
-    }
     let sink = Sink::open(&config.sink.url, &config.sink.options)?;
-    let names = tables(&sink, options.output.as_deref()).await?;
-    let log = CommitLog::new(sink.clone(), Writer::named("vacuum"));
-    let app = log
-        .identity()
+    let set = table_set(config, &sink, "vacuum")
         .await?
-        .map(|i| delta::app_id(&i.database, &i.slot));
+        .ok_or(VacuumError::NotTables)?;
+    let names = tables(&set, options.output.as_deref()).await?;
+    let log = CommitLog::new(sink.clone(), Writer::named("vacuum"));
     let retention = retention_text(options.retention_ms);
-    if options.retention_ms < delta::vacuum::DEFAULT_RETENTION_MS {
+    if options.retention_ms < DEFAULT_RETENTION_MS {
         tracing::warn!(
             "vacuuming with a retention of {retention}: a reader of a version older than that may find its files gone"
         );
@@ -96,54 +92,28 @@ pub async fn run(config: &PipelineConfig, options: &VacuumOptions) -> Result<Vac
     let mirrored = config.mirrored();
     let mut tables = Vec::new();
     for name in names {
-        // Every commit, not the latest checkpoint: a checkpoint keeps the removals of the
-        // retention only, and the files removed before would never go.
-        let state = delta::read_table(&sink, &name, TableState::default()).await?;
-        let skip = match (cleaned_up(&sink, &name, &state).await?, &app) {
-            (Some(reason), _) => Some(reason),
-            (None, Some(app)) if mirrored.contains(&name) => {
-                behind_mirror(&sink, &name, &state, app, through).await?
+        let reason = match set.vacuumable(&name, now_ms, options.retention_ms).await? {
+            Vacuumable::LeftAlone(reason) => reason,
+            Vacuumable::Plan { plan, holds } => {
+                let behind = match mirrored.contains(&name) {
+                    true => behind_mirror(&set, &name, holds, through).await?,
+                    false => None,
+                };
+                match behind {
+                    Some(reason) => reason,
+                    None => {
+                        tables.push(delete(&sink, name, plan, options, &retention).await?);
+                        continue;
+                    }
+                }
             }
-            (None, _) => None,
         };
-        if let Some(reason) = skip {
-            tracing::warn!(table = %name, "not vacuumed: {reason}");
-            tables.push(Vacuumed {
-                table: name,
-                plan: Plan::default(),
-                bytes: 0,
-                skipped: Some(reason),
-            });
-            continue;
-        }
-        let present = listing(&sink, &name).await?;
-        let plan = plan(&state, &present, now_ms, options.retention_ms);
-        let bytes = plan.delete.iter().map(|(_, size)| size).sum();
-        if !plan.delete.is_empty() && !options.dry_run {
-            tracing::info!(
-                table = %name,
-                files = plan.delete.len(),
-                bytes = %human_bytes(bytes),
-                "vacuuming: deleting the files the table's commits removed more than {retention} ago"
-            );
-            let deletes = futures::stream::iter(&plan.delete)
-                .map(|(path, _)| {
-                    let path = Path::from(format!("{name}/{path}"));
-                    let sink = &sink;
-                    async move { sink.delete(&path).await }
-                })
-                .buffer_unordered(DELETE_AHEAD);
-            futures::pin_mut!(deletes);
-            while let Some(deleted) = deletes.next().await {
-                deleted?;
-            }
-        }
-        tracing::info!(table = %name, deleted = plan.delete.len(), waiting = plan.waiting, dry_run = options.dry_run, "vacuumed");
+        tracing::warn!(table = %name, "not vacuumed: {reason}");
         tables.push(Vacuumed {
             table: name,
-            plan,
-            bytes,
-            skipped: None,
+            plan: Plan::default(),
+            bytes: 0,
+            skipped: Some(reason),
         });
     }
     Ok(Vacuum {
@@ -153,44 +123,61 @@ pub async fn run(config: &PipelineConfig, options: &VacuumOptions) -> Result<Vac
     })
 }
 
-/// Why table `name`, whose commits from version 0 read as `state`, cannot be vacuumed: its
-/// commits before a checkpoint were deleted (another writer's log clean-up), so which files
-/// they removed is no longer known.
-async fn cleaned_up(
+/// Delete the files `plan` names of table `name` (unless this is a dry run).
+async fn delete(
     sink: &Sink,
-    name: &str,
-    state: &TableState,
-) -> Result<Option<String>, CommitError> {
-    if state.version.is_some() {
-        return Ok(None);
+    name: String,
+    plan: Plan,
+    options: &VacuumOptions,
+    retention: &str,
+) -> Result<Vacuumed, SinkError> {
+    let bytes = plan.delete.iter().map(|(_, size)| size).sum();
+    if !plan.delete.is_empty() && !options.dry_run {
+        tracing::info!(
+            table = %name,
+            files = plan.delete.len(),
+            bytes = %human_bytes(bytes),
+            "vacuuming: deleting the files the table's versions stopped reading more than {retention} ago"
+        );
+        let deletes = futures::stream::iter(&plan.delete)
+            .map(|(path, _)| {
+                let path = Path::from(format!("{name}/{path}"));
+                async move { sink.delete(&path).await }
+            })
+            .buffer_unordered(DELETE_AHEAD);
+        futures::pin_mut!(deletes);
+        while let Some(deleted) = deletes.next().await {
+            deleted?;
+        }
     }
-    Ok(delta::table::checkpointed(sink, name).await?.map(|at| {
-        format!(
-            "its commits before the checkpoint at version {} are gone (a log clean-up), and with them which files they removed",
-            at.version.unwrap_or_default()
-        )
-    }))
+    tracing::info!(table = %name, deleted = plan.delete.len(), waiting = plan.waiting, dry_run = options.dry_run, "vacuumed");
+    Ok(Vacuumed {
+        table: name,
+        plan,
+        bytes,
+        skipped: None,
+    })
 }
 
-/// Why change-log table `name` must wait: its current-state table, which the pipeline keeps,
-/// holds an earlier flush of the pipeline than it does. `through` is the latest commit entry's
-/// `tables_through`: the pipeline's tables held every entry up to it.
+/// Why change-log table `name`, holding commit entry `holds`, must wait: its current-state
+/// table, which the pipeline keeps, holds an earlier flush of the pipeline than it does.
+/// `through` is the latest commit entry's `tables_through`: the pipeline's tables held every
+/// entry up to it.
 async fn behind_mirror(
-    sink: &Sink,
+    set: &TableSet,
     name: &str,
-    state: &TableState,
-    app: &str,
+    holds: Option<u64>,
     through: Option<u64>,
 ) -> Result<Option<String>, CommitError> {
     if name.ends_with(MIRROR_SUFFIX) {
         return Ok(None);
     }
     let mirror = mirror_name(name);
-    let current = delta::read_latest(sink, &mirror).await?;
+    let current = set.latest(&mirror).await?;
     if current.version.is_none() {
         return Ok(None);
     }
-    let (log, held) = (state.txn(app), current.txn(app));
+    let (log, held) = (holds, current.holds);
     if held >= log {
         return Ok(None);
     }
@@ -209,22 +196,6 @@ async fn behind_mirror(
             "{holds}: the pipeline applies the flushes it misses from their files (right after the change-log table while it runs, at its next start if it stopped between the two), and this vacuum could delete some of them; vacuum again after that"
         ),
     }))
-}
-
-/// The data files in table `name`'s folder and its `_compacted/`, relative to the table.
-async fn listing(sink: &Sink, name: &str) -> Result<BTreeMap<String, Present>, SinkError> {
-    let mut present = BTreeMap::new();
-    for (folder, prefix) in [
-        (name.to_owned(), String::new()),
-        (format!("{name}/{COMPACTED}"), format!("{COMPACTED}/")),
-    ] {
-        for (file, size, modified_ms) in sink.list_dated(&Path::from(folder)).await? {
-            if file.ends_with(".parquet") {
-                present.insert(format!("{prefix}{file}"), Present { size, modified_ms });
-            }
-        }
-    }
-    Ok(present)
 }
 
 /// A retention as people write it: the largest unit that divides it.
@@ -283,7 +254,7 @@ impl fmt::Display for Vacuum {
             }
         }
         if self.tables.is_empty() {
-            writeln!(f, "vacuum: the sink holds no Delta table yet")?;
+            writeln!(f, "vacuum: the sink holds no table yet")?;
         }
         Ok(())
     }

@@ -4,7 +4,7 @@
 //! A flush is landed in five steps: its intent, its data files, its commit entry, the confirm
 //! to the slot, and removing the intent. With Delta tables (`sink.format = "delta"`) a sixth
 //! comes between the entry and the confirm: publishing, one Delta commit per output the flush
-//! touched, in sequence order like the entries (see [`crate::lake::delta`]). [`FlushMachine`] decides which step of which flush
+//! touched, in sequence order like the entries (see [`crate::lake::tables`]). [`FlushMachine`] decides which step of which flush
 //! runs next and what a failure means; one IO task carries out its [`Action`]s and reports each
 //! result back with [`FlushMachine::handle`]. Following quinn-proto's shape: `push` and
 //! `handle` take inputs, `poll_action` yields what to do, `poll_timeout` says when to poll

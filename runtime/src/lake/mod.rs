@@ -29,3 +29,13 @@ pub enum TableFormat {
     /// The same, and each output a Delta Lake table whose log adds each flush's files.
     Delta,
 }
+
+impl TableFormat {
+    /// The format's name, for people.
+    pub fn name(self) -> &'static str {
+        match self {
+            TableFormat::Parquet => "Parquet",
+            TableFormat::Delta => "Delta",
+        }
+    }
+}

@@ -61,9 +61,9 @@ pub struct Shape {
     /// `_unchanged_toast` (`source.unchanged_toast = "null"` on a table that is not
     /// `REPLICA IDENTITY FULL`).
     pub toast: Vec<usize>,
-    /// The lake is Delta tables: the source's rows are compared in Delta's types
-    /// ([`conform_batch`](crate::lake::delta::schema::conform_batch)).
-    pub delta: bool,
+    /// The lake's table format: the source's rows are compared in the format's types
+    /// ([`conform_batch`](crate::lake::tables::conform_batch)).
+    pub format: crate::lake::TableFormat,
 }
 
 /// One column's cells, read for digesting.
@@ -448,7 +448,7 @@ mod tests {
             columns: vec!["id".into(), "tags".into(), "body".into()],
             key: Some(vec![0]),
             toast: vec![],
-            delta: false,
+            format: crate::lake::TableFormat::Parquet,
         }
     }
 

@@ -1,7 +1,7 @@
 //! The lake as the sink holds it, read through the [`Sink`](crate::lake::sink::Sink) and
 //! [`CommitLog`] the pipeline writes with: the data files present, the intents, the commit
-//! entries and the files they name, and what those files hold; with Delta tables, each
-//! output's tables held against those entries ([`audit_tables`]).
+//! entries and the files they name, and what those files hold; with tables, each output's
+//! tables held against those entries ([`audit_tables`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -16,18 +16,18 @@ use super::read::{self, IdentityFile, ReadError, TableFile};
 use super::replay::{self, ChangeId, Duplicate, Landed, RowAt};
 use super::report::{Committed, Files};
 use crate::lake::commit::{CommitEntry, CommitError, CommitLog, STATE_PREFIX};
-use crate::lake::delta::vacuum::COMPACTED;
 use crate::lake::sink::SinkError;
+use crate::lake::tables::{COMPACTED, MIRROR_SUFFIX, TableAudit, TableSet, TableView};
 
 /// How many entries or files are fetched at once.
 pub(super) const FETCH_AHEAD: usize = 8;
 
 /// What the sink holds, read in the order that keeps a running pipeline from making a file
-/// look orphaned: Delta tables' logs first, then data files, then intents, then entries. A
-/// file listed before its flush commits is named by its intent (written before any data file)
-/// or, if the intent is gone, by its entry (written before the intent is deleted).
+/// look orphaned: tables first, then data files, then intents, then entries. A file listed
+/// before its flush commits is named by its intent (written before any data file) or, if the
+/// intent is gone, by its entry (written before the intent is deleted).
 ///
-/// A Delta output's rows are read through its table: the files a reader of its latest
+/// An output's rows are read through its table, when it has one: the files a reader of its latest
 /// version reads (a compaction's among them), and the files of entries the table does not
 /// hold yet. The files a compaction replaced are not read again (their rows are in the files
 /// that replaced them) and need not be there: `tributary vacuum` deletes them.
@@ -35,14 +35,14 @@ pub(super) const FETCH_AHEAD: usize = 8;
 pub struct Survey {
     pub entries: Vec<CommitEntry>,
     /// Every data file whose rows are read: the entries' files in log order (but those of
-    /// entries a Delta table holds), then each Delta table's live files.
+    /// entries a table holds), then each table's live files.
     pub committed: Vec<Committed>,
-    /// Data files in the sink (`<output>/*.parquet`, and a Delta table's
+    /// Data files in the sink (`<output>/*.parquet`, and a table's
     /// `<output>/_compacted/*.parquet`), path to size.
     pub present: BTreeMap<String, u64>,
     /// Files intents name.
     pub intended: BTreeSet<String>,
-    /// Files named by an entry that a Delta table holds and no longer reads: replaced by a
+    /// Files named by an entry that a table holds and no longer reads: replaced by a
     /// compaction, or dropped by a new version of the table.
     pub replaced: BTreeSet<String>,
 }
@@ -50,32 +50,30 @@ pub struct Survey {
 impl Survey {
     /// Read the sink of `log`; only `output`'s files when it is given. Entries after `upto`
     /// (committed while the sink is read, by a pipeline that goes on running) are left out,
-    /// their files counted as in flight: the listing, made first, may lack them. With `delta`,
-    /// outputs that are Delta tables are read through their tables.
+    /// their files counted as in flight: the listing, made first, may lack them. With `set`,
+    /// outputs that are its tables are read through their tables.
     pub async fn read(
         log: &CommitLog,
         output: Option<&str>,
         upto: Option<u64>,
-        delta: bool,
+        set: Option<&TableSet>,
     ) -> Result<Survey, CommitError> {
         let sink = log.sink();
-        let tables = match delta {
-            true => read_tables(log, output).await?,
-            false => BTreeMap::new(),
+        let (names, tables) = match set {
+            Some(set) => read_tables(set, output).await?,
+            None => Default::default(),
         };
         let mut present = BTreeMap::new();
         for folder in sink.list_dir(None).await?.folders {
             if folder == STATE_PREFIX || output.is_some_and(|o| o != folder) {
                 continue;
             }
-            let listing = sink.list_dir(Some(&Path::from(folder.as_str()))).await?;
-            // A current-state table's files are its own, named by its Delta log, not by
-            // commit entries (the table's audit checks them).
-            if folder.ends_with(crate::lake::delta::MIRROR_SUFFIX)
-                && listing.folders.iter().any(|f| f == "_delta_log")
-            {
+            // A current-state table's files are its own, named by its table, not by commit
+            // entries (the table's audit checks them).
+            if folder.ends_with(MIRROR_SUFFIX) && names.contains(&folder) {
                 continue;
             }
+            let listing = sink.list_dir(Some(&Path::from(folder.as_str()))).await?;
             let mut objects = listing.objects;
             if tables.contains_key(&folder) {
                 let compacted = Path::from(format!("{folder}/{COMPACTED}"));
@@ -141,8 +139,8 @@ impl Survey {
             }
         }
         for (name, table) in &tables {
-            for add in table.files.values() {
-                let path = format!("{name}/{}", add.path);
+            for (file, live) in &table.files {
+                let path = format!("{name}/{file}");
                 replaced.remove(&path);
                 committed.push(Committed {
                     sequence: named
@@ -151,8 +149,8 @@ impl Survey {
                         .unwrap_or(table.holds.unwrap_or(0)),
                     path,
                     output: name.clone(),
-                    rows: crate::lake::delta::compact::records(add).unwrap_or(0),
-                    bytes: add.size,
+                    rows: live.rows.unwrap_or(0),
+                    bytes: live.bytes,
                 });
             }
         }
@@ -216,38 +214,21 @@ impl Survey {
     }
 }
 
-/// A Delta table as verify reads it: the live files of its latest version, and the latest
-/// commit entry it holds.
-struct Table {
-    files: BTreeMap<String, crate::lake::delta::actions::Add>,
-    holds: Option<u64>,
-}
-
-/// The sink's Delta tables of outputs (not current-state tables), or only `output`'s.
+/// The sink's tables by name, and the latest version of the outputs' tables (not
+/// current-state tables), or only `output`'s.
 async fn read_tables(
-    log: &CommitLog,
+    set: &TableSet,
     output: Option<&str>,
-) -> Result<BTreeMap<String, Table>, CommitError> {
-    let Some(identity) = log.identity().await? else {
-        return Ok(BTreeMap::new());
-    };
-    let app = crate::lake::delta::app_id(&identity.database, &identity.slot);
+) -> Result<(BTreeSet<String>, BTreeMap<String, TableView>), CommitError> {
+    let names: BTreeSet<String> = set.names().await?.into_iter().collect();
     let mut tables = BTreeMap::new();
-    for name in crate::lake::delta::table_names(log.sink()).await? {
-        if name.ends_with(crate::lake::delta::MIRROR_SUFFIX) || output.is_some_and(|o| o != name) {
+    for name in &names {
+        if name.ends_with(MIRROR_SUFFIX) || output.is_some_and(|o| o != name) {
             continue;
         }
-        let state = crate::lake::delta::read_latest(log.sink(), &name).await?;
-        let holds = state.txn(&app);
-        tables.insert(
-            name,
-            Table {
-                files: state.files,
-                holds,
-            },
-        );
+        tables.insert(name.clone(), set.latest(name).await?);
     }
-    Ok(tables)
+    Ok((names, tables))
 }
 
 /// A file's bytes, `None` when it is not there.
@@ -397,21 +378,16 @@ pub async fn read_lake(
     Ok(lake)
 }
 
-/// Each output's Delta table held against the entries verify read. The entries a
-/// current-state table the pipeline does not keep (`kept` says which outputs it keeps them of)
-/// lacks are not called on their way: nothing publishes them.
+/// Each output's table held against the entries verify read. The entries a current-state
+/// table the pipeline does not keep (`kept` says which outputs it keeps them of) lacks are not
+/// called on their way: nothing publishes them.
 pub(super) async fn audit_tables(
-    log: &CommitLog,
+    set: &TableSet,
     survey: &Survey,
     only: Option<&str>,
     kept: impl Fn(&str) -> bool,
-) -> Result<Vec<crate::lake::delta::TableAudit>, VerifyError> {
-    let Some(identity) = log.identity().await? else {
-        return Ok(Vec::new());
-    };
-    let app = crate::lake::delta::app_id(&identity.database, &identity.slot);
-    let mut outputs: std::collections::BTreeMap<&str, std::collections::BTreeMap<u64, _>> =
-        Default::default();
+) -> Result<Vec<TableAudit>, VerifyError> {
+    let mut outputs: BTreeMap<&str, BTreeMap<u64, BTreeSet<String>>> = BTreeMap::new();
     for entry in &survey.entries {
         for file in &entry.files {
             let relative = file
@@ -423,7 +399,7 @@ pub(super) async fn audit_tables(
                 .entry(file.output.as_str())
                 .or_default()
                 .entry(entry.sequence)
-                .or_insert_with(std::collections::BTreeSet::new)
+                .or_default()
                 .insert(relative);
         }
     }
@@ -432,11 +408,9 @@ pub(super) async fn audit_tables(
         if only.is_some_and(|o| o != output) {
             continue;
         }
-        audits.push(crate::lake::delta::audit_table(log.sink(), output, &app, &entries).await?);
+        audits.extend(set.audit(output, &entries).await?);
         let sequences = entries.keys().copied().collect();
-        if let Some(mut audit) =
-            crate::lake::delta::audit_mirror_table(log.sink(), output, &app, &sequences).await?
-        {
+        if let Some(mut audit) = set.audit_current(output, &sequences).await? {
             if !kept(output) {
                 audit.behind.clear();
             }

@@ -16,7 +16,7 @@ use super::report::{MirrorOutcome, MirrorReport};
 use super::{VerifyError, digest_error};
 use crate::Lsn;
 use crate::lake::commit::CommitLog;
-use crate::lake::delta::{self, TableState, mirror_name};
+use crate::lake::tables::{MIRROR_SUFFIX, TableSet, TableView, mirror_name};
 use crate::source::snapshot::SourceTable;
 
 /// How often the wait for the current-state table looks again.
@@ -33,21 +33,18 @@ pub(super) struct At<'a> {
     pub mirrored: &'a BTreeSet<String>,
     /// The source, where a logical decoding message moves the pipeline on.
     pub client: &'a Client,
+    /// The sink's tables.
+    pub set: &'a TableSet,
 }
 
 /// With trigger capture no position splits the lake at the snapshot, and a current-state
 /// table holds every change landed: it is named as not compared (`None` when `table` has none).
 pub(super) async fn not_at_a_position(
-    log: &CommitLog,
+    set: &TableSet,
     table: &SourceTable,
 ) -> Result<Option<MirrorReport>, VerifyError> {
     let name = mirror_name(&table.name);
-    if log
-        .sink()
-        .get(&delta::table::commit_path(&name, 0))
-        .await?
-        .is_none()
-    {
+    if !set.exists(&name).await? {
         return Ok(None);
     }
     Ok(Some(MirrorReport {
@@ -73,11 +70,7 @@ pub(super) async fn compare(
 ) -> Result<Option<MirrorReport>, VerifyError> {
     let sink = log.sink();
     let name = mirror_name(&table.name);
-    if sink
-        .get(&delta::table::commit_path(&name, 0))
-        .await?
-        .is_none()
-    {
+    if !at.set.exists(&name).await? {
         return Ok(None);
     }
     let report = |outcome| {
@@ -119,28 +112,24 @@ pub(super) async fn compare(
     else {
         return Ok(None);
     };
-    let Some(identity) = log.identity().await? else {
-        return Ok(None);
-    };
-    let app = delta::app_id(&identity.database, &identity.slot);
-    let state = match wait_for_entry(log, &name, &app, needed, at).await? {
+    let state = match wait_for_entry(log, &name, needed, at).await? {
         Ok(state) => state,
         Err(outcome) => return report(outcome),
     };
     let version = state.version.unwrap_or_default();
-    if state.txn(&app) != Some(needed) {
+    if state.holds != Some(needed) {
         return report(MirrorOutcome::NotAtSnapshot {
             reason: format!(
                 "its version {version} went from before commit entry {needed} to entry {} in one commit",
-                state.txn(&app).unwrap_or_default()
+                state.holds.unwrap_or_default()
             ),
         });
     }
     let mut current = SourceState::new(shape.key.is_some());
-    for add in state.files.values() {
-        let path = Path::from(format!("{name}/{}", add.path));
+    for file in state.files.keys() {
+        let path = Path::from(format!("{name}/{file}"));
         let Some(bytes) = sink.get(&path).await? else {
-            return Err(gone(log, &name, &state, &add.path, needed).await?);
+            return Err(gone(at.set, &name, version, file, needed).await?);
         };
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .and_then(|b| b.build())
@@ -174,16 +163,15 @@ pub(super) async fn compare(
 async fn wait_for_entry(
     log: &CommitLog,
     name: &str,
-    app: &str,
     needed: u64,
     at: &At<'_>,
-) -> Result<Result<TableState, MirrorOutcome>, VerifyError> {
+) -> Result<Result<TableView, MirrorOutcome>, VerifyError> {
     let started = Instant::now();
     let mut nudged = Instant::now();
     loop {
         let latest = log.latest().await?;
         let through = latest.as_ref().and_then(|e| e.tables_through);
-        if let Some(state) = delta::read_table_holding(log.sink(), name, app, needed).await? {
+        if let Some(state) = at.set.holding(name, needed).await? {
             return Ok(Ok(state));
         }
         if let (Some(through), Some(latest)) = (through, &latest)
@@ -193,7 +181,7 @@ async fn wait_for_entry(
                 reason: format!(
                     "the pipeline's commit entry {} says its tables hold entry {needed}, and this one does not: the running pipeline does not keep it up to date (is outputs.{:?}.mirror off where it runs?); its change-log table is compared",
                     latest.sequence,
-                    name.strip_suffix(delta::MIRROR_SUFFIX).unwrap_or(name)
+                    name.strip_suffix(MIRROR_SUFFIX).unwrap_or(name)
                 ),
             }));
         }
@@ -213,21 +201,19 @@ async fn wait_for_entry(
     }
 }
 
-/// The error for `file` of current-state table `name`, which its version `read` (the one
+/// The error for `file` of current-state table `name`, which its version `version` (the one
 /// holding commit entry `needed`) reads and the sink no longer holds: a later version removed
 /// it and a vacuum deleted it, or something else did.
 async fn gone(
-    log: &CommitLog,
+    set: &TableSet,
     name: &str,
-    read: &TableState,
+    version: u64,
     file: &str,
     needed: u64,
 ) -> Result<VerifyError, VerifyError> {
-    let latest = delta::read_table(log.sink(), name, read.clone()).await?;
-    let why = match latest.tombstones.get(file) {
-        Some(remove) => {
-            let when = remove
-                .deletion_timestamp
+    let why = match set.removed(name, file).await? {
+        Some(removed_at) => {
+            let when = removed_at
                 .map(|ms| format!(" at {}", crate::lake::commit::utc_text(ms * 1000)))
                 .unwrap_or_default();
             format!(
@@ -239,7 +225,7 @@ async fn gone(
     Ok(VerifyError::MirrorFileGone {
         table: name.to_owned(),
         file: file.to_owned(),
-        version: read.version.unwrap_or_default(),
+        version,
         needed,
         why,
     })

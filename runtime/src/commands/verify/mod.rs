@@ -62,6 +62,7 @@ use crate::lake::TableFormat;
 use crate::lake::commit::{Checkpoint, CommitError, CommitLog, EntryKind, Writer};
 use crate::lake::encode::{EncodeError, to_record_batch};
 use crate::lake::sink::{Sink, SinkError};
+use crate::lake::tables::{self, TableSet, app_id, mirror_name};
 use crate::source::catalog::Catalog;
 use crate::source::provision::{self, ProvisionError};
 use crate::source::snapshot::{Snapshot, SnapshotError, SourceTable};
@@ -197,9 +198,10 @@ impl Default for VerifyOptions {
 pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Report, VerifyError> {
     let sink = Sink::open(&config.sink.url, &config.sink.options)?;
     let log = CommitLog::new(sink, Writer::named("verify"));
-    let delta = config.sink.format == TableFormat::Delta;
+    let app = log.identity().await?.map(|i| app_id(&i.database, &i.slot));
+    let set = TableSet::open(config.sink.format, log.sink(), app);
     if options.identities_only {
-        return identities_only(&log, config, options).await;
+        return identities_only(&log, set.as_ref(), config, options).await;
     }
     if !config.transforms.is_empty() {
         let plugins: Vec<String> = config
@@ -232,7 +234,7 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         let shape = Arc::new(shape_of(
             &table,
             config.source.unchanged_toast,
-            config.sink.format == TableFormat::Delta,
+            config.sink.format,
         ));
         sources.push((table, shape));
     }
@@ -268,7 +270,7 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         };
         tracing::info!(%committed, %at, "the lake has reached the snapshot; reading it");
         let started = Instant::now();
-        let survey = Survey::read(&log, options.table.as_deref(), Some(upto), delta).await?;
+        let survey = Survey::read(&log, options.table.as_deref(), Some(upto), set.as_ref()).await?;
         let lake = lake::read_lake(&log, &survey, &shapes).await?;
         tracing::info!(files = survey.committed.len(), took = ?started.elapsed(), "read the lake");
         Ok::<_, VerifyError>((survey, lake))
@@ -288,7 +290,7 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         })
         .await
         .map_err(|e| VerifyError::Task(e.to_string()))?;
-        if config.sink.format == TableFormat::Delta {
+        if let Some(set) = &set {
             let started = Instant::now();
             let mirror = match &cutoff {
                 Cutoff::Before(at) => {
@@ -297,10 +299,11 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
                         timeout: options.timeout,
                         mirrored: &mirrored,
                         client: &client,
+                        set,
                     };
                     mirror::compare(&log, &survey, table, shape, &source, &at).await?
                 }
-                Cutoff::Sees { .. } => mirror::not_at_a_position(&log, table).await?,
+                Cutoff::Sees { .. } => mirror::not_at_a_position(set, table).await?,
             };
             if let Some(mirror) = mirror {
                 tracing::info!(table = %mirror.table, took = ?started.elapsed(), "read the current-state table");
@@ -324,17 +327,17 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
         options.show,
         journal.is_some(),
     );
-    if config.sink.format == TableFormat::Delta {
+    if let Some(set) = &set {
         let not_kept: Vec<&str> = mirrors
             .iter()
             .filter(|m| matches!(m.outcome, MirrorOutcome::NotKept { .. }))
             .map(|m| m.table.as_str())
             .collect();
         let kept = |output: &str| {
-            mirrored.contains(output)
-                && !not_kept.contains(&crate::lake::delta::mirror_name(output).as_str())
+            mirrored.contains(output) && !not_kept.contains(&mirror_name(output).as_str())
         };
-        report.delta = audit_tables(&log, &survey, options.table.as_deref(), kept).await?;
+        report.audits = audit_tables(set, &survey, options.table.as_deref(), kept).await?;
+        report.format = set.format();
     }
     report.mirrors = mirrors;
     Ok(report)
@@ -343,17 +346,18 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
 /// `--identities-only`: the lake's files and change identities, without the source.
 async fn identities_only(
     log: &CommitLog,
+    set: Option<&TableSet>,
     config: &PipelineConfig,
     options: &VerifyOptions,
 ) -> Result<Report, VerifyError> {
-    let delta = config.sink.format == TableFormat::Delta;
-    let survey = Survey::read(log, options.table.as_deref(), None, delta).await?;
+    let survey = Survey::read(log, options.table.as_deref(), None, set).await?;
     let lake = lake::read_lake(log, &survey, &HashMap::new()).await?;
     let mut report = finish(&survey, lake, Vec::new(), None, options.show, false);
-    if delta {
+    if let Some(set) = set {
         let mirrored = config.mirrored();
         let kept = |output: &str| mirrored.contains(output);
-        report.delta = audit_tables(log, &survey, options.table.as_deref(), kept).await?;
+        report.audits = audit_tables(set, &survey, options.table.as_deref(), kept).await?;
+        report.format = set.format();
     }
     Ok(report)
 }
@@ -441,7 +445,7 @@ async fn tables(
 }
 
 /// How a source table is compared.
-fn shape_of(table: &SourceTable, policy: UnchangedToastPolicy, delta: bool) -> Shape {
+fn shape_of(table: &SourceTable, policy: UnchangedToastPolicy, format: TableFormat) -> Shape {
     let unchanged_toast =
         policy == UnchangedToastPolicy::Null && table.identity != ReplicaIdentity::Full;
     Shape {
@@ -452,7 +456,7 @@ fn shape_of(table: &SourceTable, policy: UnchangedToastPolicy, delta: bool) -> S
             true => table.toastable.clone(),
             false => Vec::new(),
         },
-        delta,
+        format,
     }
 }
 
@@ -500,7 +504,7 @@ fn source_batch(table: &SourceTable, rows: Vec<Vec<Value>>) -> OutputBatch {
 pub(super) async fn scan_source<T: Send + 'static>(
     snapshot: &Snapshot,
     table: &SourceTable,
-    delta: bool,
+    format: TableFormat,
     mut acc: T,
     each: impl Fn(&mut T, &arrow_array::RecordBatch) -> Result<(), VerifyError> + Send + 'static,
 ) -> Result<T, VerifyError> {
@@ -509,15 +513,13 @@ pub(super) async fn scan_source<T: Send + 'static>(
     let worker = tokio::task::spawn_blocking(move || {
         while let Some(chunk) = received.blocking_recv() {
             let batch = to_record_batch(&source_batch(&source, chunk))?;
-            let batch = match delta {
-                true => {
-                    let schema = crate::lake::delta::schema::conform_schema(&batch.schema());
-                    crate::lake::delta::schema::conform_batch(&batch, &schema).map_err(|e| {
-                        VerifyError::Task(format!("taking the source's rows to Delta types: {e}"))
-                    })?
-                }
-                false => batch,
-            };
+            let schema = tables::conform_schema(format, &batch.schema());
+            let batch = tables::conform_batch(format, &batch, &schema).map_err(|e| {
+                VerifyError::Task(format!(
+                    "taking the source's rows to the {} table's types: {e}",
+                    format.name()
+                ))
+            })?;
             each(&mut acc, &batch)?;
         }
         Ok::<_, VerifyError>(acc)
@@ -554,7 +556,7 @@ async fn digest_source(
 ) -> Result<SourceState, VerifyError> {
     let shape = Arc::clone(shape);
     let state = SourceState::new(shape.key.is_some());
-    scan_source(snapshot, table, shape.delta, state, move |state, batch| {
+    scan_source(snapshot, table, shape.format, state, move |state, batch| {
         let mut cells = BatchCells::new(batch, &shape).map_err(digest_error(&shape))?;
         for i in 0..batch.num_rows() {
             let (key, row) = (cells.key(i), cells.row(i, None));
@@ -760,7 +762,8 @@ fn finish(
         files: lake.files,
         duplicates,
         notes,
-        delta: Vec::new(),
+        audits: Vec::new(),
+        format: TableFormat::Parquet,
         mirrors: Vec::new(),
     }
 }

@@ -324,7 +324,7 @@ mod tests {
             columns: vec!["id".into(), "body".into()],
             key: Some(vec![0]),
             toast,
-            delta: false,
+            format: crate::lake::TableFormat::Parquet,
         }
     }
 

@@ -11,7 +11,8 @@ use std::fmt;
 pub use super::digest::RowText;
 use super::replay::{ChangeId, Difference, TableDiff};
 use crate::Lsn;
-use crate::lake::delta::TableAudit;
+use crate::lake::TableFormat;
+use crate::lake::tables::TableAudit;
 
 /// What verify found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,8 +26,10 @@ pub struct Report {
     /// Facts that explain differences without being defects (an accepted gap, where the lake
     /// starts).
     pub notes: Vec<String>,
-    /// With `sink.format = "delta"`: each output's table held against the commit log.
-    pub delta: Vec<TableAudit>,
+    /// With tables (`sink.format = "delta"`): each output's tables held against the commit
+    /// log, and their format.
+    pub audits: Vec<TableAudit>,
+    pub format: TableFormat,
     /// Each current-state table compared with the source.
     pub mirrors: Vec<MirrorReport>,
 }
@@ -219,7 +222,7 @@ impl Report {
     }
 
     pub fn table_problems(&self) -> u64 {
-        self.delta.iter().map(|t| t.problems.len() as u64).sum()
+        self.audits.iter().map(|t| t.problems.len() as u64).sum()
     }
 
     pub fn is_equal(&self) -> bool {
@@ -259,8 +262,8 @@ impl Report {
         );
         part(
             self.table_problems(),
-            "Delta table problem",
-            "Delta table problems",
+            &format!("{} table problem", self.format.name()),
+            &format!("{} table problems", self.format.name()),
         );
         let at = self.at.as_ref().map_or_else(
             || " (content not compared)".to_owned(),
@@ -425,7 +428,7 @@ impl fmt::Display for Report {
         for m in &self.mirrors {
             write!(f, "{m}")?;
         }
-        for t in &self.delta {
+        for t in &self.audits {
             let version = t
                 .version
                 .map_or_else(|| "no log".to_owned(), |v| format!("version {v}"));
@@ -437,7 +440,12 @@ impl fmt::Display for Report {
                 0 => "intact".to_owned(),
                 n => plural(n as u64, "problem", "problems"),
             };
-            writeln!(f, "delta table {}: {version}, {holds}, {state}", t.output)?;
+            let format = self.format.name().to_lowercase();
+            writeln!(
+                f,
+                "{format} table {}: {version}, {holds}, {state}",
+                t.output
+            )?;
             if let Some(base) = t.base {
                 writeln!(
                     f,
@@ -481,7 +489,8 @@ mod tests {
             files,
             duplicates,
             notes: vec![],
-            delta: Vec::new(),
+            audits: Vec::new(),
+            format: TableFormat::Parquet,
             mirrors: Vec::new(),
         }
     }

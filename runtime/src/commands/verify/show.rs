@@ -85,7 +85,7 @@ async fn source_rows(
     scan_source(
         snapshot,
         table,
-        shape.delta,
+        shape.format,
         DigestMap::default(),
         move |found, batch| {
             let mut cells = BatchCells::new(batch, &shape).map_err(digest_error(&shape))?;

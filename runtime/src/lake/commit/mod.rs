@@ -77,13 +77,14 @@ pub enum CommitError {
         holder: Box<Writer>,
         ours: Box<Writer>,
     },
-    /// A flush's files cannot be appended to its output's Delta table.
-    #[error("output {output:?}: its Delta table cannot take flush {sequence}: {source}")]
+    /// A flush's files cannot be appended to its output's table (of the format named).
+    #[error("output {output:?}: its {format} table cannot take flush {sequence}: {source}")]
     Table {
         output: String,
         sequence: u64,
+        format: &'static str,
         #[source]
-        source: crate::lake::delta::TableError,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// Columns came into an output's current-state table, and its rows are loaded again at a
     /// start (trigger capture): the pipeline starts again.
@@ -92,7 +93,7 @@ pub enum CommitError {
     )]
     LoadDue { output: String, columns: String },
     #[error(
-        "output {output:?}: its Delta table already holds flush {theirs} of this pipeline, past this writer's flush {ours}: another tributary has taken over this pipeline, so this one ({writer}) stops and writes nothing more"
+        "output {output:?}: its table already holds flush {theirs} of this pipeline, past this writer's flush {ours}: another tributary has taken over this pipeline, so this one ({writer}) stops and writes nothing more"
     )]
     TableAhead {
         output: String,
@@ -101,9 +102,9 @@ pub enum CommitError {
         writer: Box<Writer>,
     },
     #[error(
-        "the sink holds flushes landed without Delta tables (commit entry {sequence} is the first): sink.format = \"delta\" is chosen when a sink is first written; land into a new sink prefix, or set sink.format = \"parquet\" again"
+        "the sink holds flushes landed without tables (commit entry {sequence} is the first): sink.format = \"{format}\" is chosen when a sink is first written; land into a new sink prefix, or set sink.format = \"parquet\" again"
     )]
-    NotTables { sequence: u64 },
+    NotTables { sequence: u64, format: &'static str },
     #[error(
         "another tributary keeps committing to this sink while this one starts (last entry {sequence} by {holder}): is a second instance reading the same slot from another server? stop it"
     )]

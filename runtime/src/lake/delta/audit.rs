@@ -4,6 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use crate::lake::tables::tend::TableAudit;
+
 /// What one version of a table's log did, as far as the audit needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Version {
@@ -22,23 +24,6 @@ pub struct Version {
 pub struct Base {
     pub version: u64,
     pub txn: Option<u64>,
-}
-
-/// What verify says of one table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableAudit {
-    pub output: String,
-    /// The latest version; `None` when the table has no log.
-    pub version: Option<u64>,
-    /// The latest commit entry the table holds.
-    pub holds: Option<u64>,
-    /// Entries with files of the output that are past what the table holds: flushes a running
-    /// pipeline is still publishing (or that a stopped one left for its next start).
-    pub behind: Vec<u64>,
-    /// Defects, one sentence each.
-    pub problems: Vec<String>,
-    /// The checkpoint the audit started from, when the commits before it are gone.
-    pub base: Option<u64>,
 }
 
 /// A table's log as an audit read it.

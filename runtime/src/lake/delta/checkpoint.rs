@@ -109,7 +109,7 @@ pub fn checkpoint(state: &TableState, now_ms: i64) -> (Bytes, u64) {
     let mut rows = vec![Row::Protocol, Row::Metadata];
     rows.extend(state.txns.iter().map(|(app, v)| Row::Txn(app, *v)));
     rows.extend(state.files.values().map(Row::Add));
-    let expired = now_ms.saturating_sub(super::vacuum::DEFAULT_RETENTION_MS);
+    let expired = now_ms.saturating_sub(crate::lake::tables::tend::DEFAULT_RETENTION_MS);
     rows.extend(
         state
             .tombstones

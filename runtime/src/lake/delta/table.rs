@@ -17,19 +17,14 @@ use super::current::{self, Mirrors, Preceding, Rows};
 use super::mirror::mirror_name;
 use super::overtaken::Seen;
 use super::state::{Appender, TableError, TableFile, TableState, TypeChange};
-use super::vacuum::COMPACTED;
 use crate::lake::commit::{CommitError, CommitLog, FileEntry, Writer};
 use crate::lake::encode::partition::{FilePartition, PARTITION_KEY};
 use crate::lake::sink::{Created, Sink};
+use crate::lake::tables::tend::{COMPACTED, CompactError, Compacted};
 
 /// The object that holds version `version` of `output`'s log.
 pub fn commit_path(output: &str, version: u64) -> Path {
     Path::from(format!("{output}/_delta_log/{version:020}.json"))
-}
-
-/// The application id of a pipeline's commits: its slot, on its database.
-pub fn app_id(database: &str, slot: &str) -> String {
-    format!("tributary:{database}/{slot}")
 }
 
 /// What a table whose `txn` is past the flush being appended means.
@@ -160,7 +155,8 @@ impl Tables {
                 .map_err(|source| CommitError::Table {
                     output: output.to_owned(),
                     sequence,
-                    source,
+                    format: "Delta",
+                    source: Box::new(source),
                 })?;
             let version = state.next_version();
             let path = commit_path(output, version);
@@ -175,7 +171,8 @@ impl Tables {
                         .map_err(|source| CommitError::Table {
                             output: output.to_owned(),
                             sequence,
-                            source,
+                            format: "Delta",
+                            source: Box::new(source),
                         })?;
                     before = Some(Preceding::Flush(held));
                     crate::failpoint::reached("delta.after-table").await;
@@ -271,10 +268,11 @@ impl Tables {
             None => read_latest(&self.sink, &name).await?,
         };
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
-        let failed = |source| CommitError::Table {
+        let failed = |source: TableError| CommitError::Table {
             output: name.clone(),
             sequence,
-            source,
+            format: "Delta",
+            source: Box::new(source),
         };
         let mut asked = false;
         loop {
@@ -357,13 +355,14 @@ impl Tables {
             .map_err(|reason| CommitError::Table {
                 output: mirror_name(output),
                 sequence,
-                source: TableError::Data {
+                format: "Delta",
+                source: Box::new(TableError::Data {
                     path: mirror_name(output),
                     reason: format!(
                         "columns {} came in, so its rows must be loaded again, and asking for that failed: {reason}",
                         columns.join(", ")
                     ),
-                },
+                }),
             })?;
         match asked {
             current::Asked::AtStart => Err(CommitError::LoadDue {
@@ -420,39 +419,6 @@ async fn write_checkpoint(sink: &Sink, output: &str, version: u64, state: &Table
     if let Err(e) = written {
         tracing::warn!(%output, version, error = %e, "could not write the Delta table's checkpoint; readers replay its commits instead");
     }
-}
-
-/// What compacting one table did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Compacted {
-    pub output: String,
-    /// The version of the compaction's commit; `None` when there was nothing to compact.
-    pub version: Option<u64>,
-    pub replaced: usize,
-    pub replaced_bytes: u64,
-    pub written: usize,
-    pub written_bytes: u64,
-    pub rows: u64,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum CompactError {
-    #[error(transparent)]
-    Commit(#[from] CommitError),
-    #[error("compacting {output}: {path}: {reason}")]
-    File {
-        output: String,
-        path: String,
-        reason: String,
-    },
-    #[error(
-        "compacting {output}: another compaction committed meanwhile (the log is at version {version}) and replaced {path}, which this one rewrote: nothing of this compaction was committed; run tributary compact again if files are left to compact"
-    )]
-    Concurrent {
-        output: String,
-        version: u64,
-        path: String,
-    },
 }
 
 /// Rewrite `output`'s files smaller than `target` bytes into files of about `target` (see
@@ -804,7 +770,10 @@ pub async fn catch_up(
             continue;
         }
         if through.is_none() {
-            return Err(CommitError::NotTables { sequence });
+            return Err(CommitError::NotTables {
+                sequence,
+                format: "delta",
+            });
         }
         if published == 0 {
             tracing::info!(
@@ -1177,6 +1146,8 @@ pub(super) fn new_table_id() -> String {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+
+    use crate::lake::tables::app_id;
 
     use arrow_schema::{DataType, Field, Schema};
     use object_store::memory::InMemory;

@@ -14,35 +14,10 @@
 use std::collections::BTreeMap;
 
 use super::state::TableState;
+use crate::lake::tables::tend::{COMPACTED, DAY_MS, Plan, Present};
 
-/// Delta's default retention of removed files (`delta.deletedFileRetentionDuration`).
-pub const DEFAULT_RETENTION_MS: i64 = 7 * DAY_MS;
 /// The least age of a compaction's file that no commit named before it counts as left over.
 pub const ORPHAN_GRACE_MS: i64 = DAY_MS;
-const DAY_MS: i64 = 24 * 3600 * 1000;
-/// The folder under a table where compactions write.
-pub const COMPACTED: &str = "_compacted";
-
-/// A data file in a table's folder, as the store lists it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Present {
-    pub size: u64,
-    /// When it was written, in milliseconds since the epoch.
-    pub modified_ms: i64,
-}
-
-/// What a vacuum of one table does.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
-    /// Files to delete (relative to the table) and their sizes: removed ones, then left-over
-    /// ones of compactions.
-    pub delete: Vec<(String, u64)>,
-    /// How many of them no commit named (a compaction's that did not commit).
-    pub orphans: usize,
-    /// Removed files still within the retention, and their bytes.
-    pub waiting: usize,
-    pub waiting_bytes: u64,
-}
 
 /// Plan the vacuum of a table read up to its latest version (`state`), whose folder holds
 /// `present` (paths relative to the table), at `now_ms`, keeping removals younger than
@@ -82,35 +57,6 @@ pub fn plan(
     plan.orphans = orphans.len();
     plan.delete.extend(orphans);
     plan
-}
-
-/// A retention written for people: a whole number and a unit, `s`, `m`, `h` or `d`
-/// (`7d`, `168h`, `0s`), in milliseconds.
-pub fn parse_retention(text: &str) -> Result<i64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: i64 = number.parse().map_err(|_| {
-        format!(
-            "{text:?} is not a retention: write a whole number and a unit, such as 7d, 168h or 30m"
-        )
-    })?;
-    let unit_ms = match unit.trim() {
-        "s" => 1000,
-        "m" => 60 * 1000,
-        "h" => 3600 * 1000,
-        "d" => DAY_MS,
-        other => {
-            return Err(format!(
-                "{text:?}: unknown unit {other:?} (use s, m, h or d, such as 7d or 168h)"
-            ));
-        }
-    };
-    number
-        .checked_mul(unit_ms)
-        .ok_or_else(|| format!("{text:?} is too long a retention"))
 }
 
 #[cfg(test)]
@@ -201,16 +147,5 @@ mod tests {
         let plan = plan(&state, &files, now, 0);
         assert_eq!(plan.delete, [("_compacted/old.parquet".to_owned(), 10)]);
         assert_eq!(plan.orphans, 1);
-    }
-
-    #[test]
-    fn retentions_read_like_people_write_them() {
-        assert_eq!(parse_retention("7d"), Ok(DEFAULT_RETENTION_MS));
-        assert_eq!(parse_retention("168h"), Ok(DEFAULT_RETENTION_MS));
-        assert_eq!(parse_retention("0s"), Ok(0));
-        assert_eq!(parse_retention("30m"), Ok(1_800_000));
-        assert!(parse_retention("7").unwrap_err().contains("unknown unit"));
-        assert!(parse_retention("d").unwrap_err().contains("whole number"));
-        assert!(parse_retention("2w").unwrap_err().contains("unknown unit"));
     }
 }

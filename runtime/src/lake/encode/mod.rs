@@ -86,8 +86,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 use crate::Lsn;
-use crate::lake::TableFormat;
-use crate::lake::delta;
+use crate::lake::tables;
 use crate::stream::change::{OutputBatch, OutputColumn, OutputRow, Value};
 
 pub use schema::{
@@ -131,8 +130,8 @@ pub struct EncodeOptions {
     /// A file is closed and the next one started once it reaches about this size.
     pub target_file_bytes: usize,
     pub compression: Codec,
-    /// The table format the files are for: a Delta output's columns take the types Delta has
-    /// ([`crate::lake::delta::schema`]).
+    /// The table format the files are for: a table's columns take the types its format has
+    /// ([`crate::lake::tables::conform_schema`]).
     pub format: crate::lake::TableFormat,
     /// Outputs whose files each hold one partition's rows, by output.
     pub partitions: std::collections::BTreeMap<String, partition::Partition>,
@@ -312,10 +311,7 @@ impl Encoder {
     ) -> Result<Vec<EncodedFile>, EncodeError> {
         let output = &batch.output;
         let schema = arrow_schema(&batch.columns, batch.old_image);
-        let written = match self.format {
-            TableFormat::Delta => delta::schema::conform_schema(&schema),
-            TableFormat::Parquet => schema.clone(),
-        };
+        let written = tables::conform_schema(self.format, &schema);
         let kinds: Vec<Kind> = batch.columns.iter().map(Kind::of).collect();
         let fingerprint = fingerprint(&batch.columns);
         let parquet_err = |source| EncodeError::Parquet {
@@ -342,17 +338,13 @@ impl Encoder {
         while start < rows.len() {
             let end = self.chunk_end(batch, rows, start)?;
             let record = record_batch(batch, &schema, &kinds, &fingerprint, &rows[start..end])?;
-            let record = match self.format {
-                TableFormat::Delta => {
-                    delta::schema::conform_batch(&record, &written).map_err(|source| {
-                        EncodeError::Arrow {
-                            output: output.clone(),
-                            source,
-                        }
-                    })?
-                }
-                TableFormat::Parquet => record,
-            };
+            let record =
+                tables::conform_batch(self.format, &record, &written).map_err(|source| {
+                    EncodeError::Arrow {
+                        output: output.clone(),
+                        source,
+                    }
+                })?;
             let w = match &mut writer {
                 Some(w) => w,
                 None => writer.insert(

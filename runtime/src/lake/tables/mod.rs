@@ -1,23 +1,31 @@
-//! The seam between the pipeline and the table formats its outputs are published as
-//! (`sink.format`): after a flush's commit entry, each output it touched gets a commit of the
+//! The seam between Tributary and the table formats its outputs are published as
+//! (`sink.format`). After a flush's commit entry, each output it touched gets a commit of the
 //! format that adds its files (and applies the flush to its current-state table), and a start
-//! brings every table up to the commit log. The pipeline holds a [`Tables`] and names no
-//! format; [`file`] is what every format is given. Delta ([`crate::lake::delta`]) is the one
-//! format so far.
+//! brings every table up to the commit log: the pipeline holds a [`Tables`] for that. The
+//! commands read the tables back, audit, compact and vacuum them through a [`TableSet`].
+//! Neither names a format: [`file`] is what every format is given, [`tend`] what each answers
+//! the commands in. Delta ([`crate::lake::delta`]) is the one format so far.
 
 pub mod file;
+pub mod tend;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use arrow_array::RecordBatch;
+use arrow_schema::{ArrowError, SchemaRef};
 use parquet::file::properties::WriterProperties;
 
 pub use file::{Asked, MIRROR_SUFFIX, Reload, TableFile, TypeChange, mirror_name, table_columns};
+pub use tend::{
+    COMPACTED, CompactError, Compacted, DEFAULT_RETENTION_MS, Plan, TableAudit, TableView,
+    Vacuumable, app_id,
+};
 
 use super::TableFormat;
 use super::commit::{CommitError, CommitLog, Writer};
 use super::delta;
-use super::sink::Sink;
+use super::sink::{Sink, SinkError};
 
 /// How a pipeline's tables are kept.
 pub struct Keeping {
@@ -52,7 +60,7 @@ impl Tables {
             TableFormat::Delta => Some(Tables::Delta(
                 delta::Tables::new(
                     sink.clone(),
-                    delta::app_id(&keeping.database, &keeping.slot),
+                    app_id(&keeping.database, &keeping.slot),
                     writer,
                 )
                 .on_type_change(keeping.on_type_change)
@@ -85,6 +93,161 @@ impl Tables {
     ) -> Result<u64, CommitError> {
         match self {
             Tables::Delta(tables) => delta::catch_up(log, tables, through, upto).await,
+        }
+    }
+}
+
+/// The columns of `schema` as a table of `format` has them: the types the format lacks taken to
+/// ones it has (see [`delta::schema`]).
+pub fn conform_schema(format: TableFormat, schema: &SchemaRef) -> SchemaRef {
+    match format {
+        TableFormat::Parquet => Arc::clone(schema),
+        TableFormat::Delta => delta::schema::conform_schema(schema),
+    }
+}
+
+/// `batch` with the columns of `schema`, its [`conform_schema`].
+pub fn conform_batch(
+    format: TableFormat,
+    batch: &RecordBatch,
+    schema: &SchemaRef,
+) -> Result<RecordBatch, ArrowError> {
+    match format {
+        TableFormat::Parquet => Ok(batch.clone()),
+        TableFormat::Delta => delta::schema::conform_batch(batch, schema),
+    }
+}
+
+/// A sink's tables as the commands read and tend them, in the sink's format.
+pub struct TableSet {
+    kind: Kind,
+    sink: Sink,
+    /// The pipeline's application id in the tables' commits; `None` before its first flush.
+    app: Option<String>,
+}
+
+/// The format of a [`TableSet`], and what it needs to reach its tables.
+enum Kind {
+    Delta,
+}
+
+impl TableSet {
+    /// The tables of `sink` in `format` (`None` for Parquet files alone), whose commits name
+    /// the pipeline `app` ([`app_id`]).
+    pub fn open(format: TableFormat, sink: &Sink, app: Option<String>) -> Option<TableSet> {
+        let kind = match format {
+            TableFormat::Parquet => return None,
+            TableFormat::Delta => Kind::Delta,
+        };
+        Some(TableSet {
+            kind,
+            sink: sink.clone(),
+            app,
+        })
+    }
+
+    pub fn format(&self) -> TableFormat {
+        match self.kind {
+            Kind::Delta => TableFormat::Delta,
+        }
+    }
+
+    fn app(&self) -> &str {
+        self.app.as_deref().unwrap_or_default()
+    }
+
+    /// The tables in the sink, outputs' and current-state tables', by name.
+    pub async fn names(&self) -> Result<Vec<String>, CommitError> {
+        match self.kind {
+            Kind::Delta => delta::table_names(&self.sink).await,
+        }
+    }
+
+    /// Whether table `name` exists (has a first commit).
+    pub async fn exists(&self, name: &str) -> Result<bool, SinkError> {
+        match self.kind {
+            Kind::Delta => delta::tend::exists(&self.sink, name).await,
+        }
+    }
+
+    /// Table `name`'s latest version.
+    pub async fn latest(&self, name: &str) -> Result<TableView, CommitError> {
+        match self.kind {
+            Kind::Delta => delta::tend::latest(&self.sink, name, self.app()).await,
+        }
+    }
+
+    /// Table `name` as of its first version that holds commit entry `needed` (or a later
+    /// one); `None` while none does.
+    pub async fn holding(&self, name: &str, needed: u64) -> Result<Option<TableView>, CommitError> {
+        match self.kind {
+            Kind::Delta => delta::tend::holding(&self.sink, name, self.app(), needed).await,
+        }
+    }
+
+    /// Whether a version of table `name` removed data `file` (relative to the table), and
+    /// when (milliseconds since the epoch) if it says.
+    pub async fn removed(
+        &self,
+        name: &str,
+        file: &str,
+    ) -> Result<Option<Option<i64>>, CommitError> {
+        match self.kind {
+            Kind::Delta => delta::tend::removed(&self.sink, name, file).await,
+        }
+    }
+
+    /// Rewrite table `name`'s files smaller than `target` bytes into files of about `target`,
+    /// beside a running pipeline.
+    pub async fn compact(
+        &self,
+        name: &str,
+        target: u64,
+        properties: &WriterProperties,
+    ) -> Result<Compacted, CompactError> {
+        match self.kind {
+            Kind::Delta => delta::compact_table(&self.sink, name, target, properties).await,
+        }
+    }
+
+    /// What a vacuum at `now_ms` deletes from table `name`, keeping what its versions stopped
+    /// reading less than `retention_ms` ago.
+    pub async fn vacuumable(
+        &self,
+        name: &str,
+        now_ms: i64,
+        retention_ms: i64,
+    ) -> Result<Vacuumable, CommitError> {
+        match self.kind {
+            Kind::Delta => {
+                delta::tend::vacuumable(&self.sink, name, self.app(), now_ms, retention_ms).await
+            }
+        }
+    }
+
+    /// Hold `output`'s table against the commit log: `entries` are the entries with files of
+    /// the output, each with those files' paths relative to the table.
+    pub async fn audit(
+        &self,
+        output: &str,
+        entries: &BTreeMap<u64, BTreeSet<String>>,
+    ) -> Result<Option<TableAudit>, CommitError> {
+        match self.kind {
+            Kind::Delta => delta::audit_table(&self.sink, output, self.app(), entries)
+                .await
+                .map(Some),
+        }
+    }
+
+    /// Hold `output`'s current-state table against the commit log's entries with files of the
+    /// output; `None` when it has none.
+    pub async fn audit_current(
+        &self,
+        output: &str,
+        entries: &BTreeSet<u64>,
+    ) -> Result<Option<TableAudit>, CommitError> {
+        match self.kind {
+            Kind::Delta => delta::audit_mirror_table(&self.sink, output, self.app(), entries).await,
         }
     }
 }
