@@ -13,7 +13,8 @@ the client-credentials grant. Every route but the token endpoint needs a bearer 
 token endpoint issued (for `--token-ttl` seconds), or the `--token` given at start.
 
     python iceberg_rest.py --port 0 --warehouse s3://bucket/wh --db sqlite:////tmp/catalog.db \
-        --client-id ID --client-secret SECRET [--token TOKEN] [--prefix P] [--io KEY=VALUE]...
+        --client-id ID --client-secret SECRET [--token TOKEN] [--prefix P] [--io KEY=VALUE]... \
+        [--token-ttl SECONDS] [--table-config KEY=VALUE]... [--exit-on-stdin-eof]
 
 It prints the port it listens on, alone on a line, once it accepts connections.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import secrets
 import sys
 import threading
@@ -80,9 +82,12 @@ class OAuthRefused(Refused):
 class Tokens:
     """Bearer tokens: the one given at start, and those the token endpoint issued."""
 
-    def __init__(self, static: str | None, ttl: float) -> None:
+    def __init__(self, static: str | None, ttl: float, told: float | None) -> None:
         self.static = static
         self.ttl = ttl
+        # What `expires_in` says; a test sets it longer than `ttl` to meet a client that holds
+        # an expired token.
+        self.told = ttl if told is None else told
         self.issued: dict[str, float] = {}
         self.lock = threading.Lock()
 
@@ -116,7 +121,7 @@ class Server:
         self.prefix = args.prefix
         self.client_id = args.client_id
         self.client_secret = args.client_secret
-        self.tokens = Tokens(args.token, args.token_ttl)
+        self.tokens = Tokens(args.token, args.token_ttl, args.expires_in)
         self.table_config = dict(pair.split("=", 1) for pair in args.table_config)
 
 
@@ -178,7 +183,7 @@ class Handler(BaseHTTPRequestHandler):
         return {
             "access_token": self.state.tokens.issue(),
             "token_type": "bearer",
-            "expires_in": int(self.state.tokens.ttl),
+            "expires_in": int(self.state.tokens.told),
             "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
         }
 
@@ -304,16 +309,22 @@ def main() -> None:
     parser.add_argument("--client-id", required=True)
     parser.add_argument("--client-secret", required=True)
     parser.add_argument("--token", help="a bearer token accepted besides the issued ones")
-    parser.add_argument("--token-ttl", type=float, default=3600)
+    parser.add_argument("--token-ttl", type=float, default=3600, help="seconds an issued token is good for")
+    parser.add_argument("--expires-in", type=float, help="the expires_in told with a token (default: --token-ttl)")
     parser.add_argument("--io", action="append", default=[], help="FileIO property KEY=VALUE")
     parser.add_argument(
         "--table-config", action="append", default=[], help="KEY=VALUE answered in a loaded table's config"
+    )
+    parser.add_argument(
+        "--exit-on-stdin-eof", action="store_true", help="stop when standard input closes (its parent died)"
     )
     args = parser.parse_args()
 
     Handler.state = Server(args)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
+    if args.exit_on_stdin_eof:
+        threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
     print(server.server_address[1], flush=True)
     server.serve_forever()
 
