@@ -3,7 +3,8 @@
     python read_table.py '<catalog properties as JSON>' namespace.table
 
 The properties are pyiceberg's (`type` = `rest` or `sql`, `uri`, `credential`, `warehouse`,
-`s3.*`, ...). Prints the metadata location, the format version, the current schema's fields,
+`s3.*`, ...), and `catalog-name`: the name pyiceberg gives the catalog, which a SQL catalog
+reads as the `catalog_name` of its rows. Prints the metadata location, the format version, the current schema's fields,
 the table's properties, the number of snapshots, and the namespaces the catalog lists.
 """
 
@@ -15,7 +16,8 @@ from pyiceberg.catalog import load_catalog
 
 def main() -> None:
     properties = json.loads(sys.argv[1])
-    catalog = load_catalog("tributary-test", **properties)
+    name = properties.pop("catalog-name", "tributary-test")
+    catalog = load_catalog(name, **properties)
     table = catalog.load_table(sys.argv[2])
     schema = table.schema()
     print(

@@ -3,18 +3,23 @@
 //! against the test PostgreSQL; pyiceberg then loads what the Rust clients committed.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use object_store::path::Path as ObjectPath;
 
 use serde_json::{Value, json};
 use tributary::lake::iceberg::catalog::{CatalogError, Requirement, Secret, TableIdent, Update};
 use tributary::lake::iceberg::rest::{
     DEFAULT_SCOPE, LoadedTable, NewTable, RestAuth, RestCatalog, RestOptions,
 };
+use tributary::lake::iceberg::sql::{DEFAULT_CATALOG_NAME, SqlCatalog, SqlOptions};
+use tributary::lake::sink::Sink;
 use tributary_tests::catalog::{
     CLIENT_ID, CLIENT_SECRET, RestCatalogServer, RestServerOptions, STATIC_TOKEN,
     pyiceberg_s3_properties, pyiceberg_table,
 };
-use tributary_tests::s3;
+use tributary_tests::{TestDatabase, fresh_database, s3};
 
 fn client_credentials(secret: &str) -> RestAuth {
     RestAuth::ClientCredentials {
@@ -366,4 +371,251 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logged {
     fn make_writer(&'a self) -> Logged {
         self.clone()
     }
+}
+
+/// The SQL catalog in the test PostgreSQL: a namespace and a table registered over a
+/// metadata file the test writes to S3, the pointer swapped from the base it was loaded at, a
+/// second swap from the same base refused as a lost race, and pyiceberg's `SqlCatalog`, given
+/// the same catalog name, loads the table as it was committed.
+#[tokio::test(flavor = "multi_thread")]
+async fn sql_catalog_swaps_pointers_and_reports_a_lost_race() {
+    let db = fresh_database("iceberg_sql").await;
+    let bucket = s3().fresh_bucket("iceberg-sql").await;
+    let sink = Sink::open(&s3().bucket_url(&bucket), &s3_options()).unwrap();
+    let catalog = SqlCatalog::connect(SqlOptions {
+        url: format!("{}?catalog_name=lake", db.url),
+        catalog_name: None,
+        password: None,
+    })
+    .await
+    .unwrap();
+    assert!(
+        catalog
+            .name()
+            .starts_with("\"lake\" in postgresql://postgres@"),
+        "{catalog:?}"
+    );
+
+    let shop = vec!["shop".to_owned()];
+    assert!(!catalog.namespace_exists(&shop).await.unwrap());
+    catalog
+        .create_namespace(&shop, &BTreeMap::new())
+        .await
+        .unwrap();
+    assert!(catalog.namespace_exists(&shop).await.unwrap());
+    let again = catalog.create_namespace(&shop, &BTreeMap::new()).await;
+    assert!(
+        matches!(again, Err(CatalogError::AlreadyExists { .. })),
+        "{again:?}"
+    );
+    let row: String = db
+        .client
+        .query_one(
+            "SELECT property_value FROM iceberg_namespace_properties
+             WHERE catalog_name = 'lake' AND namespace = 'shop' AND property_key = 'exists'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(row, "true");
+
+    let orders = TableIdent::new(&["shop"], "orders");
+    let location = format!("s3://{bucket}/wh/shop/orders");
+    let uuid = table_uuid();
+    let first = write_metadata(&sink, &location, 0, &uuid, &BTreeMap::new(), None).await;
+    catalog.create_table(&orders, &first).await.unwrap();
+    let twice = catalog.create_table(&orders, &first).await;
+    assert!(
+        matches!(twice, Err(CatalogError::AlreadyExists { .. })),
+        "{twice:?}"
+    );
+    let base = catalog.load(&orders).await.unwrap();
+    assert_eq!(base.metadata_location, first);
+    assert_eq!(base.previous_metadata_location, None);
+
+    let properties = BTreeMap::from([("tributary.pipeline".to_owned(), "shop".to_owned())]);
+    let second = write_metadata(&sink, &location, 1, &uuid, &properties, Some(&first)).await;
+    catalog
+        .swap(&orders, &base.metadata_location, &second)
+        .await
+        .unwrap();
+    let rival = write_metadata(&sink, &location, 2, &uuid, &BTreeMap::new(), Some(&first)).await;
+    let lost = catalog
+        .swap(&orders, &base.metadata_location, &rival)
+        .await
+        .expect_err("a swap from a base the pointer has left must be refused");
+    assert!(lost.is_lost_race(), "{lost}");
+    let text = lost.to_string();
+    assert!(
+        text.contains("\"lake\"") && text.contains("shop.orders"),
+        "{text}"
+    );
+    let now = catalog.load(&orders).await.unwrap();
+    assert_eq!(now.metadata_location, second);
+    assert_eq!(
+        now.previous_metadata_location.as_deref(),
+        Some(first.as_str())
+    );
+
+    // Another catalog name in the same database sees none of it.
+    let other = SqlCatalog::connect(SqlOptions {
+        url: db.url.clone(),
+        catalog_name: Some("other".into()),
+        password: None,
+    })
+    .await
+    .unwrap();
+    assert!(!other.table_exists(&orders).await.unwrap());
+    assert!(!other.namespace_exists(&shop).await.unwrap());
+
+    let seen = pyiceberg_table(&sql_properties(&db, "lake"), "shop.orders");
+    assert_eq!(seen["metadata_location"], second.as_str());
+    assert_eq!(seen["table_uuid"], uuid.as_str());
+    assert_eq!(field_names(&seen), ["id", "body"]);
+    assert_eq!(seen["properties"]["tributary.pipeline"], "shop");
+    assert_eq!(seen["namespaces"], json!(["shop"]));
+}
+
+/// A catalog database of JdbcCatalog's V0 layout (no `iceberg_type` column) is used as it is,
+/// and pyiceberg reads the table registered in it.
+#[tokio::test(flavor = "multi_thread")]
+async fn sql_catalog_uses_a_v0_layout_as_it_is() {
+    let db = fresh_database("iceberg_sql_v0").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE iceberg_tables (
+                 catalog_name VARCHAR(255) NOT NULL, table_namespace VARCHAR(255) NOT NULL,
+                 table_name VARCHAR(255) NOT NULL, metadata_location VARCHAR(1000),
+                 previous_metadata_location VARCHAR(1000),
+                 PRIMARY KEY (catalog_name, table_namespace, table_name));
+             CREATE TABLE iceberg_namespace_properties (
+                 catalog_name VARCHAR(255) NOT NULL, namespace VARCHAR(255) NOT NULL,
+                 property_key VARCHAR(255), property_value VARCHAR(1000),
+                 PRIMARY KEY (catalog_name, namespace, property_key));",
+        )
+        .await
+        .unwrap();
+    let bucket = s3().fresh_bucket("iceberg-sql-v0").await;
+    let sink = Sink::open(&s3().bucket_url(&bucket), &s3_options()).unwrap();
+    let catalog = SqlCatalog::connect(SqlOptions {
+        url: db.url.clone(),
+        catalog_name: None,
+        password: None,
+    })
+    .await
+    .unwrap();
+    let table = TableIdent::new(&["shop", "eu"], "orders");
+    catalog
+        .create_namespace(&table.namespace, &BTreeMap::new())
+        .await
+        .unwrap();
+    let location = format!("s3://{bucket}/wh/shop.eu/orders");
+    let first = write_metadata(&sink, &location, 0, &table_uuid(), &BTreeMap::new(), None).await;
+    catalog.create_table(&table, &first).await.unwrap();
+    let columns: i64 = db
+        .client
+        .query_one(
+            "SELECT count(*) FROM information_schema.columns WHERE table_name = 'iceberg_tables'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(columns, 5, "the V0 layout is left as it is");
+
+    let seen = pyiceberg_table(&sql_properties(&db, DEFAULT_CATALOG_NAME), "shop.eu.orders");
+    assert_eq!(seen["metadata_location"], first.as_str());
+}
+
+fn s3_options() -> BTreeMap<String, String> {
+    s3().object_store_options().into_iter().collect()
+}
+
+/// pyiceberg's properties for a SQL catalog named `name` in `db`, reading files from S3.
+fn sql_properties(db: &TestDatabase, name: &str) -> Vec<(String, String)> {
+    let uri = db.url.replacen("postgres://", "postgresql+psycopg2://", 1);
+    let mut properties = vec![
+        ("type".to_owned(), "sql".to_owned()),
+        ("uri".to_owned(), uri),
+        ("catalog-name".to_owned(), name.to_owned()),
+    ];
+    properties.extend(pyiceberg_s3_properties(s3()));
+    properties
+}
+
+/// A table UUID no other test uses.
+fn table_uuid() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let a = nanos ^ u64::from(std::process::id()).rotate_left(32);
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        n & 0xfff,
+        nanos & 0xffff_ffff_ffff
+    )
+}
+
+/// Writes metadata file `version` of a v2 table without snapshots (schema `first_schema`,
+/// unpartitioned, unsorted) under `location`, as a writer would before a commit, and returns
+/// its URL.
+async fn write_metadata(
+    sink: &Sink,
+    location: &str,
+    version: u32,
+    uuid: &str,
+    properties: &BTreeMap<String, String>,
+    previous: Option<&str>,
+) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let log: Vec<Value> = previous
+        .map(|file| json!({"metadata-file": file, "timestamp-ms": now - 1}))
+        .into_iter()
+        .collect();
+    let metadata = json!({
+        "format-version": 2,
+        "table-uuid": uuid,
+        "location": location,
+        "last-sequence-number": 0,
+        "last-updated-ms": now,
+        "last-column-id": 2,
+        "current-schema-id": 0,
+        "schemas": [first_schema()],
+        "default-spec-id": 0,
+        "partition-specs": [{"spec-id": 0, "fields": []}],
+        "last-partition-id": 999,
+        "default-sort-order-id": 0,
+        "sort-orders": [{"order-id": 0, "fields": []}],
+        "properties": properties,
+        "snapshots": [],
+        "snapshot-log": [],
+        "metadata-log": log,
+        "refs": {},
+    });
+    let name = format!("{version:05}-{}.metadata.json", table_uuid());
+    let bucket_url = sink.url().trim_end_matches('/');
+    let key = format!(
+        "{}/metadata/{name}",
+        location
+            .strip_prefix(bucket_url)
+            .unwrap()
+            .trim_start_matches('/')
+    );
+    sink.create(
+        &ObjectPath::from(key.as_str()),
+        serde_json::to_vec(&metadata).unwrap().into(),
+    )
+    .await
+    .unwrap();
+    format!("{location}/metadata/{name}")
 }
