@@ -2,6 +2,7 @@
 
 mod auth;
 mod backends;
+mod catalogs;
 mod chaos;
 mod check;
 mod checkpoint;

@@ -9,6 +9,8 @@
 //!   honoured. [`S3Server::start`] gives a test a private one it may stop and restart.
 //!   Tests pass [`S3Server::object_store_options`] to `object_store` and never set process
 //!   environment variables, because tests share the process.
+//! - [`catalog`] starts an Iceberg REST catalog server (`tests/catalogs/iceberg_rest.py`,
+//!   pyiceberg's catalog behind the REST routes) and reads tables back through pyiceberg.
 //! - [`plugin`] finds a transform built for `wasm32-wasip2`.
 //! - [`pipeline`] runs a pipeline inside a test, [`service`] runs `tributary run` as a child
 //!   process; [`lake`] reads back what they landed.
@@ -24,6 +26,7 @@
 //! Missing prerequisites fail loudly with the command that installs them; `scripts/test.sh`
 //! installs all of them.
 
+pub mod catalog;
 pub mod chaos;
 pub mod container;
 pub mod lake;
