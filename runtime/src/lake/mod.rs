@@ -16,6 +16,7 @@ pub mod commit;
 pub mod delta;
 pub mod encode;
 pub mod flush;
+pub mod iceberg;
 pub mod sink;
 pub mod tables;
 
