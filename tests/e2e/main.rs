@@ -15,6 +15,7 @@ mod fencing;
 mod gaps;
 mod harness;
 mod health;
+mod iceberg;
 mod identity;
 mod idle;
 mod landing;

@@ -23,3 +23,4 @@ pub mod partition;
 pub mod plan;
 pub mod schema;
 pub mod stats;
+pub mod table;

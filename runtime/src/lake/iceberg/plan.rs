@@ -318,12 +318,14 @@ pub struct SnapshotFiles {
 }
 
 /// The files only expired snapshots reference: their manifest lists, the manifests no kept
-/// snapshot lists, and the data files no kept snapshot holds live.
+/// snapshot lists, and the data files no kept snapshot holds live; and the metadata files
+/// the metadata log let go of.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Unreferenced {
     pub manifest_lists: BTreeSet<String>,
     pub manifests: BTreeSet<String>,
     pub data_files: BTreeSet<String>,
+    pub metadata_files: BTreeSet<String>,
 }
 
 pub fn unreferenced(expired: &[SnapshotFiles], kept: &[SnapshotFiles]) -> Unreferenced {
