@@ -626,4 +626,54 @@ mod tests {
         let list = write_manifest_list(&[listed.clone()], 7, Some(5), 4).unwrap();
         assert_eq!(read_manifest_list(&list).unwrap(), [listed]);
     }
+
+    /// A table pyiceberg 0.12 wrote (two appends, partitioned by `identity(name)`): its
+    /// manifest list and manifests, deflated, read by the schemas they embed.
+    #[test]
+    fn manifests_another_writer_wrote_read() {
+        let metadata = super::super::metadata::TableMetadata::from_json(include_bytes!(
+            "testdata/pyiceberg.metadata.json"
+        ))
+        .unwrap();
+        let snapshot = metadata.current_snapshot().unwrap();
+        assert_eq!(snapshot.summary["total-records"], "4");
+        let list = read_manifest_list(include_bytes!("testdata/pyiceberg-list.avro")).unwrap();
+        assert_eq!(list.len(), 2);
+        let newest = list
+            .iter()
+            .find(|m| m.added_snapshot_id == snapshot.snapshot_id)
+            .unwrap();
+        assert_eq!((newest.added_files_count, newest.added_rows_count), (1, 1));
+        assert_eq!(newest.sequence_number, 2);
+        assert_eq!(newest.partitions[0].lower_bound.as_deref(), Some(&b"a"[..]));
+
+        let mut rows = 0;
+        let mut names = Vec::new();
+        for bytes in [
+            &include_bytes!("testdata/pyiceberg-m0.avro")[..],
+            &include_bytes!("testdata/pyiceberg-m1.avro")[..],
+        ] {
+            for entry in read_manifest(bytes, 9).unwrap() {
+                assert_eq!(entry.status, Status::Added);
+                let file = &entry.data_file;
+                assert!(file.file_path.starts_with("file:///"), "{}", file.file_path);
+                assert!(file.file_path.ends_with(".parquet"));
+                assert_eq!(file.value_counts.get(&1), Some(&file.record_count));
+                assert!(file.lower_bounds.contains_key(&1));
+                rows += file.record_count;
+                names.push(file.partition[0].1.clone());
+            }
+        }
+        assert_eq!(rows, 4);
+        names.sort_by_key(|v| format!("{v:?}"));
+        assert_eq!(
+            names,
+            [
+                Value::Null,
+                Value::String("a".into()),
+                Value::String("a".into()),
+                Value::String("b".into())
+            ]
+        );
+    }
 }

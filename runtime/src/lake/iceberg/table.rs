@@ -563,3 +563,166 @@ async fn footer(sink: &Sink, path: &Path, size: u64) -> Result<ParquetMetaData, 
     ParquetMetaDataReader::decode_metadata(&bytes)
         .map_err(|e| corrupt(format!("its Parquet footer: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use object_store::memory::InMemory;
+
+    use super::*;
+    use crate::Lsn;
+    use crate::lake::encode::{EncodeOptions, Encoder};
+    use crate::lake::tables::table_columns;
+    use crate::stream::change::{Op, OutputBatch, OutputColumn, OutputRow, Value};
+    use crate::wire::pgtype::oid;
+
+    /// Land one file of `rows` ids from `first` in `output`, as the flush machine would.
+    async fn land(sink: &Sink, output: &str, name: &str, first: i32, rows: i32) -> TableFile {
+        let batch = OutputBatch {
+            output: output.into(),
+            columns: vec![OutputColumn::builtin("id", oid::INT4, -1)].into(),
+            rows: (first..first + rows)
+                .map(|i| OutputRow {
+                    op: Op::Insert,
+                    commit_lsn: Lsn(i as u64),
+                    seq: 0,
+                    sub: 0,
+                    xid: 1,
+                    commit_time: 0,
+                    values: vec![Value::Int4(i)],
+                    old: None,
+                })
+                .collect(),
+            old_image: false,
+        };
+        let encoder = Encoder::new(&EncodeOptions::default()).unwrap();
+        let file = encoder.encode(&batch).unwrap().remove(0);
+        let path = format!("{output}/{name}.parquet");
+        let size = file.bytes.len() as u64;
+        sink.create(&Path::from(path.as_str()), file.bytes.clone())
+            .await
+            .unwrap();
+        TableFile {
+            output: output.into(),
+            path,
+            size,
+            rows: file.rows,
+            schema: table_columns(file.columns, None),
+            partition: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn publishes_are_idempotent_and_a_writer_behind_sees_the_later_position() {
+        let sink = Sink::from_store(Arc::new(InMemory::new()), "memory://lake");
+        let (a, b) = (Table::new(sink.clone(), "t"), Table::new(sink.clone(), "t"));
+        let f1 = land(&sink, "t", "f1", 0, 3).await;
+        let f2 = land(&sink, "t", "f2", 3, 3).await;
+        let f3 = land(&sink, "t", "f3", 6, 3).await;
+        assert!(matches!(
+            a.publish("app", 1, &[f1.clone()]).await.unwrap(),
+            Published::Appended { .. }
+        ));
+        assert_eq!(
+            b.publish("app", 1, &[f1]).await.unwrap(),
+            Published::Held { position: 1 }
+        );
+        assert!(matches!(
+            b.publish("app", 3, &[f3]).await.unwrap(),
+            Published::Appended { .. }
+        ));
+        assert_eq!(
+            a.publish("app", 2, &[f2.clone()]).await.unwrap(),
+            Published::Held { position: 3 }
+        );
+        // Another application's position is its own.
+        assert!(matches!(
+            a.publish("other", 1, &[f2]).await.unwrap(),
+            Published::Appended { .. }
+        ));
+        let current = a.load().await.unwrap().unwrap();
+        assert!(
+            current.location.ends_with("t/metadata/v3.metadata.json"),
+            "{}",
+            current.location
+        );
+        assert_eq!(
+            current.metadata.current_snapshot().unwrap().summary["total-records"],
+            "9"
+        );
+        assert_eq!(current.metadata.metadata_log.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_stale_swap_is_lost_and_loading_probes_past_a_stale_hint() {
+        let sink = Sink::from_store(Arc::new(InMemory::new()), "memory://lake");
+        let table = Table::new(sink.clone(), "t");
+        for (i, name) in ["f1", "f2"].into_iter().enumerate() {
+            let file = land(&sink, "t", name, 0, 1).await;
+            table.publish("app", i as u64 + 1, &[file]).await.unwrap();
+        }
+        let v1 = "memory://lake/t/metadata/v1.metadata.json";
+        let current = table.load().await.unwrap().unwrap();
+        assert_eq!(
+            table
+                .pointer
+                .swap(Some(v1), &current.metadata)
+                .await
+                .unwrap(),
+            Swap::Lost,
+            "v2 exists: the writer that planned on v1 lost"
+        );
+        // A writer that stopped before moving the hint: the next load still finds v2.
+        sink.replace(
+            &Path::from("t/metadata/version-hint.text"),
+            Bytes::from("1"),
+        )
+        .await
+        .unwrap();
+        let again = table.load().await.unwrap().unwrap();
+        assert!(again.location.ends_with("/v2.metadata.json"));
+        // No hint at all: the folder is listed.
+        sink.delete(&Path::from("t/metadata/version-hint.text"))
+            .await
+            .unwrap();
+        assert_eq!(table.position("app").await.unwrap(), Some(2));
+        assert!(Table::new(sink, "none").load().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn an_expiry_commits_and_names_what_only_expired_snapshots_held() {
+        let sink = Sink::from_store(Arc::new(InMemory::new()), "memory://lake");
+        let table = Table::new(sink.clone(), "t");
+        let f1 = land(&sink, "t", "f1", 0, 2).await;
+        let f2 = land(&sink, "t", "f2", 2, 2).await;
+        table.publish("app", 1, &[f1.clone()]).await.unwrap();
+        table.publish("app", 2, &[f2.clone()]).await.unwrap();
+        let merged = land(&sink, "t", "merged", 0, 4).await;
+        table
+            .replace(
+                Operation::Replace,
+                &[f1.path.clone(), f2.path.clone()],
+                &[merged],
+            )
+            .await
+            .unwrap();
+        let later = land(&sink, "t", "f3", 4, 1).await;
+        table.publish("app", 3, &[later]).await.unwrap();
+        let gone = table.expire(i64::MAX).await.unwrap();
+        let names: Vec<&str> = gone
+            .data_files
+            .iter()
+            .map(|p| p.rsplit('/').next().unwrap())
+            .collect();
+        assert_eq!(names, ["f1.parquet", "f2.parquet"]);
+        assert_eq!(gone.manifest_lists.len(), 3);
+        let current = table.load().await.unwrap().unwrap().metadata;
+        assert_eq!(current.snapshots.len(), 1);
+        assert_eq!(current.position("app"), Some(3));
+        assert_eq!(
+            current.current_snapshot().unwrap().summary["total-records"],
+            "5"
+        );
+    }
+}
