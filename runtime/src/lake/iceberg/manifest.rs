@@ -623,7 +623,7 @@ mod tests {
             listed.partitions[0].lower_bound,
             Some(1i32.to_le_bytes().to_vec())
         );
-        let list = write_manifest_list(&[listed.clone()], 7, Some(5), 4).unwrap();
+        let list = write_manifest_list(std::slice::from_ref(&listed), 7, Some(5), 4).unwrap();
         assert_eq!(read_manifest_list(&list).unwrap(), [listed]);
     }
 

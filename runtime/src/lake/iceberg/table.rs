@@ -621,7 +621,9 @@ mod tests {
         let f2 = land(&sink, "t", "f2", 3, 3).await;
         let f3 = land(&sink, "t", "f3", 6, 3).await;
         assert!(matches!(
-            a.publish("app", 1, &[f1.clone()]).await.unwrap(),
+            a.publish("app", 1, std::slice::from_ref(&f1))
+                .await
+                .unwrap(),
             Published::Appended { .. }
         ));
         assert_eq!(
@@ -633,7 +635,9 @@ mod tests {
             Published::Appended { .. }
         ));
         assert_eq!(
-            a.publish("app", 2, &[f2.clone()]).await.unwrap(),
+            a.publish("app", 2, std::slice::from_ref(&f2))
+                .await
+                .unwrap(),
             Published::Held { position: 3 }
         );
         // Another application's position is its own.
@@ -696,8 +700,14 @@ mod tests {
         let table = Table::new(sink.clone(), "t");
         let f1 = land(&sink, "t", "f1", 0, 2).await;
         let f2 = land(&sink, "t", "f2", 2, 2).await;
-        table.publish("app", 1, &[f1.clone()]).await.unwrap();
-        table.publish("app", 2, &[f2.clone()]).await.unwrap();
+        table
+            .publish("app", 1, std::slice::from_ref(&f1))
+            .await
+            .unwrap();
+        table
+            .publish("app", 2, std::slice::from_ref(&f2))
+            .await
+            .unwrap();
         let merged = land(&sink, "t", "merged", 0, 4).await;
         table
             .replace(
