@@ -215,25 +215,32 @@ build_plugins() {
     export TRIBUTARY_PLUGIN_DIR="$target/wasm32-wasip2/release"
 }
 
-# Independent readers for the tests: DuckDB and pyarrow (Parquet), and deltalake (delta-rs, for
-# Delta tables), in a virtual environment in the tools cache. Exports TRIBUTARY_PYTHON, the
-# interpreter that has them.
-DUCKDB_VERSION="1.4.1"
+# Independent readers for the tests: DuckDB and pyarrow (Parquet), deltalake (delta-rs, for
+# Delta tables), and pyiceberg with DuckDB's iceberg extension (Iceberg tables), in a virtual
+# environment in the tools cache. DuckDB's extensions come from their pip packages, one release
+# per DuckDB release, and the readers load them from there: nothing is downloaded at run time.
+# Exports TRIBUTARY_PYTHON, the interpreter that has them.
+DUCKDB_VERSION="1.5.5"
 PYARROW_VERSION="21.0.0"
 DELTALAKE_VERSION="1.6.6"
+PYICEBERG_VERSION="0.12.0"
 ensure_python_readers() {
     local venv="$TOOLS/python"
     local python="$venv/bin/python"
-    if [ -x "$python" ] && "$python" -c "import duckdb, pyarrow, deltalake" >/dev/null 2>&1; then
-        say "python readers: duckdb $("$python" -c 'import duckdb; print(duckdb.__version__)'), pyarrow $("$python" -c 'import pyarrow; print(pyarrow.__version__)'), deltalake $("$python" -c 'import deltalake; print(deltalake.__version__)')"
+    local check="import duckdb, pyarrow, deltalake, pyiceberg, duckdb_extension_iceberg, duckdb_extension_avro, sys
+sys.exit(duckdb.__version__ != '$DUCKDB_VERSION' or pyiceberg.__version__ != '$PYICEBERG_VERSION')"
+    if [ -x "$python" ] && "$python" -c "$check" >/dev/null 2>&1; then
+        say "python readers: duckdb $DUCKDB_VERSION, pyarrow $("$python" -c 'import pyarrow; print(pyarrow.__version__)'), deltalake $("$python" -c 'import deltalake; print(deltalake.__version__)'), pyiceberg $PYICEBERG_VERSION"
     else
         command -v python3 >/dev/null 2>&1 \
             || die "python3 not found; the tests read the landed Parquet with DuckDB and pyarrow (install python3 with its venv module)"
-        say "python readers: installing duckdb $DUCKDB_VERSION, pyarrow $PYARROW_VERSION and deltalake $DELTALAKE_VERSION into $venv"
+        say "python readers: installing duckdb $DUCKDB_VERSION (with its iceberg and avro extensions), pyarrow $PYARROW_VERSION, deltalake $DELTALAKE_VERSION and pyiceberg $PYICEBERG_VERSION into $venv"
         [ -x "$python" ] || python3 -m venv "$venv" \
             || die "could not create a Python virtual environment (on Debian: apt-get install python3-venv)"
         "$venv/bin/pip" install --quiet --disable-pip-version-check \
-            "duckdb==$DUCKDB_VERSION" "pyarrow==$PYARROW_VERSION" "deltalake==$DELTALAKE_VERSION"
+            "duckdb==$DUCKDB_VERSION" "duckdb-extension-iceberg==$DUCKDB_VERSION" \
+            "duckdb-extension-avro==$DUCKDB_VERSION" "pyarrow==$PYARROW_VERSION" \
+            "deltalake==$DELTALAKE_VERSION" "pyiceberg==$PYICEBERG_VERSION"
     fi
     export TRIBUTARY_PYTHON="$python"
 }

@@ -509,20 +509,20 @@ mod tests {
         assert_eq!(container.metadata["sequence-number"], "2");
     }
 
-    #[test]
-    fn a_replace_deletes_some_files_and_keeps_the_rest_existing() {
-        let mut store = BTreeMap::new();
+    /// A table of two appends (a and b, then c) and a compaction of a and c into ac:
+    /// the metadata after the second append and after the compaction, and the compaction.
+    fn compacted(store: &mut BTreeMap<String, Vec<u8>>) -> (TableMetadata, TableMetadata, Change) {
         let m1 = commit(
             &table(),
             None,
-            &mut store,
+            store,
             append(vec![file("a", 3), file("b", 4)], "app", 1),
             2000,
         );
         let m2 = commit(
             &m1,
             Some("v1"),
-            &mut store,
+            store,
             append(vec![file("c", 5)], "app", 2),
             3000,
         );
@@ -533,7 +533,30 @@ mod tests {
             position: None,
             schema: None,
         };
-        let m3 = commit(&m2, Some("v2"), &mut store, compaction.clone(), 4000);
+        let m3 = commit(&m2, Some("v2"), store, compaction.clone(), 4000);
+        (m2, m3, compaction)
+    }
+
+    /// A snapshot's manifest list and manifests, read back.
+    fn snapshot_files(store: &BTreeMap<String, Vec<u8>>, s: &Snapshot) -> SnapshotFiles {
+        SnapshotFiles {
+            manifest_list: s.manifest_list.clone(),
+            manifests: manifest::read_manifest_list(&store[&s.manifest_list])
+                .unwrap()
+                .into_iter()
+                .map(|m| {
+                    let e = manifest::read_manifest(&store[&m.manifest_path], m.sequence_number)
+                        .unwrap();
+                    (m, e)
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_replace_deletes_some_files_and_keeps_the_rest_existing() {
+        let mut store = BTreeMap::new();
+        let (_, m3, compaction) = compacted(&mut store);
         assert_eq!(live(&m3, &store), [("ac".into(), 3), ("b".into(), 1)]);
         let s = m3.current_snapshot().unwrap();
         assert_eq!(s.summary["operation"], "replace");
@@ -545,15 +568,12 @@ mod tests {
             "a compaction keeps the pipeline's position"
         );
         // Removing a file that is gone already is refused.
-        let manifests = manifest::read_manifest_list(&store[&s.manifest_list]).unwrap();
-        let entries = manifests
-            .iter()
-            .map(|m| {
-                (
-                    m.manifest_path.clone(),
-                    manifest::read_manifest(&store[&m.manifest_path], m.sequence_number).unwrap(),
-                )
-            })
+        let files = snapshot_files(&store, s);
+        let manifests: Vec<ManifestFile> = files.manifests.iter().map(|(m, _)| m.clone()).collect();
+        let entries = files
+            .manifests
+            .into_iter()
+            .map(|(m, e)| (m.manifest_path, e))
             .collect();
         let parent = Parent {
             metadata: &m3,
@@ -568,28 +588,7 @@ mod tests {
     #[test]
     fn expiry_keeps_the_current_the_refs_and_each_apps_position() {
         let mut store = BTreeMap::new();
-        let m1 = commit(
-            &table(),
-            None,
-            &mut store,
-            append(vec![file("a", 3), file("b", 1)], "app", 1),
-            2000,
-        );
-        let m2 = commit(
-            &m1,
-            Some("v1"),
-            &mut store,
-            append(vec![file("c", 5)], "app", 2),
-            3000,
-        );
-        let compaction = Change {
-            operation: Operation::Replace,
-            added: vec![file("ac", 8)],
-            removed: BTreeSet::from([file("a", 0).file_path, file("c", 0).file_path]),
-            position: None,
-            schema: None,
-        };
-        let m3 = commit(&m2, Some("v2"), &mut store, compaction, 4000);
+        let (m2, m3, _) = compacted(&mut store);
         assert!(expire(&m3, 1000).is_none(), "nothing that old");
         let expiry = expire(&m3, 10_000).unwrap();
         let ids = |m: &TableMetadata| {
@@ -618,18 +617,7 @@ mod tests {
         let expiry = expire(&m4, 10_000).unwrap();
         assert_eq!(ids(&expiry.metadata), [m4.current_snapshot_id.unwrap()]);
         assert_eq!(expiry.metadata.snapshot_log.len(), 1);
-        let files = |s: &Snapshot| SnapshotFiles {
-            manifest_list: s.manifest_list.clone(),
-            manifests: manifest::read_manifest_list(&store[&s.manifest_list])
-                .unwrap()
-                .into_iter()
-                .map(|m| {
-                    let e = manifest::read_manifest(&store[&m.manifest_path], m.sequence_number)
-                        .unwrap();
-                    (m, e)
-                })
-                .collect(),
-        };
+        let files = |s: &Snapshot| snapshot_files(&store, s);
         let expired: Vec<SnapshotFiles> = expiry.expired.iter().map(files).collect();
         let kept: Vec<SnapshotFiles> = expiry.metadata.snapshots.iter().map(files).collect();
         let gone = unreferenced(&expired, &kept);
