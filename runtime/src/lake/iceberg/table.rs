@@ -342,6 +342,14 @@ impl Table {
             .cloned()
             .unwrap_or_else(partition::unpartitioned);
         for (file, footer) in files.iter().zip(footers) {
+            if spec.fields.is_empty()
+                && let Some(p) = &file.partition
+            {
+                return Err(self.partition_error(format!(
+                    "the table is not partitioned, and the file is partitioned by {:?}",
+                    p.column
+                )));
+            }
             let partition = partition::tuple(&spec, schema, file.partition.as_ref())
                 .map_err(|reason| self.partition_error(reason))?;
             let mut data = DataFile {
