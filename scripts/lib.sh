@@ -216,27 +216,33 @@ build_plugins() {
 }
 
 # Independent readers for the tests: DuckDB and pyarrow (Parquet), deltalake (delta-rs, for
-# Delta tables) and pyiceberg with its SQL catalog's drivers (Iceberg tables and catalogs; the
-# tests' REST catalog server, tests/catalogs/iceberg_rest.py, is built on it), in a virtual
-# environment in the tools cache. Exports TRIBUTARY_PYTHON, the interpreter that has them.
-DUCKDB_VERSION="1.4.1"
+# Delta tables), pyiceberg with its SQL catalog's drivers and DuckDB's iceberg extension
+# (Iceberg tables and catalogs; the tests' REST catalog server, tests/catalogs/iceberg_rest.py,
+# is built on pyiceberg), in a virtual environment in the tools cache. DuckDB's extensions come
+# from their pip packages, one release per DuckDB release, and the readers load them from
+# there: nothing is downloaded at run time. Exports TRIBUTARY_PYTHON, the interpreter that has
+# them.
+DUCKDB_VERSION="1.5.5"
 PYARROW_VERSION="21.0.0"
 DELTALAKE_VERSION="1.6.6"
 PYICEBERG_VERSION="0.12.0"
 ensure_python_readers() {
     local venv="$TOOLS/python"
     local python="$venv/bin/python"
-    if [ -x "$python" ] && "$python" -c "import duckdb, pyarrow, deltalake, pyiceberg.catalog.sql, psycopg2" >/dev/null 2>&1; then
-        say "python readers: duckdb $("$python" -c 'import duckdb; print(duckdb.__version__)'), pyarrow $("$python" -c 'import pyarrow; print(pyarrow.__version__)'), deltalake $("$python" -c 'import deltalake; print(deltalake.__version__)'), pyiceberg $("$python" -c 'import pyiceberg; print(pyiceberg.__version__)')"
+    local check="import duckdb, pyarrow, deltalake, pyiceberg, pyiceberg.catalog.sql, psycopg2, duckdb_extension_iceberg, duckdb_extension_avro, sys
+sys.exit(duckdb.__version__ != '$DUCKDB_VERSION' or pyiceberg.__version__ != '$PYICEBERG_VERSION')"
+    if [ -x "$python" ] && "$python" -c "$check" >/dev/null 2>&1; then
+        say "python readers: duckdb $DUCKDB_VERSION, pyarrow $("$python" -c 'import pyarrow; print(pyarrow.__version__)'), deltalake $("$python" -c 'import deltalake; print(deltalake.__version__)'), pyiceberg $PYICEBERG_VERSION"
     else
         command -v python3 >/dev/null 2>&1 \
             || die "python3 not found; the tests read the landed Parquet with DuckDB and pyarrow (install python3 with its venv module)"
-        say "python readers: installing duckdb $DUCKDB_VERSION, pyarrow $PYARROW_VERSION, deltalake $DELTALAKE_VERSION and pyiceberg $PYICEBERG_VERSION into $venv"
+        say "python readers: installing duckdb $DUCKDB_VERSION (with its iceberg and avro extensions), pyarrow $PYARROW_VERSION, deltalake $DELTALAKE_VERSION and pyiceberg $PYICEBERG_VERSION into $venv"
         [ -x "$python" ] || python3 -m venv "$venv" \
             || die "could not create a Python virtual environment (on Debian: apt-get install python3-venv)"
         "$venv/bin/pip" install --quiet --disable-pip-version-check \
-            "duckdb==$DUCKDB_VERSION" "pyarrow==$PYARROW_VERSION" "deltalake==$DELTALAKE_VERSION" \
-            "pyiceberg[sql-postgres,sql-sqlite]==$PYICEBERG_VERSION"
+            "duckdb==$DUCKDB_VERSION" "duckdb-extension-iceberg==$DUCKDB_VERSION" \
+            "duckdb-extension-avro==$DUCKDB_VERSION" "pyarrow==$PYARROW_VERSION" \
+            "deltalake==$DELTALAKE_VERSION" "pyiceberg[sql-postgres,sql-sqlite]==$PYICEBERG_VERSION"
     fi
     export TRIBUTARY_PYTHON="$python"
 }

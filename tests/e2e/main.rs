@@ -16,6 +16,7 @@ mod fencing;
 mod gaps;
 mod harness;
 mod health;
+mod iceberg;
 mod identity;
 mod idle;
 mod landing;

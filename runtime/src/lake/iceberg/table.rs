@@ -1,0 +1,746 @@
+//! An output's Iceberg table, read and committed to through the sink.
+//!
+//! The table lives at `<sink url>/<output>`: its metadata under `metadata/`, its data files
+//! wherever the commit log put them (`<output>/<file>.parquet`), named in the manifests by
+//! absolute URI (`file:///...`, `s3://...`), which is what readers open. A commit writes its
+//! manifests and manifest list under new names, then asks the [`Pointer`] to swap the
+//! table's metadata from the one it planned on to the new one; a lost swap means another
+//! writer committed first, and the commit is planned again on what it wrote.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use object_store::path::Path;
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+
+use super::manifest::{self, DataFile, ManifestEntry, ManifestFile};
+use super::metadata::{Operation, TableMetadata, new_table};
+use super::partition;
+use super::plan::{self, Change, Parent, PlanError, SnapshotFiles, Unreferenced};
+use super::schema::{self, SchemaError};
+use super::stats;
+use crate::lake::sink::{Created, Sink, SinkError};
+use crate::lake::tables::TableFile;
+
+/// How many times a commit is planned again after losing the swap to another writer.
+const ATTEMPTS: usize = 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IcebergError {
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    #[error("{path}: {reason}")]
+    Corrupt { path: String, reason: String },
+    #[error("output {output:?}: {source}")]
+    Schema {
+        output: String,
+        #[source]
+        source: SchemaError,
+    },
+    #[error(
+        "output {output:?}: {reason} (the table's partitioning is fixed when it is created; \
+         partition_by in [outputs.{output:?}] must stay as it was)"
+    )]
+    Partition { output: String, reason: String },
+    #[error("output {output:?}: {source}")]
+    Plan {
+        output: String,
+        #[source]
+        source: PlanError,
+    },
+    #[error(
+        "{uri} is outside the sink {sink}: this table names files this writer cannot reach \
+         (was it written through another URL, s3a:// for s3://?)"
+    )]
+    Foreign { uri: String, sink: String },
+    #[error(
+        "output {output:?}: {attempts} commits in a row lost to other writers; another \
+         process is committing to this table continually (stop it, or try again)"
+    )]
+    Contended { output: String, attempts: usize },
+}
+
+/// The table's metadata as last committed, and where it is.
+#[derive(Debug, Clone)]
+pub struct Current {
+    /// The metadata file's absolute URI.
+    pub location: String,
+    pub metadata: TableMetadata,
+}
+
+/// What a swap of the table's metadata found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Swap {
+    /// The new metadata is the table's, at this URI.
+    Done(String),
+    /// Another writer swapped first: the table's metadata is no longer the one planned on.
+    Lost,
+}
+
+/// Where a table's latest metadata is, and how it is swapped for the next: the one part of
+/// a commit a catalog (SQL, REST) would do instead of storage.
+#[derive(Debug, Clone)]
+pub enum Pointer {
+    /// No catalog: `metadata/v<N>.metadata.json`, the next created put-if-absent, and
+    /// `metadata/version-hint.text` naming the latest `N`.
+    Storage { sink: Sink, table: String },
+}
+
+const HINT: &str = "version-hint.text";
+
+/// `N` of `v<N>.metadata.json` (also with a writer's suffix: `v3-<uuid>.metadata.json`).
+fn version_of(name: &str) -> Option<u64> {
+    let stem = name.rsplit('/').next()?.strip_suffix(".metadata.json")?;
+    let digits = stem.strip_prefix('v')?;
+    digits.split('-').next()?.parse().ok()
+}
+
+impl Pointer {
+    fn storage(&self) -> (&Sink, &str) {
+        match self {
+            Pointer::Storage { sink, table } => (sink, table),
+        }
+    }
+
+    fn metadata_path(&self, name: &str) -> Path {
+        let (_, table) = self.storage();
+        Path::from(format!("{table}/metadata/{name}"))
+    }
+
+    /// The table's latest metadata, or `None` when there is no table. The hint is where the
+    /// search starts: a writer that stopped between its commit and the hint leaves it one
+    /// behind, so later versions are probed for until one is missing.
+    pub async fn latest(&self) -> Result<Option<Current>, IcebergError> {
+        let (sink, _) = self.storage();
+        let hint = sink.get(&self.metadata_path(HINT)).await?;
+        let hinted = hint.and_then(|h| std::str::from_utf8(&h).ok()?.trim().parse::<u64>().ok());
+        let mut version = match hinted {
+            Some(v) if sink.size(&self.version_path(v)).await?.is_some() => v,
+            _ => {
+                let names = sink.list_names(&self.metadata_path("")).await?;
+                match names.iter().filter_map(|n| version_of(n)).max() {
+                    Some(v) => v,
+                    None => return Ok(None),
+                }
+            }
+        };
+        while sink.size(&self.version_path(version + 1)).await?.is_some() {
+            version += 1;
+        }
+        let path = self.version_path(version);
+        let Some(bytes) = sink.get(&path).await? else {
+            return Ok(None);
+        };
+        let metadata =
+            TableMetadata::from_json(&bytes).map_err(|reason| IcebergError::Corrupt {
+                path: path.to_string(),
+                reason,
+            })?;
+        Ok(Some(Current {
+            location: uri(sink, path.as_ref()),
+            metadata,
+        }))
+    }
+
+    fn version_path(&self, version: u64) -> Path {
+        self.metadata_path(&format!("v{version}.metadata.json"))
+    }
+
+    /// Make `next` the table's metadata if `current` (the metadata file planned on, `None`
+    /// for a new table) still is. Storage: create `v<N+1>` put-if-absent, the commit itself,
+    /// then point the hint at it (a failure there is only logged: loading probes past it).
+    pub async fn swap(
+        &self,
+        current: Option<&str>,
+        next: &TableMetadata,
+    ) -> Result<Swap, IcebergError> {
+        let (sink, _) = self.storage();
+        let version = match current {
+            None => 1,
+            Some(location) => match version_of(location) {
+                Some(v) => v + 1,
+                None => {
+                    return Err(IcebergError::Corrupt {
+                        path: location.to_owned(),
+                        reason: "not named v<N>.metadata.json, so the next version is unknown"
+                            .into(),
+                    });
+                }
+            },
+        };
+        let path = self.version_path(version);
+        if sink.create(&path, Bytes::from(next.to_json())).await? == Created::Existed {
+            return Ok(Swap::Lost);
+        }
+        let hint = Bytes::from(version.to_string());
+        if let Err(e) = sink.replace(&self.metadata_path(HINT), hint).await {
+            tracing::warn!(table = %path, error = %e, "could not update the version hint; readers that follow it see the version before");
+        }
+        Ok(Swap::Done(uri(sink, path.as_ref())))
+    }
+}
+
+/// The absolute URI of `path` in the sink.
+fn uri(sink: &Sink, path: &str) -> String {
+    format!("{}/{path}", sink.url().trim_end_matches('/'))
+}
+
+/// The sink path of an absolute URI the table names.
+fn sink_path(sink: &Sink, uri: &str) -> Result<Path, IcebergError> {
+    let root = format!("{}/", sink.url().trim_end_matches('/'));
+    match uri.strip_prefix(&root) {
+        Some(rest) => Ok(Path::from(rest)),
+        None => Err(IcebergError::Foreign {
+            uri: uri.to_owned(),
+            sink: sink.url().to_owned(),
+        }),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// What a publish found or did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// The flush is the table's new snapshot.
+    Appended { snapshot_id: i64 },
+    /// The table's position for the app was already this flush or later: nothing written.
+    /// Equal: the flush is there (a retried publish). Later: see the Delta tables' `txn`.
+    Held { position: u64 },
+}
+
+/// An output's Iceberg table in a sink.
+#[derive(Debug, Clone)]
+pub struct Table {
+    sink: Sink,
+    output: String,
+    pointer: Pointer,
+}
+
+impl Table {
+    /// The table of `output`, committed to without a catalog.
+    pub fn new(sink: Sink, output: &str) -> Table {
+        let pointer = Pointer::Storage {
+            sink: sink.clone(),
+            table: output.to_owned(),
+        };
+        Table {
+            sink,
+            output: output.to_owned(),
+            pointer,
+        }
+    }
+
+    /// The table's location: `<sink url>/<output>`.
+    pub fn location(&self) -> String {
+        uri(&self.sink, &self.output)
+    }
+
+    pub async fn load(&self) -> Result<Option<Current>, IcebergError> {
+        self.pointer.latest().await
+    }
+
+    /// The commit position the table holds for `app` ([`TableMetadata::position`]).
+    pub async fn position(&self, app: &str) -> Result<Option<u64>, IcebergError> {
+        Ok(self.load().await?.and_then(|c| c.metadata.position(app)))
+    }
+
+    /// Publish flush `sequence`'s `files` as one append snapshot carrying `app`'s position,
+    /// unless the table holds that flush or a later one of `app` already.
+    pub async fn publish(
+        &self,
+        app: &str,
+        sequence: u64,
+        files: &[TableFile],
+    ) -> Result<Published, IcebergError> {
+        let footers = self.footers(files).await?;
+        for _ in 0..ATTEMPTS {
+            let current = self.load().await?;
+            if let Some(position) = current.as_ref().and_then(|c| c.metadata.position(app))
+                && position >= sequence
+            {
+                return Ok(Published::Held { position });
+            }
+            let change = Change {
+                operation: Operation::Append,
+                added: Vec::new(),
+                removed: BTreeSet::new(),
+                position: Some((app.to_owned(), sequence)),
+                schema: None,
+            };
+            if let Some(id) = self.commit(current, change, files, &footers).await? {
+                return Ok(Published::Appended { snapshot_id: id });
+            }
+        }
+        Err(self.contended())
+    }
+
+    /// Replace live data files `removed` (sink paths, as the commit log names them) by
+    /// `added`: operation `replace` for a compaction (the rows unchanged), `overwrite` for a
+    /// copy-on-write rewrite. Returns the new snapshot's id.
+    pub async fn replace(
+        &self,
+        operation: Operation,
+        removed: &[String],
+        added: &[TableFile],
+    ) -> Result<i64, IcebergError> {
+        let footers = self.footers(added).await?;
+        let removed: BTreeSet<String> = removed.iter().map(|p| uri(&self.sink, p)).collect();
+        for _ in 0..ATTEMPTS {
+            let current = self.load().await?;
+            let change = Change {
+                operation,
+                added: Vec::new(),
+                removed: removed.clone(),
+                position: None,
+                schema: None,
+            };
+            if let Some(id) = self.commit(current, change, added, &footers).await? {
+                return Ok(id);
+            }
+        }
+        Err(self.contended())
+    }
+
+    fn contended(&self) -> IcebergError {
+        IcebergError::Contended {
+            output: self.output.clone(),
+            attempts: ATTEMPTS,
+        }
+    }
+
+    /// The Parquet footers of `files`, read once for every attempt of a commit.
+    async fn footers(&self, files: &[TableFile]) -> Result<Vec<ParquetMetaData>, IcebergError> {
+        let mut out = Vec::with_capacity(files.len());
+        for f in files {
+            out.push(footer(&self.sink, &Path::from(f.path.as_str()), f.size).await?);
+        }
+        Ok(out)
+    }
+
+    /// One attempt at committing `change` with `files` on `current`: `None` when another
+    /// writer swapped first.
+    async fn commit(
+        &self,
+        current: Option<Current>,
+        mut change: Change,
+        files: &[TableFile],
+        footers: &[ParquetMetaData],
+    ) -> Result<Option<i64>, IcebergError> {
+        let (base, evolved) = self.evolved(current.as_ref(), files)?;
+        change.schema = evolved;
+        let schema = match &change.schema {
+            Some((schema, _)) => schema,
+            None => base.current_schema().expect("checked by evolved"),
+        };
+        let spec = base
+            .default_spec()
+            .cloned()
+            .unwrap_or_else(partition::unpartitioned);
+        for (file, footer) in files.iter().zip(footers) {
+            if spec.fields.is_empty()
+                && let Some(p) = &file.partition
+            {
+                return Err(self.partition_error(format!(
+                    "the table is not partitioned, and the file is partitioned by {:?}",
+                    p.column
+                )));
+            }
+            let partition = partition::tuple(&spec, schema, file.partition.as_ref())
+                .map_err(|reason| self.partition_error(reason))?;
+            let mut data = DataFile {
+                file_path: uri(&self.sink, &file.path),
+                partition,
+                record_count: file.rows as i64,
+                file_size_in_bytes: file.size as i64,
+                ..Default::default()
+            };
+            stats::fill(&mut data, footer, schema);
+            change.added.push(data);
+        }
+        let manifests = self.manifests(&base).await?;
+        let mut entries = BTreeMap::new();
+        if !change.removed.is_empty() {
+            for m in &manifests {
+                entries.insert(m.manifest_path.clone(), self.entries(m).await?);
+            }
+        }
+        let location = current.as_ref().map(|c| c.location.as_str());
+        let parent = Parent {
+            metadata: &base,
+            location,
+            manifests: &manifests,
+            entries: &entries,
+        };
+        let planned =
+            plan::plan(&parent, change, now_ms()).map_err(|source| IcebergError::Plan {
+                output: self.output.clone(),
+                source,
+            })?;
+        let mut written = Vec::with_capacity(planned.objects.len());
+        for (object, bytes) in planned.objects {
+            let path = sink_path(&self.sink, &object)?;
+            self.sink.create(&path, Bytes::from(bytes)).await?;
+            written.push(path);
+        }
+        match self.pointer.swap(location, &planned.metadata).await? {
+            Swap::Done(_) => Ok(planned.metadata.current_snapshot_id),
+            Swap::Lost => {
+                for path in written {
+                    if let Err(e) = self.sink.delete(&path).await {
+                        tracing::warn!(path = %path, error = %e, "could not delete a manifest of a lost commit; nothing reads it");
+                    }
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// The metadata to plan on (a new table's, partitioned as the first file says, when there
+    /// is none) and its schema evolved to hold every one of `files`.
+    #[allow(clippy::type_complexity)]
+    fn evolved(
+        &self,
+        current: Option<&Current>,
+        files: &[TableFile],
+    ) -> Result<(TableMetadata, Option<(schema::Schema, i32)>), IcebergError> {
+        let schema_error = |source| IcebergError::Schema {
+            output: self.output.clone(),
+            source,
+        };
+        let base = match current {
+            Some(c) => c.metadata.clone(),
+            None => {
+                let Some(first) = files.first() else {
+                    return Err(self.partition_error("a new table needs a first file".into()));
+                };
+                let (schema, last) = schema::fresh(&file_columns(first)).map_err(schema_error)?;
+                let spec = match &first.partition {
+                    None => partition::unpartitioned(),
+                    Some(p) => partition::spec(&partition::of_file(p), &schema)
+                        .map_err(|reason| self.partition_error(reason))?,
+                };
+                new_table(&self.location(), schema, last, spec, now_ms())
+            }
+        };
+        let Some(mut schema) = base.current_schema().cloned() else {
+            return Err(IcebergError::Corrupt {
+                path: self.location(),
+                reason: "the metadata has no current schema".into(),
+            });
+        };
+        let mut last = base.last_column_id;
+        let mut changed = false;
+        for f in files {
+            if let Some((next, next_last)) =
+                schema::evolve(&schema, last, &file_columns(f)).map_err(schema_error)?
+            {
+                (schema, last, changed) = (next, next_last, true);
+            }
+        }
+        Ok((base, changed.then_some((schema, last))))
+    }
+
+    fn partition_error(&self, reason: String) -> IcebergError {
+        IcebergError::Partition {
+            output: self.output.clone(),
+            reason,
+        }
+    }
+
+    /// The manifests of the current snapshot.
+    async fn manifests(&self, metadata: &TableMetadata) -> Result<Vec<ManifestFile>, IcebergError> {
+        let Some(snapshot) = metadata.current_snapshot() else {
+            return Ok(Vec::new());
+        };
+        let bytes = self.read(&snapshot.manifest_list).await?;
+        manifest::read_manifest_list(&bytes).map_err(|reason| IcebergError::Corrupt {
+            path: snapshot.manifest_list.clone(),
+            reason,
+        })
+    }
+
+    async fn entries(&self, m: &ManifestFile) -> Result<Vec<ManifestEntry>, IcebergError> {
+        let bytes = self.read(&m.manifest_path).await?;
+        manifest::read_manifest(&bytes, m.sequence_number).map_err(|reason| IcebergError::Corrupt {
+            path: m.manifest_path.clone(),
+            reason,
+        })
+    }
+
+    async fn read(&self, uri: &str) -> Result<Bytes, IcebergError> {
+        let path = sink_path(&self.sink, uri)?;
+        self.sink
+            .get(&path)
+            .await?
+            .ok_or_else(|| IcebergError::Corrupt {
+                path: uri.to_owned(),
+                reason: "the table names it, and it is not there".into(),
+            })
+    }
+
+    /// Expire the snapshots older than `older_than_ms` ([`plan::expire`]) in one commit, and
+    /// return the files only they referenced, and the metadata files the log let go: for the
+    /// caller to delete (data files are the commit log's too, so that is its decision).
+    pub async fn expire(&self, older_than_ms: i64) -> Result<Unreferenced, IcebergError> {
+        for _ in 0..ATTEMPTS {
+            let Some(current) = self.load().await? else {
+                return Ok(Unreferenced::default());
+            };
+            let Some(expiry) = plan::expire(&current.metadata, older_than_ms) else {
+                return Ok(Unreferenced::default());
+            };
+            let mut next = expiry.metadata;
+            let dropped = next.log_metadata(&current.location, next.last_updated_ms);
+            next.last_updated_ms = now_ms().max(next.last_updated_ms);
+            let expired = self.snapshot_files(&expiry.expired).await?;
+            let kept = self.snapshot_files(&next.snapshots).await?;
+            if let Swap::Done(_) = self.pointer.swap(Some(&current.location), &next).await? {
+                let mut gone = plan::unreferenced(&expired, &kept);
+                gone.metadata_files
+                    .extend(dropped.into_iter().map(|e| e.metadata_file));
+                return Ok(gone);
+            }
+        }
+        Err(self.contended())
+    }
+
+    async fn snapshot_files(
+        &self,
+        snapshots: &[super::metadata::Snapshot],
+    ) -> Result<Vec<SnapshotFiles>, IcebergError> {
+        let mut out = Vec::with_capacity(snapshots.len());
+        for s in snapshots {
+            let bytes = self.read(&s.manifest_list).await?;
+            let list =
+                manifest::read_manifest_list(&bytes).map_err(|reason| IcebergError::Corrupt {
+                    path: s.manifest_list.clone(),
+                    reason,
+                })?;
+            let mut manifests = Vec::with_capacity(list.len());
+            for m in list {
+                let entries = self.entries(&m).await?;
+                manifests.push((m, entries));
+            }
+            out.push(SnapshotFiles {
+                manifest_list: s.manifest_list.clone(),
+                manifests,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// A file's own columns: the table's columns less a derived partition column (`<col>_day`),
+/// which Iceberg computes from the source column rather than storing.
+fn file_columns(file: &TableFile) -> arrow_schema::Schema {
+    let derived = file
+        .partition
+        .as_ref()
+        .filter(|p| p.derived.is_some())
+        .map(|p| p.column.as_str());
+    let fields: Vec<_> = file
+        .schema
+        .fields()
+        .iter()
+        .filter(|f| Some(f.name().as_str()) != derived)
+        .cloned()
+        .collect();
+    arrow_schema::Schema::new_with_metadata(fields, file.schema.metadata().clone())
+}
+
+/// The Parquet footer of the data file at `path`, `size` bytes long: two ranged reads.
+async fn footer(sink: &Sink, path: &Path, size: u64) -> Result<ParquetMetaData, IcebergError> {
+    let corrupt = |reason: String| IcebergError::Corrupt {
+        path: path.to_string(),
+        reason,
+    };
+    if size < 12 {
+        return Err(corrupt(format!("{size} bytes is too short for Parquet")));
+    }
+    let tail = sink.get_range(path, size - 8..size).await?;
+    let length = u32::from_le_bytes(tail[..4].try_into().expect("four bytes")) as u64;
+    if &tail[4..] != b"PAR1" || length + 8 > size {
+        return Err(corrupt("does not end in a Parquet footer".into()));
+    }
+    let bytes = sink.get_range(path, size - 8 - length..size - 8).await?;
+    ParquetMetaDataReader::decode_metadata(&bytes)
+        .map_err(|e| corrupt(format!("its Parquet footer: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use object_store::memory::InMemory;
+
+    use super::*;
+    use crate::Lsn;
+    use crate::lake::encode::{EncodeOptions, Encoder};
+    use crate::lake::tables::table_columns;
+    use crate::stream::change::{Op, OutputBatch, OutputColumn, OutputRow, Value};
+    use crate::wire::pgtype::oid;
+
+    /// Land one file of `rows` ids from `first` in `output`, as the flush machine would.
+    async fn land(sink: &Sink, output: &str, name: &str, first: i32, rows: i32) -> TableFile {
+        let batch = OutputBatch {
+            output: output.into(),
+            columns: vec![OutputColumn::builtin("id", oid::INT4, -1)].into(),
+            rows: (first..first + rows)
+                .map(|i| OutputRow {
+                    op: Op::Insert,
+                    commit_lsn: Lsn(i as u64),
+                    seq: 0,
+                    sub: 0,
+                    xid: 1,
+                    commit_time: 0,
+                    values: vec![Value::Int4(i)],
+                    old: None,
+                })
+                .collect(),
+            old_image: false,
+        };
+        let encoder = Encoder::new(&EncodeOptions::default()).unwrap();
+        let file = encoder.encode(&batch).unwrap().remove(0);
+        let path = format!("{output}/{name}.parquet");
+        let size = file.bytes.len() as u64;
+        sink.create(&Path::from(path.as_str()), file.bytes.clone())
+            .await
+            .unwrap();
+        TableFile {
+            output: output.into(),
+            path,
+            size,
+            rows: file.rows,
+            schema: table_columns(file.columns, None),
+            partition: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn publishes_are_idempotent_and_a_writer_behind_sees_the_later_position() {
+        let sink = Sink::from_store(Arc::new(InMemory::new()), "memory://lake");
+        let (a, b) = (Table::new(sink.clone(), "t"), Table::new(sink.clone(), "t"));
+        let f1 = land(&sink, "t", "f1", 0, 3).await;
+        let f2 = land(&sink, "t", "f2", 3, 3).await;
+        let f3 = land(&sink, "t", "f3", 6, 3).await;
+        assert!(matches!(
+            a.publish("app", 1, std::slice::from_ref(&f1))
+                .await
+                .unwrap(),
+            Published::Appended { .. }
+        ));
+        assert_eq!(
+            b.publish("app", 1, &[f1]).await.unwrap(),
+            Published::Held { position: 1 }
+        );
+        assert!(matches!(
+            b.publish("app", 3, &[f3]).await.unwrap(),
+            Published::Appended { .. }
+        ));
+        assert_eq!(
+            a.publish("app", 2, std::slice::from_ref(&f2))
+                .await
+                .unwrap(),
+            Published::Held { position: 3 }
+        );
+        // Another application's position is its own.
+        assert!(matches!(
+            a.publish("other", 1, &[f2]).await.unwrap(),
+            Published::Appended { .. }
+        ));
+        let current = a.load().await.unwrap().unwrap();
+        assert!(
+            current.location.ends_with("t/metadata/v3.metadata.json"),
+            "{}",
+            current.location
+        );
+        assert_eq!(
+            current.metadata.current_snapshot().unwrap().summary["total-records"],
+            "9"
+        );
+        assert_eq!(current.metadata.metadata_log.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_stale_swap_is_lost_and_loading_probes_past_a_stale_hint() {
+        let sink = Sink::from_store(Arc::new(InMemory::new()), "memory://lake");
+        let table = Table::new(sink.clone(), "t");
+        for (i, name) in ["f1", "f2"].into_iter().enumerate() {
+            let file = land(&sink, "t", name, 0, 1).await;
+            table.publish("app", i as u64 + 1, &[file]).await.unwrap();
+        }
+        let v1 = "memory://lake/t/metadata/v1.metadata.json";
+        let current = table.load().await.unwrap().unwrap();
+        assert_eq!(
+            table
+                .pointer
+                .swap(Some(v1), &current.metadata)
+                .await
+                .unwrap(),
+            Swap::Lost,
+            "v2 exists: the writer that planned on v1 lost"
+        );
+        // A writer that stopped before moving the hint: the next load still finds v2.
+        sink.replace(
+            &Path::from("t/metadata/version-hint.text"),
+            Bytes::from("1"),
+        )
+        .await
+        .unwrap();
+        let again = table.load().await.unwrap().unwrap();
+        assert!(again.location.ends_with("/v2.metadata.json"));
+        // No hint at all: the folder is listed.
+        sink.delete(&Path::from("t/metadata/version-hint.text"))
+            .await
+            .unwrap();
+        assert_eq!(table.position("app").await.unwrap(), Some(2));
+        assert!(Table::new(sink, "none").load().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn an_expiry_commits_and_names_what_only_expired_snapshots_held() {
+        let sink = Sink::from_store(Arc::new(InMemory::new()), "memory://lake");
+        let table = Table::new(sink.clone(), "t");
+        let f1 = land(&sink, "t", "f1", 0, 2).await;
+        let f2 = land(&sink, "t", "f2", 2, 2).await;
+        table
+            .publish("app", 1, std::slice::from_ref(&f1))
+            .await
+            .unwrap();
+        table
+            .publish("app", 2, std::slice::from_ref(&f2))
+            .await
+            .unwrap();
+        let merged = land(&sink, "t", "merged", 0, 4).await;
+        table
+            .replace(
+                Operation::Replace,
+                &[f1.path.clone(), f2.path.clone()],
+                &[merged],
+            )
+            .await
+            .unwrap();
+        let later = land(&sink, "t", "f3", 4, 1).await;
+        table.publish("app", 3, &[later]).await.unwrap();
+        let gone = table.expire(i64::MAX).await.unwrap();
+        let names: Vec<&str> = gone
+            .data_files
+            .iter()
+            .map(|p| p.rsplit('/').next().unwrap())
+            .collect();
+        assert_eq!(names, ["f1.parquet", "f2.parquet"]);
+        assert_eq!(gone.manifest_lists.len(), 3);
+        let current = table.load().await.unwrap().unwrap().metadata;
+        assert_eq!(current.snapshots.len(), 1);
+        assert_eq!(current.position("app"), Some(3));
+        assert_eq!(
+            current.current_snapshot().unwrap().summary["total-records"],
+            "5"
+        );
+    }
+}

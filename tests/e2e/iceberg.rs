@@ -1,0 +1,378 @@
+//! Iceberg tables (`lake::iceberg`) written from real encoder files into a directory sink and
+//! read back by pyiceberg and DuckDB (`tests/readers/read_iceberg.py`): two appends, the second
+//! adding a column; a table partitioned by day and one by a column's value; a replace; and
+//! the column statistics, through a filtered scan that pyiceberg plans to fewer files.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::path::Path;
+use tributary::Lsn;
+use tributary::lake::encode::partition::Partition;
+use tributary::lake::encode::{EncodeOptions, Encoder};
+use tributary::lake::iceberg::metadata::Operation;
+use tributary::lake::iceberg::table::{Published, Table};
+use tributary::lake::sink::Sink;
+use tributary::lake::tables::{TableFile, table_columns};
+use tributary::stream::change::{Op, OutputBatch, OutputColumn, OutputRow, Value};
+use tributary::wire::pgtype::oid;
+
+const APP: &str = "tributary:db/slot";
+const DAY: i64 = 86_400_000_000;
+/// 2024-03-01T00:00:00Z in microseconds.
+const MARCH_FIRST: i64 = 1_709_251_200_000_000;
+
+fn columns(extra: bool) -> Arc<[OutputColumn]> {
+    let mut id = OutputColumn::builtin("id", oid::INT4, -1);
+    id.key = true;
+    id.nullable = false;
+    let mut columns = vec![
+        id,
+        OutputColumn::builtin("body", oid::TEXT, -1),
+        OutputColumn::builtin("price", oid::NUMERIC, ((12 << 16) | 2) + 4),
+        OutputColumn::builtin("u", oid::UUID, -1),
+        OutputColumn::builtin("at", oid::TIMESTAMPTZ, -1),
+        OutputColumn::builtin("d", oid::DATE, -1),
+        OutputColumn::builtin("region", oid::TEXT, -1),
+    ];
+    if extra {
+        columns.push(OutputColumn::builtin("extra", oid::TEXT, -1));
+    }
+    columns.into()
+}
+
+fn uuid(i: i32) -> [u8; 16] {
+    let mut u = [0u8; 16];
+    u[12..].copy_from_slice(&i.to_be_bytes());
+    u
+}
+
+fn row(i: i32, commit_time: i64, extra: bool) -> OutputRow {
+    let mut values = vec![
+        Value::Int4(i),
+        Value::Text(format!("row {i}")),
+        Value::Numeric(format!("{i}.25")),
+        Value::Uuid(uuid(i)),
+        Value::TimestampTz(commit_time + 1),
+        Value::Date(19_000 + i),
+        Value::Text(if i % 2 == 0 { "east" } else { "west" }.into()),
+    ];
+    if extra {
+        values.push(Value::Text(format!("x{i}")));
+    }
+    OutputRow {
+        op: Op::Insert,
+        commit_lsn: Lsn(0x1000 + i as u64),
+        seq: 0,
+        sub: 0,
+        xid: 700 + i as u32,
+        commit_time,
+        values,
+        old: None,
+    }
+}
+
+/// Encode `rows` of `output` as the pipeline would, land the files in the sink, and return
+/// them as the table seam hands them to a format.
+async fn land(
+    sink: &Sink,
+    output: &str,
+    partition: Option<&str>,
+    rows: Vec<OutputRow>,
+    extra: bool,
+    name: &str,
+) -> Vec<TableFile> {
+    let mut options = EncodeOptions::default();
+    if let Some(p) = partition {
+        options
+            .partitions
+            .insert(output.to_owned(), Partition::parse(p).unwrap());
+    }
+    let batch = OutputBatch {
+        output: output.into(),
+        columns: columns(extra),
+        rows,
+        old_image: false,
+    };
+    let mut files = Vec::new();
+    for (i, file) in Encoder::new(&options)
+        .unwrap()
+        .encode(&batch)
+        .unwrap()
+        .into_iter()
+        .enumerate()
+    {
+        let path = format!("{output}/{name}-{i}.parquet");
+        let size = file.bytes.len() as u64;
+        sink.create(&Path::from(path.as_str()), Bytes::from(file.bytes.to_vec()))
+            .await
+            .unwrap();
+        files.push(TableFile {
+            output: output.into(),
+            path,
+            size,
+            rows: file.rows,
+            schema: table_columns(file.columns.clone(), file.partition.as_ref()),
+            partition: file.partition,
+        });
+    }
+    files
+}
+
+#[derive(Debug)]
+struct IcebergRead {
+    schema: Vec<(i64, String, String)>,
+    snapshot: BTreeMap<String, String>,
+    rows: Vec<BTreeMap<String, Option<String>>>,
+    duckdb: Vec<BTreeMap<String, Option<String>>>,
+    files: u64,
+    filtered: Option<(u64, u64, u64)>,
+}
+
+/// Read the table through `tests/readers/read_iceberg.py` with the interpreter
+/// `TRIBUTARY_PYTHON` names (scripts/lib.sh installs pyiceberg and DuckDB's extensions).
+async fn read_table(table: &Table, filter: Option<&str>) -> IcebergRead {
+    let current = table.load().await.unwrap().expect("a table");
+    let folder = table.location().strip_prefix("file://").unwrap().to_owned();
+    let python = std::env::var("TRIBUTARY_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("readers/read_iceberg.py");
+    let mut command = std::process::Command::new(&python);
+    command.arg(&script).args([&folder, &current.location]);
+    command.args(filter);
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("running {python}: {e} (run the tests through scripts/test.sh, which installs pyiceberg and DuckDB)"));
+    assert!(
+        output.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let rows = |key: &str| -> Vec<BTreeMap<String, Option<String>>> {
+        serde_json::from_value(v[key].clone()).unwrap()
+    };
+    IcebergRead {
+        schema: v["schema"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f[0].as_i64().unwrap(),
+                    f[1].as_str().unwrap().to_owned(),
+                    f[2].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect(),
+        snapshot: serde_json::from_value(v["snapshot"].clone()).unwrap(),
+        rows: rows("pyiceberg"),
+        duckdb: rows("duckdb"),
+        files: v["files"].as_u64().unwrap(),
+        filtered: v.get("filtered").map(|f| {
+            (
+                f["files"].as_u64().unwrap(),
+                f["pyiceberg"].as_u64().unwrap(),
+                f["duckdb"].as_u64().unwrap(),
+            )
+        }),
+    }
+}
+
+fn column<'a>(read: &'a IcebergRead, name: &str) -> Vec<Option<&'a str>> {
+    read.rows
+        .iter()
+        .map(|r| r.get(name).and_then(|v| v.as_deref()))
+        .collect()
+}
+
+fn scratch(name: &str) -> (std::path::PathBuf, Sink) {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!("tributary-{name}-{}-{nanos}", std::process::id()));
+    let sink = Sink::open(&format!("file://{}", dir.display()), &BTreeMap::new()).unwrap();
+    (dir, sink)
+}
+
+#[tokio::test]
+async fn iceberg_tables_read_back_by_pyiceberg_and_duckdb() {
+    let (dir, sink) = scratch("iceberg");
+    let output = "public.t";
+    let table = Table::new(sink.clone(), output);
+
+    // Two flushes, the second bringing a column.
+    let first = land(
+        &sink,
+        output,
+        None,
+        (1..=50).map(|i| row(i, MARCH_FIRST, false)).collect(),
+        false,
+        "f1",
+    )
+    .await;
+    assert!(matches!(
+        table.publish(APP, 1, &first).await.unwrap(),
+        Published::Appended { .. }
+    ));
+    let second = land(
+        &sink,
+        output,
+        None,
+        (51..=100).map(|i| row(i, MARCH_FIRST, true)).collect(),
+        true,
+        "f2",
+    )
+    .await;
+    assert!(matches!(
+        table.publish(APP, 2, &second).await.unwrap(),
+        Published::Appended { .. }
+    ));
+    // Publishing a flush the table holds writes nothing.
+    assert_eq!(
+        table.publish(APP, 2, &second).await.unwrap(),
+        Published::Held { position: 2 }
+    );
+    assert_eq!(table.position(APP).await.unwrap(), Some(2));
+
+    let read = read_table(&table, Some("id >= 60")).await;
+    let ids: Vec<Option<String>> = (1..=100).map(|i| Some(i.to_string())).collect();
+    assert_eq!(
+        column(&read, "id"),
+        ids.iter().map(|s| s.as_deref()).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        read.rows, read.duckdb,
+        "pyiceberg and DuckDB read the same rows"
+    );
+    assert_eq!(read.rows[0]["body"].as_deref(), Some("row 1"));
+    assert_eq!(read.rows[0]["price"].as_deref(), Some("1.25"));
+    assert_eq!(
+        read.rows[6]["u"].as_deref(),
+        Some("00000000-0000-0000-0000-000000000007")
+    );
+    assert_eq!(
+        read.rows[0]["at"].as_deref(),
+        Some("2024-03-01T00:00:00.000001+00:00")
+    );
+    assert_eq!(
+        read.rows[0]["extra"], None,
+        "a file before the column reads it as null"
+    );
+    assert_eq!(read.rows[99]["extra"].as_deref(), Some("x100"));
+    let names: Vec<&str> = read.schema.iter().map(|(_, n, _)| n.as_str()).collect();
+    assert_eq!(names.last(), Some(&"extra"));
+    let types: BTreeMap<&str, &str> = read
+        .schema
+        .iter()
+        .map(|(_, n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    assert_eq!(types["_commit_lsn"], "long");
+    assert_eq!(types["price"], "decimal(12, 2)");
+    assert_eq!(types["u"], "uuid");
+    assert_eq!(types["at"], "timestamptz");
+    assert_eq!(read.snapshot["tributary.sequence"], "2");
+    assert_eq!(read.snapshot["total-records"], "100");
+    assert_eq!(read.files, 2);
+    assert_eq!(
+        read.filtered,
+        Some((1, 41, 41)),
+        "the bounds on id leave the first file out"
+    );
+
+    // A compaction: both files rewritten as one, the rows unchanged.
+    let all = land(
+        &sink,
+        output,
+        None,
+        (1..=100)
+            .map(|i| {
+                let mut r = row(i, MARCH_FIRST, true);
+                if i <= 50 {
+                    r.values[7] = Value::Null;
+                }
+                r
+            })
+            .collect(),
+        true,
+        "compacted",
+    )
+    .await;
+    let removed: Vec<String> = first
+        .iter()
+        .chain(&second)
+        .map(|f| f.path.clone())
+        .collect();
+    table
+        .replace(Operation::Replace, &removed, &all)
+        .await
+        .unwrap();
+    let after = read_table(&table, None).await;
+    assert_eq!(after.files, 1);
+    // The rewritten file's rows were written with the later columns, so their `_schema`
+    // fingerprint differs; every value does not.
+    let values =
+        |rows: &[BTreeMap<String, Option<String>>]| -> Vec<BTreeMap<String, Option<String>>> {
+            rows.iter()
+                .map(|r| {
+                    r.iter()
+                        .filter(|(k, _)| *k != "_schema")
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .collect()
+        };
+    assert_eq!(
+        values(&after.rows),
+        values(&read.rows),
+        "a replace changes no row"
+    );
+    assert_eq!(after.duckdb, after.rows);
+    assert_eq!(after.snapshot["operation"], "replace");
+    assert_eq!(
+        table.position(APP).await.unwrap(),
+        Some(2),
+        "the position survives the compaction"
+    );
+
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn partitioned_iceberg_tables_prune_by_day_and_by_value() {
+    let (dir, sink) = scratch("iceberg-partitioned");
+    // By day of the commit time: rows of two days make two files, one partition each.
+    let output = "public.by_day";
+    let table = Table::new(sink.clone(), output);
+    let rows = (1..=40)
+        .map(|i| row(i, MARCH_FIRST + i64::from(i > 20) * DAY, false))
+        .collect();
+    let files = land(&sink, output, Some("day(_commit_time)"), rows, false, "f1").await;
+    assert_eq!(files.len(), 2);
+    table.publish(APP, 1, &files).await.unwrap();
+    let read = read_table(&table, Some("_commit_time >= '2024-03-02T00:00:00+00:00'")).await;
+    assert_eq!(read.rows.len(), 40);
+    assert_eq!(read.rows, read.duckdb);
+    assert!(
+        !read.schema.iter().any(|(_, n, _)| n == "_commit_time_day"),
+        "Iceberg derives the day; the table has no column for it"
+    );
+    assert_eq!(read.filtered, Some((1, 20, 20)));
+
+    // By a column's value.
+    let output = "public.by_region";
+    let table = Table::new(sink.clone(), output);
+    let rows = (1..=30).map(|i| row(i, MARCH_FIRST, false)).collect();
+    let files = land(&sink, output, Some("region"), rows, false, "f1").await;
+    assert_eq!(files.len(), 2);
+    table.publish(APP, 7, &files).await.unwrap();
+    let read = read_table(&table, Some("region = 'east'")).await;
+    assert_eq!(read.rows.len(), 30);
+    assert_eq!(read.rows, read.duckdb);
+    assert_eq!(read.filtered, Some((1, 15, 15)));
+    assert_eq!(table.position(APP).await.unwrap(), Some(7));
+
+    std::fs::remove_dir_all(&dir).ok();
+}

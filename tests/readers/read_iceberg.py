@@ -1,0 +1,100 @@
+"""Read an Iceberg table with pyiceberg and with DuckDB, independently of Tributary.
+
+Usage: read_iceberg.py <table folder> <metadata file uri> [<row filter>]
+
+pyiceberg opens the metadata file named (StaticTable.from_metadata); DuckDB opens the table
+folder and finds the latest metadata through metadata/version-hint.text (iceberg_scan). The
+DuckDB extensions are loaded from their pip packages, never downloaded.
+
+Prints one JSON document:
+  schema        [field id, name, type] of each top-level column, as pyiceberg reads them
+  snapshot      the current snapshot's summary
+  pyiceberg     every row, each column's value as text (null stays null), in (_commit_lsn,
+                _seq) order
+  duckdb        the same, read by DuckDB
+  files         how many data files pyiceberg plans for a full scan
+  filtered      when a row filter is given: how many files pyiceberg plans for it, and how
+                many rows each reader returns with it
+"""
+
+import datetime
+import decimal
+import json
+import os
+import sys
+import uuid
+
+import duckdb
+import pyarrow.compute as pc
+from pyiceberg.table import StaticTable
+
+
+def text(value):
+    if value is None:
+        return None
+    if isinstance(value, bytes) and len(value) == 16:
+        return str(uuid.UUID(bytes=value))
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(datetime.timezone.utc)
+        return value.isoformat()
+    if isinstance(value, (datetime.date, datetime.time, uuid.UUID, decimal.Decimal)):
+        return value.isoformat() if hasattr(value, "isoformat") else str(value)
+    if isinstance(value, dict):
+        return json.dumps({k: text(v) for k, v in value.items()}, sort_keys=True)
+    if isinstance(value, list):
+        return json.dumps([text(v) for v in value])
+    return str(value)
+
+
+def rows_of(data):
+    order = pc.sort_indices(data, sort_keys=[("_commit_lsn", "ascending"), ("_seq", "ascending")])
+    data = data.take(order)
+    return [{k: text(v) for k, v in row.items()} for row in data.to_pylist()]
+
+
+def extension(package, name):
+    module = __import__(package)
+    return os.path.join(
+        os.path.dirname(module.__file__), "extensions", "v" + duckdb.__version__, name + ".duckdb_extension"
+    )
+
+
+def duckdb_connection():
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    con.execute(f"LOAD '{extension('duckdb_extension_avro', 'avro')}'")
+    con.execute(f"LOAD '{extension('duckdb_extension_iceberg', 'iceberg')}'")
+    con.execute("SET TimeZone = 'UTC'")
+    return con
+
+
+def main() -> None:
+    folder, metadata = sys.argv[1], sys.argv[2]
+    row_filter = sys.argv[3] if len(sys.argv) > 3 else None
+    table = StaticTable.from_metadata(metadata)
+    out = {
+        "schema": [[f.field_id, f.name, str(f.field_type)] for f in table.schema().fields],
+        "snapshot": dict(table.current_snapshot().summary.additional_properties)
+        | {"operation": table.current_snapshot().summary.operation.value},
+        "pyiceberg": rows_of(table.scan().to_arrow()),
+        "files": len(list(table.scan().plan_files())),
+    }
+    con = duckdb_connection()
+    scan = f"iceberg_scan('{folder}')"
+    out["duckdb"] = rows_of(con.execute(f"SELECT * FROM {scan}").fetch_arrow_table())
+    if row_filter is not None:
+        filtered = table.scan(row_filter=row_filter)
+        out["filtered"] = {
+            "files": len(list(filtered.plan_files())),
+            "pyiceberg": filtered.to_arrow().num_rows,
+            "duckdb": con.execute(f"SELECT count(*) FROM {scan} WHERE {row_filter}").fetchone()[0],
+        }
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
+    sys.stdout.flush()
+    os._exit(0)
