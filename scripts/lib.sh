@@ -229,19 +229,20 @@ PYICEBERG_VERSION="0.12.0"
 ensure_python_readers() {
     local venv="$TOOLS/python"
     local python="$venv/bin/python"
-    local check="import duckdb, pyarrow, deltalake, pyiceberg, pyiceberg.catalog.sql, psycopg2, duckdb_extension_iceberg, duckdb_extension_avro, sys
+    local check="import duckdb, pyarrow, deltalake, pyiceberg, pyiceberg.catalog.sql, psycopg2, duckdb_extension_iceberg, duckdb_extension_avro, duckdb_extension_httpfs, sys
 sys.exit(duckdb.__version__ != '$DUCKDB_VERSION' or pyiceberg.__version__ != '$PYICEBERG_VERSION')"
     if [ -x "$python" ] && "$python" -c "$check" >/dev/null 2>&1; then
         say "python readers: duckdb $DUCKDB_VERSION, pyarrow $("$python" -c 'import pyarrow; print(pyarrow.__version__)'), deltalake $("$python" -c 'import deltalake; print(deltalake.__version__)'), pyiceberg $PYICEBERG_VERSION"
     else
         command -v python3 >/dev/null 2>&1 \
             || die "python3 not found; the tests read the landed Parquet with DuckDB and pyarrow (install python3 with its venv module)"
-        say "python readers: installing duckdb $DUCKDB_VERSION (with its iceberg and avro extensions), pyarrow $PYARROW_VERSION, deltalake $DELTALAKE_VERSION and pyiceberg $PYICEBERG_VERSION into $venv"
+        say "python readers: installing duckdb $DUCKDB_VERSION (with its iceberg, avro and httpfs extensions), pyarrow $PYARROW_VERSION, deltalake $DELTALAKE_VERSION and pyiceberg $PYICEBERG_VERSION into $venv"
         [ -x "$python" ] || python3 -m venv "$venv" \
             || die "could not create a Python virtual environment (on Debian: apt-get install python3-venv)"
         "$venv/bin/pip" install --quiet --disable-pip-version-check \
             "duckdb==$DUCKDB_VERSION" "duckdb-extension-iceberg==$DUCKDB_VERSION" \
-            "duckdb-extension-avro==$DUCKDB_VERSION" "pyarrow==$PYARROW_VERSION" \
+            "duckdb-extension-avro==$DUCKDB_VERSION" "duckdb-extension-httpfs==$DUCKDB_VERSION" \
+            "pyarrow==$PYARROW_VERSION" \
             "deltalake==$DELTALAKE_VERSION" "pyiceberg[sql-postgres,sql-sqlite]==$PYICEBERG_VERSION"
     fi
     export TRIBUTARY_PYTHON="$python"

@@ -16,11 +16,11 @@
 //! | `flush.after-file` | one more data file is uploaded (`@k`: the k-th of the run) |
 //! | `flush.after-part` | every file of one part of a large transaction is up, more parts follow |
 //! | `flush.before-commit` | every data file is uploaded, the commit entry is not written |
-//! | `flush.after-commit` | the commit entry exists, the slot is not confirmed (with Delta tables: no table has it yet) |
-//! | `delta.before-publish` | Delta tables only: the commit entry exists, the tables' commits are about to be written |
-//! | `delta.after-table` | Delta tables only: one more output's table has the flush (`@k`: the k-th of the run), the others may not |
+//! | `flush.after-commit` | the commit entry exists, the slot is not confirmed (with tables: no table has it yet) |
+//! | `tables.before-publish` | with tables (Delta, Iceberg): the commit entry exists, the tables' commits are about to be written |
+//! | `tables.after-table` | with tables: one more output's table has the flush (`@k`: the k-th of the run), the others may not |
 //! | `delta.before-current` | Delta tables only: an output's change-log table has the flush, its current-state table (`mirror = true`) not yet (`@k`: the k-th of the run) |
-//! | `delta.after-publish` | Delta tables only: every output's table has the flush, the slot is not confirmed |
+//! | `tables.after-publish` | with tables: every output's table has the flush, the slot is not confirmed |
 //! | `flush.after-confirm` | the slot is confirmed, the intent is not removed |
 //! | `journal.after-tick` | trigger capture: a tick is recorded, its batch not yet handed on (`@k`: the k-th of the run) |
 //! | `journal.before-delete` | trigger capture: the lake confirmed a position, the journal rows of what landed are not yet deleted (`@k`: the k-th confirmation of the run) |
@@ -33,10 +33,10 @@ pub const POINTS: &[&str] = &[
     "flush.after-part",
     "flush.before-commit",
     "flush.after-commit",
-    "delta.before-publish",
-    "delta.after-table",
+    "tables.before-publish",
+    "tables.after-table",
     "delta.before-current",
-    "delta.after-publish",
+    "tables.after-publish",
     "flush.after-confirm",
     "load.before-chunk",
     "journal.after-tick",

@@ -28,6 +28,41 @@ pub(crate) fn transaction(from: u32) -> String {
         .collect()
 }
 
+/// Create the three tables in `db`.
+pub(crate) async fn create_tables(db: &TestDatabase) {
+    for table in TABLES {
+        db.client
+            .batch_execute(&format!(
+                "CREATE TABLE {table} (id int PRIMARY KEY, body text)"
+            ))
+            .await
+            .unwrap();
+    }
+}
+
+/// Run `fixture`'s pipeline with failpoint `point` armed at its `hit`-th pass, land a first
+/// transaction, write a second, and kill the process (SIGKILL) where the point stops it.
+pub(crate) async fn kill_at(db: &TestDatabase, fixture: &Fixture, point: &str, hit: u32) {
+    let armed = format!("{point}@{hit}");
+    let mut a = Service::spawn_with(
+        &fixture.file,
+        &[],
+        &fixture.dir.join("a.log"),
+        &[("TRIBUTARY_FAILPOINTS", &armed)],
+    );
+    a.wait_for_log("streaming", Duration::from_secs(120)).await;
+    db.client.batch_execute(&transaction(1)).await.unwrap();
+    a.wait_for_landed(&fixture.log, 30, Duration::from_secs(60))
+        .await;
+    db.client.batch_execute(&transaction(11)).await.unwrap();
+    a.wait_for_log(
+        &format!("failpoint {point} reached"),
+        Duration::from_secs(60),
+    )
+    .await;
+    a.kill().await;
+}
+
 async fn wait_for_rows(sink: &Sink, per_table: usize) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     for table in TABLES {
@@ -67,14 +102,7 @@ async fn entry(log: &CommitLog, sequence: u64) -> Option<CommitEntry> {
 /// failpoints `armed` (`point@hit`), streaming.
 async fn armed_service(hint: &str, armed: &str) -> (TestDatabase, Fixture, Service) {
     let db = fresh_database(hint).await;
-    for table in TABLES {
-        db.client
-            .batch_execute(&format!(
-                "CREATE TABLE {table} (id int PRIMARY KEY, body text)"
-            ))
-            .await
-            .unwrap();
-    }
+    create_tables(&db).await;
     let fixture = Fixture::new(&db.url, hint, &TABLES).await;
     let mut service = Service::spawn_with(
         &fixture.file,

@@ -14,7 +14,7 @@ use tributary_tests::lake::{
 use tributary_tests::service::{Fixture, Service, ServiceConfig, command, peak_rss_mib, verify};
 use tributary_tests::{TestDatabase, fresh_database};
 
-use super::crash::{TABLES, transaction};
+use super::crash::{TABLES, create_tables, kill_at, transaction};
 
 /// A fixture landing `tables` of `db` as Delta tables.
 async fn delta_fixture(db: &TestDatabase, hint: &str, tables: &[&str]) -> Fixture {
@@ -373,36 +373,12 @@ async fn a_mixed_workload_with_a_column_added_and_dropped_reads_back_as_delta_ta
 async fn crash_at(point: &str, hit: u32) {
     let hint = format!("delta_{}", point.replace(['.', '-'], "_"));
     let db = fresh_database(&hint).await;
-    for table in TABLES {
-        db.client
-            .batch_execute(&format!(
-                "CREATE TABLE {table} (id int PRIMARY KEY, body text)"
-            ))
-            .await
-            .unwrap();
-    }
+    create_tables(&db).await;
     let mut fixture = delta_fixture(&db, &hint, &TABLES).await;
     fixture.cfg.sections.push(mirror_section(TABLES[0]));
     fixture.file = fixture.cfg.write(&fixture.dir);
-    let armed = format!("{point}@{hit}");
-    let mut a = Service::spawn_with(
-        &fixture.file,
-        &[],
-        &fixture.dir.join("a.log"),
-        &[("TRIBUTARY_FAILPOINTS", &armed)],
-    );
-    a.wait_for_log("streaming", Duration::from_secs(120)).await;
-    db.client.batch_execute(&transaction(1)).await.unwrap();
-    a.wait_for_landed(&fixture.log, 30, Duration::from_secs(60))
-        .await;
-    db.client.batch_execute(&transaction(11)).await.unwrap();
-    a.wait_for_log(
-        &format!("failpoint {point} reached"),
-        Duration::from_secs(60),
-    )
-    .await;
+    kill_at(&db, &fixture, point, hit).await;
     let crashing = fixture.log.latest().await.unwrap().unwrap();
-    a.kill().await;
     let before_commit = [
         "flush.after-intent",
         "flush.after-file",
@@ -520,13 +496,13 @@ async fn a_crash_before_the_commit_entry_leaves_the_tables_without_the_flush_and
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_between_the_commit_entry_and_the_tables_is_caught_up_at_the_next_start() {
-    crash_at("delta.before-publish", 2).await;
+    crash_at("tables.before-publish", 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_after_one_table_of_three_has_the_flush_catches_up_the_other_two_once() {
     // Three tables per flush: the fourth pass is the first table of the second flush.
-    crash_at("delta.after-table", 4).await;
+    crash_at("tables.after-table", 4).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -536,7 +512,7 @@ async fn a_crash_between_a_change_log_table_and_its_current_state_table_applies_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_after_every_table_and_before_the_confirm_writes_no_version_twice() {
-    crash_at("delta.after-publish", 2).await;
+    crash_at("tables.after-publish", 2).await;
 }
 
 /// Start the pipeline and insert `ids` into `t` one transaction at a time, each landed before

@@ -1,20 +1,28 @@
 //! Iceberg tables (`lake::iceberg`) written from real encoder files into a directory sink and
 //! read back by pyiceberg and DuckDB (`tests/readers/read_iceberg.py`): two appends, the second
 //! adding a column; a table partitioned by day and one by a column's value; a replace; and
-//! the column statistics, through a filtered scan that pyiceberg plans to fewer files.
+//! the column statistics, through a filtered scan that pyiceberg plans to fewer files. Then
+//! the pipeline itself into Iceberg tables, killed at points of the flush protocol.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use object_store::path::Path;
 use tributary::Lsn;
+use tributary::lake::commit::{CommitLog, Writer};
 use tributary::lake::encode::partition::Partition;
 use tributary::lake::encode::{EncodeOptions, Encoder};
 use tributary::lake::iceberg::metadata::Operation;
 use tributary::lake::iceberg::table::{Published, Table};
 use tributary::lake::sink::Sink;
 use tributary::lake::tables::{TableFile, table_columns};
+use tributary_tests::lake::{entries, read_iceberg};
+use tributary_tests::service::{Fixture, Service, verify};
+use tributary_tests::{TestDatabase, fresh_database};
+
+use super::crash::{TABLES, create_tables, kill_at, transaction};
 use tributary::stream::change::{Op, OutputBatch, OutputColumn, OutputRow, Value};
 use tributary::wire::pgtype::oid;
 
@@ -375,4 +383,126 @@ async fn partitioned_iceberg_tables_prune_by_day_and_by_value() {
     assert_eq!(table.position(APP).await.unwrap(), Some(7));
 
     std::fs::remove_dir_all(&dir).ok();
+}
+
+// The pipeline into Iceberg tables (`sink.format = "iceberg"`, no catalog): a real `tributary
+// run` killed at a point of the flush protocol, started again, and every change read back
+// once by pyiceberg and DuckDB, each table's snapshots one per flush with its position.
+
+/// A fixture landing `tables` of `db` as Iceberg tables, in S3 or in a directory.
+async fn iceberg_fixture(
+    db: &TestDatabase,
+    hint: &str,
+    tables: &[&str],
+    directory: bool,
+) -> Fixture {
+    let mut fixture = Fixture::new(&db.url, hint, tables).await;
+    fixture
+        .cfg
+        .sink
+        .push(("format".into(), "\"iceberg\"".into()));
+    if directory {
+        let lake = fixture.dir.join("lake");
+        std::fs::create_dir_all(&lake).unwrap();
+        fixture.cfg.sink_url = format!("file://{}", lake.display());
+        fixture.cfg.sink_options.clear();
+        fixture.sink = Sink::open(&fixture.cfg.sink_url, &BTreeMap::new()).unwrap();
+        fixture.log = CommitLog::new(fixture.sink.clone(), Writer::named("test"));
+    }
+    fixture.file = fixture.cfg.write(&fixture.dir);
+    fixture
+}
+
+/// The commit entries with files of `output`, by sequence.
+async fn entries_of(log: &CommitLog, output: &str) -> Vec<u64> {
+    entries(log)
+        .await
+        .iter()
+        .filter(|e| e.files.iter().any(|f| f.output == output))
+        .map(|e| e.sequence)
+        .collect()
+}
+
+async fn crash_into_iceberg(point: &str, hit: u32, directory: bool) {
+    let hint = format!("iceberg_{}", point.replace(['.', '-'], "_"));
+    let db = fresh_database(&hint).await;
+    create_tables(&db).await;
+    let fixture = iceberg_fixture(&db, &hint, &TABLES, directory).await;
+    kill_at(&db, &fixture, point, hit).await;
+
+    let mut b = Service::spawn(&fixture.file, &[], &fixture.dir.join("b.log"));
+    b.wait_for_log("streaming", Duration::from_secs(120)).await;
+    db.client.batch_execute(&transaction(21)).await.unwrap();
+    let first = TABLES[0];
+    db.client
+        .batch_execute(&format!(
+            "UPDATE {first} SET body = 'changed' WHERE id % 4 = 0; DELETE FROM {first} WHERE id % 7 = 0;"
+        ))
+        .await
+        .unwrap();
+    b.wait_for_landed(&fixture.log, 90 + 7 + 4, Duration::from_secs(60))
+        .await;
+    let verified = verify(&fixture.file, &[]).await;
+    assert_eq!(verified.code, 0, "{verified}");
+    let b_log = b.stop().await;
+    for table in TABLES {
+        let current = Table::new(fixture.sink.clone(), table)
+            .load()
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{table}: no Iceberg table: {b_log}"));
+        // One snapshot per flush with files of the table, in order, none twice.
+        let app = current
+            .metadata
+            .current_snapshot()
+            .and_then(|s| s.summary.get("tributary.app").cloned())
+            .expect("the pipeline's snapshot");
+        let positions: Vec<u64> = current
+            .metadata
+            .snapshots
+            .iter()
+            .filter(|s| s.summary.get("tributary.app") == Some(&app))
+            .map(|s| s.summary["tributary.sequence"].parse().unwrap())
+            .collect();
+        assert_eq!(
+            positions,
+            entries_of(&fixture.log, table).await,
+            "{table}: a snapshot per commit entry with its files, once each: {b_log}"
+        );
+        let folder = format!("{}/{table}", fixture.cfg.sink_url);
+        let read = read_iceberg(&folder, &current.location, &fixture.cfg.sink_options);
+        let changes = if table == first { 30 + 7 + 4 } else { 30 };
+        assert_eq!(
+            read.rows.len(),
+            changes,
+            "{table}: every change once: {b_log}"
+        );
+        let inserted: BTreeSet<u32> = read
+            .rows
+            .iter()
+            .filter(|r| r["_op"].as_deref() == Some("insert"))
+            .map(|r| r["id"].as_deref().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(inserted, (1..=30).collect(), "{table}: every insert once");
+        assert_eq!(
+            read.duckdb, read.rows,
+            "{table}: DuckDB reads what pyiceberg reads"
+        );
+    }
+    std::fs::remove_dir_all(&fixture.dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_the_commit_entry_and_the_iceberg_tables_is_caught_up_at_the_next_start() {
+    crash_into_iceberg("flush.after-commit", 2, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_one_iceberg_table_of_three_has_the_flush_catches_up_the_other_two_once() {
+    crash_into_iceberg("tables.after-table", 4, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_every_iceberg_table_in_a_directory_writes_no_snapshot_twice() {
+    crash_into_iceberg("tables.after-publish", 2, true).await;
 }

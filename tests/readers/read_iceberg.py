@@ -1,10 +1,12 @@
 """Read an Iceberg table with pyiceberg and with DuckDB, independently of Tributary.
 
-Usage: read_iceberg.py <table folder> <metadata file uri> [<row filter>]
+Usage: read_iceberg.py <table folder> <metadata file uri> [<row filter> [<options json>]]
 
 pyiceberg opens the metadata file named (StaticTable.from_metadata); DuckDB opens the table
 folder and finds the latest metadata through metadata/version-hint.text (iceberg_scan). The
-DuckDB extensions are loaded from their pip packages, never downloaded.
+DuckDB extensions are loaded from their pip packages, never downloaded. A table in S3 is
+reached with the sink's object_store options (aws_endpoint, aws_access_key_id, ...); an empty
+row filter is none.
 
 Prints one JSON document:
   schema        [field id, name, type] of each top-level column, as pyiceberg reads them
@@ -62,18 +64,44 @@ def extension(package, name):
     )
 
 
-def duckdb_connection():
+def duckdb_connection(options):
     con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     con.execute(f"LOAD '{extension('duckdb_extension_avro', 'avro')}'")
     con.execute(f"LOAD '{extension('duckdb_extension_iceberg', 'iceberg')}'")
     con.execute("SET TimeZone = 'UTC'")
+    if options:
+        con.execute(f"LOAD '{extension('duckdb_extension_httpfs', 'httpfs')}'")
+        endpoint = options["aws_endpoint"]
+        con.execute(
+            "CREATE SECRET (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL ?)",
+            [
+                options["aws_access_key_id"],
+                options["aws_secret_access_key"],
+                options.get("aws_region", "us-east-1"),
+                endpoint.split("://", 1)[-1],
+                endpoint.startswith("https://"),
+            ],
+        )
     return con
+
+
+def pyiceberg_properties(options):
+    if not options:
+        return {}
+    return {
+        "s3.endpoint": options["aws_endpoint"],
+        "s3.access-key-id": options["aws_access_key_id"],
+        "s3.secret-access-key": options["aws_secret_access_key"],
+        "s3.region": options.get("aws_region", "us-east-1"),
+        "s3.force-virtual-addressing": False,
+    }
 
 
 def main() -> None:
     folder, metadata = sys.argv[1], sys.argv[2]
-    row_filter = sys.argv[3] if len(sys.argv) > 3 else None
-    table = StaticTable.from_metadata(metadata)
+    row_filter = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else None
+    options = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+    table = StaticTable.from_metadata(metadata, properties=pyiceberg_properties(options))
     out = {
         "schema": [[f.field_id, f.name, str(f.field_type)] for f in table.schema().fields],
         "snapshot": dict(table.current_snapshot().summary.additional_properties)
@@ -81,7 +109,7 @@ def main() -> None:
         "pyiceberg": rows_of(table.scan().to_arrow()),
         "files": len(list(table.scan().plan_files())),
     }
-    con = duckdb_connection()
+    con = duckdb_connection(options)
     scan = f"iceberg_scan('{folder}')"
     out["duckdb"] = rows_of(con.execute(f"SELECT * FROM {scan}").fetch_arrow_table())
     if row_filter is not None:

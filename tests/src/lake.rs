@@ -574,3 +574,41 @@ pub async fn delta_txn_versions(sink: &Sink, output: &str) -> Vec<Option<u64>> {
     }
     txns
 }
+
+/// An Iceberg table as pyiceberg and DuckDB read it (`tests/readers/read_iceberg.py`).
+#[derive(Debug)]
+pub struct IcebergRead {
+    /// The current snapshot's summary (its operation under `operation`).
+    pub snapshot: BTreeMap<String, String>,
+    /// Every row as pyiceberg reads it, each value as text, in (`_commit_lsn`, `_seq`) order.
+    pub rows: Vec<BTreeMap<String, Option<String>>>,
+    /// The same, read by DuckDB's `iceberg_scan` through the version hint.
+    pub duckdb: Vec<BTreeMap<String, Option<String>>>,
+}
+
+/// Read the Iceberg table at `folder` (a URI) whose current metadata file is `metadata`,
+/// with the sink's object_store `options` (empty for a directory).
+pub fn read_iceberg(folder: &str, metadata: &str, options: &[(String, String)]) -> IcebergRead {
+    let (python, script) = delta_reader("read_iceberg.py");
+    let folder = folder.strip_prefix("file://").unwrap_or(folder);
+    let output = std::process::Command::new(&python)
+        .arg(&script)
+        .args([folder, metadata, "", &options_json(options)])
+        .output()
+        .unwrap_or_else(|e| panic!("running {python}: {e} (run the tests through scripts/test.sh, which installs pyiceberg and DuckDB)"));
+    assert!(
+        output.status.success(),
+        "{} {folder} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let rows = |key: &str| -> Vec<BTreeMap<String, Option<String>>> {
+        serde_json::from_value(doc[key].clone()).unwrap()
+    };
+    IcebergRead {
+        snapshot: serde_json::from_value(doc["snapshot"].clone()).unwrap(),
+        rows: rows("pyiceberg"),
+        duckdb: rows("duckdb"),
+    }
+}

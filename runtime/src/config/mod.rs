@@ -913,13 +913,13 @@ impl PipelineConfig {
             if output.mirror && self.sink.format != crate::lake::TableFormat::Delta {
                 return Err(format!(
                     "outputs.{name:?}.mirror needs Delta tables: the current-state table is a \
-                     Delta table beside the change log; set sink.format = \"delta\" or leave mirror out"
+                     Delta table beside the change log (Iceberg current-state tables are not built yet); set sink.format = \"delta\" or leave mirror out"
                 ));
             }
             if let Some(spec) = &output.partition_by {
-                if self.sink.format != crate::lake::TableFormat::Delta {
+                if !self.sink.format.has_tables() {
                     return Err(format!(
-                        "outputs.{name:?}.partition_by needs Delta tables, which record each file's partition; set sink.format = \"delta\" or leave partition_by out"
+                        "outputs.{name:?}.partition_by needs tables, which record each file's partition; set sink.format = \"delta\" or \"iceberg\", or leave partition_by out"
                     ));
                 }
                 crate::lake::encode::partition::Partition::parse(spec)

@@ -29,6 +29,9 @@ pub enum TableFormat {
     Parquet,
     /// The same, and each output a Delta Lake table whose log adds each flush's files.
     Delta,
+    /// The same, and each output an Apache Iceberg table (format version 2) with a snapshot
+    /// per flush.
+    Iceberg,
 }
 
 impl TableFormat {
@@ -37,6 +40,12 @@ impl TableFormat {
         match self {
             TableFormat::Parquet => "Parquet",
             TableFormat::Delta => "Delta",
+            TableFormat::Iceberg => "Iceberg",
         }
+    }
+
+    /// Whether the format keeps tables beside the commit log.
+    pub fn has_tables(self) -> bool {
+        self != TableFormat::Parquet
     }
 }

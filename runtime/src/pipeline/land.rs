@@ -402,10 +402,10 @@ fn execute(
             }
             Action::Publish { id, files } => {
                 let tables = tables.expect("only a pipeline with Delta tables publishes");
-                failpoint::reached("delta.before-publish").await;
+                failpoint::reached("tables.before-publish").await;
                 let result = tables.publish(id.sequence, &files).await;
                 if result.is_ok() {
-                    failpoint::reached("delta.after-publish").await;
+                    failpoint::reached("tables.after-publish").await;
                 }
                 (id, result)
             }

@@ -30,6 +30,6 @@ pub use audit::TableAudit;
 pub use mirror::{MIRROR_SUFFIX, mirror_name};
 pub use state::{TableError, TableFile, TableState, TypeChange};
 pub use table::{
-    Tables, audit_mirror_table, audit_table, catch_up, compact_table, read_latest, read_table,
+    Tables, audit_mirror_table, audit_table, compact_table, read_latest, read_table,
     read_table_holding, table_names,
 };

@@ -22,8 +22,8 @@ use parquet::file::statistics::Statistics;
 use super::current::{self, Logged, data};
 use super::mirror::{Change, Overtaken, mirror_schema};
 use super::state::{TableError, TableState};
-use super::table::footer;
 use crate::lake::sink::Sink;
+use crate::lake::tables::file::footer;
 
 /// What the walks learnt of each file they read, by output and path (relative to the sink).
 #[derive(Default)]

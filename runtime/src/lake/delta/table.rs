@@ -17,27 +17,14 @@ use super::current::{self, Mirrors, Preceding, Rows};
 use super::mirror::mirror_name;
 use super::overtaken::Seen;
 use super::state::{Appender, TableError, TableFile, TableState, TypeChange};
-use crate::lake::commit::{CommitError, CommitLog, FileEntry, Writer};
-use crate::lake::encode::partition::{FilePartition, PARTITION_KEY};
+use crate::lake::commit::{CommitError, Writer};
 use crate::lake::sink::{Created, Sink};
+use crate::lake::tables::file::{Later, by_output};
 use crate::lake::tables::tend::{COMPACTED, CompactError, Compacted};
 
 /// The object that holds version `version` of `output`'s log.
 pub fn commit_path(output: &str, version: u64) -> Path {
     Path::from(format!("{output}/_delta_log/{version:020}.json"))
-}
-
-/// What a table whose `txn` is past the flush being appended means.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Later {
-    /// Another instance appended after this writer lost the pipeline: stop.
-    TakenOver,
-    /// The table holds the flush already. Every writer appends its flushes in order, and a
-    /// start catches up before its first flush, so a table holding a later flush of the
-    /// pipeline holds every earlier one. A catch-up meets such tables: an entry names through
-    /// which flush the tables were up to date when it was written, and the writer before
-    /// went on publishing the entries it had committed meanwhile.
-    Holds,
 }
 
 /// The sink's Delta tables as one writer appends to them; what it last read of each table is
@@ -114,17 +101,13 @@ impl Tables {
         self.publish_as(sequence, files, Later::TakenOver).await
     }
 
-    async fn publish_as(
+    pub async fn publish_as(
         &self,
         sequence: u64,
         files: &[TableFile],
         later: Later,
     ) -> Result<(), CommitError> {
-        let mut by_output: BTreeMap<&str, Vec<&TableFile>> = BTreeMap::new();
-        for file in files {
-            by_output.entry(&file.output).or_default().push(file);
-        }
-        let appends = by_output
+        let appends = by_output(files)
             .into_iter()
             .map(|(output, files)| self.append(output, sequence, files, later));
         futures::future::try_join_all(appends).await?;
@@ -175,7 +158,7 @@ impl Tables {
                             source: Box::new(source),
                         })?;
                     before = Some(Preceding::Flush(held));
-                    crate::failpoint::reached("delta.after-table").await;
+                    crate::failpoint::reached("tables.after-table").await;
                     if checkpoint::due(version) {
                         self.checkpoint(output, version, &state).await;
                     }
@@ -193,7 +176,7 @@ impl Tables {
 
     /// Whether `output`'s tables (its change log, and its current-state table when it keeps
     /// one) hold flush `sequence` of this pipeline, or a later one.
-    async fn hold(&self, output: &str, sequence: u64) -> Result<bool, CommitError> {
+    pub async fn hold(&self, output: &str, sequence: u64) -> Result<bool, CommitError> {
         let mut tables = vec![output.to_owned()];
         if self
             .mirrors
@@ -750,60 +733,6 @@ async fn remove_written(sink: &Sink, output: &str, written: &[Add]) {
     }
 }
 
-/// Bring every table up to the commit log: publish the files of each entry after `through` up
-/// to `upto` (reading their schemas from the files' footers), as the writer that wrote them
-/// would have. Tables that hold an entry already are left as they are. Returns how many
-/// entries had files.
-pub async fn catch_up(
-    log: &CommitLog,
-    tables: &Tables,
-    through: Option<u64>,
-    upto: u64,
-) -> Result<u64, CommitError> {
-    let from = through.map_or(1, |t| t + 1);
-    let mut published = 0;
-    for sequence in from..=upto {
-        let Some(entry) = log.read_entry(sequence).await? else {
-            continue;
-        };
-        if entry.files.is_empty() {
-            continue;
-        }
-        if through.is_none() {
-            return Err(CommitError::NotTables {
-                sequence,
-                format: "delta",
-            });
-        }
-        if published == 0 {
-            tracing::info!(
-                from = sequence,
-                to = upto,
-                "bringing the Delta tables up to the commit log: the last run stopped between a commit entry and its tables"
-            );
-        }
-        // Only the files of outputs whose tables miss the entry are read: a table that holds
-        // it may have compacted them away, and vacuumed them.
-        let mut missing = BTreeMap::new();
-        for file in &entry.files {
-            if !missing.contains_key(file.output.as_str()) {
-                let held = tables.hold(&file.output, sequence).await?;
-                missing.insert(file.output.as_str(), !held);
-            }
-        }
-        let sink = log.sink();
-        let files = entry
-            .files
-            .iter()
-            .filter(|f| missing[f.output.as_str()])
-            .map(|f| file_from_footer(sink, f));
-        let files = futures::future::try_join_all(files).await?;
-        tables.publish_as(sequence, &files, Later::Holds).await?;
-        published += 1;
-    }
-    Ok(published)
-}
-
 /// The outputs of the sink that are Delta tables (a folder with a `_delta_log`), by name.
 pub async fn table_names(sink: &Sink) -> Result<Vec<String>, CommitError> {
     let mut names = Vec::new();
@@ -1074,62 +1003,6 @@ pub async fn read_table(
             .apply(version, actions)
             .map_err(|e: TableError| corrupt(e.to_string()))?;
     }
-}
-
-/// What a landed data file brings to its table, read from its Parquet footer: for flushes
-/// committed to the log but not yet to their tables when the writer stopped.
-pub async fn file_from_footer(sink: &Sink, file: &FileEntry) -> Result<TableFile, CommitError> {
-    let path = Path::from(file.path.as_str());
-    let corrupt = |reason: String| CommitError::Corrupt {
-        path: file.path.clone(),
-        reason,
-    };
-    let size = file.bytes;
-    let metadata = footer(sink, &path, size).await?;
-    let meta = metadata.file_metadata();
-    let schema =
-        parquet::arrow::parquet_to_arrow_schema(meta.schema_descr(), meta.key_value_metadata())
-            .map_err(|e| corrupt(format!("its Parquet schema: {e}")))?;
-    let partition: Option<FilePartition> = meta
-        .key_value_metadata()
-        .into_iter()
-        .flatten()
-        .find(|kv| kv.key == PARTITION_KEY)
-        .and_then(|kv| kv.value.as_deref())
-        .map(serde_json::from_str)
-        .transpose()
-        .map_err(|e| corrupt(format!("its partition: {e}")))?;
-    Ok(TableFile {
-        output: file.output.clone(),
-        path: file.path.clone(),
-        size,
-        rows: file.rows,
-        schema: table_columns(Arc::new(schema), partition.as_ref()),
-        partition,
-    })
-}
-
-/// The Parquet footer of the data file at `path`, `size` bytes long: two ranged reads.
-pub(super) async fn footer(
-    sink: &Sink,
-    path: &Path,
-    size: u64,
-) -> Result<parquet::file::metadata::ParquetMetaData, CommitError> {
-    let corrupt = |reason: String| CommitError::Corrupt {
-        path: path.to_string(),
-        reason,
-    };
-    if size < 12 {
-        return Err(corrupt(format!("{size} bytes is too short for Parquet")));
-    }
-    let tail = sink.get_range(path, size - 8..size).await?;
-    let footer = u32::from_le_bytes(tail[..4].try_into().expect("four bytes")) as u64;
-    if &tail[4..] != b"PAR1" || footer + 8 > size {
-        return Err(corrupt("does not end in a Parquet footer".into()));
-    }
-    let metadata = sink.get_range(path, size - 8 - footer..size - 8).await?;
-    parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&metadata)
-        .map_err(|e| corrupt(format!("its Parquet footer: {e}")))
 }
 
 pub use crate::lake::tables::file::table_columns;

@@ -30,3 +30,5 @@ pub mod schema;
 pub mod sql;
 pub mod stats;
 pub mod table;
+pub mod tables;
+pub mod tend;

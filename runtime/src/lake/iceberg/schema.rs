@@ -18,7 +18,10 @@
 //! | `FixedSizeBinary(16)` with the UUID extension | `uuid` | other widths are `fixed[n]` |
 //! | `List`, `Struct`, `Map` | `list`, `struct`, `map` | ids for elements, fields, keys and values |
 //!
-//! Unlike Delta, Iceberg holds every one of these, so the files are not conformed. A field's
+//! Iceberg holds every one of these but the unsigned integers, so a file's unsigned columns are
+//! written as the signed type that holds every value ([`conform_schema`]): a reader that maps
+//! a Parquet `INT32` to `long` without heeding its unsigned annotation would turn an `_xid`
+//! past 2^31 negative. Nothing else is conformed. A field's
 //! `pg.*` and `tributary.*` metadata is kept as its `doc`, a JSON object, so that what a column
 //! was in PostgreSQL (and which columns are the key) survives in the table's schema.
 
@@ -28,6 +31,59 @@ use arrow_schema::{DataType, Field, TimeUnit};
 use serde::{Deserialize, Serialize};
 
 type Extra = serde_json::Map<String, serde_json::Value>;
+
+/// The type an unsigned integer column is written as: the signed one that holds every value.
+fn conform_type(data_type: &DataType) -> DataType {
+    match data_type {
+        DataType::UInt8 | DataType::UInt16 => DataType::Int32,
+        DataType::UInt32 | DataType::UInt64 => DataType::Int64,
+        DataType::List(item) => DataType::List(conform_field(item)),
+        DataType::LargeList(item) => DataType::LargeList(conform_field(item)),
+        DataType::Struct(fields) => DataType::Struct(fields.iter().map(conform_field).collect()),
+        other => other.clone(),
+    }
+}
+
+fn conform_field(field: &arrow_schema::FieldRef) -> arrow_schema::FieldRef {
+    match conform_type(field.data_type()) {
+        same if &same == field.data_type() => field.clone(),
+        other => std::sync::Arc::new(field.as_ref().clone().with_data_type(other)),
+    }
+}
+
+/// The columns of `schema` as an Iceberg output's files hold them: unsigned integers signed.
+pub fn conform_schema(schema: &arrow_schema::SchemaRef) -> arrow_schema::SchemaRef {
+    let fields: arrow_schema::Fields = schema.fields().iter().map(conform_field).collect();
+    if &fields == schema.fields() {
+        return schema.clone();
+    }
+    std::sync::Arc::new(arrow_schema::Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    ))
+}
+
+/// `batch` with the columns of `schema`, its [`conform_schema`].
+pub fn conform_batch(
+    batch: &arrow_array::RecordBatch,
+    schema: &arrow_schema::SchemaRef,
+) -> Result<arrow_array::RecordBatch, arrow_schema::ArrowError> {
+    if batch.schema() == *schema {
+        return Ok(batch.clone());
+    }
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(
+            |(column, field)| match column.data_type() == field.data_type() {
+                true => Ok(column.clone()),
+                false => arrow_cast::cast(column, field.data_type()),
+            },
+        )
+        .collect::<Result<Vec<_>, _>>()?;
+    arrow_array::RecordBatch::try_new(schema.clone(), columns)
+}
 
 /// An Iceberg type: a primitive by name (`long`, `decimal(12,2)`, `fixed[16]`) or nested.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use object_store::path::Path;
-use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::metadata::ParquetMetaData;
 
 use super::manifest::{self, DataFile, ManifestEntry, ManifestFile};
 use super::metadata::{Operation, TableMetadata, new_table};
@@ -21,6 +21,7 @@ use super::schema::{self, SchemaError};
 use super::stats;
 use crate::lake::sink::{Created, Sink, SinkError};
 use crate::lake::tables::TableFile;
+use crate::lake::tables::file::footer;
 
 /// How many times a commit is planned again after losing the swap to another writer.
 const ATTEMPTS: usize = 20;
@@ -29,6 +30,8 @@ const ATTEMPTS: usize = 20;
 pub enum IcebergError {
     #[error(transparent)]
     Sink(#[from] SinkError),
+    #[error(transparent)]
+    Commit(#[from] crate::lake::commit::CommitError),
     #[error("{path}: {reason}")]
     Corrupt { path: String, reason: String },
     #[error("output {output:?}: {source}")]
@@ -483,6 +486,36 @@ impl Table {
             })
     }
 
+    /// The data files `snapshot` reads: its manifests' entries that
+    /// are not deleted, by absolute URI.
+    pub async fn live_files(
+        &self,
+        snapshot: &super::metadata::Snapshot,
+    ) -> Result<Vec<DataFile>, IcebergError> {
+        let bytes = self.read(&snapshot.manifest_list).await?;
+        let list =
+            manifest::read_manifest_list(&bytes).map_err(|reason| IcebergError::Corrupt {
+                path: snapshot.manifest_list.clone(),
+                reason,
+            })?;
+        let mut files = Vec::new();
+        for m in &list {
+            for entry in self.entries(m).await? {
+                if entry.status != manifest::Status::Deleted {
+                    files.push(entry.data_file);
+                }
+            }
+        }
+        Ok(files)
+    }
+
+    /// The sink path of a URI the table names, relative to the table's folder when it is in
+    /// it.
+    pub fn relative(&self, uri: &str) -> String {
+        let root = format!("{}/", self.location());
+        uri.strip_prefix(&root).unwrap_or(uri).to_owned()
+    }
+
     /// Expire the snapshots older than `older_than_ms` ([`plan::expire`]) in one commit, and
     /// return the files only they referenced, and the metadata files the log let go: for the
     /// caller to delete (data files are the commit log's too, so that is its decision).
@@ -551,25 +584,6 @@ fn file_columns(file: &TableFile) -> arrow_schema::Schema {
         .cloned()
         .collect();
     arrow_schema::Schema::new_with_metadata(fields, file.schema.metadata().clone())
-}
-
-/// The Parquet footer of the data file at `path`, `size` bytes long: two ranged reads.
-async fn footer(sink: &Sink, path: &Path, size: u64) -> Result<ParquetMetaData, IcebergError> {
-    let corrupt = |reason: String| IcebergError::Corrupt {
-        path: path.to_string(),
-        reason,
-    };
-    if size < 12 {
-        return Err(corrupt(format!("{size} bytes is too short for Parquet")));
-    }
-    let tail = sink.get_range(path, size - 8..size).await?;
-    let length = u32::from_le_bytes(tail[..4].try_into().expect("four bytes")) as u64;
-    if &tail[4..] != b"PAR1" || length + 8 > size {
-        return Err(corrupt("does not end in a Parquet footer".into()));
-    }
-    let bytes = sink.get_range(path, size - 8 - length..size - 8).await?;
-    ParquetMetaDataReader::decode_metadata(&bytes)
-        .map_err(|e| corrupt(format!("its Parquet footer: {e}")))
 }
 
 #[cfg(test)]

@@ -6,8 +6,11 @@
 use std::sync::Arc;
 
 use arrow_schema::SchemaRef;
+use object_store::path::Path;
 
-use crate::lake::encode::partition::FilePartition;
+use crate::lake::commit::{CommitError, FileEntry};
+use crate::lake::encode::partition::{FilePartition, PARTITION_KEY};
+use crate::lake::sink::Sink;
 
 /// What one data file of a flush brings to its output's table.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +25,15 @@ pub struct TableFile {
     pub schema: SchemaRef,
     /// The partition whose rows the file holds, when its output is partitioned.
     pub partition: Option<FilePartition>,
+}
+
+/// A flush's files by output: each output's table takes its own in one commit.
+pub fn by_output(files: &[TableFile]) -> std::collections::BTreeMap<&str, Vec<&TableFile>> {
+    let mut by_output: std::collections::BTreeMap<&str, Vec<&TableFile>> = Default::default();
+    for file in files {
+        by_output.entry(&file.output).or_default().push(file);
+    }
+    by_output
 }
 
 /// The columns a file brings to its table: its own, and a derived partition column.
@@ -81,4 +93,73 @@ pub enum Asked {
     AtStart,
     /// At this start, which asked before (its catch-up meets the flush again).
     Due,
+}
+
+/// What a table that holds a later flush of the pipeline than the one being published means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Later {
+    /// Another instance appended after this writer lost the pipeline: stop.
+    TakenOver,
+    /// The table holds the flush already. Every writer appends its flushes in order, and a
+    /// start catches up before its first flush, so a table holding a later flush of the
+    /// pipeline holds every earlier one. A catch-up meets such tables: an entry names through
+    /// which flush the tables were up to date when it was written, and the writer before
+    /// went on publishing the entries it had committed meanwhile.
+    Holds,
+}
+
+/// What a landed data file brings to its table, read from its Parquet footer: for flushes
+/// committed to the log but not yet to their tables when the writer stopped.
+pub async fn file_from_footer(sink: &Sink, file: &FileEntry) -> Result<TableFile, CommitError> {
+    let path = Path::from(file.path.as_str());
+    let corrupt = |reason: String| CommitError::Corrupt {
+        path: file.path.clone(),
+        reason,
+    };
+    let size = file.bytes;
+    let metadata = footer(sink, &path, size).await?;
+    let meta = metadata.file_metadata();
+    let schema =
+        parquet::arrow::parquet_to_arrow_schema(meta.schema_descr(), meta.key_value_metadata())
+            .map_err(|e| corrupt(format!("its Parquet schema: {e}")))?;
+    let partition: Option<FilePartition> = meta
+        .key_value_metadata()
+        .into_iter()
+        .flatten()
+        .find(|kv| kv.key == PARTITION_KEY)
+        .and_then(|kv| kv.value.as_deref())
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|e| corrupt(format!("its partition: {e}")))?;
+    Ok(TableFile {
+        output: file.output.clone(),
+        path: file.path.clone(),
+        size,
+        rows: file.rows,
+        schema: table_columns(Arc::new(schema), partition.as_ref()),
+        partition,
+    })
+}
+
+/// The Parquet footer of the data file at `path`, `size` bytes long: two ranged reads.
+pub async fn footer(
+    sink: &Sink,
+    path: &Path,
+    size: u64,
+) -> Result<parquet::file::metadata::ParquetMetaData, CommitError> {
+    let corrupt = |reason: String| CommitError::Corrupt {
+        path: path.to_string(),
+        reason,
+    };
+    if size < 12 {
+        return Err(corrupt(format!("{size} bytes is too short for Parquet")));
+    }
+    let tail = sink.get_range(path, size - 8..size).await?;
+    let footer = u32::from_le_bytes(tail[..4].try_into().expect("four bytes")) as u64;
+    if &tail[4..] != b"PAR1" || footer + 8 > size {
+        return Err(corrupt("does not end in a Parquet footer".into()));
+    }
+    let metadata = sink.get_range(path, size - 8 - footer..size - 8).await?;
+    parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&metadata)
+        .map_err(|e| corrupt(format!("its Parquet footer: {e}")))
 }

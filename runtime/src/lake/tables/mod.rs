@@ -4,7 +4,7 @@
 //! brings every table up to the commit log: the pipeline holds a [`Tables`] for that. The
 //! commands read the tables back, audit, compact and vacuum them through a [`TableSet`].
 //! Neither names a format: [`file`] is what every format is given, [`tend`] what each answers
-//! the commands in. Delta ([`crate::lake::delta`]) is the one format so far.
+//! the commands in. Delta ([`crate::lake::delta`]) and Iceberg ([`crate::lake::iceberg`]) are the formats.
 
 pub mod file;
 pub mod tend;
@@ -16,7 +16,10 @@ use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
 use parquet::file::properties::WriterProperties;
 
-pub use file::{Asked, MIRROR_SUFFIX, Reload, TableFile, TypeChange, mirror_name, table_columns};
+pub use file::{
+    Asked, Later, MIRROR_SUFFIX, Reload, TableFile, TypeChange, file_from_footer, mirror_name,
+    table_columns,
+};
 pub use tend::{
     COMPACTED, CompactError, Compacted, DEFAULT_RETENTION_MS, Plan, TableAudit, TableView,
     Vacuumable, app_id,
@@ -24,8 +27,8 @@ pub use tend::{
 
 use super::TableFormat;
 use super::commit::{CommitError, CommitLog, Writer};
-use super::delta;
-use super::sink::{Sink, SinkError};
+use super::sink::Sink;
+use super::{delta, iceberg};
 
 /// How a pipeline's tables are kept.
 pub struct Keeping {
@@ -45,6 +48,7 @@ pub struct Keeping {
 #[derive(Clone)]
 pub enum Tables {
     Delta(delta::Tables),
+    Iceberg(iceberg::tables::Tables),
 }
 
 impl Tables {
@@ -71,6 +75,11 @@ impl Tables {
                     reload: keeping.reload,
                 }),
             )),
+            TableFormat::Iceberg => Some(Tables::Iceberg(iceberg::tables::Tables::new(
+                sink.clone(),
+                app_id(&keeping.database, &keeping.slot),
+                writer,
+            ))),
         }
     }
 
@@ -78,21 +87,89 @@ impl Tables {
     /// a table that holds the flush is left alone, one that holds a later flush of this
     /// pipeline means another instance took over.
     pub async fn publish(&self, sequence: u64, files: &[TableFile]) -> Result<(), CommitError> {
-        match self {
-            Tables::Delta(tables) => tables.publish(sequence, files).await,
-        }
+        self.publish_as(sequence, files, Later::TakenOver).await
     }
 
     /// Bring every table up to the commit `log` through entry `upto`, from the entry after
     /// `through` (what the log says the tables held); returns how many entries it published.
+    ///
+    /// The files of each entry are published as the writer that wrote them would have, their
+    /// schemas read from their footers; only those of outputs whose tables miss the entry are
+    /// read (a table that holds it may have compacted them away, and vacuumed them).
     pub async fn catch_up(
         &self,
         log: &CommitLog,
         through: Option<u64>,
         upto: u64,
     ) -> Result<u64, CommitError> {
+        let from = through.map_or(1, |t| t + 1);
+        let mut published = 0;
+        for sequence in from..=upto {
+            let Some(entry) = log.read_entry(sequence).await? else {
+                continue;
+            };
+            if entry.files.is_empty() {
+                continue;
+            }
+            if through.is_none() {
+                return Err(CommitError::NotTables {
+                    sequence,
+                    format: self.format().name(),
+                });
+            }
+            if published == 0 {
+                tracing::info!(
+                    from = sequence,
+                    to = upto,
+                    format = self.format().name(),
+                    "bringing the tables up to the commit log: the last run stopped between a commit entry and its tables"
+                );
+            }
+            let mut missing = BTreeMap::new();
+            for file in &entry.files {
+                if !missing.contains_key(file.output.as_str()) {
+                    let held = self.hold(&file.output, sequence).await?;
+                    missing.insert(file.output.as_str(), !held);
+                }
+            }
+            let sink = log.sink();
+            let files = entry
+                .files
+                .iter()
+                .filter(|f| missing[f.output.as_str()])
+                .map(|f| file_from_footer(sink, f));
+            let files = futures::future::try_join_all(files).await?;
+            self.publish_as(sequence, &files, Later::Holds).await?;
+            published += 1;
+        }
+        Ok(published)
+    }
+
+    /// The format, for people and errors.
+    pub fn format(&self) -> TableFormat {
         match self {
-            Tables::Delta(tables) => delta::catch_up(log, tables, through, upto).await,
+            Tables::Delta(_) => TableFormat::Delta,
+            Tables::Iceberg(_) => TableFormat::Iceberg,
+        }
+    }
+
+    /// Whether `output`'s tables hold flush `sequence` of this pipeline, or a later one.
+    async fn hold(&self, output: &str, sequence: u64) -> Result<bool, CommitError> {
+        match self {
+            Tables::Delta(tables) => tables.hold(output, sequence).await,
+            Tables::Iceberg(tables) => tables.hold(output, sequence).await,
+        }
+    }
+
+    async fn publish_as(
+        &self,
+        sequence: u64,
+        files: &[TableFile],
+        later: Later,
+    ) -> Result<(), CommitError> {
+        match self {
+            Tables::Delta(tables) => tables.publish_as(sequence, files, later).await,
+            Tables::Iceberg(tables) => tables.publish_as(sequence, files, later).await,
         }
     }
 }
@@ -102,6 +179,7 @@ impl Tables {
 pub fn conform_schema(format: TableFormat, schema: &SchemaRef) -> SchemaRef {
     match format {
         TableFormat::Parquet => Arc::clone(schema),
+        TableFormat::Iceberg => iceberg::schema::conform_schema(schema),
         TableFormat::Delta => delta::schema::conform_schema(schema),
     }
 }
@@ -114,6 +192,7 @@ pub fn conform_batch(
 ) -> Result<RecordBatch, ArrowError> {
     match format {
         TableFormat::Parquet => Ok(batch.clone()),
+        TableFormat::Iceberg => iceberg::schema::conform_batch(batch, schema),
         TableFormat::Delta => delta::schema::conform_batch(batch, schema),
     }
 }
@@ -129,6 +208,7 @@ pub struct TableSet {
 /// The format of a [`TableSet`], and what it needs to reach its tables.
 enum Kind {
     Delta,
+    Iceberg,
 }
 
 impl TableSet {
@@ -138,6 +218,7 @@ impl TableSet {
         let kind = match format {
             TableFormat::Parquet => return None,
             TableFormat::Delta => Kind::Delta,
+            TableFormat::Iceberg => Kind::Iceberg,
         };
         Some(TableSet {
             kind,
@@ -149,6 +230,7 @@ impl TableSet {
     pub fn format(&self) -> TableFormat {
         match self.kind {
             Kind::Delta => TableFormat::Delta,
+            Kind::Iceberg => TableFormat::Iceberg,
         }
     }
 
@@ -160,13 +242,15 @@ impl TableSet {
     pub async fn names(&self) -> Result<Vec<String>, CommitError> {
         match self.kind {
             Kind::Delta => delta::table_names(&self.sink).await,
+            Kind::Iceberg => iceberg::tend::table_names(&self.sink).await,
         }
     }
 
     /// Whether table `name` exists (has a first commit).
-    pub async fn exists(&self, name: &str) -> Result<bool, SinkError> {
+    pub async fn exists(&self, name: &str) -> Result<bool, CommitError> {
         match self.kind {
-            Kind::Delta => delta::tend::exists(&self.sink, name).await,
+            Kind::Delta => Ok(delta::tend::exists(&self.sink, name).await?),
+            Kind::Iceberg => iceberg::tend::exists(&self.sink, name).await,
         }
     }
 
@@ -174,6 +258,7 @@ impl TableSet {
     pub async fn latest(&self, name: &str) -> Result<TableView, CommitError> {
         match self.kind {
             Kind::Delta => delta::tend::latest(&self.sink, name, self.app()).await,
+            Kind::Iceberg => iceberg::tend::latest(&self.sink, name, self.app()).await,
         }
     }
 
@@ -182,6 +267,7 @@ impl TableSet {
     pub async fn holding(&self, name: &str, needed: u64) -> Result<Option<TableView>, CommitError> {
         match self.kind {
             Kind::Delta => delta::tend::holding(&self.sink, name, self.app(), needed).await,
+            Kind::Iceberg => iceberg::tend::holding(&self.sink, name, self.app(), needed).await,
         }
     }
 
@@ -194,6 +280,7 @@ impl TableSet {
     ) -> Result<Option<Option<i64>>, CommitError> {
         match self.kind {
             Kind::Delta => delta::tend::removed(&self.sink, name, file).await,
+            Kind::Iceberg => iceberg::tend::removed(&self.sink, name, file).await,
         }
     }
 
@@ -207,6 +294,10 @@ impl TableSet {
     ) -> Result<Compacted, CompactError> {
         match self.kind {
             Kind::Delta => delta::compact_table(&self.sink, name, target, properties).await,
+            Kind::Iceberg => Err(CompactError::NotYet {
+                output: name.to_owned(),
+                format: "Iceberg",
+            }),
         }
     }
 
@@ -222,6 +313,10 @@ impl TableSet {
             Kind::Delta => {
                 delta::tend::vacuumable(&self.sink, name, self.app(), now_ms, retention_ms).await
             }
+            Kind::Iceberg => Ok(Vacuumable::LeftAlone(
+                "vacuum does not expire Iceberg snapshots yet in this release; nothing was deleted"
+                    .into(),
+            )),
         }
     }
 
@@ -236,6 +331,9 @@ impl TableSet {
             Kind::Delta => delta::audit_table(&self.sink, output, self.app(), entries)
                 .await
                 .map(Some),
+            // Not audited yet: verify reads an Iceberg output's rows through its table's live
+            // files and compares them, but does not hold its snapshots against the log.
+            Kind::Iceberg => Ok(None),
         }
     }
 
@@ -248,6 +346,7 @@ impl TableSet {
     ) -> Result<Option<TableAudit>, CommitError> {
         match self.kind {
             Kind::Delta => delta::audit_mirror_table(&self.sink, output, self.app(), entries).await,
+            Kind::Iceberg => Ok(None),
         }
     }
 }

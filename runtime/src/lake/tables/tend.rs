@@ -88,6 +88,13 @@ pub enum CompactError {
         version: u64,
         path: String,
     },
+    #[error(
+        "compacting {output}: {format} tables are not compacted by this release yet; nothing was changed"
+    )]
+    NotYet {
+        output: String,
+        format: &'static str,
+    },
 }
 
 /// A file in a table's folder, as the store lists it.

@@ -1,0 +1,97 @@
+//! The pipeline's Iceberg tables, as the seam ([`crate::lake::tables::Tables`]) asks for them:
+//! each flush published to its outputs' tables as one snapshot per table, carrying the
+//! pipeline's position; a table that holds the flush already is left alone, one that holds a
+//! later flush of the pipeline means another instance took over (or, in a catch-up, that the
+//! writer before went on publishing).
+
+use super::table::{IcebergError, Published, Table};
+use crate::lake::commit::{CommitError, Writer};
+use crate::lake::sink::Sink;
+use crate::lake::tables::file::by_output;
+use crate::lake::tables::{Later, TableFile};
+
+/// The sink's Iceberg tables as one writer publishes to them.
+#[derive(Clone)]
+pub struct Tables {
+    sink: Sink,
+    app: String,
+    writer: Writer,
+}
+
+impl Tables {
+    pub fn new(sink: Sink, app: String, writer: Writer) -> Tables {
+        Tables { sink, app, writer }
+    }
+
+    fn table(&self, output: &str) -> Table {
+        Table::new(self.sink.clone(), output)
+    }
+
+    /// Whether `output`'s table holds flush `sequence` of this pipeline, or a later one.
+    pub async fn hold(&self, output: &str, sequence: u64) -> Result<bool, CommitError> {
+        let position = self
+            .table(output)
+            .position(&self.app)
+            .await
+            .map_err(|e| commit_error(output, sequence, e))?;
+        Ok(position.is_some_and(|p| p >= sequence))
+    }
+
+    /// Publish the files of flush `sequence` to their outputs' tables, one snapshot each.
+    pub async fn publish_as(
+        &self,
+        sequence: u64,
+        files: &[TableFile],
+        later: Later,
+    ) -> Result<(), CommitError> {
+        let appends = by_output(files).into_iter().map(|(output, files)| {
+            let files = files.into_iter().cloned().collect();
+            self.append(output, sequence, files, later)
+        });
+        futures::future::try_join_all(appends).await?;
+        Ok(())
+    }
+
+    async fn append(
+        &self,
+        output: &str,
+        sequence: u64,
+        files: Vec<TableFile>,
+        later: Later,
+    ) -> Result<(), CommitError> {
+        let published = self
+            .table(output)
+            .publish(&self.app, sequence, &files)
+            .await
+            .map_err(|e| commit_error(output, sequence, e))?;
+        match published {
+            Published::Appended { snapshot_id } => {
+                tracing::debug!(%output, sequence, snapshot_id, "published to the Iceberg table");
+                crate::failpoint::reached("tables.after-table").await;
+                Ok(())
+            }
+            Published::Held { position } if position == sequence || later == Later::Holds => Ok(()),
+            Published::Held { position } => Err(CommitError::TableAhead {
+                output: output.to_owned(),
+                ours: sequence,
+                theirs: position,
+                writer: Box::new(self.writer.clone()),
+            }),
+        }
+    }
+}
+
+/// An Iceberg table's error as the commit protocol has it: the sink's own errors stay the
+/// sink's (an outage is retried like any other write), the rest name the table.
+pub fn commit_error(output: &str, sequence: u64, error: IcebergError) -> CommitError {
+    match error {
+        IcebergError::Sink(e) => CommitError::Sink(e),
+        IcebergError::Commit(e) => e,
+        other => CommitError::Table {
+            output: output.to_owned(),
+            sequence,
+            format: "Iceberg",
+            source: Box::new(other),
+        },
+    }
+}
