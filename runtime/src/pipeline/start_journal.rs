@@ -25,7 +25,7 @@ use super::load::LoadJob;
 use super::messages::Shutdown;
 use super::position::FirstStart;
 use super::preflight;
-use super::start::{OpenAt, Opening, Started, open_log, plugin_names, settle_sink};
+use super::start::{Ends, OpenAt, Opening, Started, open_log, plugin_names, settle_sink};
 use crate::Lsn;
 use crate::config::{PipelineConfig, StartFrom};
 use crate::lake::commit::{
@@ -53,14 +53,17 @@ pub(super) async fn start(
     opening: Opening,
 ) -> Result<Option<Started>, PipelineError> {
     let Opening {
-        writer,
-        pg,
-        client,
         transforms,
         plugins,
-        sink,
-        log,
-        latest,
+        ends:
+            Ends {
+                writer,
+                pg,
+                client,
+                sink,
+                log,
+                latest,
+            },
     } = opening;
     let source = &config.source;
     let schema = &source.trigger_schema;
