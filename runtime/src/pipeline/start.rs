@@ -112,6 +112,30 @@ pub(super) struct Ends {
     pub latest: Option<CommitEntry>,
 }
 
+impl Ends {
+    /// The pipeline this start is (server, database, and slot or journal), refused unless the
+    /// sink is empty or already belongs to it.
+    pub(super) async fn identity(
+        &self,
+        system_identifier: &str,
+        database: &str,
+        slot: &str,
+    ) -> Result<PipelineIdentity, PipelineError> {
+        let identity = PipelineIdentity {
+            format: FORMAT,
+            system_identifier: system_identifier.to_owned(),
+            database: database.to_owned(),
+            slot: slot.to_owned(),
+            created_by: self.writer.clone(),
+            created_at: unix_micros(),
+        };
+        self.log
+            .check_identity(&identity, self.latest.as_ref())
+            .await?;
+        Ok(identity)
+    }
+}
+
 /// What every start does first, whatever the capture: the preflight (the one `tributary
 /// check` prints), the plugins loaded, the sink opened and the commit log's latest entry read;
 /// `None` when a stop came first.
@@ -304,16 +328,8 @@ async fn judge_slot(
     let mut replication = crate::source::connect::replication(&ends.pg).await?;
     let system = replication.identify_system().await?;
     let database = provision::current_database(client).await?;
-    let identity = PipelineIdentity {
-        format: FORMAT,
-        system_identifier: system.system_id.clone(),
-        database: database.clone(),
-        slot: source.slot.clone(),
-        created_by: ends.writer.clone(),
-        created_at: unix_micros(),
-    };
-    ends.log
-        .check_identity(&identity, ends.latest.as_ref())
+    let identity = ends
+        .identity(&system.system_id, &database, &source.slot)
         .await?;
     let proto_version = proto_version(replication.server_version_num());
     if source.binary && proto_version < 2 {
