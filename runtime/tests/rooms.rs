@@ -1,8 +1,12 @@
 //! The map in `docs/design.md` holds: each room imports only the rooms its row allows, and
 //! the files of the pure rooms import no tokio, no socket and no file system.
 //!
-//! Read from the sources, so a change that breaks the layering fails here with the file and the
-//! import named, rather than going unnoticed until the next review.
+//! No library function is longer than [`MAX_FUNCTION_LINES`]: a longer one is split into
+//! named steps.
+//!
+//! Read from the sources, so a change that breaks the layering (or grows a function past the
+//! limit) fails here with the file and the import (or the function) named, rather than going
+//! unnoticed until the next review.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -112,8 +116,8 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The file's code outside its tests and comments: test modules may use what they like.
-fn production_code(relative: &str, text: &str) -> Option<String> {
+/// The file's code outside its tests, comments kept; `None` for a file of tests.
+fn library_code<'a>(relative: &str, text: &'a str) -> Option<&'a str> {
     let name = Path::new(relative);
     let test_file = name
         .file_stem()
@@ -123,10 +127,15 @@ fn production_code(relative: &str, text: &str) -> Option<String> {
     if test_file {
         return None;
     }
-    let code = match text.find("#[cfg(test)]") {
+    Some(match text.find("#[cfg(test)]") {
         Some(at) => &text[..at],
         None => text,
-    };
+    })
+}
+
+/// The file's code outside its tests and comments: test modules may use what they like.
+fn production_code(relative: &str, text: &str) -> Option<String> {
+    let code = library_code(relative, text)?;
     let lines: Vec<&str> = code
         .lines()
         .filter(|l| !l.trim_start().starts_with("//"))
@@ -134,20 +143,31 @@ fn production_code(relative: &str, text: &str) -> Option<String> {
     Some(lines.join("\n"))
 }
 
-fn files() -> Vec<(String, String)> {
+/// Every source file under `src`, by its path relative to it, with its text.
+fn sources() -> Vec<(String, String)> {
     let root = src();
     let mut paths = Vec::new();
     rust_files(&root, &mut paths);
     paths.sort();
     paths
         .into_iter()
-        .filter_map(|path| {
+        .map(|path| {
             let relative = path
                 .strip_prefix(&root)
                 .expect("under src")
                 .to_string_lossy()
                 .replace('\\', "/");
             let text = fs::read_to_string(&path).expect("read a source file");
+            (relative, text)
+        })
+        .collect()
+}
+
+/// Every library file's code outside its tests and comments.
+fn files() -> Vec<(String, String)> {
+    sources()
+        .into_iter()
+        .filter_map(|(relative, text)| {
             production_code(&relative, &text).map(|code| (relative, code))
         })
         .collect()
@@ -232,4 +252,84 @@ fn pure_files_do_no_io() {
         "files of pure rooms that name IO:\n{}",
         wrong.join("\n")
     );
+}
+
+/// The most lines a library function may take, from its `fn` line to its closing brace.
+const MAX_FUNCTION_LINES: usize = 150;
+
+/// The name of the function a line declares (`pub(crate) async fn name(...`), if it does.
+fn declared_fn(line: &str) -> Option<&str> {
+    let mut words = line.split_whitespace();
+    let mut word = words.next()?;
+    while word.starts_with("pub") || ["async", "const", "unsafe", "extern", "\"C\""].contains(&word)
+    {
+        word = words.next()?;
+    }
+    if word != "fn" {
+        return None;
+    }
+    let name = words.next()?;
+    let end = name
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(name.len());
+    Some(&name[..end])
+}
+
+/// The functions of `code` with a body, each with its length in lines: from the `fn` line to
+/// the closing brace at the same indent (a body on one line, or none, is not counted).
+fn function_lengths(code: &str) -> Vec<(&str, usize)> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut found = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let Some(name) = declared_fn(line) else {
+            continue;
+        };
+        let indent = &line[..line.len() - line.trim_start().len()];
+        let closing = format!("{indent}}}");
+        let mut opened = false;
+        for (offset, next) in lines[at..].iter().enumerate() {
+            let next = next.trim_end();
+            if !opened && next.ends_with(';') {
+                // A declaration without a body (a trait's).
+                break;
+            }
+            if offset == 0 && next.contains('{') && next.ends_with('}') {
+                // A body on the same line.
+                break;
+            }
+            opened |= next.ends_with('{');
+            if opened && offset > 0 && next == closing {
+                found.push((name, offset + 1));
+                break;
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_library_function_is_longer_than_the_limit() {
+    let mut long = Vec::new();
+    for (file, text) in sources() {
+        let Some(code) = library_code(&file, &text) else {
+            continue;
+        };
+        for (name, lines) in function_lengths(code) {
+            if lines > MAX_FUNCTION_LINES {
+                long.push(format!("{file}: fn {name} is {lines} lines"));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "library functions longer than {MAX_FUNCTION_LINES} lines; split each into named steps:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn function_lengths_count_from_the_fn_line_to_its_closing_brace() {
+    let code = "pub(crate) async fn outer(\n    a: u8,\n) -> u8 {\n    fn inner() {}\n    a\n}\n\
+                trait T {\n    fn declared(&self)\n        -> u8;\n    fn given(&self) -> u8 {\n        1\n    }\n}\n";
+    assert_eq!(function_lengths(code), [("outer", 6), ("given", 3)]);
 }

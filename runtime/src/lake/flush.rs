@@ -298,6 +298,14 @@ impl Flight {
 
 const PUBLISHING: &str = "committing to the Delta tables";
 
+/// Whether every flight before the one polled has its commit entry, and is in its tables:
+/// entries and Delta commits are made in sequence order.
+#[derive(Clone, Copy)]
+struct Earlier {
+    committed: bool,
+    published: bool,
+}
+
 /// Lands encoded flushes in order. See the module docs.
 pub struct FlushMachine {
     checkpoint: Checkpoint,
@@ -731,17 +739,7 @@ impl FlushMachine {
             return Some(action);
         }
         if self.stopped.is_some() {
-            let (sequence, files, parts, state) =
-                self.abandon.iter_mut().find(|a| a.3 == State::Waiting)?;
-            state.issue();
-            return Some(Action::Abandon {
-                id: ActionId {
-                    sequence: *sequence,
-                    step: Step::Abandon,
-                },
-                files: files.clone(),
-                parts: *parts,
-            });
+            return self.abandon_action();
         }
         let uploads = self
             .flights
@@ -749,124 +747,20 @@ impl FlushMachine {
             .flat_map(|f| &f.uploads)
             .filter(|s| s.is_issued())
             .count();
-        let mut earlier_committed = true;
-        let mut earlier_published = true;
+        let mut earlier = Earlier {
+            committed: true,
+            published: true,
+        };
         for index in 0..self.flights.len() {
-            let flight = &mut self.flights[index];
-            let sequence = flight.flush.sequence;
-            for (p, part) in flight.parts.iter_mut().enumerate() {
-                if part.intent.due(now) {
-                    part.intent.issue();
-                    let files = flight.flush.files[part.files.clone()]
-                        .iter()
-                        .map(|(f, _)| f.path.clone())
-                        .collect();
-                    return Some(Action::WriteIntent {
-                        id: ActionId {
-                            sequence,
-                            step: Step::Intent(p as u32),
-                        },
-                        files,
-                    });
-                }
-                if part.intent != State::Done || uploads >= MAX_UPLOADS {
-                    continue;
-                }
-                for k in part.files.clone() {
-                    let state = &mut flight.uploads[k];
-                    if state.due(now) {
-                        state.issue();
-                        let (file, bytes) = &flight.flush.files[k];
-                        return Some(Action::Upload {
-                            id: ActionId {
-                                sequence,
-                                step: Step::Upload(k),
-                            },
-                            path: file.path.clone(),
-                            bytes: bytes.clone(),
-                            size: file.bytes,
-                        });
-                    }
-                }
+            if let Some(action) = self.part_action(index, now, uploads) {
+                return Some(action);
             }
-            if earlier_committed && flight.uploaded() && flight.commit.due(now) {
-                flight.commit.issue();
-                let kind = match (flight.flush.advance, flight.flush.chunk) {
-                    (true, _) => EntryKind::Advance,
-                    (false, true) => EntryKind::Load,
-                    (false, false) => EntryKind::Flush,
-                };
-                let entry = flight.entry.get_or_insert_with(|| CommitEntry {
-                    format: FORMAT,
-                    kind,
-                    sequence,
-                    writer: self.writer.clone(),
-                    slot: self.slot.clone(),
-                    first_commit_lsn: flight.flush.first_commit_lsn,
-                    last_commit_lsn: flight.flush.last_commit_lsn,
-                    last_end_lsn: flight.flush.last_end_lsn,
-                    transactions: flight.flush.transactions,
-                    changes: flight.flush.changes,
-                    files: flight.flush.files.iter().map(|(f, _)| f.clone()).collect(),
-                    plugins: flight
-                        .flush
-                        .plugins
-                        .as_deref()
-                        .map_or_else(|| self.plugins.clone(), <[PluginRecord]>::to_vec),
-                    committed_at: unix_micros,
-                    accepted_gap: None,
-                    dead_letters: self.checkpoint.dead_letters() + flight.flush.dead_letters,
-                    timeline: self.timeline,
-                    accepted_timeline: None,
-                    failover: self.failover.take(),
-                    started_from: None,
-                    load: flight.flush.load.clone(),
-                    tables_through: self.tables_through,
-                });
-                return Some(Action::Commit {
-                    id: ActionId {
-                        sequence,
-                        step: Step::Commit,
-                    },
-                    entry: Box::new(entry.clone()),
-                });
+            if let Some(action) = self.landing_action(index, now, unix_micros, earlier) {
+                return Some(action);
             }
-            if earlier_published
-                && flight.commit == State::Done
-                && flight.flush.tables.is_empty()
-                && flight.publish == State::Waiting
-            {
-                // Nothing to add to a table: in its tables once the flushes before it are.
-                flight.publish = State::Done;
-                self.published(index);
-                return self.pending.pop_front();
-            }
-            if earlier_published && flight.commit == State::Done && flight.publish.due(now) {
-                flight.publish.issue();
-                return Some(Action::Publish {
-                    id: ActionId {
-                        sequence,
-                        step: Step::Publish,
-                    },
-                    files: flight.flush.tables.clone(),
-                });
-            }
-            if flight.landed && flight.clear == State::Waiting && flight.flush.files.is_empty() {
-                // No part wrote an intent.
-                flight.clear = State::Done;
-            }
-            if flight.landed && flight.clear == State::Waiting {
-                flight.clear.issue();
-                return Some(Action::ClearIntent {
-                    id: ActionId {
-                        sequence,
-                        step: Step::ClearIntent,
-                    },
-                    parts: flight.parts.len() as u32,
-                });
-            }
-            earlier_committed &= flight.commit == State::Done;
-            earlier_published &= flight.publish == State::Done;
+            let flight = &self.flights[index];
+            earlier.committed &= flight.commit == State::Done;
+            earlier.published &= flight.publish == State::Done;
         }
         // Landed flights whose intent is handled are finished, in order.
         while self
@@ -877,6 +771,167 @@ impl FlushMachine {
             self.flights.pop_front();
         }
         None
+    }
+
+    /// Once stopped, only removing what flushes that lost their sequence wrote is left: the
+    /// next of those removals not yet issued.
+    fn abandon_action(&mut self) -> Option<Action> {
+        let (sequence, files, parts, state) =
+            self.abandon.iter_mut().find(|a| a.3 == State::Waiting)?;
+        state.issue();
+        Some(Action::Abandon {
+            id: ActionId {
+                sequence: *sequence,
+                step: Step::Abandon,
+            },
+            files: files.clone(),
+            parts: *parts,
+        })
+    }
+
+    /// The next intent or upload due of flight `index`'s parts: a part's files go up only
+    /// once its intent names them, and at most [`MAX_UPLOADS`] (`uploads` are issued) at once.
+    fn part_action(&mut self, index: usize, now: Instant, uploads: usize) -> Option<Action> {
+        let flight = &mut self.flights[index];
+        let sequence = flight.flush.sequence;
+        for (p, part) in flight.parts.iter_mut().enumerate() {
+            if part.intent.due(now) {
+                part.intent.issue();
+                let files = flight.flush.files[part.files.clone()]
+                    .iter()
+                    .map(|(f, _)| f.path.clone())
+                    .collect();
+                return Some(Action::WriteIntent {
+                    id: ActionId {
+                        sequence,
+                        step: Step::Intent(p as u32),
+                    },
+                    files,
+                });
+            }
+            if part.intent != State::Done || uploads >= MAX_UPLOADS {
+                continue;
+            }
+            for k in part.files.clone() {
+                let state = &mut flight.uploads[k];
+                if state.due(now) {
+                    state.issue();
+                    let (file, bytes) = &flight.flush.files[k];
+                    return Some(Action::Upload {
+                        id: ActionId {
+                            sequence,
+                            step: Step::Upload(k),
+                        },
+                        path: file.path.clone(),
+                        bytes: bytes.clone(),
+                        size: file.bytes,
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    /// The next step due of flight `index` once its files are up: its commit entry, its Delta
+    /// commits, and removing its intents once landed. Entries and Delta commits go in sequence
+    /// order, each only after every `earlier` flight's.
+    fn landing_action(
+        &mut self,
+        index: usize,
+        now: Instant,
+        unix_micros: i64,
+        earlier: Earlier,
+    ) -> Option<Action> {
+        let flight = &mut self.flights[index];
+        let sequence = flight.flush.sequence;
+        if earlier.committed && flight.uploaded() && flight.commit.due(now) {
+            flight.commit.issue();
+            if flight.entry.is_none() {
+                let entry = self.entry(index, unix_micros);
+                self.flights[index].entry = Some(entry);
+            }
+            let entry = self.flights[index].entry.clone();
+            return Some(Action::Commit {
+                id: ActionId {
+                    sequence,
+                    step: Step::Commit,
+                },
+                entry: Box::new(entry.expect("built just now or at an earlier attempt")),
+            });
+        }
+        if earlier.published
+            && flight.commit == State::Done
+            && flight.flush.tables.is_empty()
+            && flight.publish == State::Waiting
+        {
+            // Nothing to add to a table: in its tables once the flushes before it are.
+            flight.publish = State::Done;
+            self.published(index);
+            return self.pending.pop_front();
+        }
+        if earlier.published && flight.commit == State::Done && flight.publish.due(now) {
+            flight.publish.issue();
+            return Some(Action::Publish {
+                id: ActionId {
+                    sequence,
+                    step: Step::Publish,
+                },
+                files: flight.flush.tables.clone(),
+            });
+        }
+        if flight.landed && flight.clear == State::Waiting && flight.flush.files.is_empty() {
+            // No part wrote an intent.
+            flight.clear = State::Done;
+        }
+        if flight.landed && flight.clear == State::Waiting {
+            flight.clear.issue();
+            return Some(Action::ClearIntent {
+                id: ActionId {
+                    sequence,
+                    step: Step::ClearIntent,
+                },
+                parts: flight.parts.len() as u32,
+            });
+        }
+        None
+    }
+
+    /// The commit entry of flight `index`, stamped `unix_micros`. Built once, at the first
+    /// attempt, so that every retry writes the same bytes; it carries a promotion the reader
+    /// followed since the last entry.
+    fn entry(&mut self, index: usize, unix_micros: i64) -> CommitEntry {
+        let flush = &self.flights[index].flush;
+        let kind = match (flush.advance, flush.chunk) {
+            (true, _) => EntryKind::Advance,
+            (false, true) => EntryKind::Load,
+            (false, false) => EntryKind::Flush,
+        };
+        CommitEntry {
+            format: FORMAT,
+            kind,
+            sequence: flush.sequence,
+            writer: self.writer.clone(),
+            slot: self.slot.clone(),
+            first_commit_lsn: flush.first_commit_lsn,
+            last_commit_lsn: flush.last_commit_lsn,
+            last_end_lsn: flush.last_end_lsn,
+            transactions: flush.transactions,
+            changes: flush.changes,
+            files: flush.files.iter().map(|(f, _)| f.clone()).collect(),
+            plugins: flush
+                .plugins
+                .as_deref()
+                .map_or_else(|| self.plugins.clone(), <[PluginRecord]>::to_vec),
+            committed_at: unix_micros,
+            accepted_gap: None,
+            dead_letters: self.checkpoint.dead_letters() + flush.dead_letters,
+            timeline: self.timeline,
+            accepted_timeline: None,
+            failover: self.failover.take(),
+            started_from: None,
+            load: flush.load.clone(),
+            tables_through: self.tables_through,
+        }
     }
 
     /// When a retry is due, if one waits.

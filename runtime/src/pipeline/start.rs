@@ -49,8 +49,8 @@ use crate::lake::sink::Sink;
 use crate::lake::tables::{Keeping, Tables};
 use crate::source::catalog::Catalog;
 use crate::source::prerequisites::Capture;
-use crate::source::provision::{self, Ensured, ProvisionError, SlotHolder};
-use crate::source::replication::{ReplicationConnection, ReplicationStream};
+use crate::source::provision::{self, Ensured, ProvisionError, SlotHolder, SlotState};
+use crate::source::replication::{ReplicationConnection, ReplicationStream, SystemIdentity};
 use crate::source::snapshot::{Snapshot, SnapshotError};
 use crate::stream::load::LoadState;
 use crate::transform::TransformChain;
@@ -94,15 +94,46 @@ pub(super) struct Started {
 
 /// What a start has opened when it turns to one capture mode or the other.
 pub(super) struct Opening {
+    /// The plugins' instances, handed on to the transform stage untouched.
+    pub transforms: TransformChain,
+    pub plugins: Vec<PluginRecord>,
+    pub ends: Ends,
+}
+
+/// The source and the sink a start talks to, and the writer it writes as: what the steps of
+/// a start borrow (the transforms, which cannot be shared between threads, stay out).
+pub(super) struct Ends {
     pub writer: Writer,
     pub pg: crate::source::connect::PgConfig,
     pub client: Client,
-    pub transforms: TransformChain,
-    pub plugins: Vec<PluginRecord>,
     pub sink: Sink,
     pub log: CommitLog,
     /// The commit log's latest entry, as first read.
     pub latest: Option<CommitEntry>,
+}
+
+impl Ends {
+    /// The pipeline this start is (server, database, and slot or journal), refused unless the
+    /// sink is empty or already belongs to it.
+    pub(super) async fn identity(
+        &self,
+        system_identifier: &str,
+        database: &str,
+        slot: &str,
+    ) -> Result<PipelineIdentity, PipelineError> {
+        let identity = PipelineIdentity {
+            format: FORMAT,
+            system_identifier: system_identifier.to_owned(),
+            database: database.to_owned(),
+            slot: slot.to_owned(),
+            created_by: self.writer.clone(),
+            created_at: unix_micros(),
+        };
+        self.log
+            .check_identity(&identity, self.latest.as_ref())
+            .await?;
+        Ok(identity)
+    }
 }
 
 /// What every start does first, whatever the capture: the preflight (the one `tributary
@@ -144,14 +175,16 @@ pub(super) async fn open(
         log.latest()
     )?;
     let opening = Opening {
-        writer,
-        pg,
-        client,
         transforms,
         plugins,
-        sink,
-        log,
-        latest,
+        ends: Ends {
+            writer,
+            pg,
+            client,
+            sink,
+            log,
+            latest,
+        },
     };
     Ok(Some((choice.capture, opening)))
 }
@@ -166,37 +199,146 @@ pub(super) async fn start_slot(
 ) -> Result<Option<Started>, PipelineError> {
     let source = &config.source;
     let Opening {
-        writer,
-        pg,
-        client,
         transforms,
         plugins,
-        sink,
-        log,
-        latest,
+        ends,
     } = opening;
-    let mut stop = shutdown.clone();
-    let limit = config.retry.limit();
-    let mut replication = crate::source::connect::replication(&pg).await?;
-    let system = replication.identify_system().await?;
-    let database = provision::current_database(&client).await?;
-    let identity = PipelineIdentity {
-        format: FORMAT,
-        system_identifier: system.system_id.clone(),
-        database: database.clone(),
-        slot: source.slot.clone(),
-        created_by: writer.clone(),
-        created_at: unix_micros(),
+    // 1. What can refuse once the server and the log can be compared.
+    let (mut replication, facts) = judge_slot(source, options, &ends).await?;
+
+    // 2. Provisioning.
+    let (catalog, anchor) =
+        provision_slot(config, shutdown, &ends, &mut replication, &facts).await?;
+
+    // 3. Holding the slot.
+    let start_at = facts
+        .first_start
+        .map_or(facts.first_read.confirmed(), |f| f.at);
+    let Some(stream) = hold_slot(
+        &ends.pg,
+        &ends.client,
+        replication,
+        source,
+        facts.proto_version,
+        start_at,
+        options,
+        shutdown,
+    )
+    .await?
+    else {
+        return Ok(None);
     };
-    log.check_identity(&identity, latest.as_ref()).await?;
+
+    // 4. Taking over the log.
+    let taken = take_over_slot(config, options, shutdown, &ends, &facts, &stream, start_at).await?;
+    let first_start = facts.first_start.filter(|_| !taken.resumed);
+    announce(
+        source,
+        &taken.tracked,
+        &plugins,
+        first_start.as_ref(),
+        &taken.checkpoint,
+        &ends.sink,
+        &ends.writer,
+    );
+    let Ends { pg, log, .. } = ends;
+    let load = taken
+        .opened
+        .load
+        .clone()
+        .map(|state| LoadJob { anchor, state });
+    let reconnect = Reconnect {
+        retry_limit: config.retry.limit(),
+        pg,
+        slot: source.slot.clone(),
+        options: stream_options(source, facts.proto_version),
+        status_interval: Duration::from_secs(source.status_interval_secs),
+        confirmer: stream.confirmer(),
+        system_id: facts.system.system_id.clone(),
+        timeline: facts.system.timeline,
+        failover: source.failover,
+        followed: tokio::sync::watch::channel(None).0,
+    };
+    Ok(Some(Started {
+        log,
+        checkpoint: taken.checkpoint,
+        opened: taken.opened,
+        transforms,
+        plugins,
+        followed: reconnect.followed.subscribe(),
+        pg: reconnect.pg.clone(),
+        feed: Feed::slot(stream, reconnect),
+        proto_version: facts.proto_version,
+        catalog,
+        timeline: facts.system.timeline,
+        load,
+        tracked: taken.tracked,
+        tables: taken.tables,
+        name: source.slot.clone(),
+    }))
+}
+
+/// What a slot's start found while judging whether it may start, for the steps after.
+struct SlotFacts {
+    system: SystemIdentity,
+    database: String,
+    /// The pipeline the sink is to belong to.
+    identity: PipelineIdentity,
+    proto_version: u32,
+    /// The commit log as first read.
+    first_read: Checkpoint,
+    /// Where the lake's timeline ended in the server's history, or why the move cannot be
+    /// followed.
+    switch: preflight::Switch,
+    /// The slot as found: `None` when this start creates it.
+    slot: Option<SlotState>,
+    /// A first run's decision, made from the log as first read.
+    first_start: Option<FirstStart>,
+}
+
+impl SlotFacts {
+    /// A first run with a full load: the slot is created with the load's snapshot.
+    fn full_load(&self) -> bool {
+        self.first_start.is_some_and(|f| f.from == StartFrom::Full)
+    }
+
+    /// The record of something this start created, for `tributary teardown`.
+    fn created(&self, kind: ProvisionedKind, name: &str, writer: &Writer) -> Provisioned {
+        Provisioned {
+            kind,
+            name: name.to_owned(),
+            database: self.database.clone(),
+            system_identifier: self.system.system_id.clone(),
+            created_by: writer.clone(),
+            created_at: unix_micros(),
+        }
+    }
+}
+
+/// Step 1 for a slot: whether the sink is this pipeline's, the server's protocol suits the
+/// options, the server's timeline the lake's, and the slot (or its absence) the log; and on a
+/// first run, where it starts. Nothing is created before all of them pass. Returns the
+/// replication connection the slot is later created and held on.
+async fn judge_slot(
+    source: &SourceConfig,
+    options: &RunOptions,
+    ends: &Ends,
+) -> Result<(ReplicationConnection, SlotFacts), PipelineError> {
+    let client = &ends.client;
+    let mut replication = crate::source::connect::replication(&ends.pg).await?;
+    let system = replication.identify_system().await?;
+    let database = provision::current_database(client).await?;
+    let identity = ends
+        .identity(&system.system_id, &database, &source.slot)
+        .await?;
     let proto_version = proto_version(replication.server_version_num());
     if source.binary && proto_version < 2 {
         return Err(PipelineError::BinaryUnsupported(proto_version));
     }
-    let first_read = Checkpoint::from_entry(latest.as_ref());
+    let first_read = Checkpoint::from_entry(ends.latest.as_ref());
     // Another timeline than the lake's: a promotion the pipeline may follow by itself.
     let (switch, judged) = preflight::judge_timeline(
-        &client,
+        client,
         Some(&mut replication),
         source,
         &first_read,
@@ -205,7 +347,7 @@ pub(super) async fn start_slot(
     )
     .await?;
     judged?;
-    let slot = provision::slot_state(&client, &source.slot).await?;
+    let slot = provision::slot_state(client, &source.slot).await?;
     match &slot {
         Some(state) => provision::check_slot(&source.slot, state, &database)?,
         None => {
@@ -223,134 +365,187 @@ pub(super) async fn start_slot(
             source.start_from,
             &source.slot,
             slot.as_ref(),
-            provision::current_wal_lsn(&client).await?,
+            provision::current_wal_lsn(client).await?,
         )?),
         _ => None,
     };
-
-    // 2. Provisioning.
-    let created = |kind, name: &str| Provisioned {
-        kind,
-        name: name.to_owned(),
-        database: database.clone(),
-        system_identifier: system.system_id.clone(),
-        created_by: writer.clone(),
-        created_at: unix_micros(),
+    let facts = SlotFacts {
+        system,
+        database,
+        identity,
+        proto_version,
+        first_read,
+        switch,
+        slot,
+        first_start,
     };
-    if provision::ensure_publication(&client, source).await? == Ensured::Created {
-        let record = created(ProvisionedKind::Publication, &source.publication);
-        with_retry!(
-            "recording the publication created",
-            Lsn::ZERO,
-            limit,
-            &mut stop,
-            log.record_created(&record)
-        )?;
+    Ok((replication, facts))
+}
+
+/// Step 2 for a slot: the publication, the replica identities, the catalog (checked against
+/// the tables in binary mode), the slot if missing, and with `source.failover` an existing
+/// slot made a failover slot. What is created is recorded in the sink. Returns the catalog,
+/// and the snapshot a first run's full load reads, when the slot was created with it.
+async fn provision_slot(
+    config: &PipelineConfig,
+    shutdown: &Shutdown,
+    ends: &Ends,
+    replication: &mut ReplicationConnection,
+    facts: &SlotFacts,
+) -> Result<(Catalog, Option<Snapshot>), PipelineError> {
+    let source = &config.source;
+    let client = &ends.client;
+    if provision::ensure_publication(client, source).await? == Ensured::Created {
+        let record = facts.created(
+            ProvisionedKind::Publication,
+            &source.publication,
+            &ends.writer,
+        );
+        let recording = "recording the publication created";
+        record_created(config, shutdown, &ends.log, &record, recording).await?;
     }
-    provision::check_replica_identity(&client, source).await?;
-    let mut catalog = Catalog::new(pg.clone(), source.binary);
+    provision::check_replica_identity(client, source).await?;
+    let mut catalog = Catalog::new(ends.pg.clone(), source.binary);
     if source.binary {
         catalog
-            .check_tables(&provision::table_columns(&client, source).await?)
+            .check_tables(&provision::table_columns(client, source).await?)
             .await?;
     }
-    let full = first_start.is_some_and(|f| f.from == StartFrom::Full);
-    let mut anchor = None;
-    if slot.is_none() {
-        // A first run with a full load creates the slot exporting its snapshot: the load reads
-        // exactly what the slot does not stream.
-        let made = match full {
-            true => match Snapshot::take_with(&pg, &source.slot, true, source.failover).await {
-                Ok(snapshot) => {
-                    let at = snapshot.consistent_point();
-                    anchor = Some(snapshot);
-                    Ok(at)
-                }
-                Err(SnapshotError::Slot(e)) => Err(e),
-                Err(e) => return Err(e.into()),
-            },
-            false if source.failover => replication
-                .create_failover_slot(&source.slot, false)
-                .await
-                .map(|made| made.consistent_point),
-            false => replication
-                .create_logical_slot(&source.slot)
-                .await
-                .map(|made| made.consistent_point),
-        };
-        match made {
-            Ok(at) => {
-                tracing::info!(slot = %source.slot, %at, "created slot");
-                let record = created(ProvisionedKind::Slot, &source.slot);
-                with_retry!(
-                    "recording the slot created",
-                    Lsn::ZERO,
-                    limit,
-                    &mut stop,
-                    log.record_created(&record)
-                )?;
-            }
-            // Another instance created it a moment ago: wait for it like for any holder.
-            Err(e) if e.code() == Some(DUPLICATE_OBJECT) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-
-    if source.failover && slot.is_some() {
-        let state = crate::source::failover::slot_failover(&client, &source.slot).await?;
+    let anchor = match facts.slot {
+        None => create_slot(config, shutdown, ends, replication, facts).await?,
+        Some(_) => None,
+    };
+    if source.failover && facts.slot.is_some() {
+        let state = crate::source::failover::slot_failover(client, &source.slot).await?;
         if state.is_some_and(|s| !s.failover) {
             // The check said so: an existing slot becomes a failover slot before it is held.
             replication.make_failover_slot(&source.slot).await?;
             tracing::info!(slot = %source.slot, "made the slot a failover slot (source.failover = true)");
         }
     }
+    Ok((catalog, anchor))
+}
 
-    // 3. Holding the slot.
-    let start_at = first_start.map_or(first_read.confirmed(), |f| f.at);
-    let Some(stream) = hold_slot(
-        &pg,
-        &client,
-        replication,
-        source,
-        proto_version,
-        start_at,
-        options,
-        shutdown,
-    )
-    .await?
-    else {
-        return Ok(None);
+/// Create the missing slot and record it. A first run with a full load creates it exporting
+/// its snapshot (returned): the load reads exactly what the slot does not stream. A slot
+/// another instance created a moment before is no error: it is waited for like any holder.
+async fn create_slot(
+    config: &PipelineConfig,
+    shutdown: &Shutdown,
+    ends: &Ends,
+    replication: &mut ReplicationConnection,
+    facts: &SlotFacts,
+) -> Result<Option<Snapshot>, PipelineError> {
+    let source = &config.source;
+    let mut anchor = None;
+    let made = match facts.full_load() {
+        true => match Snapshot::take_with(&ends.pg, &source.slot, true, source.failover).await {
+            Ok(snapshot) => {
+                let at = snapshot.consistent_point();
+                anchor = Some(snapshot);
+                Ok(at)
+            }
+            Err(SnapshotError::Slot(e)) => Err(e),
+            Err(e) => return Err(e.into()),
+        },
+        false if source.failover => replication
+            .create_failover_slot(&source.slot, false)
+            .await
+            .map(|made| made.consistent_point),
+        false => replication
+            .create_logical_slot(&source.slot)
+            .await
+            .map(|made| made.consistent_point),
     };
+    match made {
+        Ok(at) => {
+            tracing::info!(slot = %source.slot, %at, "created slot");
+            let record = facts.created(ProvisionedKind::Slot, &source.slot, &ends.writer);
+            let recording = "recording the slot created";
+            record_created(config, shutdown, &ends.log, &record, recording).await?;
+        }
+        // Another instance created it a moment ago: wait for it like for any holder.
+        Err(e) if e.code() == Some(DUPLICATE_OBJECT) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(anchor)
+}
 
-    // 4. Taking over the log. The owner record comes first: of two pipelines that found an
-    // empty sink at the same moment, the one that loses it writes nothing at all.
-    log.claim_identity(&identity).await?;
-    let tracked = provision::tracked_tables(&client, source).await?;
+/// Record in the sink what this start created, for `tributary teardown`; retried while the
+/// sink fails as every start-up step in the sink is.
+async fn record_created(
+    config: &PipelineConfig,
+    shutdown: &Shutdown,
+    log: &CommitLog,
+    record: &Provisioned,
+    what: &'static str,
+) -> Result<(), PipelineError> {
+    let mut stop = shutdown.clone();
+    let limit = config.retry.limit();
+    with_retry!(
+        what,
+        Lsn::ZERO,
+        limit,
+        &mut stop,
+        log.record_created(record)
+    )?;
+    Ok(())
+}
+
+/// What taking over the sink settled: the log opened and the tables up to it.
+struct TakenOver {
+    /// The tables the pipeline tracks (`schema.table`).
+    tracked: Vec<String>,
+    checkpoint: Checkpoint,
+    /// The open entry this start appended.
+    opened: CommitEntry,
+    tables: Option<Tables>,
+    /// The log had entries before this start: it resumes rather than starts.
+    resumed: bool,
+}
+
+/// Step 4 for a slot, now that no other consumer can confirm: claim the sink, append the open
+/// entry that fences every earlier writer, make the sink whole, and confirm to the slot what
+/// the sink already holds.
+async fn take_over_slot(
+    config: &PipelineConfig,
+    options: &RunOptions,
+    shutdown: &Shutdown,
+    ends: &Ends,
+    facts: &SlotFacts,
+    stream: &ReplicationStream,
+    start_at: Lsn,
+) -> Result<TakenOver, PipelineError> {
+    let source = &config.source;
+    let log = &ends.log;
+    // The owner record comes first: of two pipelines that found an empty sink at the same
+    // moment, the one that loses it writes nothing at all.
+    log.claim_identity(&facts.identity).await?;
+    let tracked = provision::tracked_tables(&ends.client, source).await?;
     let (checkpoint, opened) = open_log(
-        &log,
-        &client,
+        log,
+        &ends.client,
         options,
         OpenAt {
             slot: true,
             accepted: None,
             name: &source.slot,
-            timeline: system.timeline,
-            switch: &switch,
-            first_start: first_start.as_ref(),
+            timeline: facts.system.timeline,
+            switch: &facts.switch,
+            first_start: facts.first_start.as_ref(),
             start_at,
-            load: full.then(|| tracked.clone()),
+            load: facts.full_load().then(|| tracked.clone()),
             due: None,
         },
-        limit,
+        config.retry.limit(),
         shutdown,
     )
     .await?;
-    let load = opened.load.clone().map(|state| LoadJob { anchor, state });
     let tables = settle_sink(
         config,
-        &sink,
-        &log,
-        &identity,
+        &ends.sink,
+        log,
+        &facts.identity,
         &checkpoint,
         &opened,
         shutdown,
@@ -361,59 +556,42 @@ pub(super) async fn start_slot(
     stream.confirm(checkpoint.confirmed());
     let resumed = opened.started_from.is_none();
     if resumed {
-        let first = with_retry!(
-            "reading the first commit entry",
-            checkpoint.confirmed(),
-            limit,
-            &mut stop,
-            log.read_entry(1)
-        )?
-        .and_then(|e| e.started_from);
-        if let Some(ignored) =
-            position::ignored(source.start_from, first.as_ref(), checkpoint.confirmed())
-        {
-            tracing::warn!("{ignored}");
-        }
+        warn_start_from_ignored(config, shutdown, log, &checkpoint).await?;
     }
-    let first_start = first_start.filter(|_| !resumed);
-    announce(
-        source,
-        &tracked,
-        &plugins,
-        first_start.as_ref(),
-        &checkpoint,
-        &sink,
-        &writer,
-    );
-    let reconnect = Reconnect {
-        retry_limit: limit,
-        pg,
-        slot: source.slot.clone(),
-        options: stream_options(source, proto_version),
-        status_interval: Duration::from_secs(source.status_interval_secs),
-        confirmer: stream.confirmer(),
-        system_id: system.system_id.clone(),
-        timeline: system.timeline,
-        failover: source.failover,
-        followed: tokio::sync::watch::channel(None).0,
-    };
-    Ok(Some(Started {
-        log,
+    Ok(TakenOver {
+        tracked,
         checkpoint,
         opened,
-        transforms,
-        plugins,
-        followed: reconnect.followed.subscribe(),
-        pg: reconnect.pg.clone(),
-        feed: Feed::slot(stream, reconnect),
-        proto_version,
-        catalog,
-        timeline: system.timeline,
-        load,
-        tracked,
         tables,
-        name: source.slot.clone(),
-    }))
+        resumed,
+    })
+}
+
+/// A resumed run goes on from the log whatever `source.start_from` says now: say so when it
+/// says something else than the first run started from.
+async fn warn_start_from_ignored(
+    config: &PipelineConfig,
+    shutdown: &Shutdown,
+    log: &CommitLog,
+    checkpoint: &Checkpoint,
+) -> Result<(), PipelineError> {
+    let mut stop = shutdown.clone();
+    let first = with_retry!(
+        "reading the first commit entry",
+        checkpoint.confirmed(),
+        config.retry.limit(),
+        &mut stop,
+        log.read_entry(1)
+    )?
+    .and_then(|e| e.started_from);
+    if let Some(ignored) = position::ignored(
+        config.source.start_from,
+        first.as_ref(),
+        checkpoint.confirmed(),
+    ) {
+        tracing::warn!("{ignored}");
+    }
+    Ok(())
 }
 
 /// Make the sink whole for this run: remove what flushes that can never commit left, and with

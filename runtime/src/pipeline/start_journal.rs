@@ -25,17 +25,18 @@ use super::load::LoadJob;
 use super::messages::Shutdown;
 use super::position::FirstStart;
 use super::preflight;
-use super::start::{OpenAt, Opening, Started, open_log, plugin_names, settle_sink};
+use super::start::{Ends, OpenAt, Opening, Started, open_log, plugin_names, settle_sink};
 use crate::Lsn;
-use crate::config::{PipelineConfig, StartFrom};
+use crate::config::{PipelineConfig, SourceConfig, StartFrom};
 use crate::lake::commit::{
-    AcceptedGap, Checkpoint, FORMAT, PipelineIdentity, Provisioned, ProvisionedKind, journal_name,
-    unix_micros,
+    AcceptedGap, Checkpoint, CommitEntry, PipelineIdentity, PluginRecord, Provisioned,
+    ProvisionedKind, journal_name, unix_micros,
 };
+use crate::lake::tables::Tables;
 use crate::source::catalog::Catalog;
 use crate::source::provision::{self, ProvisionError};
 use crate::source::snapshot::Snapshot;
-use crate::source::trigger::owner::Claim;
+use crate::source::trigger::owner::{Claim, JournalOwner};
 use crate::source::trigger::poll::Tick;
 use crate::source::trigger::{capture, install};
 use crate::stream::load::LoadState;
@@ -53,149 +54,45 @@ pub(super) async fn start(
     opening: Opening,
 ) -> Result<Option<Started>, PipelineError> {
     let Opening {
-        writer,
-        pg,
-        client,
         transforms,
         plugins,
-        sink,
-        log,
-        latest,
+        ends,
     } = opening;
     let source = &config.source;
     let schema = &source.trigger_schema;
-    let name = journal_name(schema);
 
     // 1. Refusals.
-    let (system_id, timeline) = capture::identify(&client).await?;
-    let database = provision::current_database(&client).await?;
-    let identity = PipelineIdentity {
-        format: FORMAT,
-        system_identifier: system_id.clone(),
-        database: database.clone(),
-        slot: name.clone(),
-        created_by: writer.clone(),
-        created_at: unix_micros(),
-    };
-    log.check_identity(&identity, latest.as_ref()).await?;
-    let first_read = Checkpoint::from_entry(latest.as_ref());
-    // The journal is a table: a promoted standby has it as far as it replayed, which may be
-    // short of what landed. A move is taken only when named by --accept-gap.
-    let (switch, judged) = preflight::judge_timeline(
-        &client,
-        None,
-        source,
-        &first_read,
-        timeline,
-        options.accept_gap.as_deref(),
-    )
-    .await?;
-    judged?;
-    let first_start = match first_read.sequence() {
-        0 => Some(first_start(source.start_from)?),
-        _ => None,
-    };
-    // The journal must hold every change after the lake's end: one that is new, installed
-    // again, or another sink's is refused unless --accept-gap names it.
-    let (found, judged) = install::judge_journal(
-        &client,
-        schema,
-        super::position::lake_end(&first_read),
-        sink.url(),
-        options.accept_gap.as_deref(),
-    )
-    .await?;
-    let claim = judged.map_err(ProvisionError::from)?;
-    let tracked = provision::tracked_tables(&client, source).await?;
+    let facts = judge_journal(source, options, &ends).await?;
 
     // 2. Holding the journal.
-    let mut reader = crate::source::connect::sql(&pg).await?;
+    let mut reader = crate::source::connect::sql(&ends.pg).await?;
     if !hold(&reader, schema, options, shutdown).await? {
         return Ok(None);
     }
 
     // 3. Provisioning.
-    let claiming = install::Claiming {
-        sink: sink.url(),
-        judged: found.as_ref(),
-        claim: &claim,
-    };
-    install_capture(&mut reader, schema, &tracked, &claiming).await?;
-    let accepted = matches!(claim, Claim::Take { gap: Some(_), .. }).then(|| AcceptedGap {
-        from: first_read.confirmed(),
-        to: first_read.confirmed(),
-    });
-    let record = Provisioned {
-        kind: ProvisionedKind::TriggerCapture,
-        name: schema.clone(),
-        database: database.clone(),
-        system_identifier: system_id.clone(),
-        created_by: writer.clone(),
-        created_at: unix_micros(),
-    };
-    log.record_created(&record).await?;
+    let accepted = provision_journal(&mut reader, schema, &ends, &facts).await?;
 
     // 4. Taking over the log, and opening the journal where the lake ends (with a load of
     // every table when the pipeline asked for one).
-    log.claim_identity(&identity).await?;
-    let due = capture::load_due(&reader, schema).await?;
-    if due {
-        tracing::info!(%schema, "a load of every table is due: a column came into a current-state table holding rows");
-    }
-    let (checkpoint, opened) = open_log(
-        &log,
-        &client,
-        options,
-        OpenAt {
-            slot: false,
-            accepted,
-            name: &name,
-            timeline,
-            switch: &switch,
-            first_start: first_start.as_ref(),
-            start_at: Lsn::ZERO,
-            load: first_start
-                .is_some_and(|f| f.from == StartFrom::Full)
-                .then(|| tracked.clone()),
-            due: due.then(|| tracked.clone()),
-        },
-        config.retry.limit(),
-        shutdown,
-    )
-    .await?;
-    let tables = settle_sink(
-        config,
-        &sink,
-        &log,
-        &identity,
-        &checkpoint,
-        &opened,
-        shutdown,
-    )
-    .await?;
+    let (checkpoint, opened, tables) =
+        take_over_journal(config, options, shutdown, &ends, &facts, &reader, accepted).await?;
     let confirmed = checkpoint.confirmed();
     let load = match opened.load.clone() {
-        Some(state) => Some(take_load(&pg, &mut reader, schema, state, confirmed).await?),
+        Some(state) => Some(take_load(&ends.pg, &mut reader, schema, state, confirmed).await?),
         None => None,
     };
     let capture = capture::TriggerCapture::open(reader, schema, confirmed.0).await?;
-    let resumed = opened.started_from.is_none();
-    tracing::info!(
-        capture = "trigger",
-        mode = %match (resumed, load.is_some()) {
-            (false, true) => "first run with a full load: the tables as the load's snapshot sees them, then the journal after it".to_owned(),
-            (false, false) => "first run from the tail: the changes committed from now on".to_owned(),
-            (true, true) => format!("resuming after position {}, with a full load (one a stop cut short, or one the pipeline asked for)", confirmed.0),
-            (true, false) => format!("resuming after position {}", confirmed.0),
-        },
-        schema = %schema,
-        tables = %tracked.join(", "),
-        plugins = %plugin_names(&plugins),
-        sink = %sink.url(),
-        writer = %writer.id,
-        sequence = checkpoint.sequence(),
-        "streaming"
+    announce(
+        schema,
+        &facts.tracked,
+        &plugins,
+        &ends,
+        &checkpoint,
+        opened.started_from.is_some(),
+        load.is_some(),
     );
+    let Ends { pg, log, .. } = ends;
     let feed = JournalFeed::start(
         capture,
         JournalSource {
@@ -217,12 +114,208 @@ pub(super) async fn start(
         // The journal's frames are pgoutput's newest protocol (without streamed parts).
         proto_version: super::PROTO_VERSION,
         catalog: Catalog::new(pg, false),
-        timeline,
+        timeline: facts.timeline,
         load,
-        tracked,
+        tracked: facts.tracked,
         tables,
-        name,
+        name: facts.name,
     }))
+}
+
+/// What the refusals of a trigger start found, for the steps after.
+struct JournalFacts {
+    /// What the entries name as their source: the journal.
+    name: String,
+    system_id: String,
+    timeline: u32,
+    database: String,
+    /// The pipeline the sink is to belong to.
+    identity: PipelineIdentity,
+    /// The commit log as first read.
+    first_read: Checkpoint,
+    /// Where the lake's timeline ended in the server's history, or why the move cannot be
+    /// followed.
+    switch: preflight::Switch,
+    /// A first run's decision, made from the log as first read.
+    first_start: Option<FirstStart>,
+    /// The journal's owner as found, and how this start is to claim it.
+    found: Option<JournalOwner>,
+    claim: Claim,
+    /// The tables the pipeline tracks (`schema.table`).
+    tracked: Vec<String>,
+}
+
+/// Step 1 in trigger capture: whether the sink is this pipeline's, the server's timeline the
+/// lake's, `source.start_from` one a journal can start from, and the journal the lake (one
+/// that is new, installed again, or another sink's is a gap). Nothing is created before all
+/// of them pass.
+async fn judge_journal(
+    source: &SourceConfig,
+    options: &RunOptions,
+    ends: &Ends,
+) -> Result<JournalFacts, PipelineError> {
+    let client = &ends.client;
+    let schema = &source.trigger_schema;
+    let name = journal_name(schema);
+    let (system_id, timeline) = capture::identify(client).await?;
+    let database = provision::current_database(client).await?;
+    let identity = ends.identity(&system_id, &database, &name).await?;
+    let first_read = Checkpoint::from_entry(ends.latest.as_ref());
+    // The journal is a table: a promoted standby has it as far as it replayed, which may be
+    // short of what landed. A move is taken only when named by --accept-gap.
+    let (switch, judged) = preflight::judge_timeline(
+        client,
+        None,
+        source,
+        &first_read,
+        timeline,
+        options.accept_gap.as_deref(),
+    )
+    .await?;
+    judged?;
+    let first_start = match first_read.sequence() {
+        0 => Some(first_start(source.start_from)?),
+        _ => None,
+    };
+    // The journal must hold every change after the lake's end: one that is new, installed
+    // again, or another sink's is refused unless --accept-gap names it.
+    let (found, judged) = install::judge_journal(
+        client,
+        schema,
+        super::position::lake_end(&first_read),
+        ends.sink.url(),
+        options.accept_gap.as_deref(),
+    )
+    .await?;
+    let claim = judged.map_err(ProvisionError::from)?;
+    let tracked = provision::tracked_tables(client, source).await?;
+    Ok(JournalFacts {
+        name,
+        system_id,
+        timeline,
+        database,
+        identity,
+        first_read,
+        switch,
+        first_start,
+        found,
+        claim,
+        tracked,
+    })
+}
+
+/// Step 3 in trigger capture, with the journal held: install the capture on `reader`,
+/// claiming the journal as judged, and record it in the sink for `tributary teardown`.
+/// Returns the gap `--accept-gap` named, when the claim takes one.
+async fn provision_journal(
+    reader: &mut Client,
+    schema: &str,
+    ends: &Ends,
+    facts: &JournalFacts,
+) -> Result<Option<AcceptedGap>, PipelineError> {
+    let claiming = install::Claiming {
+        sink: ends.sink.url(),
+        judged: facts.found.as_ref(),
+        claim: &facts.claim,
+    };
+    install_capture(reader, schema, &facts.tracked, &claiming).await?;
+    let accepted = matches!(facts.claim, Claim::Take { gap: Some(_), .. }).then(|| AcceptedGap {
+        from: facts.first_read.confirmed(),
+        to: facts.first_read.confirmed(),
+    });
+    let record = Provisioned {
+        kind: ProvisionedKind::TriggerCapture,
+        name: schema.to_owned(),
+        database: facts.database.clone(),
+        system_identifier: facts.system_id.clone(),
+        created_by: ends.writer.clone(),
+        created_at: unix_micros(),
+    };
+    ends.log.record_created(&record).await?;
+    Ok(accepted)
+}
+
+/// Step 4 in trigger capture: claim the sink, append the open entry that fences every
+/// earlier writer (with a load of every table when one is due), and make the sink whole.
+async fn take_over_journal(
+    config: &PipelineConfig,
+    options: &RunOptions,
+    shutdown: &Shutdown,
+    ends: &Ends,
+    facts: &JournalFacts,
+    reader: &Client,
+    accepted: Option<AcceptedGap>,
+) -> Result<(Checkpoint, CommitEntry, Option<Tables>), PipelineError> {
+    let schema = &config.source.trigger_schema;
+    let tracked = &facts.tracked;
+    ends.log.claim_identity(&facts.identity).await?;
+    let due = capture::load_due(reader, schema).await?;
+    if due {
+        tracing::info!(%schema, "a load of every table is due: a column came into a current-state table holding rows");
+    }
+    let (checkpoint, opened) = open_log(
+        &ends.log,
+        &ends.client,
+        options,
+        OpenAt {
+            slot: false,
+            accepted,
+            name: &facts.name,
+            timeline: facts.timeline,
+            switch: &facts.switch,
+            first_start: facts.first_start.as_ref(),
+            start_at: Lsn::ZERO,
+            load: facts
+                .first_start
+                .is_some_and(|f| f.from == StartFrom::Full)
+                .then(|| tracked.clone()),
+            due: due.then(|| tracked.clone()),
+        },
+        config.retry.limit(),
+        shutdown,
+    )
+    .await?;
+    let tables = settle_sink(
+        config,
+        &ends.sink,
+        &ends.log,
+        &facts.identity,
+        &checkpoint,
+        &opened,
+        shutdown,
+    )
+    .await?;
+    Ok((checkpoint, opened, tables))
+}
+
+/// The one line that says a pipeline is streaming from the journal: how it starts (first run
+/// or resumed, with a load or not), what, through which plugins, to which sink.
+fn announce(
+    schema: &str,
+    tracked: &[String],
+    plugins: &[PluginRecord],
+    ends: &Ends,
+    checkpoint: &Checkpoint,
+    first_run: bool,
+    loading: bool,
+) {
+    let confirmed = checkpoint.confirmed();
+    tracing::info!(
+        capture = "trigger",
+        mode = %match (first_run, loading) {
+            (true, true) => "first run with a full load: the tables as the load's snapshot sees them, then the journal after it".to_owned(),
+            (true, false) => "first run from the tail: the changes committed from now on".to_owned(),
+            (false, true) => format!("resuming after position {}, with a full load (one a stop cut short, or one the pipeline asked for)", confirmed.0),
+            (false, false) => format!("resuming after position {}", confirmed.0),
+        },
+        schema = %schema,
+        tables = %tracked.join(", "),
+        plugins = %plugin_names(plugins),
+        sink = %ends.sink.url(),
+        writer = %ends.writer.id,
+        sequence = checkpoint.sequence(),
+        "streaming"
+    );
 }
 
 /// Install capture of `tracked` in `schema`, claiming its journal as judged, and say what was

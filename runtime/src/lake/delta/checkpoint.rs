@@ -106,227 +106,12 @@ fn structure(fields: Vec<(Field, ArrayRef)>, present: &[bool]) -> (DataType, Arr
 pub fn checkpoint(state: &TableState, now_ms: i64) -> (Bytes, u64) {
     let protocol = state.protocol.as_ref().expect("a table has a protocol");
     let metadata = state.metadata.as_ref().expect("a table has metadata");
-    let mut rows = vec![Row::Protocol, Row::Metadata];
-    rows.extend(state.txns.iter().map(|(app, v)| Row::Txn(app, *v)));
-    rows.extend(state.files.values().map(Row::Add));
-    let expired = now_ms.saturating_sub(crate::lake::tables::tend::DEFAULT_RETENTION_MS);
-    rows.extend(
-        state
-            .tombstones
-            .values()
-            .filter(|r| r.deletion_timestamp.is_none_or(|at| at > expired))
-            .map(Row::Remove),
-    );
-    let is = |f: fn(&Row) -> bool| rows.iter().map(f).collect::<Vec<bool>>();
-
-    let add = |f: &dyn Fn(&super::actions::Add) -> Option<i64>| -> ArrayRef {
-        Arc::new(Int64Array::from_iter(rows.iter().map(|r| match r {
-            Row::Add(a) => f(a),
-            _ => None,
-        })))
-    };
-    let add_text = |f: &dyn Fn(&super::actions::Add) -> Option<String>| -> ArrayRef {
-        Arc::new(StringArray::from_iter(rows.iter().map(|r| match r {
-            Row::Add(a) => f(a),
-            _ => None,
-        })))
-    };
-    let (mut partition_field, partition_values) = maps(rows.iter().map(|r| {
-        match r {
-            Row::Add(a) => Some(
-                a.partition_values
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_deref()))
-                    .collect(),
-            ),
-            _ => None,
-        }
-    }));
-    partition_field = partition_field.with_name("partitionValues");
-    let (add_type, add_array) = structure(
-        vec![
-            (text("path"), add_text(&|a| Some(a.path.clone()))),
-            (partition_field, partition_values),
-            (long("size"), add(&|a| Some(a.size as i64))),
-            (
-                long("modificationTime"),
-                add(&|a| Some(a.modification_time)),
-            ),
-            (
-                Field::new("dataChange", DataType::Boolean, true),
-                Arc::new(BooleanArray::from_iter(rows.iter().map(|r| match r {
-                    Row::Add(a) => Some(a.data_change),
-                    _ => None,
-                }))),
-            ),
-            (text("stats"), add_text(&|a| a.stats.clone())),
-        ],
-        &is(|r| matches!(r, Row::Add(_))),
-    );
-
-    let remove = |f: &dyn Fn(&super::actions::Remove) -> Option<i64>| -> ArrayRef {
-        Arc::new(Int64Array::from_iter(rows.iter().map(|r| match r {
-            Row::Remove(a) => f(a),
-            _ => None,
-        })))
-    };
-    let (remove_type, remove_array) = structure(
-        vec![
-            (
-                text("path"),
-                Arc::new(StringArray::from_iter(rows.iter().map(|r| match r {
-                    Row::Remove(a) => Some(a.path.as_str()),
-                    _ => None,
-                }))),
-            ),
-            (long("deletionTimestamp"), remove(&|r| r.deletion_timestamp)),
-            (
-                Field::new("dataChange", DataType::Boolean, true),
-                Arc::new(BooleanArray::from_iter(rows.iter().map(|r| match r {
-                    Row::Remove(a) => Some(a.data_change),
-                    _ => None,
-                }))),
-            ),
-            (long("size"), remove(&|r| r.size.map(|s| s as i64))),
-        ],
-        &is(|r| matches!(r, Row::Remove(_))),
-    );
-
-    let (txn_type, txn_array) = structure(
-        vec![
-            (
-                text("appId"),
-                Arc::new(StringArray::from_iter(rows.iter().map(|r| match r {
-                    Row::Txn(app, _) => Some(*app),
-                    _ => None,
-                }))),
-            ),
-            (
-                long("version"),
-                Arc::new(Int64Array::from_iter(rows.iter().map(|r| match r {
-                    Row::Txn(_, v) => Some(*v as i64),
-                    _ => None,
-                }))),
-            ),
-        ],
-        &is(|r| matches!(r, Row::Txn(..))),
-    );
-
-    let only_protocol = |v: i32| -> ArrayRef {
-        Arc::new(Int32Array::from_iter(
-            rows.iter().map(|r| matches!(r, Row::Protocol).then_some(v)),
-        ))
-    };
-    let features = |f: &Option<Vec<String>>| -> ArrayRef {
-        let column: Vec<Option<Vec<String>>> = rows
-            .iter()
-            .map(|r| match r {
-                Row::Protocol => f.clone(),
-                _ => None,
-            })
-            .collect();
-        string_lists(&column)
-    };
-    let (protocol_type, protocol_array) = structure(
-        vec![
-            (
-                Field::new("minReaderVersion", DataType::Int32, true),
-                only_protocol(protocol.min_reader_version as i32),
-            ),
-            (
-                Field::new("minWriterVersion", DataType::Int32, true),
-                only_protocol(protocol.min_writer_version as i32),
-            ),
-            (
-                strings("readerFeatures"),
-                features(&protocol.reader_features),
-            ),
-            (
-                strings("writerFeatures"),
-                features(&protocol.writer_features),
-            ),
-        ],
-        &is(|r| matches!(r, Row::Protocol)),
-    );
-
-    let only_metadata = |v: Option<String>| -> ArrayRef {
-        Arc::new(StringArray::from_iter(rows.iter().map(|r| match r {
-            Row::Metadata => v.clone(),
-            _ => None,
-        })))
-    };
-    let metadata_rows = is(|r| matches!(r, Row::Metadata));
-    let (options_field, options) = maps(rows.iter().map(|r| {
-        match r {
-            Row::Metadata => Some(
-                metadata
-                    .format
-                    .options
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), Some(v.as_str())))
-                    .collect(),
-            ),
-            _ => None,
-        }
-    }));
-    let (format_type, format_array) = structure(
-        vec![
-            (
-                text("provider"),
-                only_metadata(Some(metadata.format.provider.clone())),
-            ),
-            (options_field.with_name("options"), options),
-        ],
-        &metadata_rows,
-    );
-    let (configuration_field, configuration) = maps(rows.iter().map(|r| {
-        match r {
-            Row::Metadata => Some(
-                metadata
-                    .configuration
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), Some(v.as_str())))
-                    .collect(),
-            ),
-            _ => None,
-        }
-    }));
-    let partition_columns: Vec<Option<Vec<String>>> = rows
-        .iter()
-        .map(|r| matches!(r, Row::Metadata).then(|| metadata.partition_columns.clone()))
-        .collect();
-    let (metadata_type, metadata_array) = structure(
-        vec![
-            (text("id"), only_metadata(Some(metadata.id.clone()))),
-            (text("name"), only_metadata(metadata.name.clone())),
-            (
-                text("description"),
-                only_metadata(metadata.description.clone()),
-            ),
-            (Field::new("format", format_type, true), format_array),
-            (
-                text("schemaString"),
-                only_metadata(Some(metadata.schema_string.clone())),
-            ),
-            (
-                strings("partitionColumns"),
-                string_lists(&partition_columns),
-            ),
-            (
-                configuration_field.with_name("configuration"),
-                configuration,
-            ),
-            (
-                long("createdTime"),
-                Arc::new(Int64Array::from_iter(rows.iter().map(|r| match r {
-                    Row::Metadata => metadata.created_time,
-                    _ => None,
-                }))),
-            ),
-        ],
-        &metadata_rows,
-    );
-
+    let rows = Rows::of(state, now_ms);
+    let (txn_type, txn_array) = rows.txn_column();
+    let (add_type, add_array) = rows.add_column();
+    let (remove_type, remove_array) = rows.remove_column();
+    let (metadata_type, metadata_array) = rows.metadata_column(metadata);
+    let (protocol_type, protocol_array) = rows.protocol_column(protocol);
     let schema = Arc::new(Schema::new(vec![
         Field::new("txn", txn_type, true),
         Field::new("add", add_type, true),
@@ -348,7 +133,259 @@ pub fn checkpoint(state: &TableState, now_ms: i64) -> (Bytes, u64) {
     let mut writer = ArrowWriter::try_new(Vec::new(), schema, None).expect("a Parquet writer");
     writer.write(&batch).expect("writing to memory");
     let bytes = writer.into_inner().expect("writing to memory");
-    (Bytes::from(bytes), rows.len() as u64)
+    (Bytes::from(bytes), rows.0.len() as u64)
+}
+
+/// The rows of a checkpoint, in the order they are written. Each action kind is one struct
+/// column, null in the rows of the other kinds; the methods build one column each.
+struct Rows<'a>(Vec<Row<'a>>);
+
+impl<'a> Rows<'a> {
+    /// The actions of `state` at `now_ms`: the protocol, the metadata, each `txn`, each live
+    /// file, and the tombstones a vacuum still needs (removed within the default retention).
+    fn of(state: &'a TableState, now_ms: i64) -> Rows<'a> {
+        let mut rows = vec![Row::Protocol, Row::Metadata];
+        rows.extend(state.txns.iter().map(|(app, v)| Row::Txn(app, *v)));
+        rows.extend(state.files.values().map(Row::Add));
+        let expired = now_ms.saturating_sub(crate::lake::tables::tend::DEFAULT_RETENTION_MS);
+        rows.extend(
+            state
+                .tombstones
+                .values()
+                .filter(|r| r.deletion_timestamp.is_none_or(|at| at > expired))
+                .map(Row::Remove),
+        );
+        Rows(rows)
+    }
+
+    /// Which rows a kind's struct is present in (not null).
+    fn is(&self, f: fn(&Row) -> bool) -> Vec<bool> {
+        self.0.iter().map(f).collect()
+    }
+
+    /// A 64-bit integer column, null where `f` gives nothing.
+    fn longs(&self, f: impl Fn(&Row<'a>) -> Option<i64>) -> ArrayRef {
+        Arc::new(Int64Array::from_iter(self.0.iter().map(f)))
+    }
+
+    /// A string column, null where `f` gives nothing.
+    fn texts<S: AsRef<str>>(&self, f: impl Fn(&Row<'a>) -> Option<S>) -> ArrayRef {
+        Arc::new(StringArray::from_iter(self.0.iter().map(f)))
+    }
+
+    /// A boolean column, null where `f` gives nothing.
+    fn flags(&self, f: impl Fn(&Row<'a>) -> Option<bool>) -> ArrayRef {
+        Arc::new(BooleanArray::from_iter(self.0.iter().map(f)))
+    }
+
+    /// The `add` column: each live file's path, partition values, size, time and stats.
+    fn add_column(&self) -> (DataType, ArrayRef) {
+        let add = |row: &Row<'a>| match row {
+            Row::Add(a) => Some(*a),
+            _ => None,
+        };
+        let (partition_field, partition_values) = maps(self.0.iter().map(|r| {
+            add(r).map(|a| {
+                a.partition_values
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_deref()))
+                    .collect()
+            })
+        }));
+        structure(
+            vec![
+                (text("path"), self.texts(|r| add(r).map(|a| a.path.clone()))),
+                (
+                    partition_field.with_name("partitionValues"),
+                    partition_values,
+                ),
+                (long("size"), self.longs(|r| add(r).map(|a| a.size as i64))),
+                (
+                    long("modificationTime"),
+                    self.longs(|r| add(r).map(|a| a.modification_time)),
+                ),
+                (
+                    Field::new("dataChange", DataType::Boolean, true),
+                    self.flags(|r| add(r).map(|a| a.data_change)),
+                ),
+                (
+                    text("stats"),
+                    self.texts(|r| add(r).and_then(|a| a.stats.clone())),
+                ),
+            ],
+            &self.is(|r| matches!(r, Row::Add(_))),
+        )
+    }
+
+    /// The `remove` column: the tombstones' paths, deletion times, and sizes.
+    fn remove_column(&self) -> (DataType, ArrayRef) {
+        let remove = |row: &Row<'a>| match row {
+            Row::Remove(r) => Some(*r),
+            _ => None,
+        };
+        structure(
+            vec![
+                (
+                    text("path"),
+                    self.texts(|r| remove(r).map(|a| a.path.as_str())),
+                ),
+                (
+                    long("deletionTimestamp"),
+                    self.longs(|r| remove(r).and_then(|a| a.deletion_timestamp)),
+                ),
+                (
+                    Field::new("dataChange", DataType::Boolean, true),
+                    self.flags(|r| remove(r).map(|a| a.data_change)),
+                ),
+                (
+                    long("size"),
+                    self.longs(|r| remove(r).and_then(|a| a.size.map(|s| s as i64))),
+                ),
+            ],
+            &self.is(|r| matches!(r, Row::Remove(_))),
+        )
+    }
+
+    /// The `txn` column: the version each application committed last.
+    fn txn_column(&self) -> (DataType, ArrayRef) {
+        structure(
+            vec![
+                (
+                    text("appId"),
+                    self.texts(|r| match r {
+                        Row::Txn(app, _) => Some(*app),
+                        _ => None,
+                    }),
+                ),
+                (
+                    long("version"),
+                    self.longs(|r| match r {
+                        Row::Txn(_, v) => Some(*v as i64),
+                        _ => None,
+                    }),
+                ),
+            ],
+            &self.is(|r| matches!(r, Row::Txn(..))),
+        )
+    }
+
+    /// The `protocol` column: reader and writer versions and features, in its one row.
+    fn protocol_column(&self, protocol: &super::actions::Protocol) -> (DataType, ArrayRef) {
+        let only_protocol = |v: i32| -> ArrayRef {
+            Arc::new(Int32Array::from_iter(
+                self.0
+                    .iter()
+                    .map(|r| matches!(r, Row::Protocol).then_some(v)),
+            ))
+        };
+        let features = |f: &Option<Vec<String>>| -> ArrayRef {
+            let column: Vec<Option<Vec<String>>> = self
+                .0
+                .iter()
+                .map(|r| match r {
+                    Row::Protocol => f.clone(),
+                    _ => None,
+                })
+                .collect();
+            string_lists(&column)
+        };
+        structure(
+            vec![
+                (
+                    Field::new("minReaderVersion", DataType::Int32, true),
+                    only_protocol(protocol.min_reader_version as i32),
+                ),
+                (
+                    Field::new("minWriterVersion", DataType::Int32, true),
+                    only_protocol(protocol.min_writer_version as i32),
+                ),
+                (
+                    strings("readerFeatures"),
+                    features(&protocol.reader_features),
+                ),
+                (
+                    strings("writerFeatures"),
+                    features(&protocol.writer_features),
+                ),
+            ],
+            &self.is(|r| matches!(r, Row::Protocol)),
+        )
+    }
+
+    /// A string-to-string map column holding `pairs` in the metadata's row.
+    fn metadata_map(
+        &self,
+        pairs: &'a std::collections::BTreeMap<String, String>,
+    ) -> (Field, ArrayRef) {
+        maps(self.0.iter().map(|r| {
+            matches!(r, Row::Metadata).then(|| {
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), Some(v.as_str())))
+                    .collect()
+            })
+        }))
+    }
+
+    /// The `metaData` column: the table's id, name, format, schema, partitioning and
+    /// configuration, in its one row.
+    fn metadata_column(&self, metadata: &'a super::actions::Metadata) -> (DataType, ArrayRef) {
+        let only_metadata = |v: Option<String>| {
+            self.texts(|r| match r {
+                Row::Metadata => v.clone(),
+                _ => None,
+            })
+        };
+        let metadata_rows = self.is(|r| matches!(r, Row::Metadata));
+        let (options_field, options) = self.metadata_map(&metadata.format.options);
+        let (format_type, format_array) = structure(
+            vec![
+                (
+                    text("provider"),
+                    only_metadata(Some(metadata.format.provider.clone())),
+                ),
+                (options_field.with_name("options"), options),
+            ],
+            &metadata_rows,
+        );
+        let (configuration_field, configuration) = self.metadata_map(&metadata.configuration);
+        let partition_columns: Vec<Option<Vec<String>>> = self
+            .0
+            .iter()
+            .map(|r| matches!(r, Row::Metadata).then(|| metadata.partition_columns.clone()))
+            .collect();
+        structure(
+            vec![
+                (text("id"), only_metadata(Some(metadata.id.clone()))),
+                (text("name"), only_metadata(metadata.name.clone())),
+                (
+                    text("description"),
+                    only_metadata(metadata.description.clone()),
+                ),
+                (Field::new("format", format_type, true), format_array),
+                (
+                    text("schemaString"),
+                    only_metadata(Some(metadata.schema_string.clone())),
+                ),
+                (
+                    strings("partitionColumns"),
+                    string_lists(&partition_columns),
+                ),
+                (
+                    configuration_field.with_name("configuration"),
+                    configuration,
+                ),
+                (
+                    long("createdTime"),
+                    self.longs(|r| match r {
+                        Row::Metadata => metadata.created_time,
+                        _ => None,
+                    }),
+                ),
+            ],
+            &metadata_rows,
+        )
+    }
 }
 
 /// The `_last_checkpoint` object naming checkpoint `version` of `size` rows.
