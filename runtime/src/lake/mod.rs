@@ -44,6 +44,15 @@ impl TableFormat {
         }
     }
 
+    /// The format as `sink.format` names it.
+    pub fn key(self) -> &'static str {
+        match self {
+            TableFormat::Parquet => "parquet",
+            TableFormat::Delta => "delta",
+            TableFormat::Iceberg => "iceberg",
+        }
+    }
+
     /// Whether the format keeps tables beside the commit log.
     pub fn has_tables(self) -> bool {
         self != TableFormat::Parquet

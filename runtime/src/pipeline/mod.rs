@@ -61,7 +61,6 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::PipelineConfig;
 use crate::failpoint;
-use crate::lake::TableFormat;
 use crate::lake::commit::{CommitError, PluginRecord};
 use crate::lake::encode::{EncodeOptions, Encoder};
 use crate::lake::flush::FlushMachine;
@@ -324,7 +323,7 @@ async fn run_stages(
         to_load: resumed,
         records,
     };
-    let tables = config.sink.format != TableFormat::Parquet;
+    let tables = config.sink.format.has_tables();
     let encoder = Encoder::new(&EncodeOptions {
         format: config.sink.format,
         partitions: config.partitions(),

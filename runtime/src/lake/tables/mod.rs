@@ -4,7 +4,8 @@
 //! brings every table up to the commit log: the pipeline holds a [`Tables`] for that. The
 //! commands read the tables back, audit, compact and vacuum them through a [`TableSet`].
 //! Neither names a format: [`file`] is what every format is given, [`tend`] what each answers
-//! the commands in. Delta ([`crate::lake::delta`]) and Iceberg ([`crate::lake::iceberg`]) are the formats.
+//! the commands in. The formats are Delta ([`crate::lake::delta`]) and Iceberg
+//! ([`crate::lake::iceberg`]).
 
 pub mod file;
 pub mod tend;
@@ -114,7 +115,7 @@ impl Tables {
             if through.is_none() {
                 return Err(CommitError::NotTables {
                     sequence,
-                    format: self.format().name(),
+                    format: self.format().key(),
                 });
             }
             if published == 0 {
