@@ -10,12 +10,16 @@ Prints one JSON document:
   schema    [name, Delta type, nullable] of each column, in order (nested types as JSON)
   rows      every row, each column's value as text (null stays null), in (_commit_lsn, _seq)
             order
+  duckdb    the latest version read a second time, by DuckDB's delta extension (delta-kernel;
+            loaded from its pip package, never downloaded): each row's [_commit_lsn, _seq, _op]
+            in that order, to hold against the rows above (absent when a version is given)
 """
 
 import json
 import os
 import sys
 
+import duckdb
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
@@ -28,6 +32,41 @@ def text(value):
     return str(value)
 
 
+def extension(package, name):
+    module = __import__(package)
+    return os.path.join(
+        os.path.dirname(module.__file__), "extensions", "v" + duckdb.__version__, name + ".duckdb_extension"
+    )
+
+
+def duckdb_identities(uri, options, has_op):
+    """Each row's [_commit_lsn, _seq, _op] as DuckDB's delta extension reads the table (a
+    current-state table has no _op: null)."""
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    if options:
+        con.execute(f"LOAD '{extension('duckdb_extension_httpfs', 'httpfs')}'")
+        endpoint = options["aws_endpoint"]
+        con.execute(
+            "CREATE SECRET (TYPE s3, KEY_ID ?, SECRET ?, REGION ?, ENDPOINT ?, URL_STYLE 'path', USE_SSL ?)",
+            [
+                options["aws_access_key_id"],
+                options["aws_secret_access_key"],
+                options.get("aws_region", "us-east-1"),
+                endpoint.split("://", 1)[-1],
+                endpoint.startswith("https://"),
+            ],
+        )
+    con.execute(f"LOAD '{extension('duckdb_extension_delta', 'delta')}'")
+    path = uri[len("file://"):] if uri.startswith("file://") else uri
+    rows = con.execute(
+        "SELECT CAST(_commit_lsn AS VARCHAR), CAST(_seq AS VARCHAR), "
+        + ("CAST(_op AS VARCHAR)" if has_op else "NULL")
+        + " FROM delta_scan(?) ORDER BY _commit_lsn, _seq",
+        [path],
+    ).fetchall()
+    return [list(r) for r in rows]
+
+
 def main() -> None:
     uri, options = sys.argv[1], json.loads(sys.argv[2])
     version = int(sys.argv[3]) if len(sys.argv) > 3 else None
@@ -37,8 +76,13 @@ def main() -> None:
     order = pc.sort_indices(data, sort_keys=[("_commit_lsn", "ascending"), ("_seq", "ascending")])
     data = data.take(order)
     rows = [{k: text(v) for k, v in row.items()} for row in data.to_pylist()]
+    columns = data.column_names
+    second = None
+    if version is None and "_seq" in columns:
+        second = duckdb_identities(uri, options, "_op" in columns)
     json.dump(
         {
+            "duckdb": second,
             "version": table.version(),
             "partition_columns": list(table.metadata().partition_columns),
             "files": table.file_uris(),

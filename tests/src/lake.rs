@@ -505,7 +505,7 @@ pub fn read_delta_version(
         String::from_utf8_lossy(&output.stderr)
     );
     let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    DeltaRead {
+    let read = DeltaRead {
         version: doc["version"].as_u64().unwrap(),
         partition_columns: doc["partition_columns"]
             .as_array()
@@ -543,7 +543,30 @@ pub fn read_delta_version(
                     .collect()
             })
             .collect(),
-    }
+    };
+    second_reader_agrees(uri, &read, &doc["duckdb"]);
+    read
+}
+
+/// DuckDB's delta extension (delta-kernel), a second reader of the latest version, reads the
+/// same changes as delta-rs: each row's `[_commit_lsn, _seq, _op]`, in order.
+fn second_reader_agrees(uri: &str, read: &DeltaRead, duckdb: &serde_json::Value) {
+    let Some(second) = duckdb.as_array() else {
+        return;
+    };
+    let second: Vec<[Option<String>; 3]> = second
+        .iter()
+        .map(|r| [0, 1, 2].map(|i| r[i].as_str().map(str::to_owned)))
+        .collect();
+    let first: Vec<[Option<String>; 3]> = read
+        .rows
+        .iter()
+        .map(|r| ["_commit_lsn", "_seq", "_op"].map(|c| r.get(c).cloned().flatten()))
+        .collect();
+    assert_eq!(
+        second, first,
+        "{uri}: DuckDB's delta extension reads other changes than delta-rs"
+    );
 }
 
 /// The `txn` version of each commit of `output`'s Delta log in `sink`, in version order, as
