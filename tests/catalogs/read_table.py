@@ -5,7 +5,7 @@
 The properties are pyiceberg's (`type` = `rest` or `sql`, `uri`, `credential`, `warehouse`,
 `s3.*`, ...), and `catalog-name`: the name pyiceberg gives the catalog, which a SQL catalog
 reads as the `catalog_name` of its rows. Prints the metadata location, the format version, the current schema's fields,
-the table's properties, the number of snapshots, and the namespaces the catalog lists.
+the table's properties, the number of snapshots, the number of rows it reads, and the namespaces the catalog lists.
 """
 
 import json
@@ -33,6 +33,7 @@ def main() -> None:
                 ],
                 "properties": table.properties,
                 "snapshots": len(table.metadata.snapshots),
+                "rows": table.scan().to_arrow().num_rows,
                 "namespaces": [".".join(ns) for ns in catalog.list_namespaces()],
             }
         )

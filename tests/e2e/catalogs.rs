@@ -19,7 +19,10 @@ use tributary_tests::catalog::{
     CLIENT_ID, CLIENT_SECRET, RestCatalogServer, RestServerOptions, STATIC_TOKEN,
     pyiceberg_s3_properties, pyiceberg_table,
 };
+use tributary_tests::service::{Fixture, command};
 use tributary_tests::{TestDatabase, fresh_database, s3};
+
+use super::iceberg::{Through, crash_into_iceberg_through};
 
 fn client_credentials(secret: &str) -> RestAuth {
     RestAuth::ClientCredentials {
@@ -618,4 +621,81 @@ async fn write_metadata(
     .await
     .unwrap();
     format!("{location}/metadata/{name}")
+}
+
+/// A `[sink]` setting's value as TOML spells a string.
+fn toml_text(value: &str) -> String {
+    serde_json::Value::from(value).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pipeline_commits_through_a_sql_catalog_and_a_crash_publishes_nothing_twice() {
+    let catalog_db = fresh_database("iceberg_pipeline_sql_catalog").await;
+    let through = Through {
+        name: "sql",
+        sink: vec![("catalog".into(), toml_text(&catalog_db.url))],
+        pyiceberg: sql_properties(&catalog_db, DEFAULT_CATALOG_NAME),
+    };
+    crash_into_iceberg_through("flush.after-commit", 2, false, Some(&through)).await;
+}
+
+/// The `[sink]` settings of `server` with OAuth2 client credentials, the secret in a file.
+fn rest_sink(
+    server: &RestCatalogServer,
+    dir: &std::path::Path,
+    secret: &str,
+) -> Vec<(String, String)> {
+    let file = dir.join("catalog-secret");
+    std::fs::write(&file, format!("{secret}\n")).unwrap();
+    vec![
+        ("catalog".into(), toml_text(&server.uri())),
+        ("catalog_warehouse".into(), toml_text(server.warehouse())),
+        ("catalog_client_id".into(), toml_text(CLIENT_ID)),
+        (
+            "catalog_client_secret_file".into(),
+            toml_text(&file.display().to_string()),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pipeline_commits_through_a_rest_catalog_and_a_crash_publishes_nothing_twice() {
+    let server = rest_server("iceberg-pipeline-rest", |_| {}).await;
+    let dir = tempfile::tempdir().unwrap();
+    let through = Through {
+        name: "rest",
+        sink: rest_sink(&server, dir.path(), CLIENT_SECRET),
+        pyiceberg: rest_properties(&server),
+    };
+    crash_into_iceberg_through("flush.after-commit", 2, false, Some(&through)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_catalog_secret_fails_the_check_by_the_catalogs_name_and_prints_no_secret() {
+    let server = rest_server("iceberg-wrong-secret", |_| {}).await;
+    let db = fresh_database("iceberg_wrong_secret").await;
+    let dir = tempfile::tempdir().unwrap();
+    let wrong = "not-the-secret-9f31c2";
+    db.client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    let mut fixture = Fixture::new(&db.url, "iceberg_wrong_secret", &["public.t"]).await;
+    fixture
+        .cfg
+        .sink
+        .push(("format".into(), "\"iceberg\"".into()));
+    fixture
+        .cfg
+        .sink
+        .extend(rest_sink(&server, dir.path(), wrong));
+    let file = fixture.cfg.write(&fixture.dir);
+    let (code, stdout, stderr) = command("check", &file, &[], &[]).await;
+    let text = format!("{stdout}{stderr}");
+    assert_ne!(code, 0, "{text}");
+    assert!(
+        text.contains(&server.uri()) && text.contains("refused the credentials"),
+        "{text}"
+    );
+    assert!(!text.contains(wrong), "the secret is never printed: {text}");
 }

@@ -390,17 +390,20 @@ async fn partitioned_iceberg_tables_prune_by_day_and_by_value() {
 // once by pyiceberg and DuckDB, each table's snapshots one per flush with its position.
 
 /// A fixture landing `tables` of `db` as Iceberg tables, in S3 or in a directory.
-async fn iceberg_fixture(
+/// With more `[sink]` settings (a catalog's) given in `sink`.
+async fn iceberg_fixture_with(
     db: &TestDatabase,
     hint: &str,
     tables: &[&str],
     directory: bool,
+    sink: &[(String, String)],
 ) -> Fixture {
     let mut fixture = Fixture::new(&db.url, hint, tables).await;
     fixture
         .cfg
         .sink
         .push(("format".into(), "\"iceberg\"".into()));
+    fixture.cfg.sink.extend(sink.iter().cloned());
     if directory {
         let lake = fixture.dir.join("lake");
         std::fs::create_dir_all(&lake).unwrap();
@@ -423,11 +426,35 @@ async fn entries_of(log: &CommitLog, output: &str) -> Vec<u64> {
         .collect()
 }
 
+/// A catalog the tables go through: its `[sink]` settings, and pyiceberg's properties for it.
+pub(super) struct Through {
+    pub name: &'static str,
+    pub sink: Vec<(String, String)>,
+    pub pyiceberg: Vec<(String, String)>,
+}
+
 async fn crash_into_iceberg(point: &str, hit: u32, directory: bool) {
-    let hint = format!("iceberg_{}", point.replace(['.', '-'], "_"));
+    crash_into_iceberg_through(point, hit, directory, None).await;
+}
+
+/// Killed at `point` (its `hit`th time), started again: every table has each flush once, and
+/// is read whole (through `catalog`, when there is one, by pyiceberg too).
+pub(super) async fn crash_into_iceberg_through(
+    point: &str,
+    hit: u32,
+    directory: bool,
+    catalog: Option<&Through>,
+) {
+    let suffix = catalog.map_or(String::new(), |c| format!("_{}", c.name));
+    let hint = format!("iceberg_{}{suffix}", point.replace(['.', '-'], "_"));
     let db = fresh_database(&hint).await;
     create_tables(&db).await;
-    let fixture = iceberg_fixture(&db, &hint, &TABLES, directory).await;
+    let keys = catalog.map_or(&[][..], |c| &c.sink);
+    let fixture = iceberg_fixture_with(&db, &hint, &TABLES, directory, keys).await;
+    let handle = tributary::config::PipelineConfig::load(&fixture.file)
+        .unwrap()
+        .sink
+        .catalog();
     kill_at(&db, &fixture, point, hit).await;
 
     let mut b = Service::spawn(&fixture.file, &[], &fixture.dir.join("b.log"));
@@ -446,7 +473,7 @@ async fn crash_into_iceberg(point: &str, hit: u32, directory: bool) {
     assert_eq!(verified.code, 0, "{verified}");
     let b_log = b.stop().await;
     for table in TABLES {
-        let current = Table::new(fixture.sink.clone(), table)
+        let current = Table::open(fixture.sink.clone(), table, handle.as_ref())
             .load()
             .await
             .unwrap()
@@ -484,6 +511,15 @@ async fn crash_into_iceberg(point: &str, hit: u32, directory: bool) {
             .map(|r| r["id"].as_deref().unwrap().parse().unwrap())
             .collect();
         assert_eq!(inserted, (1..=30).collect(), "{table}: every insert once");
+        if let Some(through) = catalog {
+            let name = format!("tributary.{}", table.replace('.', "__"));
+            let seen = tributary_tests::catalog::pyiceberg_table(&through.pyiceberg, &name);
+            assert_eq!(seen["metadata_location"], current.location.as_str());
+            assert_eq!(
+                seen["rows"], changes,
+                "{table}: pyiceberg through the catalog"
+            );
+        }
         assert_eq!(
             read.duckdb, read.rows,
             "{table}: DuckDB reads what pyiceberg reads"

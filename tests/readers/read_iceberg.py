@@ -3,7 +3,9 @@
 Usage: read_iceberg.py <table folder> <metadata file uri> [<row filter> [<options json>]]
 
 pyiceberg opens the metadata file named (StaticTable.from_metadata); DuckDB opens the table
-folder and finds the latest metadata through metadata/version-hint.text (iceberg_scan). The
+folder and finds the latest metadata through metadata/version-hint.text (iceberg_scan), or,
+for a table in a catalog (which keeps no hint; its files are named <N>-<uuid>.metadata.json),
+opens the metadata file named, as a reader given the catalog's pointer does. The
 DuckDB extensions are loaded from their pip packages, never downloaded. A table in S3 is
 reached with the sink's object_store options (aws_endpoint, aws_access_key_id, ...); an empty
 row filter is none.
@@ -110,7 +112,8 @@ def main() -> None:
         "files": len(list(table.scan().plan_files())),
     }
     con = duckdb_connection(options)
-    scan = f"iceberg_scan('{folder}')"
+    hinted = metadata.rsplit("/", 1)[-1].startswith("v")
+    scan = f"iceberg_scan('{folder if hinted else metadata}')"
     out["duckdb"] = rows_of(con.execute(f"SELECT * FROM {scan}").fetch_arrow_table())
     if row_filter is not None:
         filtered = table.scan(row_filter=row_filter)

@@ -44,7 +44,7 @@ pub fn config(
             url: sink_url.to_owned(),
             options: sink_options.into_iter().collect(),
             format: Default::default(),
-            on_type_change: Default::default(),
+            ..SinkConfig::default()
         },
         flush: FlushConfig {
             max_rows: 2_000,

@@ -154,8 +154,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<()> {
         sink: SinkConfig {
             url: format!("file://{}", sink_dir.display()),
             options: BTreeMap::new(),
-            format: Default::default(),
-            on_type_change: Default::default(),
+            ..SinkConfig::default()
         },
         flush: FlushConfig {
             max_rows: 1000,

@@ -51,7 +51,12 @@ pub(super) async fn table_set(
 ) -> Result<Option<TableSet>, CommitError> {
     let log = CommitLog::new(sink.clone(), Writer::named(command));
     let app = log.identity().await?.map(|i| app_id(&i.database, &i.slot));
-    Ok(TableSet::open(config.sink.format, sink, app))
+    Ok(TableSet::open(
+        config.sink.format,
+        sink,
+        app,
+        config.sink.catalog(),
+    ))
 }
 
 /// The set's tables, or only `output`, which must be one.

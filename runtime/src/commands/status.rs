@@ -152,7 +152,12 @@ pub async fn collect(config: &PipelineConfig) -> Result<Status, StatusError> {
     };
     let mut tables = Vec::new();
     let database = provision::current_database(&client).await?;
-    if let Some(set) = TableSet::open(config.sink.format, &sink, Some(app_id(&database, &source))) {
+    if let Some(set) = TableSet::open(
+        config.sink.format,
+        &sink,
+        Some(app_id(&database, &source)),
+        config.sink.catalog(),
+    ) {
         for output in set.names().await? {
             let table = set.latest(&output).await?;
             tables.push(TableStatus {

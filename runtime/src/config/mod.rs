@@ -28,6 +28,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::Lsn;
+use crate::lake::tables::{Catalog, Secret};
 use crate::transform::{FailurePolicy, HostLimits, TransformSpec};
 
 /// The environment variable that overrides `source.url` (so passwords need not live in files).
@@ -438,7 +439,7 @@ pub struct TransformConfig {
     pub on_error: FailurePolicy,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkConfig {
     /// `s3://bucket/prefix`, `file:///path`, or `memory://`.
@@ -455,6 +456,165 @@ pub struct SinkConfig {
     /// one does: `stop` the pipeline (the default), or start a `new_version` of the table.
     #[serde(default)]
     pub on_type_change: crate::lake::tables::TypeChange,
+    /// With Iceberg tables, the catalog that holds each table's pointer: `postgresql://…` (a
+    /// SQL catalog) or `http(s)://…` (a REST catalog). None: the tables are found in storage.
+    #[serde(default)]
+    pub catalog: Option<String>,
+    /// The namespace the tables go in (levels joined by dots); `tributary` when unset.
+    #[serde(default)]
+    pub catalog_namespace: Option<String>,
+    /// REST: the warehouse to ask the catalog for.
+    #[serde(default)]
+    pub catalog_warehouse: Option<String>,
+    /// REST: a bearer token, or the file that holds one.
+    #[serde(default)]
+    pub catalog_token: Option<Secret>,
+    #[serde(default)]
+    pub catalog_token_file: Option<PathBuf>,
+    /// REST: OAuth2 client credentials, the secret written here or in a file, and the scope.
+    #[serde(default)]
+    pub catalog_client_id: Option<String>,
+    #[serde(default)]
+    pub catalog_client_secret: Option<Secret>,
+    #[serde(default)]
+    pub catalog_client_secret_file: Option<PathBuf>,
+    #[serde(default)]
+    pub catalog_scope: Option<String>,
+    /// SQL: the file that holds the database password (else the URL's, or none).
+    #[serde(default)]
+    pub catalog_password_file: Option<PathBuf>,
+    /// What `catalog_password_file` holds, read when the file is loaded.
+    #[serde(skip)]
+    pub catalog_password: Option<Secret>,
+}
+
+impl SinkConfig {
+    /// The catalog the tables go through (`sink.catalog`), not connected yet; `None` without.
+    pub fn catalog(&self) -> Option<Catalog> {
+        Catalog::of_sink(self)
+    }
+
+    /// The catalog keys together: a catalog only for Iceberg tables, each kind with its own
+    /// keys, a secret written once (in the file, or from a file).
+    fn validate_catalog(&self) -> Result<(), String> {
+        let Some(url) = &self.catalog else {
+            let given = self.catalog_keys().into_iter().find(|(_, set)| *set);
+            return match given {
+                Some((key, _)) => Err(format!(
+                    "sink.{key} is set but sink.catalog is not; name the catalog, or leave {key} out"
+                )),
+                None => Ok(()),
+            };
+        };
+        if self.format != crate::lake::TableFormat::Iceberg {
+            return Err(format!(
+                "sink.catalog holds Iceberg tables' pointers, and sink.format is \"{}\"; set sink.format = \"iceberg\", or leave sink.catalog out",
+                self.format.name().to_lowercase()
+            ));
+        }
+        let rest = url.starts_with("http://") || url.starts_with("https://");
+        if !rest && !is_sql_catalog(url) {
+            return Err(
+                "sink.catalog must be a postgresql:// URL (a SQL catalog) or an http(s):// URL (a REST catalog)"
+                    .into(),
+            );
+        }
+        let namespace = self.catalog_namespace.as_deref().unwrap_or("tributary");
+        if namespace.split('.').any(str::is_empty) {
+            return Err(format!(
+                "sink.catalog_namespace = {namespace:?}: levels are joined by single dots, none empty"
+            ));
+        }
+        for (key, set) in self.catalog_keys() {
+            let sql_only = key == "catalog_password_file";
+            if set && sql_only == rest {
+                let kind = if rest { "a REST" } else { "a SQL" };
+                return Err(format!(
+                    "sink.{key} does not apply to {kind} catalog (sink.catalog); leave it out"
+                ));
+            }
+        }
+        for (written, file) in [
+            (
+                "catalog_token",
+                self.catalog_token_file.is_some() && self.catalog_token.is_some(),
+            ),
+            (
+                "catalog_client_secret",
+                self.catalog_client_secret_file.is_some() && self.catalog_client_secret.is_some(),
+            ),
+        ] {
+            if file {
+                return Err(format!(
+                    "sink.{written} and sink.{written}_file are both set; keep one"
+                ));
+            }
+        }
+        let token = self.catalog_token.is_some() || self.catalog_token_file.is_some();
+        let secret =
+            self.catalog_client_secret.is_some() || self.catalog_client_secret_file.is_some();
+        let id = self.catalog_client_id.is_some();
+        if token && (id || secret) {
+            return Err(
+                "sink.catalog_token and sink.catalog_client_id/catalog_client_secret are both set; a REST catalog takes a token or client credentials, keep one"
+                    .into(),
+            );
+        }
+        if id != secret {
+            return Err(
+                "sink.catalog_client_id and sink.catalog_client_secret (or catalog_client_secret_file) go together; set both, or neither"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    fn catalog_keys(&self) -> [(&'static str, bool); 8] {
+        [
+            ("catalog_namespace", self.catalog_namespace.is_some()),
+            ("catalog_warehouse", self.catalog_warehouse.is_some()),
+            ("catalog_token", self.catalog_token.is_some()),
+            ("catalog_token_file", self.catalog_token_file.is_some()),
+            ("catalog_client_id", self.catalog_client_id.is_some()),
+            (
+                "catalog_client_secret",
+                self.catalog_client_secret.is_some(),
+            ),
+            (
+                "catalog_client_secret_file",
+                self.catalog_client_secret_file.is_some(),
+            ),
+            (
+                "catalog_password_file",
+                self.catalog_password_file.is_some(),
+            ),
+        ]
+    }
+
+    /// Reads the secrets the `*_file` keys name into their places.
+    fn read_secret_files(&mut self) -> Result<(), String> {
+        let read = |key: &str, path: &Option<PathBuf>| -> Result<Option<Secret>, String> {
+            path.as_deref()
+                .map(|p| Secret::read_file(p).map_err(|why| format!("sink.{key}: {why}")))
+                .transpose()
+        };
+        if let Some(token) = read("catalog_token_file", &self.catalog_token_file)? {
+            self.catalog_token = Some(token);
+        }
+        if let Some(secret) = read(
+            "catalog_client_secret_file",
+            &self.catalog_client_secret_file,
+        )? {
+            self.catalog_client_secret = Some(secret);
+        }
+        self.catalog_password = read("catalog_password_file", &self.catalog_password_file)?;
+        Ok(())
+    }
+}
+
+/// Whether `sink.catalog` names a SQL catalog (else a REST one).
+pub fn is_sql_catalog(url: &str) -> bool {
+    url.starts_with("postgresql://") || url.starts_with("postgres://")
 }
 
 /// `sink.options` as object_store takes them, text: a TOML boolean or number
@@ -856,6 +1016,8 @@ impl PipelineConfig {
             config
         };
         config.validate().map_err(invalid)?;
+        let mut config = config;
+        config.sink.read_secret_files().map_err(invalid)?;
         Ok(config)
     }
 
@@ -902,6 +1064,7 @@ impl PipelineConfig {
             );
         }
         self.parquet.validate()?;
+        self.sink.validate_catalog()?;
         if self.sink.on_type_change != crate::lake::tables::TypeChange::Stop
             && self.sink.format != crate::lake::TableFormat::Delta
         {
@@ -1042,6 +1205,65 @@ mod tests {
 
     fn parse(text: &str) -> Result<PipelineConfig, ConfigError> {
         PipelineConfig::parse(text, Path::new("pipeline.toml"))
+    }
+
+    #[test]
+    fn a_catalog_is_for_iceberg_tables_and_takes_its_own_keys() {
+        let sink = |extra: &str| parse(&format!("{MINIMAL}{extra}\n"));
+        let err = sink("catalog = \"postgresql://cat@db/lake\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("sink.format is \"parquet\""), "{err}");
+        let iceberg = "format = \"iceberg\"\n";
+        let err = sink(&format!("{iceberg}catalog = \"thrift://hms:9083\""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("sink.catalog must be a postgresql://"),
+            "{err}"
+        );
+        let err = sink(&format!(
+            "{iceberg}catalog = \"https://cat\"\ncatalog_client_id = \"me\""
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("go together"), "{err}");
+        let err = sink(&format!(
+            "{iceberg}catalog = \"postgresql://db/lake\"\ncatalog_token = \"t\""
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("sink.catalog_token does not apply to a SQL catalog"),
+            "{err}"
+        );
+        let err = sink("catalog_namespace = \"x\"").unwrap_err().to_string();
+        assert!(err.contains("sink.catalog is not"), "{err}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("secret");
+        std::fs::write(&file, "s3cret\n").unwrap();
+        let config = sink(&format!(
+            "{iceberg}catalog = \"https://cat\"\ncatalog_client_id = \"me\"\n\
+             catalog_client_secret_file = {:?}\ncatalog_namespace = \"lake.shop\"",
+            file.display()
+        ))
+        .unwrap();
+        assert_eq!(
+            config
+                .sink
+                .catalog_client_secret
+                .as_ref()
+                .map(Secret::expose),
+            Some("s3cret")
+        );
+        assert!(!format!("{config:?}").contains("s3cret"));
+        let catalog = config.sink.catalog().unwrap();
+        assert!(catalog.is_rest());
+        assert_eq!(
+            catalog.ident("public.orders").to_string(),
+            "lake.shop.public__orders"
+        );
     }
 
     #[test]

@@ -52,6 +52,10 @@ pub enum SinkError {
         endpoint: String,
         cause: String,
     },
+    /// The sink's Iceberg catalog (`sink.catalog`) unreachable or failing, or a commit to it
+    /// of unknown outcome: it may pass, as the store's outages do.
+    #[error("{message}")]
+    Catalog { message: String },
     /// A failure that trying again cannot fix, said in a sentence with the way out.
     #[error("sink {url}: {reason}; {hint}")]
     Refused {
@@ -66,7 +70,7 @@ impl SinkError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            SinkError::Store { .. } | SinkError::Unreachable { .. }
+            SinkError::Store { .. } | SinkError::Unreachable { .. } | SinkError::Catalog { .. }
         )
     }
 }

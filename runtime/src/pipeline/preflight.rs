@@ -84,6 +84,7 @@ pub async fn gather(
     let trigger = report.choice.as_ref().map(|c| c.capture) == Some(Capture::Trigger);
     let mut server = meet_server(&mut report, &client, &pg, trigger).await?;
     check_plugins(&mut report, config).await;
+    check_catalog(&mut report, config, purpose).await;
     if let Some(problem) = super::spill_dir_problem(&config.flush) {
         report.refuse(problem.to_string());
     }
@@ -261,6 +262,26 @@ async fn check_plugins(report: &mut Report, config: &PipelineConfig) {
         }
         Ok(Err(e)) => report.refuse(crate::error_chain(&e)),
         Err(e) => report.refuse(format!("loading the plugins: a blocking task failed: {e}")),
+    }
+}
+
+/// The Iceberg catalog (`sink.catalog`) reached with its credentials, as the tables will
+/// reach it. A start waits for a catalog it cannot reach yet, as for the sink.
+async fn check_catalog(report: &mut Report, config: &PipelineConfig, purpose: Purpose<'_>) {
+    let Some(catalog) = config.sink.catalog() else {
+        return;
+    };
+    match catalog.connect().await {
+        Ok(()) => report.ok("sink.catalog: reached, and it accepted the credentials".into()),
+        Err(e @ crate::lake::iceberg::catalog::CatalogError::Failed { .. })
+            if matches!(purpose, Purpose::Run { .. }) =>
+        {
+            report.note(format!(
+                "{}; the start waits for the catalog",
+                crate::error_chain(&e)
+            ));
+        }
+        Err(e) => report.refuse(crate::error_chain(&e)),
     }
 }
 

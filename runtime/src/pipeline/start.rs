@@ -620,6 +620,7 @@ pub(super) async fn settle_sink(
         reload: Some(std::sync::Arc::new(super::refill::AskSource {
             source: config.source.clone(),
         })),
+        catalog: config.sink.catalog(),
     };
     let Some(tables) = Tables::open(config.sink.format, sink, writer.clone(), keeping) else {
         return Ok(None);

@@ -199,7 +199,7 @@ pub async fn run(config: &PipelineConfig, options: &VerifyOptions) -> Result<Rep
     let sink = Sink::open(&config.sink.url, &config.sink.options)?;
     let log = CommitLog::new(sink, Writer::named("verify"));
     let app = log.identity().await?.map(|i| app_id(&i.database, &i.slot));
-    let set = TableSet::open(config.sink.format, log.sink(), app);
+    let set = TableSet::open(config.sink.format, log.sink(), app, config.sink.catalog());
     if options.identities_only {
         return identities_only(&log, set.as_ref(), config, options).await;
     }

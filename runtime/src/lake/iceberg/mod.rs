@@ -12,7 +12,8 @@
 //! pyiceberg and DuckDB both read (see docs/design.md, "Iceberg tables").
 //!
 //! A catalog may hold each table's pointer instead ([`catalog`]): an Iceberg REST catalog
-//! ([`rest`]) or a SQL catalog in PostgreSQL ([`sql`]).
+//! ([`rest`]) or a SQL catalog in PostgreSQL ([`sql`]); [`pointer`] is the sink's catalog as
+//! the tables use it (`sink.catalog`).
 //!
 //! [`avro`] reads and writes the manifests' container files; [`schema`] maps Arrow types to
 //! Iceberg's and evolves a table's schema; [`partition`] makes partition specs and tuples;
@@ -25,6 +26,7 @@ pub mod manifest;
 pub mod metadata;
 pub mod partition;
 pub mod plan;
+pub mod pointer;
 pub mod rest;
 pub mod schema;
 pub mod sql;

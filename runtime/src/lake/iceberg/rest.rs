@@ -120,6 +120,7 @@ enum Op<'a> {
     CreateTable(&'a TableIdent),
     LoadTable(&'a TableIdent),
     Commit(&'a TableIdent),
+    ListTables(&'a [String]),
 }
 
 impl Op<'_> {
@@ -133,6 +134,7 @@ impl Op<'_> {
             Op::CreateTable(table) => format!("creating table {table}"),
             Op::LoadTable(table) => format!("loading table {table}"),
             Op::Commit(table) => format!("committing to table {table}"),
+            Op::ListTables(ns) => format!("listing the tables of namespace {}", dotted(ns)),
         }
     }
 
@@ -245,6 +247,30 @@ impl RestCatalog {
         let url = self.namespace_url(&table.namespace, &["tables"]);
         let answer = self.send(op, Method::POST, url, Some(body)).await?;
         self.loaded(op, &answer)
+    }
+
+    /// The names of the tables in `namespace`, every page of them; none when the namespace
+    /// does not exist.
+    pub async fn list_tables(&self, namespace: &[String]) -> Result<Vec<String>, CatalogError> {
+        let op = Op::ListTables(namespace);
+        let mut names = Vec::new();
+        let mut page: Option<String> = None;
+        loop {
+            let mut url = self.namespace_url(namespace, &["tables"]);
+            if let Some(token) = &page {
+                url.query_pairs_mut().append_pair("pageToken", token);
+            }
+            let answer = self.send(op, Method::GET, url, None).await?;
+            if answer.status == StatusCode::NOT_FOUND {
+                return Ok(names);
+            }
+            let listed: ListAnswer = self.parse(op, &answer)?;
+            names.extend(listed.identifiers.into_iter().map(|i| i.name));
+            match listed.next_page_token {
+                Some(token) if !token.is_empty() => page = Some(token),
+                _ => return Ok(names),
+            }
+        }
     }
 
     pub async fn load_table(&self, table: &TableIdent) -> Result<LoadedTable, CatalogError> {
@@ -606,6 +632,20 @@ struct ConfigAnswer {
     defaults: BTreeMap<String, String>,
     #[serde(default)]
     overrides: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct ListAnswer {
+    #[serde(default)]
+    identifiers: Vec<ListedTable>,
+    #[serde(default)]
+    next_page_token: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ListedTable {
+    name: String,
 }
 
 #[derive(Deserialize)]

@@ -226,6 +226,23 @@ impl SqlCatalog {
         })
     }
 
+    /// The names of the tables in `namespace` (not below it), in order.
+    pub async fn list_tables(&self, namespace: &[String]) -> Result<Vec<String>, CatalogError> {
+        let what = format!("listing the tables of namespace {}", dotted(namespace));
+        let rows = self
+            .query(
+                &what,
+                &format!(
+                    "SELECT table_name FROM iceberg_tables
+                     WHERE catalog_name = $1 AND table_namespace = $2{} ORDER BY table_name",
+                    self.tables_only()
+                ),
+                &[&self.catalog_name, &dotted(namespace)],
+            )
+            .await?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
     pub async fn table_exists(&self, table: &TableIdent) -> Result<bool, CatalogError> {
         match self.load(table).await {
             Ok(_) => Ok(true),

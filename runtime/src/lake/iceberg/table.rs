@@ -8,15 +8,18 @@
 //! writer committed first, and the commit is planned again on what it wrote.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use object_store::path::Path;
 use parquet::file::metadata::ParquetMetaData;
 
+use super::catalog::TableIdent;
 use super::manifest::{self, DataFile, ManifestEntry, ManifestFile};
 use super::metadata::{Operation, TableMetadata, new_table};
 use super::partition;
 use super::plan::{self, Change, Parent, PlanError, SnapshotFiles, Unreferenced};
+use super::pointer::{self, Catalog};
 use super::schema::{self, SchemaError};
 use super::stats;
 use crate::lake::sink::{Created, Sink, SinkError};
@@ -32,6 +35,8 @@ pub enum IcebergError {
     Sink(#[from] SinkError),
     #[error(transparent)]
     Commit(#[from] crate::lake::commit::CommitError),
+    #[error(transparent)]
+    Catalog(#[from] super::catalog::CatalogError),
     #[error("{path}: {reason}")]
     Corrupt { path: String, reason: String },
     #[error("output {output:?}: {source}")]
@@ -81,12 +86,28 @@ pub enum Swap {
 }
 
 /// Where a table's latest metadata is, and how it is swapped for the next: the one part of
-/// a commit a catalog (SQL, REST) would do instead of storage.
+/// a commit a catalog (SQL, REST) does instead of storage ([`super::pointer`]).
 #[derive(Debug, Clone)]
 pub enum Pointer {
     /// No catalog: `metadata/v<N>.metadata.json`, the next created put-if-absent, and
     /// `metadata/version-hint.text` naming the latest `N`.
     Storage { sink: Sink, table: String },
+    /// A SQL catalog's row points at the metadata file, which the commit writes.
+    Sql {
+        sink: Sink,
+        table: String,
+        catalog: Catalog,
+        ident: TableIdent,
+    },
+    /// A REST catalog holds the metadata and writes its files; `loaded` is the metadata last
+    /// loaded, the base a commit's changes are told against.
+    Rest {
+        sink: Sink,
+        table: String,
+        catalog: Catalog,
+        ident: TableIdent,
+        loaded: Arc<Mutex<Option<Current>>>,
+    },
 }
 
 const HINT: &str = "version-hint.text";
@@ -99,9 +120,32 @@ fn version_of(name: &str) -> Option<u64> {
 }
 
 impl Pointer {
+    /// The pointer of `output`'s table: in `catalog`, or in storage without one.
+    pub fn of(sink: &Sink, output: &str, catalog: Option<&Catalog>) -> Pointer {
+        let (sink, table) = (sink.clone(), output.to_owned());
+        match catalog {
+            None => Pointer::Storage { sink, table },
+            Some(c) if c.is_rest() => Pointer::Rest {
+                sink,
+                ident: c.ident(output),
+                table,
+                catalog: c.clone(),
+                loaded: Arc::default(),
+            },
+            Some(c) => Pointer::Sql {
+                sink,
+                ident: c.ident(output),
+                table,
+                catalog: c.clone(),
+            },
+        }
+    }
+
     fn storage(&self) -> (&Sink, &str) {
         match self {
-            Pointer::Storage { sink, table } => (sink, table),
+            Pointer::Storage { sink, table }
+            | Pointer::Sql { sink, table, .. }
+            | Pointer::Rest { sink, table, .. } => (sink, table),
         }
     }
 
@@ -114,6 +158,28 @@ impl Pointer {
     /// search starts: a writer that stopped between its commit and the hint leaves it one
     /// behind, so later versions are probed for until one is missing.
     pub async fn latest(&self) -> Result<Option<Current>, IcebergError> {
+        match self {
+            Pointer::Storage { .. } => self.stored_latest().await,
+            Pointer::Sql {
+                sink,
+                catalog,
+                ident,
+                ..
+            } => pointer::sql_latest(catalog, sink, ident).await,
+            Pointer::Rest {
+                catalog,
+                ident,
+                loaded,
+                ..
+            } => {
+                let current = pointer::rest_latest(catalog, ident).await?;
+                *loaded.lock().expect("not poisoned") = current.clone();
+                Ok(current)
+            }
+        }
+    }
+
+    async fn stored_latest(&self) -> Result<Option<Current>, IcebergError> {
         let (sink, _) = self.storage();
         let hint = sink.get(&self.metadata_path(HINT)).await?;
         let hinted = hint.and_then(|h| std::str::from_utf8(&h).ok()?.trim().parse::<u64>().ok());
@@ -157,6 +223,39 @@ impl Pointer {
         current: Option<&str>,
         next: &TableMetadata,
     ) -> Result<Swap, IcebergError> {
+        match self {
+            Pointer::Storage { .. } => self.stored_swap(current, next).await,
+            Pointer::Sql {
+                sink,
+                table,
+                catalog,
+                ident,
+            } => pointer::sql_swap(catalog, sink, table, ident, current, next).await,
+            Pointer::Rest {
+                sink,
+                table,
+                catalog,
+                ident,
+                loaded,
+            } => {
+                let base = loaded.lock().expect("not poisoned").clone();
+                let base = base.filter(|b| Some(b.location.as_str()) == current);
+                if current.is_some() && base.is_none() {
+                    // Not the metadata last loaded: load the base again and plan again.
+                    return Ok(Swap::Lost);
+                }
+                let location = uri(sink, table);
+                let base = base.as_ref().map(|b| &b.metadata);
+                pointer::rest_swap(catalog, ident, &location, base, next).await
+            }
+        }
+    }
+
+    async fn stored_swap(
+        &self,
+        current: Option<&str>,
+        next: &TableMetadata,
+    ) -> Result<Swap, IcebergError> {
         let (sink, _) = self.storage();
         let version = match current {
             None => 1,
@@ -184,12 +283,12 @@ impl Pointer {
 }
 
 /// The absolute URI of `path` in the sink.
-fn uri(sink: &Sink, path: &str) -> String {
+pub(super) fn uri(sink: &Sink, path: &str) -> String {
     format!("{}/{path}", sink.url().trim_end_matches('/'))
 }
 
 /// The sink path of an absolute URI the table names.
-fn sink_path(sink: &Sink, uri: &str) -> Result<Path, IcebergError> {
+pub(super) fn sink_path(sink: &Sink, uri: &str) -> Result<Path, IcebergError> {
     let root = format!("{}/", sink.url().trim_end_matches('/'));
     match uri.strip_prefix(&root) {
         Some(rest) => Ok(Path::from(rest)),
@@ -235,6 +334,15 @@ impl Table {
             sink,
             output: output.to_owned(),
             pointer,
+        }
+    }
+
+    /// The table of `output`, committed to through `catalog` when there is one.
+    pub fn open(sink: Sink, output: &str, catalog: Option<&Catalog>) -> Table {
+        Table {
+            pointer: Pointer::of(&sink, output, catalog),
+            sink,
+            output: output.to_owned(),
         }
     }
 

@@ -4,6 +4,8 @@
 //! later flush of the pipeline means another instance took over (or, in a catch-up, that the
 //! writer before went on publishing).
 
+use super::catalog::CatalogError;
+use super::pointer::Catalog;
 use super::table::{IcebergError, Published, Table};
 use crate::lake::commit::{CommitError, Writer};
 use crate::lake::sink::Sink;
@@ -16,15 +18,26 @@ pub struct Tables {
     sink: Sink,
     app: String,
     writer: Writer,
+    catalog: Option<Catalog>,
 }
 
 impl Tables {
     pub fn new(sink: Sink, app: String, writer: Writer) -> Tables {
-        Tables { sink, app, writer }
+        Tables {
+            sink,
+            app,
+            writer,
+            catalog: None,
+        }
+    }
+
+    /// The tables through `catalog` (`sink.catalog`) instead of storage alone.
+    pub fn with_catalog(self, catalog: Option<Catalog>) -> Tables {
+        Tables { catalog, ..self }
     }
 
     fn table(&self, output: &str) -> Table {
-        Table::new(self.sink.clone(), output)
+        Table::open(self.sink.clone(), output, self.catalog.as_ref())
     }
 
     /// Whether `output`'s table holds flush `sequence` of this pipeline, or a later one.
@@ -82,11 +95,18 @@ impl Tables {
 }
 
 /// An Iceberg table's error as the commit protocol has it: the sink's own errors stay the
-/// sink's (an outage is retried like any other write), the rest name the table.
+/// sink's (an outage is retried like any other write), and so does a catalog's outage or a
+/// commit to it of unknown outcome (the retry reloads the table and finds the flush there or
+/// not); the rest name the table.
 pub fn commit_error(output: &str, sequence: u64, error: IcebergError) -> CommitError {
     match error {
         IcebergError::Sink(e) => CommitError::Sink(e),
         IcebergError::Commit(e) => e,
+        IcebergError::Catalog(
+            e @ (CatalogError::Failed { .. } | CatalogError::CommitStateUnknown { .. }),
+        ) => CommitError::Sink(crate::lake::sink::SinkError::Catalog {
+            message: e.to_string(),
+        }),
         other => CommitError::Table {
             output: output.to_owned(),
             sequence,

@@ -5,14 +5,23 @@
 use object_store::path::Path;
 
 use super::metadata::{Snapshot, TableMetadata};
+use super::pointer::Catalog;
 use super::table::{IcebergError, Table};
 use super::tables::commit_error;
 use crate::lake::commit::CommitError;
 use crate::lake::sink::Sink;
 use crate::lake::tables::tend::{LiveFile, TableView};
 
-/// The tables in the sink: folders with a `metadata/` folder that holds a metadata file.
-pub async fn table_names(sink: &Sink) -> Result<Vec<String>, CommitError> {
+/// The tables in the sink: with a catalog, those it holds in its namespace at the sink;
+/// without, folders with a `metadata/` folder that holds a metadata file.
+pub async fn table_names(
+    sink: &Sink,
+    catalog: Option<&Catalog>,
+) -> Result<Vec<String>, CommitError> {
+    if let Some(catalog) = catalog {
+        let names = catalog.table_names(sink).await;
+        return names.map_err(|e| commit_error("", 0, e.into()));
+    }
     let mut names = Vec::new();
     for folder in sink.list_dir(None).await?.folders {
         if folder.starts_with(crate::lake::commit::STATE_PREFIX) {
@@ -33,14 +42,23 @@ fn failed(name: &str) -> impl FnOnce(IcebergError) -> CommitError + '_ {
 }
 
 /// Whether table `name` has metadata.
-pub async fn exists(sink: &Sink, name: &str) -> Result<bool, CommitError> {
-    let table = Table::new(sink.clone(), name);
+pub async fn exists(
+    sink: &Sink,
+    catalog: Option<&Catalog>,
+    name: &str,
+) -> Result<bool, CommitError> {
+    let table = Table::open(sink.clone(), name, catalog);
     Ok(table.load().await.map_err(failed(name))?.is_some())
 }
 
 /// Table `name`'s current snapshot.
-pub async fn latest(sink: &Sink, name: &str, app: &str) -> Result<TableView, CommitError> {
-    let table = Table::new(sink.clone(), name);
+pub async fn latest(
+    sink: &Sink,
+    catalog: Option<&Catalog>,
+    name: &str,
+    app: &str,
+) -> Result<TableView, CommitError> {
+    let table = Table::open(sink.clone(), name, catalog);
     let Some(current) = table.load().await.map_err(failed(name))? else {
         return Ok(TableView::default());
     };
@@ -58,11 +76,12 @@ pub async fn latest(sink: &Sink, name: &str, app: &str) -> Result<TableView, Com
 /// entry `needed` or a later one; `None` while none does.
 pub async fn holding(
     sink: &Sink,
+    catalog: Option<&Catalog>,
     name: &str,
     app: &str,
     needed: u64,
 ) -> Result<Option<TableView>, CommitError> {
-    let table = Table::new(sink.clone(), name);
+    let table = Table::open(sink.clone(), name, catalog);
     let Some(current) = table.load().await.map_err(failed(name))? else {
         return Ok(None);
     };
@@ -131,9 +150,10 @@ async fn view(
 /// `Some(None)` when it does not (when it stopped is not recorded per file).
 pub async fn removed(
     sink: &Sink,
+    catalog: Option<&Catalog>,
     name: &str,
     file: &str,
 ) -> Result<Option<Option<i64>>, CommitError> {
-    let view = latest(sink, name, "").await?;
+    let view = latest(sink, catalog, name, "").await?;
     Ok((!view.files.contains_key(file)).then_some(None))
 }

@@ -26,6 +26,9 @@ pub use tend::{
     Vacuumable, app_id,
 };
 
+pub use super::iceberg::catalog::Secret;
+pub use super::iceberg::pointer::Catalog;
+
 use super::TableFormat;
 use super::commit::{CommitError, CommitLog, Writer};
 use super::sink::Sink;
@@ -43,6 +46,8 @@ pub struct Keeping {
     pub properties: WriterProperties,
     pub target: u64,
     pub reload: Option<Arc<dyn Reload>>,
+    /// The Iceberg catalog that holds the tables' pointers (`sink.catalog`), if any.
+    pub catalog: Option<iceberg::pointer::Catalog>,
 }
 
 /// The tables a pipeline publishes its flushes to, in the sink's format.
@@ -76,11 +81,14 @@ impl Tables {
                     reload: keeping.reload,
                 }),
             )),
-            TableFormat::Iceberg => Some(Tables::Iceberg(iceberg::tables::Tables::new(
-                sink.clone(),
-                app_id(&keeping.database, &keeping.slot),
-                writer,
-            ))),
+            TableFormat::Iceberg => Some(Tables::Iceberg(
+                iceberg::tables::Tables::new(
+                    sink.clone(),
+                    app_id(&keeping.database, &keeping.slot),
+                    writer,
+                )
+                .with_catalog(keeping.catalog),
+            )),
         }
     }
 
@@ -209,17 +217,23 @@ pub struct TableSet {
 /// The format of a [`TableSet`], and what it needs to reach its tables.
 enum Kind {
     Delta,
-    Iceberg,
+    /// Through the catalog, when the sink names one.
+    Iceberg(Option<iceberg::pointer::Catalog>),
 }
 
 impl TableSet {
     /// The tables of `sink` in `format` (`None` for Parquet files alone), whose commits name
     /// the pipeline `app` ([`app_id`]).
-    pub fn open(format: TableFormat, sink: &Sink, app: Option<String>) -> Option<TableSet> {
+    pub fn open(
+        format: TableFormat,
+        sink: &Sink,
+        app: Option<String>,
+        catalog: Option<iceberg::pointer::Catalog>,
+    ) -> Option<TableSet> {
         let kind = match format {
             TableFormat::Parquet => return None,
             TableFormat::Delta => Kind::Delta,
-            TableFormat::Iceberg => Kind::Iceberg,
+            TableFormat::Iceberg => Kind::Iceberg(catalog),
         };
         Some(TableSet {
             kind,
@@ -231,7 +245,7 @@ impl TableSet {
     pub fn format(&self) -> TableFormat {
         match self.kind {
             Kind::Delta => TableFormat::Delta,
-            Kind::Iceberg => TableFormat::Iceberg,
+            Kind::Iceberg(_) => TableFormat::Iceberg,
         }
     }
 
@@ -243,7 +257,7 @@ impl TableSet {
     pub async fn names(&self) -> Result<Vec<String>, CommitError> {
         match self.kind {
             Kind::Delta => delta::table_names(&self.sink).await,
-            Kind::Iceberg => iceberg::tend::table_names(&self.sink).await,
+            Kind::Iceberg(ref c) => iceberg::tend::table_names(&self.sink, c.as_ref()).await,
         }
     }
 
@@ -251,7 +265,7 @@ impl TableSet {
     pub async fn exists(&self, name: &str) -> Result<bool, CommitError> {
         match self.kind {
             Kind::Delta => Ok(delta::tend::exists(&self.sink, name).await?),
-            Kind::Iceberg => iceberg::tend::exists(&self.sink, name).await,
+            Kind::Iceberg(ref c) => iceberg::tend::exists(&self.sink, c.as_ref(), name).await,
         }
     }
 
@@ -259,7 +273,9 @@ impl TableSet {
     pub async fn latest(&self, name: &str) -> Result<TableView, CommitError> {
         match self.kind {
             Kind::Delta => delta::tend::latest(&self.sink, name, self.app()).await,
-            Kind::Iceberg => iceberg::tend::latest(&self.sink, name, self.app()).await,
+            Kind::Iceberg(ref c) => {
+                iceberg::tend::latest(&self.sink, c.as_ref(), name, self.app()).await
+            }
         }
     }
 
@@ -268,7 +284,9 @@ impl TableSet {
     pub async fn holding(&self, name: &str, needed: u64) -> Result<Option<TableView>, CommitError> {
         match self.kind {
             Kind::Delta => delta::tend::holding(&self.sink, name, self.app(), needed).await,
-            Kind::Iceberg => iceberg::tend::holding(&self.sink, name, self.app(), needed).await,
+            Kind::Iceberg(ref c) => {
+                iceberg::tend::holding(&self.sink, c.as_ref(), name, self.app(), needed).await
+            }
         }
     }
 
@@ -281,7 +299,9 @@ impl TableSet {
     ) -> Result<Option<Option<i64>>, CommitError> {
         match self.kind {
             Kind::Delta => delta::tend::removed(&self.sink, name, file).await,
-            Kind::Iceberg => iceberg::tend::removed(&self.sink, name, file).await,
+            Kind::Iceberg(ref c) => {
+                iceberg::tend::removed(&self.sink, c.as_ref(), name, file).await
+            }
         }
     }
 
@@ -295,7 +315,7 @@ impl TableSet {
     ) -> Result<Compacted, CompactError> {
         match self.kind {
             Kind::Delta => delta::compact_table(&self.sink, name, target, properties).await,
-            Kind::Iceberg => Err(CompactError::NotYet {
+            Kind::Iceberg(_) => Err(CompactError::NotYet {
                 output: name.to_owned(),
                 format: "Iceberg",
             }),
@@ -314,7 +334,7 @@ impl TableSet {
             Kind::Delta => {
                 delta::tend::vacuumable(&self.sink, name, self.app(), now_ms, retention_ms).await
             }
-            Kind::Iceberg => Ok(Vacuumable::LeftAlone(
+            Kind::Iceberg(_) => Ok(Vacuumable::LeftAlone(
                 "vacuum does not expire Iceberg snapshots yet in this release; nothing was deleted"
                     .into(),
             )),
@@ -334,7 +354,7 @@ impl TableSet {
                 .map(Some),
             // Not audited yet: verify reads an Iceberg output's rows through its table's live
             // files and compares them, but does not hold its snapshots against the log.
-            Kind::Iceberg => Ok(None),
+            Kind::Iceberg(_) => Ok(None),
         }
     }
 
@@ -347,7 +367,7 @@ impl TableSet {
     ) -> Result<Option<TableAudit>, CommitError> {
         match self.kind {
             Kind::Delta => delta::audit_mirror_table(&self.sink, output, self.app(), entries).await,
-            Kind::Iceberg => Ok(None),
+            Kind::Iceberg(_) => Ok(None),
         }
     }
 }
