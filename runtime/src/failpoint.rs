@@ -20,6 +20,7 @@
 //! | `tables.before-publish` | with tables (Delta, Iceberg): the commit entry exists, the tables' commits are about to be written |
 //! | `tables.after-table` | with tables: one more output's table has the flush (`@k`: the k-th of the run), the others may not |
 //! | `delta.before-current` | Delta tables only: an output's change-log table has the flush, its current-state table (`mirror = true`) not yet (`@k`: the k-th of the run) |
+//! | `iceberg.before-current` | Iceberg tables only: an output's change-log table has the flush, its current-state table (`mirror = true`) not yet (`@k`: the k-th of the run) |
 //! | `tables.after-publish` | with tables: every output's table has the flush, the slot is not confirmed |
 //! | `flush.after-confirm` | the slot is confirmed, the intent is not removed |
 //! | `journal.after-tick` | trigger capture: a tick is recorded, its batch not yet handed on (`@k`: the k-th of the run) |
@@ -36,6 +37,7 @@ pub const POINTS: &[&str] = &[
     "tables.before-publish",
     "tables.after-table",
     "delta.before-current",
+    "iceberg.before-current",
     "tables.after-publish",
     "flush.after-confirm",
     "load.before-chunk",

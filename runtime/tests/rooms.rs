@@ -67,6 +67,7 @@ const PURE: &[&str] = &[
     "lake/delta/mirror.rs",
     "lake/delta/schema.rs",
     "lake/delta/state.rs",
+    "lake/tables/keyed.rs",
     "pipeline/position.rs",
     "source/toast.rs",
     "source/trigger/journal.rs",

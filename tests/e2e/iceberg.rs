@@ -542,3 +542,151 @@ async fn a_crash_after_one_iceberg_table_of_three_has_the_flush_catches_up_the_o
 async fn a_crash_after_every_iceberg_table_in_a_directory_writes_no_snapshot_twice() {
     crash_into_iceberg("tables.after-publish", 2, true).await;
 }
+
+/// Key to the row's `columns` in `rows` (each value as text), one row per key.
+fn by_id(
+    rows: &[BTreeMap<String, Option<String>>],
+    columns: &[&str],
+) -> BTreeMap<String, Vec<Option<String>>> {
+    let keyed: BTreeMap<String, Vec<Option<String>>> = rows
+        .iter()
+        .map(|r| {
+            let values = columns
+                .iter()
+                .map(|c| r.get(*c).cloned().flatten())
+                .collect();
+            (r["id"].clone().expect("an id"), values)
+        })
+        .collect();
+    assert_eq!(keyed.len(), rows.len(), "one row per key");
+    keyed
+}
+
+/// A mixed workload into an output with an Iceberg current-state table: inserts, updates
+/// and deletes, a column added mid-stream (which makes the pipeline load the table again,
+/// its rows holding no value of it), and a SIGKILL between the change-log table and the
+/// current-state table. After the restart the current-state table, read by pyiceberg and by
+/// DuckDB, equals the source row for row; each of its snapshots is an `overwrite` (or the
+/// first flush's) carrying the pipeline's position, and no delete files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_iceberg_current_state_table_killed_before_a_flush_equals_the_source_after_a_restart() {
+    let hint = "iceberg_current";
+    let db = fresh_database(hint).await;
+    db.client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY, name text, amount numeric(10,2))")
+        .await
+        .unwrap();
+    let mut fixture = iceberg_fixture_with(&db, hint, &["public.t"], false, &[]).await;
+    fixture
+        .cfg
+        .sections
+        .push(super::delta::mirror_section("public.t"));
+    fixture.file = fixture.cfg.write(&fixture.dir);
+
+    // The first flush builds the table; the second is killed after the change log took it.
+    let point = "iceberg.before-current";
+    let mut a = Service::spawn_with(
+        &fixture.file,
+        &[],
+        &fixture.dir.join("a.log"),
+        &[("TRIBUTARY_FAILPOINTS", &format!("{point}@2"))],
+    );
+    a.wait_for_log("streaming", Duration::from_secs(120)).await;
+    db.client
+        .batch_execute(
+            "INSERT INTO t SELECT g, 'name ' || g, g * 1.5 FROM generate_series(1, 20) g",
+        )
+        .await
+        .unwrap();
+    a.wait_for_landed(&fixture.log, 20, Duration::from_secs(60))
+        .await;
+    db.client
+        .batch_execute(
+            "UPDATE t SET name = name || '!' WHERE id % 3 = 0; DELETE FROM t WHERE id % 5 = 0;",
+        )
+        .await
+        .unwrap();
+    a.wait_for_log(
+        &format!("failpoint {point} reached"),
+        Duration::from_secs(60),
+    )
+    .await;
+    a.kill().await;
+    let current = Table::new(fixture.sink.clone(), "public.t__current");
+    let log_table = Table::new(fixture.sink.clone(), "public.t");
+    let killed = current
+        .load()
+        .await
+        .unwrap()
+        .expect("the first flush built it");
+    let app = killed.metadata.current_snapshot().unwrap().summary["tributary.app"].clone();
+    assert!(
+        killed.metadata.position(&app) < log_table.position(&app).await.unwrap(),
+        "the change log took the second flush, the current-state table not yet"
+    );
+
+    let mut b = Service::spawn(&fixture.file, &[], &fixture.dir.join("b.log"));
+    b.wait_for_log("streaming", Duration::from_secs(120)).await;
+    let steps = [
+        "ALTER TABLE t ADD COLUMN note text;",
+        "INSERT INTO t (id, name, amount, note) SELECT g, 'late ' || g, g, 'note ' || g FROM generate_series(21, 30) g;
+         UPDATE t SET note = 'n' || id WHERE id < 5;",
+        "UPDATE t SET amount = amount + 1 WHERE id IN (1, 2, 21); DELETE FROM t WHERE id IN (3, 22);
+         INSERT INTO t (id, name) SELECT g, 'last ' || g FROM generate_series(31, 35) g;",
+    ];
+    for step in steps {
+        db.client.batch_execute(step).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // 20 + 10 before the kill; 10 + 4 and 3 + 2 + 5 after.
+    b.wait_for_landed(&fixture.log, 54, Duration::from_secs(60))
+        .await;
+    // The column added came into a current-state table holding rows: the table is loaded
+    // again, which fills the rows no change carried it in.
+    super::delta::wait_for_load_of(&fixture, "public.t", Duration::from_secs(60)).await;
+    let verified = verify(&fixture.file, &[]).await;
+    assert_eq!(verified.code, 0, "{verified}");
+    let compared = verified
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("current-state table public.t__current: version"))
+        .unwrap_or_else(|| panic!("{verified}"));
+    assert!(
+        compared.ends_with("rows, equal to the source"),
+        "{compared}"
+    );
+    let b_log = b.stop().await;
+
+    let columns = ["id", "name", "amount", "note"];
+    let source: BTreeMap<String, Vec<Option<String>>> = db
+        .client
+        .query("SELECT id::text, name, amount::text, note FROM t", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), (0..4).map(|i| r.get(i)).collect()))
+        .collect();
+    assert_eq!(source.len(), 35 - 4 - 2, "the source's rows");
+    let latest = current.load().await.unwrap().unwrap();
+    let folder = format!("{}/public.t__current", fixture.cfg.sink_url);
+    let read = read_iceberg(&folder, &latest.location, &fixture.cfg.sink_options);
+    assert_eq!(by_id(&read.rows, &columns), source, "pyiceberg: {b_log}");
+    assert_eq!(by_id(&read.duckdb, &columns), source, "DuckDB: {b_log}");
+
+    // Each snapshot carries the pipeline's position, the flushes in order; no delete files.
+    let positions: Vec<u64> = latest
+        .metadata
+        .snapshots
+        .iter()
+        .map(|s| {
+            assert_eq!(s.summary.get("tributary.app"), Some(&app));
+            assert_eq!(s.summary["total-delete-files"], "0");
+            s.summary["tributary.sequence"].parse().unwrap()
+        })
+        .collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
+    let log_position = log_table.position(&app).await.unwrap();
+    assert_eq!(positions.last().copied(), log_position, "{b_log}");
+    assert_eq!(read.snapshot["operation"], "overwrite");
+    std::fs::remove_dir_all(&fixture.dir).unwrap();
+}

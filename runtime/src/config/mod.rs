@@ -1073,10 +1073,10 @@ impl PipelineConfig {
             );
         }
         for (name, output) in &self.outputs {
-            if output.mirror && self.sink.format != crate::lake::TableFormat::Delta {
+            if output.mirror && !self.sink.format.has_tables() {
                 return Err(format!(
-                    "outputs.{name:?}.mirror needs Delta tables: the current-state table is a \
-                     Delta table beside the change log (Iceberg current-state tables are not built yet); set sink.format = \"delta\" or leave mirror out"
+                    "outputs.{name:?}.mirror needs tables: the current-state table is a table \
+                     beside the change log's, in the sink's format; set sink.format = \"delta\" or \"iceberg\", or leave mirror out"
                 ));
             }
             if let Some(spec) = &output.partition_by {
@@ -1267,11 +1267,11 @@ mod tests {
     }
 
     #[test]
-    fn a_mirror_needs_delta_tables_and_an_output_name() {
+    fn a_mirror_needs_tables_and_an_output_name() {
         let mirrored = format!("{MINIMAL}\n[outputs.\"public.orders\"]\nmirror = true\n");
         let err = parse(&mirrored).unwrap_err().to_string();
         assert!(
-            err.contains("outputs.\"public.orders\".mirror needs Delta tables"),
+            err.contains("outputs.\"public.orders\".mirror needs tables"),
             "{err}"
         );
         let delta = mirrored.replace(
@@ -1280,6 +1280,11 @@ mod tests {
         );
         let c = parse(&delta).unwrap();
         assert_eq!(c.mirrored(), ["public.orders".to_owned()].into());
+        let iceberg = delta.replace("format = \"delta\"", "format = \"iceberg\"");
+        assert_eq!(
+            parse(&iceberg).unwrap().mirrored(),
+            ["public.orders".to_owned()].into()
+        );
         assert!(parse(MINIMAL).unwrap().mirrored().is_empty());
         let partitioned = delta.replace("mirror = true", "partition_by = \"day(_commit_time)\"");
         let c = parse(&partitioned).unwrap();

@@ -8,12 +8,9 @@
 //! `dataChange = false`: the table's rows do not change, so a streaming reader of the table
 //! skips the commit, and the pipeline's `txn` is not touched.
 
-use std::sync::Arc;
-
-use arrow_array::{Array, ArrayRef, RecordBatch, StructArray, new_null_array};
-use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, Schema, SchemaRef};
-
 use super::actions::{Action, Add, Remove};
+
+pub use crate::lake::tables::keyed::{fit, merged_schema};
 
 /// Groups of live files to rewrite, each into one file: files below `target` bytes, oldest
 /// first (by modification time, then path), cut when a group reaches `target`. A group of one
@@ -86,95 +83,12 @@ pub fn commit(replaced: &[Add], written: &[Add], target: u64, now_ms: i64) -> Ve
     actions
 }
 
-/// The schema of a file that holds all of `schemas`' rows: every column of any of them, in
-/// the order they first appear (older files first, so added columns come last, as in the
-/// table), nested columns merged the same way, every column nullable. A column keeps the
-/// metadata of the last file that has it (its PostgreSQL type, whether it is a key column):
-/// what the column is as of the newest rows. A current-state table built from a compacted
-/// change log finds its key there.
-pub fn merged_schema(schemas: &[SchemaRef]) -> Result<SchemaRef, ArrowError> {
-    let mut fields: Vec<FieldRef> = Vec::new();
-    for schema in schemas {
-        fields = merge_fields(&fields, schema.fields())?;
-    }
-    Ok(Arc::new(Schema::new(fields)))
-}
-
-fn merge_fields(into: &[FieldRef], from: &Fields) -> Result<Vec<FieldRef>, ArrowError> {
-    let mut merged: Vec<FieldRef> = into.to_vec();
-    for field in from {
-        match merged.iter().position(|f| f.name() == field.name()) {
-            None => merged.push(Arc::new(field.as_ref().clone().with_nullable(true))),
-            Some(at) => {
-                let have = &merged[at];
-                let data_type = match (have.data_type(), field.data_type()) {
-                    (DataType::Struct(a), DataType::Struct(b)) => DataType::Struct(
-                        merge_fields(&a.iter().cloned().collect::<Vec<_>>(), b)?.into(),
-                    ),
-                    (a, b) if a == b => a.clone(),
-                    (a, b) => {
-                        return Err(ArrowError::SchemaError(format!(
-                            "column {} is {a} in one file and {b} in another",
-                            field.name()
-                        )));
-                    }
-                };
-                merged[at] = Arc::new(
-                    Field::new(have.name(), data_type, true)
-                        .with_metadata(field.metadata().clone()),
-                );
-            }
-        }
-    }
-    Ok(merged)
-}
-
-/// `batch` with the columns of `schema` (a [`merged_schema`] that includes its own): the ones
-/// it lacks are null, nested ones alike.
-pub fn fit(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
-    let columns = fit_columns(
-        batch.schema().fields(),
-        batch.columns(),
-        schema.fields(),
-        batch.num_rows(),
-    )?;
-    RecordBatch::try_new(schema.clone(), columns)
-}
-
-fn fit_columns(
-    have: &Fields,
-    columns: &[ArrayRef],
-    want: &Fields,
-    rows: usize,
-) -> Result<Vec<ArrayRef>, ArrowError> {
-    want.iter()
-        .map(|field| {
-            let Some(at) = have.iter().position(|f| f.name() == field.name()) else {
-                return Ok(new_null_array(field.data_type(), rows));
-            };
-            let column = &columns[at];
-            match (column.data_type(), field.data_type()) {
-                (DataType::Struct(inner), DataType::Struct(wanted)) if inner != wanted => {
-                    let array = column
-                        .as_any()
-                        .downcast_ref::<StructArray>()
-                        .expect("a struct column is a StructArray");
-                    let children = fit_columns(inner, array.columns(), wanted, rows)?;
-                    Ok(Arc::new(StructArray::try_new(
-                        wanted.clone(),
-                        children,
-                        array.nulls().cloned(),
-                    )?) as ArrayRef)
-                }
-                _ => Ok(column.clone()),
-            }
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
-    use arrow_array::Int64Array;
+    use std::sync::Arc;
+
+    use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StructArray};
+    use arrow_schema::{DataType, Field, Fields, Schema};
 
     use super::*;
 

@@ -10,7 +10,7 @@
 //!
 //! [`schema`] maps the files' Arrow types to Delta's and evolves a table's schema; [`actions`]
 //! is the log's JSON; [`state`] replays a log and plans an append; [`compact`] plans the
-//! rewrite of small files; [`vacuum`] which files may go; [`tend`] answers the commands; [`mirror`] keeps an output's current-state table; [`table`] and
+//! rewrite of small files; [`vacuum`] which files may go; [`tend`] answers the commands; [`mirror`] is what a current-state table's Delta files say of their keys; [`table`] and
 //! [`current`] do the IO.
 
 pub mod actions;
@@ -19,7 +19,6 @@ pub mod checkpoint;
 pub mod compact;
 pub mod current;
 pub mod mirror;
-mod overtaken;
 pub mod schema;
 pub mod state;
 pub mod table;

@@ -15,11 +15,11 @@ use super::checkpoint;
 use super::compact;
 use super::current::{self, Mirrors, Preceding, Rows};
 use super::mirror::mirror_name;
-use super::overtaken::Seen;
 use super::state::{Appender, TableError, TableFile, TableState, TypeChange};
 use crate::lake::commit::{CommitError, Writer};
 use crate::lake::sink::{Created, Sink};
 use crate::lake::tables::file::{Later, by_output};
+use crate::lake::tables::overtaken::Seen;
 use crate::lake::tables::tend::{COMPACTED, CompactError, Compacted};
 
 /// The object that holds version `version` of `output`'s log.
@@ -329,31 +329,16 @@ impl Tables {
         columns: &[String],
     ) -> Result<(), CommitError> {
         let reload = self.mirrors.as_deref().and_then(|m| m.reload.as_deref());
-        let (Some(reload), false) = (reload, columns.is_empty()) else {
-            return Ok(());
-        };
-        let asked = reload
-            .request(output, columns)
-            .await
-            .map_err(|reason| CommitError::Table {
-                output: mirror_name(output),
-                sequence,
-                format: "Delta",
-                source: Box::new(TableError::Data {
-                    path: mirror_name(output),
-                    reason: format!(
-                        "columns {} came in, so its rows must be loaded again, and asking for that failed: {reason}",
-                        columns.join(", ")
-                    ),
-                }),
-            })?;
-        match asked {
-            current::Asked::AtStart => Err(CommitError::LoadDue {
-                output: output.to_owned(),
-                columns: columns.join(", "),
+        let failed = |reason| CommitError::Table {
+            output: mirror_name(output),
+            sequence,
+            format: "Delta",
+            source: Box::new(TableError::Data {
+                path: mirror_name(output),
+                reason,
             }),
-            current::Asked::Beside | current::Asked::Due => Ok(()),
-        }
+        };
+        crate::lake::tables::current::ask_reload(reload, output, columns, failed).await
     }
 
     /// Why `output`'s current-state table (`state`) is built again from the whole change log
@@ -519,9 +504,12 @@ async fn rewrite_current(
             let mut batches = Vec::new();
             for add in &group {
                 batches.extend(
-                    current::read_batches(sink, &format!("{table}/{}", add.path))
-                        .await
-                        .map_err(|e| bad(&add.path, e.to_string()))?,
+                    crate::lake::tables::current::read_batches(
+                        sink,
+                        &format!("{table}/{}", add.path),
+                    )
+                    .await
+                    .map_err(|e| bad(&add.path, e.to_string()))?,
                 );
             }
             let schemas: Vec<_> = batches.iter().map(|b| b.schema()).collect();
@@ -533,12 +521,15 @@ async fn rewrite_current(
                 .map_err(|e| bad(table, e.to_string()))?;
             let mut rows = Vec::new();
             for (source, batch) in fitted.iter().enumerate() {
-                let arrays = current::key_columns(batch, &keys, table)
+                let arrays = crate::lake::tables::current::key_columns(batch, &keys, table)
                     .map_err(|e| bad(table, e.to_string()))?;
                 let reader =
                     Keys::new(arrays.iter().collect()).map_err(|e| bad(table, e.to_string()))?;
                 for row in 0..batch.num_rows() {
-                    let cells = current::whole_row((source, row), schema.fields().len());
+                    let cells = crate::lake::tables::current::whole_row(
+                        (source, row),
+                        schema.fields().len(),
+                    );
                     rows.push((reader.key(row), cells));
                 }
             }
@@ -555,17 +546,17 @@ async fn rewrite_current(
             }
             let null_source = fitted.len();
             fitted.push(arrow_array::RecordBatch::new_empty(schema.clone()));
-            let files = current::write_rows(
+            let files = crate::lake::tables::current::write_rows(
                 &fitted,
                 &schema,
                 &rows,
-                &keys,
                 null_source,
                 (properties, target),
             )
             .map_err(|e| bad(table, e))?;
             let mut written = Vec::new();
-            for (bytes, stats) in files {
+            for (bytes, range) in files {
+                let stats = super::mirror::stats(&keys, rows[range].iter().map(|(k, _)| k));
                 let relative = format!("{COMPACTED}/{}.parquet", new_table_id());
                 let size = bytes.len() as u64;
                 sink.create(&Path::from(format!("{table}/{relative}")), bytes)

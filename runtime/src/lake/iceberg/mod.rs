@@ -18,10 +18,12 @@
 //! [`avro`] reads and writes the manifests' container files; [`schema`] maps Arrow types to
 //! Iceberg's and evolves a table's schema; [`partition`] makes partition specs and tuples;
 //! [`stats`] turns Parquet footers into column statistics; [`manifest`] and [`metadata`] are
-//! the files; [`plan`] plans appends, replaces and expiries without IO; [`table`] does the IO.
+//! the files; [`plan`] plans appends, replaces and expiries without IO; [`table`] does the IO;
+//! [`tables`] publishes the pipeline's flushes, and [`current`] keeps its current-state tables.
 
 pub mod avro;
 pub mod catalog;
+pub mod current;
 pub mod manifest;
 pub mod metadata;
 pub mod partition;

@@ -383,7 +383,7 @@ impl Table {
                 position: Some((app.to_owned(), sequence)),
                 schema: None,
             };
-            if let Some(id) = self.commit(current, change, files, &footers).await? {
+            if let Some(id) = self.commit(current, change, files, &footers, None).await? {
                 return Ok(Published::Appended { snapshot_id: id });
             }
         }
@@ -410,11 +410,36 @@ impl Table {
                 position: None,
                 schema: None,
             };
-            if let Some(id) = self.commit(current, change, added, &footers).await? {
+            if let Some(id) = self.commit(current, change, added, &footers, None).await? {
                 return Ok(id);
             }
         }
         Err(self.contended())
+    }
+
+    /// One attempt at an `overwrite` snapshot on `current` (the table as loaded; `None`: a
+    /// new table) that removes the live data files `removed` (absolute URIs) and adds `added`,
+    /// its schema evolved to hold `columns` too, carrying `app`'s position `sequence`: the
+    /// new snapshot's id, or `None` when another writer committed first. A current-state
+    /// table's copy-on-write rewrite, planned on `current` and planned again when it lost.
+    pub async fn overwrite_on(
+        &self,
+        current: Option<Current>,
+        (app, sequence): (&str, u64),
+        removed: BTreeSet<String>,
+        added: &[TableFile],
+        columns: &arrow_schema::Schema,
+    ) -> Result<Option<i64>, IcebergError> {
+        let footers = self.footers(added).await?;
+        let change = Change {
+            operation: Operation::Overwrite,
+            added: Vec::new(),
+            removed,
+            position: Some((app.to_owned(), sequence)),
+            schema: None,
+        };
+        self.commit(current, change, added, &footers, Some(columns))
+            .await
     }
 
     fn contended(&self) -> IcebergError {
@@ -433,16 +458,17 @@ impl Table {
         Ok(out)
     }
 
-    /// One attempt at committing `change` with `files` on `current`: `None` when another
-    /// writer swapped first.
+    /// One attempt at committing `change` with `files` on `current` (the schema evolved to
+    /// hold `columns` too, when given): `None` when another writer swapped first.
     async fn commit(
         &self,
         current: Option<Current>,
         mut change: Change,
         files: &[TableFile],
         footers: &[ParquetMetaData],
+        columns: Option<&arrow_schema::Schema>,
     ) -> Result<Option<i64>, IcebergError> {
-        let (base, evolved) = self.evolved(current.as_ref(), files)?;
+        let (base, evolved) = self.evolved(current.as_ref(), files, columns)?;
         change.schema = evolved;
         let schema = match &change.schema {
             Some((schema, _)) => schema,
@@ -512,12 +538,14 @@ impl Table {
     }
 
     /// The metadata to plan on (a new table's, partitioned as the first file says, when there
-    /// is none) and its schema evolved to hold every one of `files`.
+    /// is none) and its schema evolved to hold `columns` (when given) and every one of
+    /// `files`.
     #[allow(clippy::type_complexity)]
     fn evolved(
         &self,
         current: Option<&Current>,
         files: &[TableFile],
+        columns: Option<&arrow_schema::Schema>,
     ) -> Result<(TableMetadata, Option<(schema::Schema, i32)>), IcebergError> {
         let schema_error = |source| IcebergError::Schema {
             output: self.output.clone(),
@@ -526,11 +554,16 @@ impl Table {
         let base = match current {
             Some(c) => c.metadata.clone(),
             None => {
-                let Some(first) = files.first() else {
-                    return Err(self.partition_error("a new table needs a first file".into()));
+                let first = files.first();
+                let fresh = match (columns, first) {
+                    (Some(columns), _) => columns.clone(),
+                    (None, Some(first)) => file_columns(first),
+                    (None, None) => {
+                        return Err(self.partition_error("a new table needs a first file".into()));
+                    }
                 };
-                let (schema, last) = schema::fresh(&file_columns(first)).map_err(schema_error)?;
-                let spec = match &first.partition {
+                let (schema, last) = schema::fresh(&fresh).map_err(schema_error)?;
+                let spec = match first.and_then(|f| f.partition.as_ref()) {
                     None => partition::unpartitioned(),
                     Some(p) => partition::spec(&partition::of_file(p), &schema)
                         .map_err(|reason| self.partition_error(reason))?,
@@ -546,9 +579,13 @@ impl Table {
         };
         let mut last = base.last_column_id;
         let mut changed = false;
-        for f in files {
+        let wanted = columns
+            .cloned()
+            .into_iter()
+            .chain(files.iter().map(file_columns));
+        for columns in wanted {
             if let Some((next, next_last)) =
-                schema::evolve(&schema, last, &file_columns(f)).map_err(schema_error)?
+                schema::evolve(&schema, last, &columns).map_err(schema_error)?
             {
                 (schema, last, changed) = (next, next_last, true);
             }

@@ -2,23 +2,31 @@
 //! each flush published to its outputs' tables as one snapshot per table, carrying the
 //! pipeline's position; a table that holds the flush already is left alone, one that holds a
 //! later flush of the pipeline means another instance took over (or, in a catch-up, that the
-//! writer before went on publishing).
+//! writer before went on publishing). A mirrored output's current-state table then takes the
+//! flush too ([`super::current`]).
+
+use std::sync::Arc;
 
 use super::catalog::CatalogError;
 use super::pointer::Catalog;
 use super::table::{IcebergError, Published, Table};
 use crate::lake::commit::{CommitError, Writer};
 use crate::lake::sink::Sink;
+use crate::lake::tables::current::Mirrors;
 use crate::lake::tables::file::by_output;
-use crate::lake::tables::{Later, TableFile};
+use crate::lake::tables::overtaken::Seen;
+use crate::lake::tables::{Later, TableFile, mirror_name};
 
 /// The sink's Iceberg tables as one writer publishes to them.
 #[derive(Clone)]
 pub struct Tables {
-    sink: Sink,
-    app: String,
-    writer: Writer,
+    pub(super) sink: Sink,
+    pub(super) app: String,
+    pub(super) writer: Writer,
     catalog: Option<Catalog>,
+    pub(super) mirrors: Option<Arc<Mirrors>>,
+    /// What the current-state tables' loads read of the change logs.
+    pub(super) seen: Arc<Seen>,
 }
 
 impl Tables {
@@ -28,7 +36,15 @@ impl Tables {
             app,
             writer,
             catalog: None,
+            mirrors: None,
+            seen: Arc::default(),
         }
+    }
+
+    /// Also keep the current-state tables of `mirrors.outputs`.
+    pub fn with_mirrors(self, mirrors: Mirrors) -> Tables {
+        let mirrors = (!mirrors.outputs.is_empty()).then(|| Arc::new(mirrors));
+        Tables { mirrors, ..self }
     }
 
     /// The tables through `catalog` (`sink.catalog`) instead of storage alone.
@@ -36,18 +52,32 @@ impl Tables {
         Tables { catalog, ..self }
     }
 
-    fn table(&self, output: &str) -> Table {
+    pub(super) fn table(&self, output: &str) -> Table {
         Table::open(self.sink.clone(), output, self.catalog.as_ref())
     }
 
-    /// Whether `output`'s table holds flush `sequence` of this pipeline, or a later one.
+    /// Whether `output`'s tables (its change log, and its current-state table when it keeps
+    /// one) hold flush `sequence` of this pipeline, or a later one.
     pub async fn hold(&self, output: &str, sequence: u64) -> Result<bool, CommitError> {
-        let position = self
-            .table(output)
-            .position(&self.app)
-            .await
-            .map_err(|e| commit_error(output, sequence, e))?;
-        Ok(position.is_some_and(|p| p >= sequence))
+        let mut tables = vec![output.to_owned()];
+        if self
+            .mirrors
+            .as_deref()
+            .is_some_and(|m| m.outputs.contains(output))
+        {
+            tables.push(mirror_name(output));
+        }
+        for table in tables {
+            let position = self
+                .table(&table)
+                .position(&self.app)
+                .await
+                .map_err(|e| commit_error(&table, sequence, e))?;
+            if position.is_none_or(|p| p < sequence) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Publish the files of flush `sequence` to their outputs' tables, one snapshot each.
@@ -81,16 +111,18 @@ impl Tables {
             Published::Appended { snapshot_id } => {
                 tracing::debug!(%output, sequence, snapshot_id, "published to the Iceberg table");
                 crate::failpoint::reached("tables.after-table").await;
-                Ok(())
             }
-            Published::Held { position } if position == sequence || later == Later::Holds => Ok(()),
-            Published::Held { position } => Err(CommitError::TableAhead {
-                output: output.to_owned(),
-                ours: sequence,
-                theirs: position,
-                writer: Box::new(self.writer.clone()),
-            }),
+            Published::Held { position } if position == sequence || later == Later::Holds => {}
+            Published::Held { position } => {
+                return Err(CommitError::TableAhead {
+                    output: output.to_owned(),
+                    ours: sequence,
+                    theirs: position,
+                    writer: Box::new(self.writer.clone()),
+                });
+            }
         }
+        self.mirror(output, sequence, &files, later).await
     }
 }
 

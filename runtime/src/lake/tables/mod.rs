@@ -7,7 +7,10 @@
 //! the commands in. The formats are Delta ([`crate::lake::delta`]) and Iceberg
 //! ([`crate::lake::iceberg`]).
 
+pub mod current;
 pub mod file;
+pub mod keyed;
+pub mod overtaken;
 pub mod tend;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -74,7 +77,7 @@ impl Tables {
                     writer,
                 )
                 .on_type_change(keeping.on_type_change)
-                .with_mirrors(delta::current::Mirrors {
+                .with_mirrors(current::Mirrors {
                     outputs: keeping.mirrored,
                     properties: keeping.properties,
                     target: keeping.target,
@@ -87,7 +90,13 @@ impl Tables {
                     app_id(&keeping.database, &keeping.slot),
                     writer,
                 )
-                .with_catalog(keeping.catalog),
+                .with_catalog(keeping.catalog)
+                .with_mirrors(current::Mirrors {
+                    outputs: keeping.mirrored,
+                    properties: keeping.properties,
+                    target: keeping.target,
+                    reload: keeping.reload,
+                }),
             )),
         }
     }

@@ -20,14 +20,13 @@ use parquet::file::metadata::ParquetMetaData;
 use parquet::file::statistics::Statistics;
 
 use super::current::{self, Logged, data};
-use super::mirror::{Change, Overtaken, mirror_schema};
-use super::state::{TableError, TableState};
+use super::file::footer;
+use super::keyed::{Change, MirrorError, Overtaken, mirror_schema};
 use crate::lake::sink::Sink;
-use crate::lake::tables::file::footer;
 
 /// What the walks learnt of each file they read, by output and path (relative to the sink).
 #[derive(Default)]
-pub(super) struct Seen(Mutex<HashMap<String, HashMap<String, Summary>>>);
+pub struct Seen(Mutex<HashMap<String, HashMap<String, Summary>>>);
 
 #[derive(Clone)]
 struct Summary {
@@ -39,21 +38,22 @@ struct Summary {
     changes: Option<Vec<(u64, Change)>>,
 }
 
-/// The changes in `log` (`output`'s change-log table) committed after `snapshot`.
-pub(super) async fn overtaken(
+/// The changes in `output`'s change-log table committed after `snapshot`; `files` are the
+/// table's live data files (paths relative to it) with their sizes.
+pub async fn overtaken(
     sink: &Sink,
     output: &str,
-    log: &TableState,
+    files: &[(String, u64)],
     snapshot: u64,
     keys: &[String],
     seen: &Seen,
-) -> Result<Overtaken, TableError> {
+) -> Result<Overtaken, MirrorError> {
     let mut flushes: Vec<(u64, &str, u64)> = Vec::new();
     let mut unnumbered: Vec<(&str, u64)> = Vec::new();
-    for add in log.files.values() {
-        match flush_of(&add.path) {
-            Some(flush) => flushes.push((flush, &add.path, add.size)),
-            None => unnumbered.push((&add.path, add.size)),
+    for (path, size) in files {
+        match flush_of(path) {
+            Some(flush) => flushes.push((flush, path, *size)),
+            None => unnumbered.push((path, *size)),
         }
     }
     flushes.sort_unstable_by(|a, b| b.cmp(a));
@@ -109,7 +109,7 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    async fn visit(&mut self, relative: &str, size: u64) -> Result<Visited, TableError> {
+    async fn visit(&mut self, relative: &str, size: u64) -> Result<Visited, MirrorError> {
         let path = format!("{}/{relative}", self.output);
         let mut summary = match self.known.remove(&path) {
             Some(summary) => summary,
@@ -134,7 +134,7 @@ impl Walk<'_> {
         Ok(visited)
     }
 
-    async fn read(&self, path: &str) -> Result<Vec<(u64, Change)>, TableError> {
+    async fn read(&self, path: &str) -> Result<Vec<(u64, Change)>, MirrorError> {
         let batches = current::read_batches(self.sink, path).await?;
         let Some(first) = batches.first() else {
             return Ok(Vec::new());
@@ -148,13 +148,13 @@ impl Walk<'_> {
 }
 
 /// The flush a change-log data file belongs to, from its name.
-fn flush_of(relative: &str) -> Option<u64> {
+pub fn flush_of(relative: &str) -> Option<u64> {
     let name = relative.rsplit('/').next()?;
     let digits = name.strip_prefix("part-")?.get(..20)?;
     digits.parse().ok()
 }
 
-async fn summarize(sink: &Sink, path: &str, size: u64) -> Result<Summary, TableError> {
+async fn summarize(sink: &Sink, path: &str, size: u64) -> Result<Summary, MirrorError> {
     let metadata = footer(sink, &Path::from(path), size)
         .await
         .map_err(|e| data(path, e.to_string()))?;
