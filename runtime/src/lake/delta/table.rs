@@ -1017,6 +1017,7 @@ mod tests {
     use object_store::memory::InMemory;
 
     use super::*;
+    use crate::lake::tables::current::fixtures::{Change, changes};
 
     fn file(sequence: u64) -> TableFile {
         TableFile {
@@ -1291,94 +1292,11 @@ mod tests {
         assert_eq!(last.version, None);
     }
 
-    /// `(op, id, old id, v, v left out as an unchanged TOAST value)`.
-    type Change<'a> = (&'a str, i64, Option<i64>, Option<&'a str>, bool);
-
     /// Inserts of rows 1 (`a`) and 2 (`b`).
     const A_AND_B: [Change<'static>; 2] = [
         ("insert", 1, None, Some("a"), false),
         ("insert", 2, None, Some("b"), false),
     ];
-
-    /// A change-log file of `public.t` (key `id`, a value `v`) holding `changes`, at
-    /// `_commit_lsn` `sequence`.
-    async fn changes(sink: &Sink, sequence: u64, changes: &[Change<'_>]) -> TableFile {
-        use arrow_array::builder::{ListBuilder, StringBuilder};
-        use arrow_array::{ArrayRef, Int64Array, StringArray, StructArray};
-        let key = Field::new("id", DataType::Int64, true).with_metadata(
-            std::collections::HashMap::from([("tributary.key".to_owned(), "true".to_owned())]),
-        );
-        let v = Field::new("v", DataType::Utf8, true);
-        let old_fields = vec![key.clone(), v.clone()];
-        let toast_item = Field::new("item", DataType::Utf8, false);
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("_op", DataType::Utf8, false),
-            Field::new("_commit_lsn", DataType::Int64, false),
-            Field::new("_seq", DataType::Int64, false),
-            Field::new(
-                "_unchanged_toast",
-                DataType::List(Arc::new(toast_item.clone())),
-                true,
-            ),
-            key,
-            v,
-            Field::new("_old", DataType::Struct(old_fields.clone().into()), true),
-        ]));
-        let mut toast = ListBuilder::new(StringBuilder::new()).with_field(Arc::new(toast_item));
-        for c in changes {
-            if c.4 {
-                toast.values().append_value("v");
-                toast.append(true);
-            } else {
-                toast.append(false);
-            }
-        }
-        let old_ids: ArrayRef = Arc::new(Int64Array::from(
-            changes.iter().map(|c| c.2).collect::<Vec<_>>(),
-        ));
-        let old_v: ArrayRef = Arc::new(StringArray::from(vec![None::<&str>; changes.len()]));
-        let old_valid: Vec<bool> = changes.iter().map(|c| c.2.is_some()).collect();
-        let old = StructArray::try_new(
-            old_fields.into(),
-            vec![old_ids, old_v],
-            Some(old_valid.into()),
-        )
-        .unwrap();
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from(
-                changes.iter().map(|c| c.0).collect::<Vec<_>>(),
-            )),
-            Arc::new(Int64Array::from(vec![sequence as i64; changes.len()])),
-            Arc::new(Int64Array::from(
-                (0..changes.len() as i64).collect::<Vec<_>>(),
-            )),
-            Arc::new(toast.finish()),
-            Arc::new(Int64Array::from(
-                changes.iter().map(|c| c.1).collect::<Vec<_>>(),
-            )),
-            Arc::new(StringArray::from(
-                changes.iter().map(|c| c.3).collect::<Vec<_>>(),
-            )),
-            Arc::new(old),
-        ];
-        let batch = arrow_array::RecordBatch::try_new(schema.clone(), columns).unwrap();
-        let mut writer =
-            parquet::arrow::ArrowWriter::try_new(Vec::new(), schema.clone(), None).unwrap();
-        writer.write(&batch).unwrap();
-        let bytes = writer.into_inner().unwrap();
-        let file = TableFile {
-            output: "public.t".into(),
-            path: format!("public.t/part-{sequence}.parquet"),
-            size: bytes.len() as u64,
-            rows: changes.len() as u64,
-            schema,
-            partition: None,
-        };
-        sink.create(&Path::from(file.path.as_str()), bytes.into())
-            .await
-            .unwrap();
-        file
-    }
 
     /// Keep the current-state table of `public.t`, in files of up to 1 MiB.
     fn mirror_t() -> Mirrors {

@@ -499,4 +499,171 @@ mod tests {
         log.snapshots.drain(..2);
         assert_eq!(preceding(&log, "a", 6), Preceding::Gone(2));
     }
+
+    /// `public.t__current` as `id -> v`, read through its current snapshot's live files, and
+    /// that snapshot's summary.
+    async fn rows(
+        sink: &crate::lake::sink::Sink,
+    ) -> (
+        std::collections::BTreeMap<i64, Option<String>>,
+        std::collections::BTreeMap<String, String>,
+    ) {
+        use arrow_array::Array;
+        use arrow_array::cast::AsArray;
+        let table = Table::new(sink.clone(), "public.t__current");
+        let current = table.load().await.unwrap().unwrap();
+        let snapshot = current.metadata.current_snapshot().unwrap();
+        let mut rows = std::collections::BTreeMap::new();
+        for file in table.live_files(snapshot).await.unwrap() {
+            let path = sink_path(sink, &file.file_path).unwrap();
+            assert!(path.as_ref().starts_with("public.t__current/data/part-"));
+            let bytes = sink.get(&path).await.unwrap().unwrap();
+            let reader =
+                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+                    .unwrap()
+                    .build()
+                    .unwrap();
+            for batch in reader {
+                let batch = batch.unwrap();
+                let ids = batch.column_by_name("id").unwrap();
+                let ids = ids.as_primitive::<arrow_array::types::Int64Type>();
+                let vs = batch.column_by_name("v").unwrap().as_string::<i32>();
+                for i in 0..batch.num_rows() {
+                    let v = vs.is_valid(i).then(|| vs.value(i).to_owned());
+                    assert!(rows.insert(ids.value(i), v).is_none(), "one row per key");
+                }
+            }
+        }
+        (rows, snapshot.summary.clone())
+    }
+
+    fn text(pairs: &[(i64, &str)]) -> std::collections::BTreeMap<i64, Option<String>> {
+        pairs
+            .iter()
+            .map(|(k, v)| (*k, Some((*v).to_owned())))
+            .collect()
+    }
+
+    /// Flushes applied to an Iceberg current-state table: inserts, an update that left its
+    /// TOAST value out, a delete, a truncate; each an `overwrite` snapshot with the flush's
+    /// position and no delete files; a publish again changes nothing, and a flush the change
+    /// log took without it (a crash between the two) is applied by the catch-up's publish.
+    #[tokio::test]
+    async fn an_iceberg_current_state_table_follows_the_flushes_by_key() {
+        use crate::lake::commit::Writer;
+        use crate::lake::tables::current::Mirrors;
+        use crate::lake::tables::current::fixtures::changes;
+        let sink = crate::lake::sink::Sink::from_store(
+            std::sync::Arc::new(object_store::memory::InMemory::new()),
+            "memory://lake",
+        );
+        let app = crate::lake::tables::app_id("db", "slot");
+        let tables =
+            Tables::new(sink.clone(), app.clone(), Writer::named("a")).with_mirrors(Mirrors {
+                outputs: ["public.t".to_owned()].into(),
+                properties: parquet::file::properties::WriterProperties::default(),
+                target: 1 << 20,
+                reload: None,
+            });
+        let publish = |sequence, file| {
+            let tables = tables.clone();
+            async move { tables.publish_as(sequence, &[file], Later::TakenOver).await }
+        };
+        let one = changes(
+            &sink,
+            1,
+            &[
+                ("insert", 1, None, Some("a"), false),
+                ("insert", 2, None, Some("b"), false),
+                ("insert", 3, None, Some("c"), false),
+            ],
+        )
+        .await;
+        publish(1, one).await.unwrap();
+        let (got, summary) = rows(&sink).await;
+        assert_eq!(got, text(&[(1, "a"), (2, "b"), (3, "c")]));
+        assert_eq!(summary[SEQUENCE_KEY], "1");
+
+        let two = changes(
+            &sink,
+            2,
+            &[
+                ("update", 1, None, Some("x"), true),
+                ("delete", 0, Some(2), None, false),
+                ("insert", 40, None, Some("d"), false),
+            ],
+        )
+        .await;
+        publish(2, two.clone()).await.unwrap();
+        let (got, summary) = rows(&sink).await;
+        assert_eq!(
+            got,
+            text(&[(1, "a"), (3, "c"), (40, "d")]),
+            "the update left v out: the row keeps it"
+        );
+        assert_eq!(
+            (
+                summary["operation"].as_str(),
+                summary[SEQUENCE_KEY].as_str(),
+                summary["total-delete-files"].as_str(),
+                summary[APP_KEY].as_str(),
+            ),
+            ("overwrite", "2", "0", app.as_str())
+        );
+        let table = Table::new(sink.clone(), "public.t__current");
+        let snapshots = || async {
+            table
+                .load()
+                .await
+                .unwrap()
+                .unwrap()
+                .metadata
+                .snapshots
+                .len()
+        };
+        let before = snapshots().await;
+        publish(2, two).await.unwrap();
+        assert_eq!(snapshots().await, before, "a publish again writes nothing");
+
+        // A flush of key 40 alone rewrites its file only: the manifests' bounds keep the file
+        // of keys 1 and 3 out of it.
+        let live = || async {
+            let current = table.load().await.unwrap().unwrap();
+            let snapshot = current.metadata.current_snapshot().unwrap().clone();
+            let files = table.live_files(&snapshot).await.unwrap();
+            files
+                .into_iter()
+                .map(|f| f.file_path)
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        let held = live().await;
+        assert_eq!(held.len(), 2, "{held:?}");
+        let forty = changes(&sink, 3, &[("update", 40, None, Some("dd"), false)]).await;
+        publish(3, forty).await.unwrap();
+        let after = live().await;
+        assert_eq!(after.intersection(&held).count(), 1, "{held:?} {after:?}");
+        assert_eq!(rows(&sink).await.0[&40], Some("dd".to_owned()));
+
+        // The change log takes flush 4 alone (a crash before the current-state table): the
+        // seam's hold says so, and the catch-up's publish applies it.
+        let three = changes(
+            &sink,
+            4,
+            &[
+                ("truncate", 0, None, None, false),
+                ("insert", 7, None, Some("e"), false),
+            ],
+        )
+        .await;
+        Table::new(sink.clone(), "public.t")
+            .publish(&app, 4, std::slice::from_ref(&three))
+            .await
+            .unwrap();
+        assert!(!tables.hold("public.t", 4).await.unwrap());
+        tables.publish_as(4, &[three], Later::Holds).await.unwrap();
+        assert!(tables.hold("public.t", 4).await.unwrap());
+        let (got, summary) = rows(&sink).await;
+        assert_eq!(got, text(&[(7, "e")]), "the truncate emptied it first");
+        assert_eq!(summary[SEQUENCE_KEY], "4");
+    }
 }

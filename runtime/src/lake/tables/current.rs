@@ -825,3 +825,98 @@ pub async fn ask_reload(
         Asked::Beside | Asked::Due => Ok(()),
     }
 }
+
+/// Change-log files for the tests of both formats' current-state tables.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use std::sync::Arc;
+
+    use arrow_schema::{DataType, Field, Schema};
+    use object_store::path::Path;
+
+    use crate::lake::sink::Sink;
+    use crate::lake::tables::TableFile;
+
+    /// `(op, id, old id, v, v left out as an unchanged TOAST value)`.
+    pub type Change<'a> = (&'a str, i64, Option<i64>, Option<&'a str>, bool);
+
+    /// A change-log file of `public.t` (key `id`, a value `v`) holding `changes`, at
+    /// `_commit_lsn` `sequence`.
+    pub async fn changes(sink: &Sink, sequence: u64, changes: &[Change<'_>]) -> TableFile {
+        use arrow_array::builder::{ListBuilder, StringBuilder};
+        use arrow_array::{ArrayRef, Int64Array, StringArray, StructArray};
+        let key = Field::new("id", DataType::Int64, true).with_metadata(
+            std::collections::HashMap::from([("tributary.key".to_owned(), "true".to_owned())]),
+        );
+        let v = Field::new("v", DataType::Utf8, true);
+        let old_fields = vec![key.clone(), v.clone()];
+        let toast_item = Field::new("item", DataType::Utf8, false);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("_op", DataType::Utf8, false),
+            Field::new("_commit_lsn", DataType::Int64, false),
+            Field::new("_seq", DataType::Int64, false),
+            Field::new(
+                "_unchanged_toast",
+                DataType::List(Arc::new(toast_item.clone())),
+                true,
+            ),
+            key,
+            v,
+            Field::new("_old", DataType::Struct(old_fields.clone().into()), true),
+        ]));
+        let mut toast = ListBuilder::new(StringBuilder::new()).with_field(Arc::new(toast_item));
+        for c in changes {
+            if c.4 {
+                toast.values().append_value("v");
+                toast.append(true);
+            } else {
+                toast.append(false);
+            }
+        }
+        let old_ids: ArrayRef = Arc::new(Int64Array::from(
+            changes.iter().map(|c| c.2).collect::<Vec<_>>(),
+        ));
+        let old_v: ArrayRef = Arc::new(StringArray::from(vec![None::<&str>; changes.len()]));
+        let old_valid: Vec<bool> = changes.iter().map(|c| c.2.is_some()).collect();
+        let old = StructArray::try_new(
+            old_fields.into(),
+            vec![old_ids, old_v],
+            Some(old_valid.into()),
+        )
+        .unwrap();
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(
+                changes.iter().map(|c| c.0).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(vec![sequence as i64; changes.len()])),
+            Arc::new(Int64Array::from(
+                (0..changes.len() as i64).collect::<Vec<_>>(),
+            )),
+            Arc::new(toast.finish()),
+            Arc::new(Int64Array::from(
+                changes.iter().map(|c| c.1).collect::<Vec<_>>(),
+            )),
+            Arc::new(StringArray::from(
+                changes.iter().map(|c| c.3).collect::<Vec<_>>(),
+            )),
+            Arc::new(old),
+        ];
+        let batch = arrow_array::RecordBatch::try_new(schema.clone(), columns).unwrap();
+        let mut writer =
+            parquet::arrow::ArrowWriter::try_new(Vec::new(), schema.clone(), None).unwrap();
+        writer.write(&batch).unwrap();
+        let bytes = writer.into_inner().unwrap();
+        let file = TableFile {
+            output: "public.t".into(),
+            path: format!("public.t/part-{sequence}.parquet"),
+            size: bytes.len() as u64,
+            rows: changes.len() as u64,
+            schema,
+            partition: None,
+        };
+        sink.create(&Path::from(file.path.as_str()), bytes.into())
+            .await
+            .unwrap();
+        file
+    }
+}
