@@ -5,7 +5,10 @@
 //! commands read the tables back, audit, compact and vacuum them through a [`TableSet`].
 //! Neither names a format: [`file`] is what every format is given, [`tend`] what each answers
 //! the commands in. The formats are Delta ([`crate::lake::delta`]) and Iceberg
-//! ([`crate::lake::iceberg`]).
+//! ([`crate::lake::iceberg`]). An output's current-state table is kept by the same code in
+//! both: [`keyed`] reduces a flush to one change per key, [`current`] rewrites the files its
+//! keys fall in, [`overtaken`] finds what a load's chunk must leave; each format lists its
+//! files with their key bounds and commits the rewrite.
 
 pub mod current;
 pub mod file;
