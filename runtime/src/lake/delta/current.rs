@@ -18,7 +18,6 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::file::properties::WriterProperties;
 
 use super::actions::{Action, Add, Remove, Txn, commit_file, parse_commit};
-use super::compact::{fit, merged_schema};
 use super::mirror::{
     self, Bounds, Cell, Change, ChangeOp, Key, Keys, MirrorError, Net, Reduced, mirror_name,
 };
@@ -26,6 +25,7 @@ use super::overtaken::{Seen, overtaken};
 use super::state::{TableError, TableState, schema_actions};
 use crate::lake::commit::CommitError;
 use crate::lake::sink::{Created, Sink};
+use crate::lake::tables::rewrite::{fit, merged_schema};
 use crate::stream::load::LOAD_XID;
 
 /// Most rows put into one Arrow batch while a file is written.

@@ -19,9 +19,11 @@
 //! Iceberg's and evolves a table's schema; [`partition`] makes partition specs and tuples;
 //! [`stats`] turns Parquet footers into column statistics; [`manifest`] and [`metadata`] are
 //! the files; [`plan`] plans appends, replaces and expiries without IO; [`table`] does the IO.
+//! [`tend`] answers the commands; [`compact`] and [`vacuum`] are theirs.
 
 pub mod avro;
 pub mod catalog;
+pub mod compact;
 pub mod manifest;
 pub mod metadata;
 pub mod partition;
@@ -34,3 +36,4 @@ pub mod stats;
 pub mod table;
 pub mod tables;
 pub mod tend;
+pub mod vacuum;
