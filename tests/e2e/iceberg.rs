@@ -391,7 +391,7 @@ async fn partitioned_iceberg_tables_prune_by_day_and_by_value() {
 
 /// A fixture landing `tables` of `db` as Iceberg tables, in S3 or in a directory.
 /// With more `[sink]` settings (a catalog's) given in `sink`.
-async fn iceberg_fixture_with(
+pub(super) async fn iceberg_fixture_with(
     db: &TestDatabase,
     hint: &str,
     tables: &[&str],
@@ -417,7 +417,7 @@ async fn iceberg_fixture_with(
 }
 
 /// The commit entries with files of `output`, by sequence.
-async fn entries_of(log: &CommitLog, output: &str) -> Vec<u64> {
+pub(super) async fn entries_of(log: &CommitLog, output: &str) -> Vec<u64> {
     entries(log)
         .await
         .iter()

@@ -17,6 +17,7 @@ mod gaps;
 mod harness;
 mod health;
 mod iceberg;
+mod iceberg_tend;
 mod identity;
 mod idle;
 mod landing;

@@ -116,6 +116,10 @@ pub async fn run(
 impl fmt::Display for Compaction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for t in &self.tables {
+            if let Some(reason) = &t.left_alone {
+                writeln!(f, "compact: {}: left alone: {reason}", t.output)?;
+                continue;
+            }
             match t.version {
                 None => writeln!(
                     f,

@@ -2,7 +2,9 @@
 //! versions that stopped reading them are older than the retention (seven days unless told),
 //! beside the running pipeline. Which files go is each format's answer
 //! ([`TableSet::vacuumable`]): a table is read before its folder is listed, so a file written
-//! meanwhile is never taken for one the table removed.
+//! meanwhile is never taken for one the table removed. Where the format's old versions go by
+//! a commit (Iceberg's snapshots expire), that commit is made once the table is known not to
+//! be left alone, and the files it left unreferenced are deleted.
 //!
 //! A change-log table whose current-state table (kept, `mirror = true`) is behind it is left
 //! alone: the pipeline applies the flushes the current-state table misses from their files
@@ -92,7 +94,11 @@ pub async fn run(config: &PipelineConfig, options: &VacuumOptions) -> Result<Vac
     let mirrored = config.mirrored();
     let mut tables = Vec::new();
     for name in names {
-        let reason = match set.vacuumable(&name, now_ms, options.retention_ms).await? {
+        // Read first, without changing anything: the table may have to be left alone.
+        let reason = match set
+            .vacuumable(&name, now_ms, options.retention_ms, true)
+            .await?
+        {
             Vacuumable::LeftAlone(reason) => reason,
             Vacuumable::Plan { plan, holds } => {
                 let behind = match mirrored.contains(&name) {
@@ -102,6 +108,10 @@ pub async fn run(config: &PipelineConfig, options: &VacuumOptions) -> Result<Vac
                 match behind {
                     Some(reason) => reason,
                     None => {
+                        let plan = match !options.dry_run && set.expires_by_commit() {
+                            true => expire(&set, &name, now_ms, options.retention_ms).await?,
+                            false => plan,
+                        };
                         tables.push(delete(&sink, name, plan, options, &retention).await?);
                         continue;
                     }
@@ -121,6 +131,21 @@ pub async fn run(config: &PipelineConfig, options: &VacuumOptions) -> Result<Vac
         retention_ms: options.retention_ms,
         dry_run: options.dry_run,
     })
+}
+
+/// Commit the expiry of table `name`'s old versions; what it left unreferenced.
+async fn expire(
+    set: &TableSet,
+    name: &str,
+    now_ms: i64,
+    retention_ms: i64,
+) -> Result<Plan, CommitError> {
+    Ok(
+        match set.vacuumable(name, now_ms, retention_ms, false).await? {
+            Vacuumable::Plan { plan, .. } => plan,
+            Vacuumable::LeftAlone(_) => Plan::default(),
+        },
+    )
 }
 
 /// Delete the files `plan` names of table `name` (unless this is a dry run).

@@ -35,20 +35,7 @@ pub fn plan<'a>(files: impl IntoIterator<Item = &'a Add>, target: u64) -> Vec<Ve
 /// Files in the order given, cut into groups when one reaches `target` bytes; groups of one
 /// file are left out (rewriting it alone would gain nothing).
 pub fn pack<'a>(files: impl IntoIterator<Item = &'a Add>, target: u64) -> Vec<Vec<Add>> {
-    let mut groups = Vec::new();
-    let mut group: Vec<Add> = Vec::new();
-    let mut bytes = 0;
-    for add in files {
-        group.push(add.clone());
-        bytes += add.size;
-        if bytes >= target {
-            groups.push(std::mem::take(&mut group));
-            bytes = 0;
-        }
-    }
-    groups.push(group);
-    groups.retain(|g| g.len() > 1);
-    groups
+    crate::lake::tables::rewrite::pack(files.into_iter().cloned(), |a| a.size, target)
 }
 
 /// The rows a file holds, from its `numRecords` statistic.
@@ -85,10 +72,6 @@ pub fn commit(replaced: &[Add], written: &[Add], target: u64, now_ms: i64) -> Ve
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StructArray};
-    use arrow_schema::{DataType, Field, Fields, Schema};
 
     use super::*;
 
@@ -146,96 +129,5 @@ mod tests {
                 .all(|r| !r.data_change && r.deletion_timestamp == Some(9))
         );
         assert!(matches!(&actions[3], Action::Add(a) if !a.data_change && a.path == new.path));
-    }
-
-    #[test]
-    fn a_column_in_several_files_keeps_the_metadata_of_the_last() {
-        let marked = |pairs: &[(&str, &str)]| {
-            pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect::<std::collections::HashMap<_, _>>()
-        };
-        let key = [("tributary.key", "true"), ("pg.type", "int4")];
-        let older = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, false).with_metadata(marked(&key)),
-            Field::new("v", DataType::Utf8, true).with_metadata(marked(&[("pg.type", "text")])),
-        ]));
-        let newer = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, false)
-                .with_metadata(marked(&[("tributary.key", "true"), ("pg.type", "int8")])),
-            Field::new("v", DataType::Utf8, true),
-        ]));
-        let merged = merged_schema(&[older.clone(), older.clone()]).unwrap();
-        assert_eq!(
-            merged.field(0).metadata(),
-            &marked(&key),
-            "the key stays marked"
-        );
-        let merged = merged_schema(&[older, newer]).unwrap();
-        assert_eq!(
-            merged.field(0).metadata(),
-            &marked(&[("tributary.key", "true"), ("pg.type", "int8")])
-        );
-        assert!(
-            merged.field(1).metadata().is_empty(),
-            "as the last file has it"
-        );
-    }
-
-    #[test]
-    fn older_files_take_the_columns_added_since_as_nulls_nested_ones_too() {
-        let old_inner = Fields::from(vec![Field::new("id", DataType::Int64, true)]);
-        let new_inner = Fields::from(vec![
-            Field::new("id", DataType::Int64, true),
-            Field::new("note", DataType::Utf8, true),
-        ]);
-        let older = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("_old", DataType::Struct(old_inner.clone()), true),
-        ]));
-        let newer = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("_old", DataType::Struct(new_inner.clone()), true),
-            Field::new("note", DataType::Utf8, true),
-        ]));
-        let merged = merged_schema(&[older.clone(), newer.clone()]).unwrap();
-        let names: Vec<&str> = merged.fields().iter().map(|f| f.name().as_str()).collect();
-        assert_eq!(names, ["id", "_old", "note"]);
-        assert_eq!(
-            merged.field(1).data_type(),
-            &DataType::Struct(new_inner.clone())
-        );
-
-        let old_struct = StructArray::new(
-            old_inner,
-            vec![Arc::new(Int64Array::from(vec![Some(1), None])) as ArrayRef],
-            Some(vec![true, false].into()),
-        );
-        let batch = RecordBatch::try_new(
-            older,
-            vec![Arc::new(Int64Array::from(vec![1, 2])), Arc::new(old_struct)],
-        )
-        .unwrap();
-        let fitted = fit(&batch, &merged).unwrap();
-        assert_eq!(fitted.num_columns(), 3);
-        assert_eq!(fitted.column(2).null_count(), 2);
-        let old = fitted
-            .column(1)
-            .as_any()
-            .downcast_ref::<StructArray>()
-            .unwrap();
-        assert_eq!(old.null_count(), 1, "a row without an old image keeps none");
-        assert_eq!(old.column(1).len(), 2);
-        assert_eq!(old.column(1).null_count(), 2);
-
-        let mismatched = Arc::new(Schema::new(vec![Field::new("id", DataType::Utf8, true)]));
-        let err = merged_schema(&[merged, mismatched])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("column id is Int64 in one file and Utf8"),
-            "{err}"
-        );
     }
 }

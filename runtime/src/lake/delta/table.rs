@@ -20,6 +20,7 @@ use crate::lake::commit::{CommitError, Writer};
 use crate::lake::sink::{Created, Sink};
 use crate::lake::tables::file::{Later, by_output};
 use crate::lake::tables::overtaken::Seen;
+use crate::lake::tables::rewrite::{self, Small};
 use crate::lake::tables::tend::{COMPACTED, CompactError, Compacted};
 
 /// The object that holds version `version` of `output`'s log.
@@ -598,6 +599,7 @@ async fn commit_rewrite(sink: &Sink, rewritten: Rewritten) -> Result<Compacted, 
         written: written.len(),
         written_bytes: written.iter().map(|a| a.size).sum(),
         rows,
+        left_alone: None,
     };
     if written.is_empty() {
         return Ok(done);
@@ -645,83 +647,33 @@ async fn rewrite(
     properties: &parquet::file::properties::WriterProperties,
     now_ms: i64,
 ) -> Result<(Add, u64), CompactError> {
-    use parquet::arrow::ArrowWriter;
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-
-    let bad = |path: &str, reason: String| CompactError::File {
-        output: output.to_owned(),
-        path: path.to_owned(),
-        reason,
-    };
-    let mut readers = Vec::new();
-    for add in group {
-        let path = Path::from(format!("{output}/{}", add.path));
-        let bytes = sink
-            .get(&path)
-            .await
-            .map_err(CommitError::from)?
-            .ok_or_else(|| {
-                bad(
-                    &add.path,
-                    "the table reads it, but it is not in the sink".into(),
-                )
-            })?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-            .map_err(|e| bad(&add.path, format!("not readable as Parquet: {e}")))?;
-        readers.push((add, reader));
-    }
-    let schemas: Vec<_> = readers.iter().map(|(_, r)| r.schema().clone()).collect();
-    let schema = compact::merged_schema(&schemas).map_err(|e| bad(output, e.to_string()))?;
-    let mut writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(properties.clone()))
-        .map_err(|e| bad(output, e.to_string()))?;
-    let (mut rows, mut expected) = (0u64, 0u64);
-    for (add, reader) in readers {
-        let reader = reader.build().map_err(|e| bad(&add.path, e.to_string()))?;
-        let before = rows;
-        for batch in reader {
-            let batch = batch.map_err(|e| bad(&add.path, e.to_string()))?;
-            let batch = compact::fit(&batch, &schema).map_err(|e| bad(&add.path, e.to_string()))?;
-            rows += batch.num_rows() as u64;
-            writer
-                .write(&batch)
-                .map_err(|e| bad(&add.path, e.to_string()))?;
-        }
-        expected += compact::records(add).unwrap_or(rows - before);
-    }
-    if rows != expected {
-        return Err(bad(
-            output,
-            format!("the files held {rows} rows where their statistics say {expected}"),
-        ));
-    }
-    let bytes = writer
-        .into_inner()
-        .map_err(|e| bad(output, e.to_string()))?;
-    let relative = format!("{COMPACTED}/{}.parquet", new_table_id());
-    let size = bytes.len() as u64;
-    sink.create(&Path::from(format!("{output}/{relative}")), bytes.into())
-        .await
-        .map_err(CommitError::from)?;
+    let smalls: Vec<Small> = group
+        .iter()
+        .map(|add| Small {
+            path: format!("{output}/{}", add.path),
+            rows: compact::records(add),
+        })
+        .collect();
+    let new = rewrite::rewrite(sink, output, &smalls, properties).await?;
+    let relative = new.path[output.len() + 1..].to_owned();
     let add = Add {
         path: relative,
         partition_values: group[0].partition_values.clone(),
-        size,
+        size: new.size,
         modification_time: now_ms,
         data_change: false,
-        stats: Some(format!("{{\"numRecords\":{rows}}}")),
+        stats: Some(format!("{{\"numRecords\":{}}}", new.rows)),
     };
-    Ok((add, rows))
+    Ok((add, new.rows))
 }
 
-/// Delete the files of a compaction that did not commit (a failure to delete is only told:
-/// no table reads them).
+/// Delete the files of a compaction that did not commit.
 async fn remove_written(sink: &Sink, output: &str, written: &[Add]) {
-    for add in written {
-        let path = Path::from(format!("{output}/{}", add.path));
-        if let Err(e) = sink.delete(&path).await {
-            tracing::warn!(%path, error = %e, "could not delete a file of a compaction that did not commit; no table reads it");
-        }
-    }
+    let paths: Vec<String> = written
+        .iter()
+        .map(|a| format!("{output}/{}", a.path))
+        .collect();
+    rewrite::remove_written(sink, paths.iter().map(String::as_str)).await;
 }
 
 /// The outputs of the sink that are Delta tables (a folder with a `_delta_log`), by name.
@@ -1000,11 +952,7 @@ pub use crate::lake::tables::file::table_columns;
 
 /// A random (version 4) UUID, the id a new table's metadata takes.
 pub(super) fn new_table_id() -> String {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).expect("the system's random source");
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    crate::wire::pgtype::uuid_text(&b)
+    rewrite::random_uuid()
 }
 
 #[cfg(test)]

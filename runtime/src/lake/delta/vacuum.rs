@@ -14,10 +14,7 @@
 use std::collections::BTreeMap;
 
 use super::state::TableState;
-use crate::lake::tables::tend::{COMPACTED, DAY_MS, Plan, Present};
-
-/// The least age of a compaction's file that no commit named before it counts as left over.
-pub const ORPHAN_GRACE_MS: i64 = DAY_MS;
+use crate::lake::tables::tend::{COMPACTED, ORPHAN_GRACE_MS, Plan, Present};
 
 /// Plan the vacuum of a table read up to its latest version (`state`), whose folder holds
 /// `present` (paths relative to the table), at `now_ms`, keeping removals younger than
@@ -63,6 +60,7 @@ pub fn plan(
 mod tests {
     use super::super::actions::{Action, Add, Remove};
     use super::*;
+    use crate::lake::tables::tend::DAY_MS;
 
     fn add(path: &str) -> Action {
         Action::Add(Add {

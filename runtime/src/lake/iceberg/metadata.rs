@@ -269,11 +269,7 @@ pub fn new_snapshot_id() -> i64 {
 
 /// A new table's uuid, in its canonical text.
 pub fn new_table_uuid() -> String {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).expect("the system's random source");
-    bytes[6] = (bytes[6] & 0x0f) | 0x40; // version 4
-    bytes[8] = (bytes[8] & 0x3f) | 0x80; // RFC 4122 variant
-    crate::wire::pgtype::uuid_text(&bytes)
+    crate::lake::tables::rewrite::random_uuid()
 }
 
 /// The metadata of a new table at `location` with `schema`, partitioned by `spec` (which may

@@ -19,10 +19,12 @@
 //! Iceberg's and evolves a table's schema; [`partition`] makes partition specs and tuples;
 //! [`stats`] turns Parquet footers into column statistics; [`manifest`] and [`metadata`] are
 //! the files; [`plan`] plans appends, replaces and expiries without IO; [`table`] does the IO;
-//! [`tables`] publishes the pipeline's flushes, and [`current`] keeps its current-state tables.
+//! [`tables`] publishes the pipeline's flushes, and [`current`] keeps its current-state tables;
+//! [`tend`] answers the commands, and [`compact`] and [`vacuum`] are theirs.
 
 pub mod avro;
 pub mod catalog;
+pub mod compact;
 pub mod current;
 pub mod manifest;
 pub mod metadata;
@@ -36,3 +38,4 @@ pub mod stats;
 pub mod table;
 pub mod tables;
 pub mod tend;
+pub mod vacuum;

@@ -114,13 +114,26 @@ pub fn plan(parent: &Parent<'_>, change: Change, now_ms: i64) -> Result<Planned,
         objects.push((path, bytes));
     }
     let (rewritten, removed) = remove(parent, &change.removed, snapshot_id)?;
-    for (i, (old, entries)) in rewritten.into_iter().enumerate() {
+    let replaced: BTreeSet<&str> = rewritten
+        .iter()
+        .map(|(m, _)| m.manifest_path.as_str())
+        .collect();
+    // The manifests that named a removed file, merged into one per partition spec: a commit
+    // writes a few objects however many flushes it removes files of.
+    let mut merged: BTreeMap<i32, Vec<ManifestEntry>> = BTreeMap::new();
+    for (old, entries) in &rewritten {
+        merged
+            .entry(old.partition_spec_id)
+            .or_default()
+            .extend(entries.iter().cloned());
+    }
+    for (i, (spec_id, entries)) in merged.into_iter().enumerate() {
         let path = format!("{dir}/{stem}-m{}.avro", i + 1);
         let spec = parent
             .metadata
             .partition_specs
             .iter()
-            .find(|s| s.spec_id == old.partition_spec_id)
+            .find(|s| s.spec_id == spec_id)
             .unwrap_or(&spec);
         let bytes = manifest::write_manifest(&entries, &schema, spec).map_err(incomplete)?;
         listed.push(manifest::summarize(
@@ -137,7 +150,7 @@ pub fn plan(parent: &Parent<'_>, change: Change, now_ms: i64) -> Result<Planned,
         parent
             .manifests
             .iter()
-            .filter(|m| m.has_live_files() && !parent.entries.contains_key(&m.manifest_path))
+            .filter(|m| m.has_live_files() && !replaced.contains(m.manifest_path.as_str()))
             .cloned(),
     );
     let parent_id = parent.metadata.current_snapshot_id;
@@ -171,8 +184,9 @@ pub fn plan(parent: &Parent<'_>, change: Change, now_ms: i64) -> Result<Planned,
 }
 
 /// The parent's manifests that name a removed file, rewritten: the removed files `Deleted`
-/// by this snapshot, the others `Existing`, entries deleted by earlier snapshots dropped.
-/// Also the removed files' entries. Every removed path must be live.
+/// by this snapshot, the others `Existing`, entries deleted by earlier snapshots dropped; the
+/// others are listed as they are. Also the removed files' entries. Every removed path must be
+/// live.
 #[allow(clippy::type_complexity)]
 fn remove(
     parent: &Parent<'_>,
@@ -199,7 +213,9 @@ fn remove(
             }
             kept.push(e);
         }
-        rewritten.push((m.clone(), kept));
+        if kept.iter().any(|e| e.status == Status::Deleted) {
+            rewritten.push((m.clone(), kept));
+        }
     }
     if let Some(missing) = paths.difference(&found).next() {
         return Err(PlanError::NotLive(missing.clone()));
@@ -628,7 +644,8 @@ mod tests {
             .map(|p| p.rsplit('/').next().unwrap())
             .collect();
         assert_eq!(names, ["a", "c"], "b, ac and d are live in m4");
-        // m1's and m2's manifests, and m3's rewrite of m2's (c deleted, nothing live).
-        assert_eq!(gone.manifests.len(), 3);
+        // m1's and m2's manifests; m3 merged its rewrites of both into one, which still
+        // holds b.
+        assert_eq!(gone.manifests.len(), 2);
     }
 }

@@ -231,7 +231,7 @@ pub(super) async fn sql_latest(
 }
 
 /// `N` of a metadata file named `<N>-<uuid>.metadata.json` (or `v<N>…`).
-fn sequence_of(location: &str) -> Option<u64> {
+pub(super) fn sequence_of(location: &str) -> Option<u64> {
     let stem = location
         .rsplit('/')
         .next()?

@@ -321,7 +321,13 @@ pub struct Table {
     sink: Sink,
     output: String,
     pointer: Pointer,
+    /// Manifests read, by path: they never change, and a commit planned again after a lost
+    /// swap reads only the ones the winner added.
+    read: Arc<Mutex<BTreeMap<String, Vec<ManifestEntry>>>>,
 }
+
+/// The most manifests a [`Table`] keeps read; past it, it starts again.
+const READ_MAX: usize = 4096;
 
 impl Table {
     /// The table of `output`, committed to without a catalog.
@@ -334,6 +340,7 @@ impl Table {
             sink,
             output: output.to_owned(),
             pointer,
+            read: Arc::default(),
         }
     }
 
@@ -343,6 +350,7 @@ impl Table {
             pointer: Pointer::of(&sink, output, catalog),
             sink,
             output: output.to_owned(),
+            read: Arc::default(),
         }
     }
 
@@ -613,11 +621,27 @@ impl Table {
     }
 
     async fn entries(&self, m: &ManifestFile) -> Result<Vec<ManifestEntry>, IcebergError> {
+        if let Some(entries) = self
+            .read
+            .lock()
+            .expect("not poisoned")
+            .get(&m.manifest_path)
+        {
+            return Ok(entries.clone());
+        }
         let bytes = self.read(&m.manifest_path).await?;
-        manifest::read_manifest(&bytes, m.sequence_number).map_err(|reason| IcebergError::Corrupt {
-            path: m.manifest_path.clone(),
-            reason,
-        })
+        let entries = manifest::read_manifest(&bytes, m.sequence_number).map_err(|reason| {
+            IcebergError::Corrupt {
+                path: m.manifest_path.clone(),
+                reason,
+            }
+        })?;
+        let mut read = self.read.lock().expect("not poisoned");
+        if read.len() >= READ_MAX {
+            read.clear();
+        }
+        read.insert(m.manifest_path.clone(), entries.clone());
+        Ok(entries)
     }
 
     async fn read(&self, uri: &str) -> Result<Bytes, IcebergError> {
@@ -637,21 +661,31 @@ impl Table {
         &self,
         snapshot: &super::metadata::Snapshot,
     ) -> Result<Vec<DataFile>, IcebergError> {
+        let entries = self.live_entries(snapshot).await?;
+        Ok(entries.into_iter().map(|e| e.data_file).collect())
+    }
+
+    /// The manifest entries of the data files `snapshot` reads, with their data sequence
+    /// numbers.
+    pub async fn live_entries(
+        &self,
+        snapshot: &super::metadata::Snapshot,
+    ) -> Result<Vec<ManifestEntry>, IcebergError> {
         let bytes = self.read(&snapshot.manifest_list).await?;
         let list =
             manifest::read_manifest_list(&bytes).map_err(|reason| IcebergError::Corrupt {
                 path: snapshot.manifest_list.clone(),
                 reason,
             })?;
-        let mut files = Vec::new();
+        let mut live = Vec::new();
         for m in &list {
             for entry in self.entries(m).await? {
                 if entry.status != manifest::Status::Deleted {
-                    files.push(entry.data_file);
+                    live.push(entry);
                 }
             }
         }
-        Ok(files)
+        Ok(live)
     }
 
     /// The sink path of a URI the table names, relative to the table's folder when it is in
@@ -661,35 +695,103 @@ impl Table {
         uri.strip_prefix(&root).unwrap_or(uri).to_owned()
     }
 
-    /// Expire the snapshots older than `older_than_ms` ([`plan::expire`]) in one commit, and
-    /// return the files only they referenced, and the metadata files the log let go: for the
-    /// caller to delete (data files are the commit log's too, so that is its decision).
-    pub async fn expire(&self, older_than_ms: i64) -> Result<Unreferenced, IcebergError> {
+    /// What expiring the snapshots older than `older_than_ms` ([`plan::expire`]) would do,
+    /// read without committing; `None` for no table.
+    pub async fn expiry(&self, older_than_ms: i64) -> Result<Option<Expiry>, IcebergError> {
+        let Some(current) = self.load().await? else {
+            return Ok(None);
+        };
+        let (next, expired) = match plan::expire(&current.metadata, older_than_ms) {
+            None => (None, Vec::new()),
+            Some(expiry) => {
+                let mut next = expiry.metadata;
+                let dropped = next.log_metadata(&current.location, next.last_updated_ms);
+                next.last_updated_ms = now_ms().max(next.last_updated_ms);
+                (Some((next, dropped)), expiry.expired)
+            }
+        };
+        let kept = match &next {
+            Some((next, _)) => &next.snapshots,
+            None => &current.metadata.snapshots,
+        };
+        let mut read = BTreeMap::new();
+        let expired = self.snapshot_files(&expired, &mut read).await?;
+        let kept = self.snapshot_files(kept, &mut read).await?;
+        let mut gone = plan::unreferenced(&expired, &kept);
+        let mut referenced = BTreeSet::new();
+        let mut sizes = BTreeMap::new();
+        for s in expired.iter().chain(&kept) {
+            referenced.insert(s.manifest_list.clone());
+            for (m, entries) in &s.manifests {
+                referenced.insert(m.manifest_path.clone());
+                sizes.insert(m.manifest_path.clone(), m.manifest_length.max(0) as u64);
+                for e in entries {
+                    let file = &e.data_file;
+                    referenced.insert(file.file_path.clone());
+                    sizes.insert(
+                        file.file_path.clone(),
+                        file.file_size_in_bytes.max(0) as u64,
+                    );
+                }
+            }
+        }
+        let live: BTreeSet<String> = match current.metadata.current_snapshot() {
+            Some(s) => self
+                .live_files(s)
+                .await?
+                .into_iter()
+                .map(|f| f.file_path)
+                .collect(),
+            None => BTreeSet::new(),
+        };
+        let waiting = kept
+            .iter()
+            .flat_map(|s| s.manifests.iter().flat_map(|(_, entries)| entries))
+            .filter(|e| e.status != manifest::Status::Deleted)
+            .map(|e| &e.data_file.file_path)
+            .filter(|f| !live.contains(*f))
+            .cloned()
+            .collect();
+        let next = next.map(|(next, dropped)| {
+            gone.metadata_files
+                .extend(dropped.into_iter().map(|e| e.metadata_file));
+            next
+        });
+        Ok(Some(Expiry {
+            current,
+            next,
+            gone,
+            referenced,
+            sizes,
+            waiting,
+        }))
+    }
+
+    /// Expire the snapshots older than `older_than_ms` in one commit ([`Table::expiry`]), and
+    /// return what it left: the files only expired snapshots referenced are for the caller to
+    /// delete (data files are the commit log's too, so that is its decision).
+    pub async fn expire(&self, older_than_ms: i64) -> Result<Option<Expiry>, IcebergError> {
         for _ in 0..ATTEMPTS {
-            let Some(current) = self.load().await? else {
-                return Ok(Unreferenced::default());
+            let Some(expiry) = self.expiry(older_than_ms).await? else {
+                return Ok(None);
             };
-            let Some(expiry) = plan::expire(&current.metadata, older_than_ms) else {
-                return Ok(Unreferenced::default());
+            let Some(next) = &expiry.next else {
+                return Ok(Some(expiry));
             };
-            let mut next = expiry.metadata;
-            let dropped = next.log_metadata(&current.location, next.last_updated_ms);
-            next.last_updated_ms = now_ms().max(next.last_updated_ms);
-            let expired = self.snapshot_files(&expiry.expired).await?;
-            let kept = self.snapshot_files(&next.snapshots).await?;
-            if let Swap::Done(_) = self.pointer.swap(Some(&current.location), &next).await? {
-                let mut gone = plan::unreferenced(&expired, &kept);
-                gone.metadata_files
-                    .extend(dropped.into_iter().map(|e| e.metadata_file));
-                return Ok(gone);
+            let location = expiry.current.location.as_str();
+            if let Swap::Done(_) = self.pointer.swap(Some(location), next).await? {
+                return Ok(Some(expiry));
             }
         }
         Err(self.contended())
     }
 
+    /// The manifest lists and manifests of `snapshots`, each manifest read once (`read`
+    /// holds those read already: snapshots share most of theirs).
     async fn snapshot_files(
         &self,
         snapshots: &[super::metadata::Snapshot],
+        read: &mut BTreeMap<String, Vec<ManifestEntry>>,
     ) -> Result<Vec<SnapshotFiles>, IcebergError> {
         let mut out = Vec::with_capacity(snapshots.len());
         for s in snapshots {
@@ -701,7 +803,14 @@ impl Table {
                 })?;
             let mut manifests = Vec::with_capacity(list.len());
             for m in list {
-                let entries = self.entries(&m).await?;
+                let entries = match read.get(&m.manifest_path) {
+                    Some(entries) => entries.clone(),
+                    None => {
+                        let entries = self.entries(&m).await?;
+                        read.insert(m.manifest_path.clone(), entries.clone());
+                        entries
+                    }
+                };
                 manifests.push((m, entries));
             }
             out.push(SnapshotFiles {
@@ -711,6 +820,25 @@ impl Table {
         }
         Ok(out)
     }
+}
+
+/// What expiring a table's old snapshots does ([`Table::expiry`]).
+#[derive(Debug)]
+pub struct Expiry {
+    /// The table as read.
+    pub current: Current,
+    /// Its metadata after the expiry; `None` when no snapshot expires.
+    pub next: Option<TableMetadata>,
+    /// The files only expired snapshots reference, and the metadata files the log lets go.
+    pub gone: Unreferenced,
+    /// Every file (URI) a snapshot of the table references, kept or expired: manifest
+    /// lists, manifests and data files.
+    pub referenced: BTreeSet<String>,
+    /// The sizes of those manifests and data files, as the table records them.
+    pub sizes: BTreeMap<String, u64>,
+    /// Data files a kept snapshot reads and the current one does not: removed within the
+    /// retention.
+    pub waiting: BTreeSet<String>,
 }
 
 /// A file's own columns: the table's columns less a derived partition column (`<col>_day`),
@@ -732,7 +860,7 @@ fn file_columns(file: &TableFile) -> arrow_schema::Schema {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::sync::Arc;
 
     use object_store::memory::InMemory;
@@ -745,7 +873,13 @@ mod tests {
     use crate::wire::pgtype::oid;
 
     /// Land one file of `rows` ids from `first` in `output`, as the flush machine would.
-    async fn land(sink: &Sink, output: &str, name: &str, first: i32, rows: i32) -> TableFile {
+    pub(crate) async fn land(
+        sink: &Sink,
+        output: &str,
+        name: &str,
+        first: i32,
+        rows: i32,
+    ) -> TableFile {
         let batch = OutputBatch {
             output: output.into(),
             columns: vec![OutputColumn::builtin("id", oid::INT4, -1)].into(),
@@ -886,7 +1020,7 @@ mod tests {
             .unwrap();
         let later = land(&sink, "t", "f3", 4, 1).await;
         table.publish("app", 3, &[later]).await.unwrap();
-        let gone = table.expire(i64::MAX).await.unwrap();
+        let gone = table.expire(i64::MAX).await.unwrap().unwrap().gone;
         let names: Vec<&str> = gone
             .data_files
             .iter()

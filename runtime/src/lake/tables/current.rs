@@ -476,7 +476,7 @@ impl Written<'_> {
                     "{}part-{:020}-{}.parquet",
                     target.folder,
                     target.sequence,
-                    new_file_id()
+                    super::rewrite::random_uuid()
                 );
                 let path = Path::from(format!("{}/{relative}", target.name));
                 let size = bytes.len() as u64;
@@ -495,15 +495,6 @@ impl Written<'_> {
         }
         Ok(())
     }
-}
-
-/// A random (version 4) UUID, which names a new file.
-fn new_file_id() -> String {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).expect("the system's random source");
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    crate::wire::pgtype::uuid_text(&b)
 }
 
 /// The bytes of touched files the first pass keeps for the second, within a budget (the

@@ -122,15 +122,7 @@ pub async fn file_from_footer(sink: &Sink, file: &FileEntry) -> Result<TableFile
     let schema =
         parquet::arrow::parquet_to_arrow_schema(meta.schema_descr(), meta.key_value_metadata())
             .map_err(|e| corrupt(format!("its Parquet schema: {e}")))?;
-    let partition: Option<FilePartition> = meta
-        .key_value_metadata()
-        .into_iter()
-        .flatten()
-        .find(|kv| kv.key == PARTITION_KEY)
-        .and_then(|kv| kv.value.as_deref())
-        .map(serde_json::from_str)
-        .transpose()
-        .map_err(|e| corrupt(format!("its partition: {e}")))?;
+    let partition = partition_of(meta.key_value_metadata()).map_err(corrupt)?;
     Ok(TableFile {
         output: file.output.clone(),
         path: file.path.clone(),
@@ -139,6 +131,20 @@ pub async fn file_from_footer(sink: &Sink, file: &FileEntry) -> Result<TableFile
         schema: table_columns(Arc::new(schema), partition.as_ref()),
         partition,
     })
+}
+
+/// The partition a data file's footer names (its key-value metadata), if any.
+pub fn partition_of(
+    metadata: Option<&Vec<parquet::file::metadata::KeyValue>>,
+) -> Result<Option<FilePartition>, String> {
+    metadata
+        .into_iter()
+        .flatten()
+        .find(|kv| kv.key == PARTITION_KEY)
+        .and_then(|kv| kv.value.as_deref())
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|e| format!("its partition: {e}"))
 }
 
 /// The Parquet footer of the data file at `path`, `size` bytes long: two ranged reads.

@@ -14,6 +14,7 @@ pub mod current;
 pub mod file;
 pub mod keyed;
 pub mod overtaken;
+pub mod rewrite;
 pub mod tend;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -327,29 +328,47 @@ impl TableSet {
     ) -> Result<Compacted, CompactError> {
         match self.kind {
             Kind::Delta => delta::compact_table(&self.sink, name, target, properties).await,
-            Kind::Iceberg(_) => Err(CompactError::NotYet {
-                output: name.to_owned(),
-                format: "Iceberg",
-            }),
+            Kind::Iceberg(ref c) => {
+                iceberg::compact::compact_table(&self.sink, c.as_ref(), name, target, properties)
+                    .await
+            }
         }
     }
 
+    /// Whether the format's old versions go by a commit of their own (Iceberg's snapshots
+    /// expire), which a vacuum makes before it deletes anything.
+    pub fn expires_by_commit(&self) -> bool {
+        matches!(self.kind, Kind::Iceberg(_))
+    }
+
     /// What a vacuum at `now_ms` deletes from table `name`, keeping what its versions stopped
-    /// reading less than `retention_ms` ago.
+    /// reading less than `retention_ms` ago. A format whose old versions go by a commit
+    /// (Iceberg's snapshots expire) commits it first unless this is a `dry_run`, and answers
+    /// what that commit left unreferenced.
     pub async fn vacuumable(
         &self,
         name: &str,
         now_ms: i64,
         retention_ms: i64,
+        dry_run: bool,
     ) -> Result<Vacuumable, CommitError> {
         match self.kind {
             Kind::Delta => {
                 delta::tend::vacuumable(&self.sink, name, self.app(), now_ms, retention_ms).await
             }
-            Kind::Iceberg(_) => Ok(Vacuumable::LeftAlone(
-                "vacuum does not expire Iceberg snapshots yet in this release; nothing was deleted"
-                    .into(),
-            )),
+            Kind::Iceberg(ref c) => {
+                let (app, commit) = (self.app(), !dry_run);
+                iceberg::vacuum::vacuumable(
+                    &self.sink,
+                    c.as_ref(),
+                    name,
+                    app,
+                    now_ms,
+                    retention_ms,
+                    commit,
+                )
+                .await
+            }
         }
     }
 

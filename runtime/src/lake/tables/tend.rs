@@ -15,6 +15,11 @@ pub const COMPACTED: &str = "_compacted";
 pub const DEFAULT_RETENTION_MS: i64 = 7 * DAY_MS;
 pub(crate) const DAY_MS: i64 = 24 * 3600 * 1000;
 
+/// The least age of a file that no version of its table references (a compaction's, or a
+/// commit's that stopped before its swap) before `vacuum` counts it as left over: a
+/// compaction or commit still running keeps its files.
+pub const ORPHAN_GRACE_MS: i64 = DAY_MS;
+
 /// The application id of a pipeline in its tables' commits: its slot (or journal), on its
 /// database. A table says how far it holds the commit log under this id.
 pub fn app_id(database: &str, slot: &str) -> String {
@@ -68,6 +73,8 @@ pub struct Compacted {
     pub written: usize,
     pub written_bytes: u64,
     pub rows: u64,
+    /// Why the table was left alone, when it was.
+    pub left_alone: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -87,13 +94,6 @@ pub enum CompactError {
         output: String,
         version: u64,
         path: String,
-    },
-    #[error(
-        "compacting {output}: {format} tables are not compacted by this release yet; nothing was changed"
-    )]
-    NotYet {
-        output: String,
-        format: &'static str,
     },
 }
 
