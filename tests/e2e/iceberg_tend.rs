@@ -34,11 +34,20 @@ async fn parquet_files(sink: &Sink) -> usize {
     count
 }
 
-/// The table as pyiceberg and DuckDB read it: the ids of its rows, each once, which both
-/// must agree on; and how many data files its current snapshot reads.
-async fn read_ids(fixture: &Fixture) -> (Vec<u32>, usize) {
+/// The table as pyiceberg and DuckDB read it once it holds `written` rows (a flush is in the
+/// commit log a moment before it is in the table): the ids of its rows, which both must agree
+/// on; and how many data files its current snapshot reads.
+async fn read_ids(fixture: &Fixture, written: u64) -> (Vec<u32>, usize) {
     let table = Table::open(fixture.sink.clone(), OUTPUT, None);
-    let current = table.load().await.unwrap().expect("the table");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let current = loop {
+        let current = table.load().await.unwrap().expect("the table");
+        let rows = current.metadata.current_snapshot().unwrap().summary["total-records"].clone();
+        if rows == written.to_string() || std::time::Instant::now() > deadline {
+            break current;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let snapshot = current.metadata.current_snapshot().unwrap();
     let files = table.live_files(snapshot).await.unwrap().len();
     let folder = format!("{}/{OUTPUT}", fixture.cfg.sink_url);
@@ -143,7 +152,7 @@ async fn iceberg_compaction_and_expiry_beside_a_running_pipeline_lose_nothing() 
         .wait_for_landed(&fixture.log, written, Duration::from_secs(60))
         .await;
 
-    let (ids, live) = read_ids(&fixture).await;
+    let (ids, live) = read_ids(&fixture, written).await;
     assert_once(&ids, written);
     let flushes = entries_of(&fixture.log, OUTPUT).await;
     assert!(
@@ -239,7 +248,7 @@ async fn iceberg_compaction_and_expiry_beside_a_running_pipeline_lose_nothing() 
     service
         .wait_for_landed(&fixture.log, written, Duration::from_secs(60))
         .await;
-    let (ids, _) = read_ids(&fixture).await;
+    let (ids, _) = read_ids(&fixture, written).await;
     assert_once(&ids, written);
     let verified = verify(&fixture.file, &[]).await;
     assert_eq!(verified.code, 0, "{verified}");
