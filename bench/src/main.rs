@@ -6,11 +6,13 @@
 //! marker while nothing else runs. The consumers are `pg_recvlogical` to /dev/null,
 //! Tributary's replication client doing nothing with the bytes (the practical ceiling), and
 //! the whole pipeline with no transform, the passthrough plugin and the masking plugin (local
-//! directory), and with no transform to S3. The `languages` scenario, run only when named,
-//! runs the same two plugins written in Rust, Python, JavaScript and C side by side
-//! (`languages.rs`). The `triggers` scenario, also run only when named, measures trigger
-//! capture's cost to the writer beside no capture and a slot, and its drain rate beside a
-//! slot's (`triggers.rs`). `BENCHMARKS.md` describes the method and holds the latest figures.
+//! directory), and with no transform to S3: Parquet files alone, Delta tables, and Iceberg
+//! tables without a catalog and through a SQL catalog in the same cluster. The `languages`
+//! scenario, run only when named, runs the same two plugins written in Rust, Python,
+//! JavaScript and C side by side (`languages.rs`). The `triggers` scenario, also run only when
+//! named, measures trigger capture's cost to the writer beside no capture and a slot, and its
+//! drain rate beside a slot's (`triggers.rs`). `BENCHMARKS.md` describes the method and holds
+//! the latest figures.
 
 mod consume;
 mod full_load;
@@ -35,8 +37,8 @@ use tributary_tests::S3Server;
 
 use crate::consume::Measured;
 use crate::report::{
-    DELTA_S3, Facts, MASK_FILE, MIRROR_S3, NONE_FILE, NONE_S3, PASSTHROUGH_FILE, PG_RECVLOGICAL,
-    RAW, ScenarioResult,
+    DELTA_S3, Facts, ICEBERG_S3, ICEBERG_SQL_S3, MASK_FILE, MIRROR_S3, NONE_FILE, NONE_S3,
+    PASSTHROUGH_FILE, PG_RECVLOGICAL, RAW, ScenarioResult,
 };
 use crate::workload::{Scenario, Workload};
 
@@ -68,9 +70,13 @@ struct Args {
     /// batches the plugins transform at once.
     #[arg(long)]
     parallel_transforms: Option<usize>,
-    /// Leave out the S3 consumer (no S3 server needed).
+    /// Leave out the S3 consumers (no S3 server needed).
     #[arg(long)]
     skip_s3: bool,
+    /// Run only the consumers that land in S3 (Parquet files, Delta and Iceberg tables): the
+    /// formats side by side, without the ceilings and the directory consumers.
+    #[arg(long, conflicts_with = "skip_s3")]
+    only_s3: bool,
     /// Also write every measurement as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -83,13 +89,38 @@ struct Args {
     strict: bool,
 }
 
-/// Where a pipeline consumer lands: a local directory or S3, Parquet files or Delta tables.
+/// Where a pipeline consumer lands: a local directory or S3, in one of the sink's formats.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Lake {
     pub(crate) s3: bool,
-    pub(crate) delta: bool,
+    pub(crate) format: Format,
+    /// Iceberg tables through a SQL catalog in the benchmark's own PostgreSQL
+    /// (`sink.catalog`).
+    pub(crate) catalog: bool,
     /// Every table also keeps its current-state table (`mirror = true`).
     pub(crate) mirror: bool,
+}
+
+/// `sink.format`: Parquet files and the commit log alone, or tables over them as well.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Format {
+    #[default]
+    Parquet,
+    Delta,
+    Iceberg,
+}
+
+impl Lake {
+    const FILE: Lake = Lake {
+        s3: false,
+        format: Format::Parquet,
+        catalog: false,
+        mirror: false,
+    };
+    const S3: Lake = Lake {
+        s3: true,
+        ..Lake::FILE
+    };
 }
 
 #[derive(Clone, Copy)]
@@ -102,74 +133,58 @@ enum Consumer {
     },
 }
 
-const CONSUMERS: [(&str, Consumer); 8] = [
+const fn pipeline(plugin: Option<&'static str>, lake: Lake) -> Consumer {
+    Consumer::Pipeline { plugin, lake }
+}
+
+const CONSUMERS: [(&str, Consumer); 10] = [
     (PG_RECVLOGICAL, Consumer::PgRecvlogical),
     (RAW, Consumer::Raw),
-    (
-        NONE_FILE,
-        Consumer::Pipeline {
-            plugin: None,
-            lake: Lake {
-                s3: false,
-                delta: false,
-                mirror: false,
-            },
-        },
-    ),
-    (
-        PASSTHROUGH_FILE,
-        Consumer::Pipeline {
-            plugin: Some("passthrough"),
-            lake: Lake {
-                s3: false,
-                delta: false,
-                mirror: false,
-            },
-        },
-    ),
-    (
-        MASK_FILE,
-        Consumer::Pipeline {
-            plugin: Some("mask"),
-            lake: Lake {
-                s3: false,
-                delta: false,
-                mirror: false,
-            },
-        },
-    ),
-    (
-        NONE_S3,
-        Consumer::Pipeline {
-            plugin: None,
-            lake: Lake {
-                s3: true,
-                delta: false,
-                mirror: false,
-            },
-        },
-    ),
+    (NONE_FILE, pipeline(None, Lake::FILE)),
+    (PASSTHROUGH_FILE, pipeline(Some("passthrough"), Lake::FILE)),
+    (MASK_FILE, pipeline(Some("mask"), Lake::FILE)),
+    (NONE_S3, pipeline(None, Lake::S3)),
     (
         DELTA_S3,
-        Consumer::Pipeline {
-            plugin: None,
-            lake: Lake {
-                s3: true,
-                delta: true,
-                mirror: false,
+        pipeline(
+            None,
+            Lake {
+                format: Format::Delta,
+                ..Lake::S3
             },
-        },
+        ),
+    ),
+    (
+        ICEBERG_S3,
+        pipeline(
+            None,
+            Lake {
+                format: Format::Iceberg,
+                ..Lake::S3
+            },
+        ),
+    ),
+    (
+        ICEBERG_SQL_S3,
+        pipeline(
+            None,
+            Lake {
+                format: Format::Iceberg,
+                catalog: true,
+                ..Lake::S3
+            },
+        ),
     ),
     (
         MIRROR_S3,
-        Consumer::Pipeline {
-            plugin: None,
-            lake: Lake {
-                s3: true,
-                delta: true,
+        pipeline(
+            None,
+            Lake {
+                format: Format::Delta,
                 mirror: true,
+                ..Lake::S3
             },
-        },
+        ),
     ),
 ];
 
@@ -287,6 +302,9 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     .await??;
     let admin = connect(&cluster.url("postgres")).await?;
     admin.batch_execute("CREATE DATABASE bench").await?;
+    admin
+        .batch_execute(&format!("CREATE DATABASE {CATALOG_DATABASE}"))
+        .await?;
     drop(admin);
     let client = Arc::new(connect(&cluster.url("bench")).await?);
     workload::create_schema(&client).await?;
@@ -395,6 +413,9 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The database of the Iceberg consumers' SQL catalog, in the benchmark's cluster.
+const CATALOG_DATABASE: &str = "iceberg_catalog";
+
 /// A pipeline file's transform: the plugin, the contents of its `config` table, and its call
 /// timeout when not the default.
 struct PluginSpec {
@@ -444,10 +465,11 @@ impl Bench {
             .copied()
             .filter(|(_, c)| match c {
                 Consumer::Pipeline { lake, .. } => {
-                    (!lake.s3 || self.s3.is_some())
+                    (lake.s3 || !self.args.only_s3)
+                        && (!lake.s3 || self.s3.is_some())
                         && (!lake.mirror || scenario == Scenario::Updates)
                 }
-                _ => true,
+                _ => !self.args.only_s3,
             })
             .collect();
         let mut result = ScenarioResult {
@@ -590,8 +612,8 @@ impl Bench {
         }
     }
 
-    /// Writes a pipeline file; returns it and the directory to remove afterwards. Delta tables
-    /// are written only into S3.
+    /// Writes a pipeline file; returns it and the directory to remove afterwards. Tables are
+    /// written only into S3.
     async fn pipeline_config(
         &self,
         slot: &str,
@@ -637,8 +659,25 @@ impl Bench {
                 "[sink]\nurl = \"s3://{bucket}\"\noptions = {{ {} }}\n",
                 options.join(", ")
             ));
-            if lake.delta {
-                text.push_str("format = \"delta\"\n");
+            match lake.format {
+                Format::Parquet => {}
+                Format::Delta => text.push_str("format = \"delta\"\n"),
+                Format::Iceberg => text.push_str("format = \"iceberg\"\n"),
+            }
+            if lake.catalog {
+                // A namespace of its own per run: every run's bucket is new, its tables too.
+                text.push_str(&format!(
+                    "catalog = {:?}\ncatalog_namespace = {:?}\n",
+                    self.cluster.url(CATALOG_DATABASE),
+                    bucket.replace('-', "_")
+                ));
+            }
+            if lake.format == Format::Iceberg {
+                // The consumer reads the catalog requests it sent from its own /metrics.
+                let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                    .local_addr()?
+                    .port();
+                text.push_str(&format!("\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
             }
             if lake.mirror {
                 for table in workload::TABLES {

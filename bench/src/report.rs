@@ -175,6 +175,9 @@ pub const PASSTHROUGH_FILE: &str = "tributary passthrough → file";
 pub const MASK_FILE: &str = "tributary mask+filter → file";
 pub const NONE_S3: &str = "tributary none → s3";
 pub const DELTA_S3: &str = "tributary none → s3 delta";
+pub const ICEBERG_S3: &str = "tributary none → s3 iceberg";
+/// Iceberg tables whose pointers a SQL catalog in the benchmark's PostgreSQL holds.
+pub const ICEBERG_SQL_S3: &str = "tributary none → s3 iceberg+sql";
 /// Delta tables with every table's current-state table (update mix only).
 pub const MIRROR_S3: &str = "tributary none → s3 delta+current";
 
@@ -278,6 +281,8 @@ impl ScenarioResult {
             (MASK_FILE, NONE_FILE, "mask+filter wasm/none"),
             (NONE_S3, NONE_FILE, "s3/file"),
             (DELTA_S3, NONE_S3, "delta/parquet (s3)"),
+            (ICEBERG_S3, NONE_S3, "iceberg/parquet (s3)"),
+            (ICEBERG_SQL_S3, NONE_S3, "iceberg+sql catalog/parquet (s3)"),
             (MIRROR_S3, DELTA_S3, "delta+current/delta (s3)"),
         ];
         let shown: Vec<String> = ratios
@@ -334,37 +339,63 @@ impl ScenarioResult {
             );
             let _ = writeln!(out, "{line}");
         }
-        // What a flush's commit costs into S3, with and without its Delta commits (the commit
-        // stage: the commit entry, the intent's removal and, for Delta, one commit per table).
-        let per_flush: Vec<String> = [
-            (NONE_S3, "parquet"),
-            (DELTA_S3, "delta"),
-            (MIRROR_S3, "delta+current"),
-        ]
-        .iter()
-        .filter_map(|(name, label)| {
-            let ok = self.ok(name);
-            let each: Vec<f64> = ok
-                .iter()
-                .filter(|(_, m)| m.consumer.flushes > 0)
-                .map(|(_, m)| m.consumer.stages.commit / m.consumer.flushes as f64 * 1e3)
-                .collect();
-            let spread = Spread::of(&each)?;
-            Some(format!(
-                "{label} {} ms over {} flushes",
-                spread.show(fixed1),
-                ok[0].1.consumer.flushes
-            ))
-        })
-        .collect();
-        if !per_flush.is_empty() {
-            let _ = writeln!(
-                out,
-                "commit stage per flush into s3: {}",
-                per_flush.join("; ")
-            );
-        }
+        self.print_per_flush(&mut out);
         out
+    }
+
+    /// What a flush's commit costs into S3, with and without its tables (the commit stage:
+    /// the commit entry, the intent's removal and, with tables, one commit per table touched),
+    /// and the requests an Iceberg consumer sent to its catalog per flush.
+    fn print_per_flush(&self, out: &mut String) {
+        let commit = self.per_flush(
+            &[
+                (NONE_S3, "parquet"),
+                (DELTA_S3, "delta"),
+                (ICEBERG_S3, "iceberg"),
+                (ICEBERG_SQL_S3, "iceberg+sql"),
+                (MIRROR_S3, "delta+current"),
+            ],
+            |m| Some(m.consumer.stages.commit * 1e3),
+            " ms",
+        );
+        if !commit.is_empty() {
+            let _ = writeln!(out, "commit stage per flush into s3: {}", commit.join("; "));
+        }
+        let requests = self.per_flush(
+            &[(ICEBERG_S3, "iceberg"), (ICEBERG_SQL_S3, "iceberg+sql")],
+            |m| m.consumer.catalog_requests.map(|n| n as f64),
+            "",
+        );
+        if !requests.is_empty() {
+            let _ = writeln!(out, "catalog requests per flush: {}", requests.join("; "));
+        }
+    }
+
+    /// Per consumer (name, label) that ran: `figure` of each run divided by its flushes, as
+    /// `label median [min–max]<unit> over <flushes> flushes`.
+    fn per_flush(
+        &self,
+        consumers: &[(&str, &str)],
+        figure: impl Fn(&Measured) -> Option<f64>,
+        unit: &str,
+    ) -> Vec<String> {
+        consumers
+            .iter()
+            .filter_map(|(name, label)| {
+                let ok = self.ok(name);
+                let each: Vec<f64> = ok
+                    .iter()
+                    .filter(|(_, m)| m.consumer.flushes > 0)
+                    .filter_map(|(_, m)| Some(figure(m)? / m.consumer.flushes as f64))
+                    .collect();
+                let spread = Spread::of(&each)?;
+                Some(format!(
+                    "{label} {}{unit} over {} flushes",
+                    spread.show(fixed1),
+                    ok[0].1.consumer.flushes
+                ))
+            })
+            .collect()
     }
 }
 

@@ -9,7 +9,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use object_store::path::Path as ObjectPath;
 
 use serde_json::{Value, json};
-use tributary::lake::iceberg::catalog::{CatalogError, Requirement, Secret, TableIdent, Update};
+use tributary::lake::iceberg::catalog::{
+    self, CatalogError, Requirement, Secret, TableIdent, Update,
+};
 use tributary::lake::iceberg::rest::{
     DEFAULT_SCOPE, LoadedTable, NewTable, RestAuth, RestCatalog, RestOptions,
 };
@@ -439,10 +441,14 @@ async fn sql_catalog_swaps_pointers_and_reports_a_lost_race() {
 
     let properties = BTreeMap::from([("tributary.pipeline".to_owned(), "shop".to_owned())]);
     let second = write_metadata(&sink, &location, 1, &uuid, &properties, Some(&first)).await;
+    // Each statement is counted for tributary_catalog_requests_total (other tests in this
+    // process may add theirs meanwhile).
+    let sent = catalog::requests_sent();
     catalog
         .swap(&orders, &base.metadata_location, &second)
         .await
         .unwrap();
+    assert!(catalog::requests_sent() > sent);
     let rival = write_metadata(&sink, &location, 2, &uuid, &BTreeMap::new(), Some(&first)).await;
     let lost = catalog
         .swap(&orders, &base.metadata_location, &rival)

@@ -8,7 +8,9 @@
 //! behind the lake is, the slot's WAL figures, and what each plugin counted (`host.count`) and
 //! sent to the dead-letter output, labelled with the plugin. Counts are taken at commit, so a
 //! flush that never commits (a crash, a stop) counts nothing and the figures match what
-//! landed.
+//! landed. One figure is not the progress's: the requests sent to the Iceberg catalog, which
+//! the catalog clients count as they send them, for the whole process
+//! ([`crate::lake::iceberg::catalog::requests_sent`]).
 //!
 //! A scrape is one snapshot of the progress, read at one instant ([`Now`]): a collector holds
 //! it and writes every family from it, with its HELP and TYPE, so the figures of one scrape
@@ -125,6 +127,12 @@ impl Collector for Scrape {
             }),
         )?;
         totals(out, progress)?;
+        counter(
+            out,
+            "tributary_catalog_requests",
+            "Requests sent to the Iceberg catalog of sink.catalog since the process started (SQL statements, HTTP requests), answered or not; 0 without a catalog.",
+            crate::lake::iceberg::catalog::requests_sent(),
+        )?;
         counter(
             out,
             "tributary_accepted_gaps",
@@ -466,6 +474,7 @@ pub(super) mod tests {
             "tributary_flushes_total 3",
             "tributary_changes_total 120",
             "# TYPE tributary_changes_total counter",
+            "# TYPE tributary_catalog_requests_total counter",
             "tributary_dead_letters_total{plugin=\"mask\"} 2",
             "tributary_plugin_calls_total{plugin=\"mask\"} 3",
             "tributary_plugin_counter_total{plugin=\"mask\",counter=\"values_masked\"} 240",

@@ -9,6 +9,22 @@
 
 use std::fmt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Requests this process sent to Iceberg catalogs: SQL statements and HTTP requests, answered
+/// or not, for `tributary_catalog_requests_total`.
+static REQUESTS: AtomicU64 = AtomicU64::new(0);
+
+/// How many requests this process has sent to Iceberg catalogs so far, over every catalog:
+/// each SQL statement (one round trip) and each HTTP request, token requests included.
+pub fn requests_sent() -> u64 {
+    REQUESTS.load(Ordering::Relaxed)
+}
+
+/// Counts one request about to be sent to a catalog.
+pub(super) fn count_request() {
+    REQUESTS.fetch_add(1, Ordering::Relaxed);
+}
 
 /// A table's place in a catalog: its namespace (one level or more) and its name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

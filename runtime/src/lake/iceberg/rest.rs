@@ -404,6 +404,7 @@ impl RestCatalog {
         request: reqwest::RequestBuilder,
     ) -> Result<Answer, CatalogError> {
         let lost = |error: reqwest::Error| self.lost(op, error);
+        super::catalog::count_request();
         let response = request.send().await.map_err(lost)?;
         let status = response.status();
         let body = response.bytes().await.map_err(lost)?;

@@ -384,6 +384,7 @@ impl SqlCatalog {
     ) -> Result<Vec<tokio_postgres::Row>, CatalogError> {
         let mut held = self.connected().await.map_err(|f| self.failure(what, f))?;
         let client = held.as_mut().expect("connected() leaves a client");
+        super::catalog::count_request();
         let result = client.query(sql, params).await;
         result.map_err(|error| self.failure(what, failure(&error)))
     }
@@ -395,12 +396,14 @@ impl SqlCatalog {
     ) -> Result<u64, Failure> {
         let mut held = self.connected().await?;
         let client = held.as_mut().expect("connected() leaves a client");
+        super::catalog::count_request();
         client.execute(sql, params).await.map_err(|e| failure(&e))
     }
 
     async fn batch(&self, sql: &str) -> Result<(), Failure> {
         let mut held = self.connected().await?;
         let client = held.as_mut().expect("connected() leaves a client");
+        super::catalog::count_request();
         client.batch_execute(sql).await.map_err(|e| failure(&e))
     }
 
