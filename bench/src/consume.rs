@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
 use tokio_postgres::Client;
 use tributary::Lsn;
@@ -37,8 +37,8 @@ pub struct ConsumerReport {
     pub parquet_bytes: u64,
     pub flushes: u64,
     pub stages: Stages,
-    /// Requests the pipeline sent to its Iceberg catalog over `seconds`, as its own `/metrics`
-    /// counts them (`tributary_catalog_requests_total`); `None` when it serves no metrics.
+    /// Requests the pipeline sent to its Iceberg catalog over `seconds`, as its counter
+    /// (`tributary_catalog_requests_total`) has them; `None` for other formats.
     #[serde(default)]
     pub catalog_requests: Option<u64>,
 }
@@ -87,7 +87,8 @@ fn timeval(t: libc::timeval) -> f64 {
 /// report.
 pub async fn run_pipeline_child(config: &Path, until: Option<(Lsn, u64)>) -> anyhow::Result<()> {
     let config = PipelineConfig::load(config)?;
-    let metrics = config.metrics.address().map_err(anyhow::Error::msg)?;
+    // The pipeline runs in this process: the catalog's request counter is this process's.
+    let iceberg = config.sink.format == tributary::lake::TableFormat::Iceberg;
     let started = Instant::now();
     let (stop_tx, stop_rx) = watch::channel(false);
     let (progress_tx, mut progress) = watch::channel(Progress::default());
@@ -109,10 +110,7 @@ pub async fn run_pipeline_child(config: &Path, until: Option<(Lsn, u64)>) -> any
     }
     let streaming = Instant::now();
     let (cpu0, _) = cpu_and_rss();
-    let requests0 = match metrics {
-        Some(address) => Some(scrape(address, CATALOG_REQUESTS).await?),
-        None => None,
-    };
+    let requests0 = tributary::lake::iceberg::catalog::requests_sent();
     println!("{{\"streaming\":true}}");
     match until {
         Some((until, changes)) => loop {
@@ -138,10 +136,8 @@ pub async fn run_pipeline_child(config: &Path, until: Option<(Lsn, u64)>) -> any
     }
     let seconds = streaming.elapsed().as_secs_f64();
     let (cpu1, rss) = cpu_and_rss();
-    let catalog_requests = match (metrics, requests0) {
-        (Some(address), Some(before)) => Some(scrape(address, CATALOG_REQUESTS).await? - before),
-        _ => None,
-    };
+    let catalog_requests =
+        iceberg.then(|| tributary::lake::iceberg::catalog::requests_sent() - requests0);
     let p = progress.borrow().clone();
     let report = ConsumerReport {
         seconds,
@@ -165,30 +161,6 @@ pub async fn run_pipeline_child(config: &Path, until: Option<(Lsn, u64)>) -> any
     let _ = stop_tx.send(true);
     run.await??;
     Ok(())
-}
-
-/// The counter of requests to the Iceberg catalog in the pipeline's metrics.
-const CATALOG_REQUESTS: &str = "tributary_catalog_requests_total";
-
-/// The value of the sample `name` (one without labels) in the pipeline's own `/metrics` at
-/// `address`.
-async fn scrape(address: std::net::SocketAddr, name: &str) -> anyhow::Result<u64> {
-    let url = format!("http://{address}/metrics");
-    let mut stream = tokio::net::TcpStream::connect(address)
-        .await
-        .with_context(|| format!("connecting to {url}"))?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .await?;
-    let mut answer = String::new();
-    stream
-        .read_to_string(&mut answer)
-        .await
-        .with_context(|| format!("reading {url}"))?;
-    answer
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .with_context(|| format!("no sample {name} in the answer of {url}:\n{answer}"))
 }
 
 /// The child side of the raw reader: stream the slot with Tributary's replication client,

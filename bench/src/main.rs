@@ -665,19 +665,13 @@ impl Bench {
                 Format::Iceberg => text.push_str("format = \"iceberg\"\n"),
             }
             if lake.catalog {
-                // A namespace of its own per run: every run's bucket is new, its tables too.
+                // A catalog name of its own per run: every run's bucket is new, its tables too.
+                let url = self.cluster.url(CATALOG_DATABASE);
+                let join = if url.contains('?') { '&' } else { '?' };
                 text.push_str(&format!(
-                    "catalog = {:?}\ncatalog_namespace = {:?}\n",
-                    self.cluster.url(CATALOG_DATABASE),
-                    bucket.replace('-', "_")
+                    "catalog = {:?}\n",
+                    format!("{url}{join}catalog_name={}", bucket.replace('-', "_"))
                 ));
-            }
-            if lake.format == Format::Iceberg {
-                // The consumer reads the catalog requests it sent from its own /metrics.
-                let port = std::net::TcpListener::bind("127.0.0.1:0")?
-                    .local_addr()?
-                    .port();
-                text.push_str(&format!("\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
             }
             if lake.mirror {
                 for table in workload::TABLES {

@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use schedule::{CI, LONG, Plan, S3_OUTAGE, Step, schedule};
+use schedule::{CI, CI_ICEBERG, LONG, Plan, S3_OUTAGE, Step, schedule};
 use tributary::Lsn;
 use tributary::lake::commit::{CommitLog, EntryKind, Writer};
 use tributary::lake::sink::Sink;
@@ -136,6 +136,14 @@ impl Chaos {
             ("in_flight_mib".into(), "32".into()),
             ("chunk_mib".into(), "4".into()),
         ];
+        if plan.format != "parquet" {
+            cfg.sink
+                .push(("format".into(), format!("{:?}", plan.format)));
+            for table in &tables {
+                cfg.sections
+                    .push(format!("[outputs.\"{table}\"]\nmirror = true"));
+            }
+        }
         let dir = std::env::temp_dir().join(&name);
         let file = cfg.write(&dir);
         let sink = Sink::open(&cfg.sink_url, &direct.into_iter().collect()).unwrap();
@@ -393,7 +401,12 @@ impl Chaos {
         let mut strays = Vec::new();
         for (table, _) in TABLES {
             for path in object_names(self.sink.store().as_ref(), table).await {
-                // <output>/part-<sequence>-<writer>-<part>.parquet
+                // <output>/part-<sequence>-<writer>-<part>.parquet; a table's own files (its
+                // metadata, its current-state table's) are the table's to account for.
+                let file = path.strip_prefix(&format!("{table}/"));
+                if file.is_none_or(|f| f.contains('/') || !f.ends_with(".parquet")) {
+                    continue;
+                }
                 let ours = path.split('-').nth(2) == Some(writer.as_str());
                 if !ours && !self.named.contains(&path) {
                     strays.push(path);
@@ -561,10 +574,49 @@ async fn chaos(seed: u64, plan: &'static Plan) {
         chaos.figures.kills_in_large > 0,
         "no kill came while a large transaction landed"
     );
+    if plan.format == "iceberg" {
+        read_iceberg_tables(&chaos, &tables).await;
+    }
     chaos.figures.phases = [faults_done, caught_up, chaos.started.elapsed()];
     report(seed, &chaos, &tables, &tallies);
     if std::env::var_os("TRIBUTARY_CHAOS_KEEP").is_none() {
         let _ = std::fs::remove_dir_all(&chaos.dir);
+    }
+}
+
+/// Each table's Iceberg change log read by pyiceberg and by DuckDB: every change the commit
+/// log holds, once; and its current-state table: one row per source row (verify compared
+/// their values already).
+async fn read_iceberg_tables(chaos: &Chaos, tables: &[TableFigures]) {
+    let options = chaos.s3.lock().unwrap().object_store_options();
+    for t in tables {
+        for (name, rows, what) in [
+            (t.table.clone(), t.changes, "every change once"),
+            (
+                format!("{}__current", t.table),
+                t.rows,
+                "one row per source row",
+            ),
+        ] {
+            let table =
+                tributary::lake::iceberg::table::Table::open(chaos.sink.clone(), &name, None);
+            let current = table
+                .load()
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("{name}: no table"));
+            let folder = format!("{}/{name}", chaos.sink.url().trim_end_matches('/'));
+            let read = blocking({
+                let options = options.clone();
+                move || tributary_tests::lake::read_iceberg(&folder, &current.location, &options)
+            })
+            .await;
+            assert_eq!(read.rows.len(), rows, "{name}: {what}");
+            assert_eq!(
+                read.duckdb, read.rows,
+                "{name}: DuckDB reads what pyiceberg reads"
+            );
+        }
     }
 }
 
@@ -641,6 +693,12 @@ async fn run(plan: &'static Plan) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kills_and_outages_on_a_seeded_schedule_leave_the_lake_equal_to_the_source() {
     run(&CI).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "Iceberg with current-state tables does not yet keep up with this workload on two shared cores: a flush's cost grows with the table's manifests (no manifest merging yet), so the pipeline falls minutes behind and the schedule's catch-ups time out (docs/design.md, Iceberg tables)"]
+async fn kills_and_outages_into_iceberg_tables_leave_them_equal_to_the_source() {
+    run(&CI_ICEBERG).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -296,7 +296,7 @@ impl Flight {
     }
 }
 
-const PUBLISHING: &str = "committing to the Delta tables";
+const PUBLISHING: &str = "committing to the tables";
 
 /// Whether every flight before the one polled has its commit entry, and is in its tables:
 /// entries and Delta commits are made in sequence order.

@@ -56,6 +56,10 @@ pub enum SinkError {
     /// of unknown outcome: it may pass, as the store's outages do.
     #[error("{message}")]
     Catalog { message: String },
+    /// An outage met where only its text was kept (a current-state table's reads): it may
+    /// pass, as the store's own do.
+    #[error("{message}")]
+    Outage { message: String },
     /// A failure that trying again cannot fix, said in a sentence with the way out.
     #[error("sink {url}: {reason}; {hint}")]
     Refused {
@@ -70,7 +74,10 @@ impl SinkError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            SinkError::Store { .. } | SinkError::Unreachable { .. } | SinkError::Catalog { .. }
+            SinkError::Store { .. }
+                | SinkError::Unreachable { .. }
+                | SinkError::Catalog { .. }
+                | SinkError::Outage { .. }
         )
     }
 }

@@ -34,6 +34,9 @@ pub struct Plan {
     pub pool: usize,
     /// The longest the pipeline may take to catch up before the test calls it stuck.
     pub settle_timeout: Duration,
+    /// What the sink is (`sink.format`): with tables, every table also keeps its current-state
+    /// table, and both are read back at the end.
+    pub format: &'static str,
 }
 
 /// CI: about five minutes on two cores.
@@ -51,6 +54,26 @@ pub const CI: Plan = Plan {
     truncates: 1,
     pool: 4,
     settle_timeout: Duration::from_secs(240),
+    format: "parquet",
+};
+
+/// CI into Iceberg tables (without a catalog, on S3) with current-state tables: fewer kills,
+/// one of each outage.
+pub const CI_ICEBERG: Plan = Plan {
+    name: "ci-iceberg",
+    kills: 20,
+    s3_outages: 1,
+    error_periods: 1,
+    error_ms: (4_000, 10_000),
+    stalls: 1,
+    stall_ms: (4_000, 10_000),
+    pg_restarts: 1,
+    large_transactions: 1,
+    large_rows: 200_000,
+    truncates: 1,
+    pool: 4,
+    settle_timeout: Duration::from_secs(240),
+    format: "iceberg",
 };
 
 /// The long mode: ten times the kills, and outages to match.
@@ -68,6 +91,7 @@ pub const LONG: Plan = Plan {
     truncates: 2,
     pool: 4,
     settle_timeout: Duration::from_secs(300),
+    format: "parquet",
 };
 
 #[derive(Debug, Clone)]

@@ -252,11 +252,17 @@ impl Tables {
             None => read_latest(&self.sink, &name).await?,
         };
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
-        let failed = |source: TableError| CommitError::Table {
-            output: name.clone(),
-            sequence,
-            format: "Delta",
-            source: Box::new(source),
+        let failed = |source: TableError| match source {
+            // An outage is the sink's, and retried; the rest name the table.
+            TableError::Mirror(e) if e.outage().is_some() => {
+                CommitError::Sink(e.outage().expect("an outage"))
+            }
+            source => CommitError::Table {
+                output: name.clone(),
+                sequence,
+                format: "Delta",
+                source: Box::new(source),
+            },
         };
         let mut asked = false;
         loop {

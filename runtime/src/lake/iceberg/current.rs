@@ -406,6 +406,10 @@ impl Attempt<'_> {
     }
 
     fn mirror_error(&self, e: crate::lake::tables::keyed::MirrorError) -> CommitError {
+        // An outage is the sink's, and retried; the rest name the table.
+        if let Some(outage) = e.outage() {
+            return CommitError::Sink(outage);
+        }
         CommitError::Table {
             output: self.name.to_owned(),
             sequence: self.sequence,

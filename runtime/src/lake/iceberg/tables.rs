@@ -5,7 +5,8 @@
 //! writer before went on publishing). A mirrored output's current-state table then takes the
 //! flush too ([`super::current`]).
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use super::catalog::CatalogError;
 use super::pointer::Catalog;
@@ -27,6 +28,9 @@ pub struct Tables {
     pub(super) mirrors: Option<Arc<Mirrors>>,
     /// What the current-state tables' loads read of the change logs.
     pub(super) seen: Arc<Seen>,
+    /// Each table as first opened: a table keeps the manifests it read, which never change,
+    /// so a flush reads only those the flushes since added.
+    opened: Arc<Mutex<BTreeMap<String, Table>>>,
 }
 
 impl Tables {
@@ -38,6 +42,7 @@ impl Tables {
             catalog: None,
             mirrors: None,
             seen: Arc::default(),
+            opened: Arc::default(),
         }
     }
 
@@ -49,11 +54,19 @@ impl Tables {
 
     /// The tables through `catalog` (`sink.catalog`) instead of storage alone.
     pub fn with_catalog(self, catalog: Option<Catalog>) -> Tables {
-        Tables { catalog, ..self }
+        Tables {
+            catalog,
+            opened: Arc::default(),
+            ..self
+        }
     }
 
     pub(super) fn table(&self, output: &str) -> Table {
-        Table::open(self.sink.clone(), output, self.catalog.as_ref())
+        let mut opened = self.opened.lock().expect("not poisoned");
+        opened
+            .entry(output.to_owned())
+            .or_insert_with(|| Table::open(self.sink.clone(), output, self.catalog.as_ref()))
+            .clone()
     }
 
     /// Whether `output`'s tables (its change log, and its current-state table when it keeps

@@ -737,7 +737,10 @@ pub async fn read_batches(sink: &Sink, path: &str) -> Result<Vec<RecordBatch>, M
 async fn get_file(sink: &Sink, path: &str) -> Result<Bytes, MirrorError> {
     sink.get(&Path::from(path))
         .await
-        .map_err(|e| data(path, e.to_string()))?
+        .map_err(|e| match e.is_transient() {
+            true => MirrorError::Outage(e.to_string()),
+            false => data(path, e.to_string()),
+        })?
         .ok_or_else(|| data(path, "a file the table reads is not in the sink".into()))
 }
 
@@ -909,5 +912,38 @@ pub(crate) mod fixtures {
             .await
             .unwrap();
         file
+    }
+}
+
+#[cfg(test)]
+mod outage_tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// A file that cannot be read because the store is down is an outage, which the commit
+    /// protocol retries, not a bad file, which stops the pipeline.
+    #[tokio::test]
+    async fn a_store_that_is_down_is_an_outage_and_a_missing_file_is_not() {
+        let options: BTreeMap<String, String> = [
+            ("aws_endpoint", "http://127.0.0.1:9"),
+            ("aws_allow_http", "true"),
+            ("aws_access_key_id", "k"),
+            ("aws_secret_access_key", "s"),
+            ("aws_region", "us-east-1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let down = Sink::open("s3://lake", &options).unwrap();
+        let err = get_file(&down, "t/part-1.parquet").await.unwrap_err();
+        assert!(err.outage().is_some_and(|e| e.is_transient()), "{err:?}");
+        let memory = Sink::from_store(
+            Arc::new(object_store::memory::InMemory::new()),
+            "memory://lake",
+        );
+        let err = get_file(&memory, "t/part-1.parquet").await.unwrap_err();
+        assert!(err.outage().is_none(), "{err:?}");
     }
 }

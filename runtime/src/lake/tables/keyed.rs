@@ -308,6 +308,21 @@ pub enum MirrorError {
     /// A file the table reads or writes, and what is wrong with it.
     #[error("{path}: {reason}")]
     Data { path: String, reason: String },
+    /// The sink failed in a way that may pass (an outage): the step is tried again.
+    #[error("{0}")]
+    Outage(String),
+}
+
+impl MirrorError {
+    /// The error as the commit protocol has it, when it is the sink's outage.
+    pub fn outage(&self) -> Option<crate::lake::sink::SinkError> {
+        match self {
+            MirrorError::Outage(message) => Some(crate::lake::sink::SinkError::Outage {
+                message: message.clone(),
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// Reduce a flush's changes of one output, in change order, to one net change per key;
