@@ -94,9 +94,13 @@ pub async fn run(config: &PipelineConfig, options: &VacuumOptions) -> Result<Vac
     let mirrored = config.mirrored();
     let mut tables = Vec::new();
     for name in names {
-        // Read first, without changing anything: the table may have to be left alone.
+        // A format whose old versions go by a commit makes it here, unless this is a dry run
+        // or the table may have to be left alone (a current-state table behind it): that is
+        // read first, without changing anything.
+        let committing = !options.dry_run && set.expires_by_commit();
+        let read_first = !committing || mirrored.contains(&name);
         let reason = match set
-            .vacuumable(&name, now_ms, options.retention_ms, true)
+            .vacuumable(&name, now_ms, options.retention_ms, read_first)
             .await?
         {
             Vacuumable::LeftAlone(reason) => reason,
@@ -108,7 +112,7 @@ pub async fn run(config: &PipelineConfig, options: &VacuumOptions) -> Result<Vac
                 match behind {
                     Some(reason) => reason,
                     None => {
-                        let plan = match !options.dry_run && set.expires_by_commit() {
+                        let plan = match committing && read_first {
                             true => expire(&set, &name, now_ms, options.retention_ms).await?,
                             false => plan,
                         };

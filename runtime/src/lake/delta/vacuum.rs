@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use super::state::TableState;
-use crate::lake::tables::tend::{COMPACTED, ORPHAN_GRACE_MS, Plan, Present};
+use crate::lake::tables::tend::{COMPACTED, Plan, Present, cutoffs};
 
 /// Plan the vacuum of a table read up to its latest version (`state`), whose folder holds
 /// `present` (paths relative to the table), at `now_ms`, keeping removals younger than
@@ -25,8 +25,7 @@ pub fn plan(
     now_ms: i64,
     retention_ms: i64,
 ) -> Plan {
-    let cutoff = now_ms.saturating_sub(retention_ms.max(0));
-    let orphan_cutoff = now_ms.saturating_sub(retention_ms.max(ORPHAN_GRACE_MS));
+    let (cutoff, orphan_cutoff) = cutoffs(now_ms, retention_ms);
     let mut plan = Plan::default();
     let mut orphans = Vec::new();
     for (path, file) in present {

@@ -23,7 +23,7 @@ use super::table::{Expiry, Table};
 use super::tables::commit_error;
 use crate::lake::commit::CommitError;
 use crate::lake::sink::{Sink, SinkError};
-use crate::lake::tables::tend::{COMPACTED, ORPHAN_GRACE_MS, Plan, Present, Vacuumable};
+use crate::lake::tables::tend::{COMPACTED, Plan, Present, Vacuumable, cutoffs};
 
 /// What a vacuum at `now_ms` deletes from table `name`, keeping what its snapshots stopped
 /// reading less than `retention_ms` ago; with `commit`, the expiry is committed first and the
@@ -38,7 +38,7 @@ pub async fn vacuumable(
     commit: bool,
 ) -> Result<Vacuumable, CommitError> {
     let table = Table::open(sink.clone(), name, catalog);
-    let cutoff = now_ms.saturating_sub(retention_ms.max(0));
+    let (cutoff, _) = cutoffs(now_ms, retention_ms);
     let expiry = match commit {
         true => table.expire(cutoff).await,
         false => table.expiry(cutoff).await,
@@ -80,8 +80,7 @@ pub fn plan(
     now_ms: i64,
     retention_ms: i64,
 ) -> Plan {
-    let cutoff = now_ms.saturating_sub(retention_ms.max(0));
-    let orphan_cutoff = now_ms.saturating_sub(retention_ms.max(ORPHAN_GRACE_MS));
+    let (cutoff, orphan_cutoff) = cutoffs(now_ms, retention_ms);
     let inside = |uri: &str| uri.strip_prefix(root).map(str::to_owned);
     let size = |uri: &str, relative: &str| {
         expiry

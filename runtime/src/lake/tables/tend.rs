@@ -20,6 +20,16 @@ pub(crate) const DAY_MS: i64 = 24 * 3600 * 1000;
 /// compaction or commit still running keeps its files.
 pub const ORPHAN_GRACE_MS: i64 = DAY_MS;
 
+/// What a vacuum at `now_ms` keeping `retention_ms` may delete: files a version stopped
+/// reading at or before the first cutoff, and files no version references written at or
+/// before the second (the retention, and at least [`ORPHAN_GRACE_MS`]).
+pub fn cutoffs(now_ms: i64, retention_ms: i64) -> (i64, i64) {
+    (
+        now_ms.saturating_sub(retention_ms.max(0)),
+        now_ms.saturating_sub(retention_ms.max(ORPHAN_GRACE_MS)),
+    )
+}
+
 /// The application id of a pipeline in its tables' commits: its slot (or journal), on its
 /// database. A table says how far it holds the commit log under this id.
 pub fn app_id(database: &str, slot: &str) -> String {
