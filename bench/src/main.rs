@@ -37,8 +37,8 @@ use tributary_tests::S3Server;
 
 use crate::consume::Measured;
 use crate::report::{
-    DELTA_S3, Facts, ICEBERG_S3, ICEBERG_SQL_S3, MASK_FILE, MIRROR_S3, NONE_FILE, NONE_S3,
-    PASSTHROUGH_FILE, PG_RECVLOGICAL, RAW, ScenarioResult,
+    DELTA_S3, Facts, ICEBERG_MIRROR_S3, ICEBERG_S3, ICEBERG_SQL_S3, MASK_FILE, MIRROR_S3,
+    NONE_FILE, NONE_S3, PASSTHROUGH_FILE, PG_RECVLOGICAL, RAW, ScenarioResult,
 };
 use crate::workload::{Scenario, Workload};
 
@@ -137,7 +137,7 @@ const fn pipeline(plugin: Option<&'static str>, lake: Lake) -> Consumer {
     Consumer::Pipeline { plugin, lake }
 }
 
-const CONSUMERS: [(&str, Consumer); 10] = [
+const CONSUMERS: [(&str, Consumer); 11] = [
     (PG_RECVLOGICAL, Consumer::PgRecvlogical),
     (RAW, Consumer::Raw),
     (NONE_FILE, pipeline(None, Lake::FILE)),
@@ -181,6 +181,17 @@ const CONSUMERS: [(&str, Consumer); 10] = [
             None,
             Lake {
                 format: Format::Delta,
+                mirror: true,
+                ..Lake::S3
+            },
+        ),
+    ),
+    (
+        ICEBERG_MIRROR_S3,
+        pipeline(
+            None,
+            Lake {
+                format: Format::Iceberg,
                 mirror: true,
                 ..Lake::S3
             },

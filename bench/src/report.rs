@@ -180,6 +180,8 @@ pub const ICEBERG_S3: &str = "tributary none → s3 iceberg";
 pub const ICEBERG_SQL_S3: &str = "tributary none → s3 iceberg+sql";
 /// Delta tables with every table's current-state table (update mix only).
 pub const MIRROR_S3: &str = "tributary none → s3 delta+current";
+/// Iceberg tables with every table's current-state table (update mix only).
+pub const ICEBERG_MIRROR_S3: &str = "tributary none → s3 iceberg+current";
 
 impl ScenarioResult {
     fn ok(&self, name: &str) -> Vec<(usize, &Measured)> {
@@ -284,6 +286,11 @@ impl ScenarioResult {
             (ICEBERG_S3, NONE_S3, "iceberg/parquet (s3)"),
             (ICEBERG_SQL_S3, NONE_S3, "iceberg+sql catalog/parquet (s3)"),
             (MIRROR_S3, DELTA_S3, "delta+current/delta (s3)"),
+            (
+                ICEBERG_MIRROR_S3,
+                ICEBERG_S3,
+                "iceberg+current/iceberg (s3)",
+            ),
         ];
         let shown: Vec<String> = ratios
             .iter()
@@ -354,6 +361,7 @@ impl ScenarioResult {
                 (ICEBERG_S3, "iceberg"),
                 (ICEBERG_SQL_S3, "iceberg+sql"),
                 (MIRROR_S3, "delta+current"),
+                (ICEBERG_MIRROR_S3, "iceberg+current"),
             ],
             |m| Some(m.consumer.stages.commit * 1e3),
             " ms",

@@ -19,7 +19,7 @@ use tributary::lake::iceberg::sql::{DEFAULT_CATALOG_NAME, SqlCatalog, SqlOptions
 use tributary::lake::sink::Sink;
 use tributary_tests::catalog::{
     CLIENT_ID, CLIENT_SECRET, RestCatalogServer, RestServerOptions, STATIC_TOKEN,
-    pyiceberg_s3_properties, pyiceberg_table,
+    pyiceberg_s3_properties, pyiceberg_table, rest_sink, toml_text,
 };
 use tributary_tests::service::{Fixture, command};
 use tributary_tests::{TestDatabase, fresh_database, s3};
@@ -629,11 +629,6 @@ async fn write_metadata(
     format!("{location}/metadata/{name}")
 }
 
-/// A `[sink]` setting's value as TOML spells a string.
-fn toml_text(value: &str) -> String {
-    serde_json::Value::from(value).to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pipeline_commits_through_a_sql_catalog_and_a_crash_publishes_nothing_twice() {
     let catalog_db = fresh_database("iceberg_pipeline_sql_catalog").await;
@@ -643,25 +638,6 @@ async fn the_pipeline_commits_through_a_sql_catalog_and_a_crash_publishes_nothin
         pyiceberg: sql_properties(&catalog_db, DEFAULT_CATALOG_NAME),
     };
     crash_into_iceberg_through("flush.after-commit", 2, false, Some(&through)).await;
-}
-
-/// The `[sink]` settings of `server` with OAuth2 client credentials, the secret in a file.
-fn rest_sink(
-    server: &RestCatalogServer,
-    dir: &std::path::Path,
-    secret: &str,
-) -> Vec<(String, String)> {
-    let file = dir.join("catalog-secret");
-    std::fs::write(&file, format!("{secret}\n")).unwrap();
-    vec![
-        ("catalog".into(), toml_text(&server.uri())),
-        ("catalog_warehouse".into(), toml_text(server.warehouse())),
-        ("catalog_client_id".into(), toml_text(CLIENT_ID)),
-        (
-            "catalog_client_secret_file".into(),
-            toml_text(&file.display().to_string()),
-        ),
-    ]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

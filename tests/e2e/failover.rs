@@ -56,12 +56,27 @@ async fn synced_on(client: &tokio_postgres::Client, slot: &str) -> bool {
         .is_some()
 }
 
+/// Whether the standby holds any copy of `slot`, temporary or not.
+async fn copied_on(client: &tokio_postgres::Client, slot: &str) -> bool {
+    client
+        .query_opt(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .unwrap()
+        .is_some()
+}
+
 /// Wait until the standby holds `slot`, synchronised and permanent.
 ///
 /// The standby persists the slot once the primary's has moved past where the standby could
 /// serve it from, which needs a running-transactions record after the pipeline confirmed (the
 /// server writes one every 15 s; the test asks for one), and its slot sync worker looks less
-/// often the longer nothing changes (up to every 30 s): turning it off and on wakes it.
+/// often the longer nothing changes (up to every 30 s): turning it off and on wakes it. Only
+/// while the standby has no copy at all: the worker drops its temporary copies when it stops,
+/// and the copy it makes again must wait for a record after it, so waking it while it holds
+/// one would undo what the pipeline's confirmation was about to finish.
 async fn wait_until_synced(
     primary: &tokio_postgres::Client,
     standby: &tokio_postgres::Client,
@@ -80,7 +95,7 @@ async fn wait_until_synced(
             .await
             .unwrap();
         round += 1;
-        if round % 5 == 0 {
+        if round % 5 == 0 && !copied_on(standby, slot).await {
             for statement in [
                 "ALTER SYSTEM SET sync_replication_slots = off",
                 "SELECT pg_reload_conf()",

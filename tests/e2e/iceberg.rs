@@ -19,7 +19,7 @@ use tributary::lake::iceberg::table::{Published, Table};
 use tributary::lake::sink::Sink;
 use tributary::lake::tables::{TableFile, table_columns};
 use tributary_tests::lake::{entries, read_iceberg};
-use tributary_tests::service::{Fixture, Service, verify};
+use tributary_tests::service::{Fixture, Service, Verified, verify};
 use tributary_tests::{TestDatabase, fresh_database};
 
 use super::crash::{TABLES, create_tables, kill_at, transaction};
@@ -123,6 +123,7 @@ async fn land(
             rows: file.rows,
             schema: table_columns(file.columns.clone(), file.partition.as_ref()),
             partition: file.partition,
+            footer: None,
         });
     }
     files
@@ -426,6 +427,17 @@ pub(super) async fn entries_of(log: &CommitLog, output: &str) -> Vec<u64> {
         .collect()
 }
 
+/// Verify held `table`, an Iceberg table, against the commit log and found it intact.
+pub(super) fn assert_audited(verified: &Verified, table: &str) {
+    assert!(
+        verified.stdout.lines().any(
+            |l| l.starts_with(&format!("iceberg table {table}: version "))
+                && l.ends_with(", intact")
+        ),
+        "{table}: {verified}"
+    );
+}
+
 /// A catalog the tables go through: its `[sink]` settings, and pyiceberg's properties for it.
 pub(super) struct Through {
     pub name: &'static str,
@@ -471,6 +483,9 @@ pub(super) async fn crash_into_iceberg_through(
         .await;
     let verified = verify(&fixture.file, &[]).await;
     assert_eq!(verified.code, 0, "{verified}");
+    for table in TABLES {
+        assert_audited(&verified, table);
+    }
     let b_log = b.stop().await;
     for table in TABLES {
         let current = Table::open(fixture.sink.clone(), table, handle.as_ref())
@@ -655,6 +670,8 @@ async fn an_iceberg_current_state_table_killed_before_a_flush_equals_the_source_
         compared.ends_with("rows, equal to the source"),
         "{compared}"
     );
+    assert_audited(&verified, "public.t");
+    assert_audited(&verified, "public.t__current");
     let b_log = b.stop().await;
 
     let columns = ["id", "name", "amount", "note"];

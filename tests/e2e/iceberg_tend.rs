@@ -16,7 +16,7 @@ use tributary_tests::fresh_database;
 use tributary_tests::lake::read_iceberg;
 use tributary_tests::service::{Fixture, Service, command, verify};
 
-use super::iceberg::{entries_of, iceberg_fixture_with};
+use super::iceberg::{assert_audited, entries_of, iceberg_fixture_with};
 
 const OUTPUT: &str = "public.events";
 
@@ -173,6 +173,7 @@ async fn iceberg_compaction_and_expiry_beside_a_running_pipeline_lose_nothing() 
     );
     let verified = verify(&fixture.file, &[]).await;
     assert_eq!(verified.code, 0, "{verified}");
+    assert_audited(&verified, OUTPUT);
 
     // The replaced files stay for the retention (seven days unless told) ...
     assert_eq!(parquet_files(&fixture.sink).await, live + replaced);
@@ -250,8 +251,16 @@ async fn iceberg_compaction_and_expiry_beside_a_running_pipeline_lose_nothing() 
         .await;
     let (ids, _) = read_ids(&fixture, written).await;
     assert_once(&ids, written);
+    // The audit starts from the oldest snapshot the expiry kept.
     let verified = verify(&fixture.file, &[]).await;
     assert_eq!(verified.code, 0, "{verified}");
+    assert_audited(&verified, OUTPUT);
+    assert!(
+        verified
+            .stdout
+            .contains("  audited from its oldest snapshot, version "),
+        "{verified}"
+    );
     service.stop().await;
     // A start reads no file of a flush its tables hold.
     let mut service = Service::spawn(&fixture.file, &[], &fixture.dir.join("run2.log"));

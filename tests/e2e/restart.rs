@@ -12,6 +12,7 @@ use tributary_cluster::{ClusterOptions, StopMode, TempCluster};
 use tributary_tests::connect;
 use tributary_tests::lake::committed_rows;
 use tributary_tests::pipeline::{confirmed_flush, events_on};
+use tributary_tests::proxy::{Mode, Proxy};
 use tributary_tests::service::{Fixture, Service};
 
 const TABLE: &str = "public.events";
@@ -37,6 +38,59 @@ async fn log_end(log: &CommitLog) -> Lsn {
         .await
         .unwrap()
         .map_or(Lsn::ZERO, |e| e.last_end_lsn)
+}
+
+/// `pg_ctl stop -m fast` under a running pipeline, which must finish within 20 s.
+fn stop_fast_promptly(cluster: &TempCluster, service: &Service) {
+    let asked = std::time::Instant::now();
+    cluster
+        .stop_server(StopMode::Fast)
+        .unwrap_or_else(|e| panic!("{e}\n{}", service.log()));
+    assert!(
+        asked.elapsed() < Duration::from_secs(20),
+        "the shutdown took {:?}",
+        asked.elapsed()
+    );
+}
+
+/// A `tributary run` of `fixture` landing through a proxy to the S3 server (which a test
+/// freezes to make the sink hang), after the first ten changes (ids 1 to 10) landed.
+async fn landing_through_a_proxy(url: &str, fixture: &mut Fixture) -> (Proxy, Service) {
+    let s3 = tributary_tests::s3();
+    let proxy = Proxy::start(&format!("127.0.0.1:{}", s3.port())).await;
+    for (key, value) in &mut fixture.cfg.sink_options {
+        if key == "aws_endpoint" {
+            *value = format!("http://127.0.0.1:{}", proxy.port());
+        }
+    }
+    let file = fixture.cfg.write(&fixture.dir);
+    let mut service = Service::spawn(&file, &[], &fixture.dir.join("run.log"));
+    service
+        .wait_for_log("streaming", Duration::from_secs(60))
+        .await;
+    write(url, 1, 1).await;
+    service
+        .wait_for_landed(&fixture.log, 10, Duration::from_secs(60))
+        .await;
+    (proxy, service)
+}
+
+/// Stops `service` and asserts the table holds ids 1 to `total`, each once.
+async fn assert_landed_once(service: Service, fixture: &Fixture, total: u32) {
+    let run_log = service.stop().await;
+    let ids: Vec<u32> = committed_rows(&fixture.sink, TABLE)
+        .await
+        .iter()
+        .map(|r| r.values["id"].as_deref().unwrap().parse().unwrap())
+        .collect();
+    let distinct: BTreeSet<u32> = ids.iter().copied().collect();
+    assert_eq!(distinct, (1..=total).collect(), "{run_log}");
+    assert_eq!(
+        ids.len(),
+        total as usize,
+        "a change landed twice: {run_log}"
+    );
+    let _ = std::fs::remove_dir_all(&fixture.dir);
 }
 
 /// A cluster of its own (the shared one must not restart under other tests) with the events
@@ -168,15 +222,7 @@ async fn a_fast_shutdown_is_not_held_up_by_wal_the_pipeline_has_nothing_to_land_
         .unwrap();
     drop(client);
 
-    let asked = std::time::Instant::now();
-    cluster
-        .stop_server(StopMode::Fast)
-        .unwrap_or_else(|e| panic!("{e}\n{}", service.log()));
-    assert!(
-        asked.elapsed() < Duration::from_secs(20),
-        "the shutdown took {:?}",
-        asked.elapsed()
-    );
+    stop_fast_promptly(&cluster, &service);
     service
         .wait_for_log("lost the replication connection", Duration::from_secs(30))
         .await;
@@ -191,5 +237,98 @@ async fn a_fast_shutdown_is_not_held_up_by_wal_the_pipeline_has_nothing_to_land_
     assert!(confirmed <= end, "slot at {confirmed}, log ends at {end}");
     service.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
+    cluster.stop().unwrap();
+}
+
+/// A fast shutdown while the read stage is paused: the sink hangs, the one-MiB in-flight budget
+/// fills, and the stream stops reading its socket with WAL still to send. A walsender sends
+/// everything before it exits, so nothing but closing the connection lets the server stop: an
+/// SQL session opened while paused learns of the stop (the server ends it with 57P01) and the
+/// stream closes. Without that, `pg_ctl stop -m fast` waited out its minute. After the
+/// restart every change lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_shutdown_is_not_held_up_by_a_reader_paused_behind_a_full_budget() {
+    let (cluster, url, client) = own_cluster().await;
+    let mut fixture = Fixture::new(&url, "fast_shutdown_paused", &[TABLE]).await;
+    fixture.cfg.flush.extend([
+        ("in_flight_mib".into(), "1".into()),
+        ("chunk_mib".into(), "1".into()),
+    ]);
+    let (proxy, mut service) = landing_through_a_proxy(&url, &mut fixture).await;
+
+    // About 40 MB of WAL in 2,000 transactions: far more than the budget, the stream's
+    // queue and the socket's buffers hold.
+    proxy.freeze();
+    const ROWS: u32 = 200_000;
+    for chunk in 0..2_000 {
+        let first = 11 + chunk * 100;
+        client
+            .batch_execute(&format!(
+                "INSERT INTO events SELECT g, repeat('x', 160) || g FROM generate_series({first}, {}) g",
+                first + 99
+            ))
+            .await
+            .unwrap();
+    }
+    // The premise: the walsender has WAL it could not send.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let unsent: i64 = client
+        .query_one(
+            "SELECT (pg_current_wal_lsn() - sent_lsn)::bigint FROM pg_stat_replication \
+             WHERE application_name LIKE 'tributary%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        unsent > 8 << 20,
+        "the walsender sent all but {unsent} bytes: the reader was not paused"
+    );
+    drop(client);
+    stop_fast_promptly(&cluster, &service);
+    service
+        .wait_for_log("closing the replication stream", Duration::from_secs(10))
+        .await;
+    proxy.set_mode(Mode::Forward);
+    cluster.start_again().unwrap();
+    let last = 11 + ROWS;
+    write(&url, last, 1).await;
+    let total = last + 9;
+    service
+        .wait_for_landed(&fixture.log, total.into(), Duration::from_secs(300))
+        .await;
+    assert_landed_once(service, &fixture, total).await;
+    cluster.stop().unwrap();
+}
+
+/// A fast shutdown while the pipeline is behind: the sink hangs, so changes the pipeline has
+/// received are not landed, and a walsender shutting down waits until its client has
+/// everything it sent. Answering its requests with the confirmed position held `pg_ctl stop
+/// -m fast` until the landing caught up (past `pg_ctl`'s minute, in the chaos test); answered
+/// with what was received, the server stops at once, the slot keeps what was not landed,
+/// and after the restart every change lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_shutdown_is_not_held_up_by_changes_the_pipeline_has_not_landed_yet() {
+    let (cluster, url, client) = own_cluster().await;
+    drop(client);
+    let mut fixture = Fixture::new(&url, "fast_shutdown_behind", &[TABLE]).await;
+    let (proxy, service) = landing_through_a_proxy(&url, &mut fixture).await;
+
+    proxy.freeze();
+    write(&url, 11, 3).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop_fast_promptly(&cluster, &service);
+    proxy.set_mode(Mode::Forward);
+    cluster.start_again().unwrap();
+    write(&url, 41, 1).await;
+    service
+        .wait_for_landed(&fixture.log, 50, Duration::from_secs(120))
+        .await;
+    let client = connect(&url).await;
+    let confirmed = confirmed_flush(&client, &fixture.name).await.unwrap();
+    let end = log_end(&fixture.log).await;
+    assert!(confirmed <= end, "slot at {confirmed}, log ends at {end}");
+    assert_landed_once(service, &fixture, 50).await;
     cluster.stop().unwrap();
 }

@@ -23,6 +23,27 @@ pub const PREFIX: &str = "tributary-tests";
 
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// A `[sink]` setting's value as TOML spells a string.
+pub fn toml_text(value: &str) -> String {
+    serde_json::Value::from(value).to_string()
+}
+
+/// The `[sink]` settings of `server` with OAuth2 client credentials, `secret` written to a
+/// file in `dir`.
+pub fn rest_sink(server: &RestCatalogServer, dir: &Path, secret: &str) -> Vec<(String, String)> {
+    let file = dir.join("catalog-secret");
+    std::fs::write(&file, format!("{secret}\n")).unwrap();
+    vec![
+        ("catalog".into(), toml_text(&server.uri())),
+        ("catalog_warehouse".into(), toml_text(server.warehouse())),
+        ("catalog_client_id".into(), toml_text(CLIENT_ID)),
+        (
+            "catalog_client_secret_file".into(),
+            toml_text(&file.display().to_string()),
+        ),
+    ]
+}
+
 /// How to start a server.
 #[derive(Debug, Clone, Default)]
 pub struct RestServerOptions {

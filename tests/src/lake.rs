@@ -133,8 +133,10 @@ pub async fn committed_rows(sink: &Sink, output: &str) -> Vec<LandedRow> {
         .try_collect()
         .await
         .unwrap();
-    // The table log of a Delta output is no data file.
-    for (path, size) in sizes.iter().filter(|(p, _)| !p.contains("/_delta_log/")) {
+    // A table's own log (Delta's `_delta_log/`, Iceberg's `metadata/`) is no data file.
+    let data =
+        |p: &str| !p.contains("/_delta_log/") && !p.starts_with(&format!("{output}/metadata/"));
+    for (path, size) in sizes.iter().filter(|(p, _)| data(p)) {
         let Some((sequence, file)) = named.get(path) else {
             panic!("{path} is in the sink but no commit entry names it");
         };
@@ -612,11 +614,26 @@ pub struct IcebergRead {
 /// Read the Iceberg table at `folder` (a URI) whose current metadata file is `metadata`,
 /// with the sink's object_store `options` (empty for a directory).
 pub fn read_iceberg(folder: &str, metadata: &str, options: &[(String, String)]) -> IcebergRead {
+    let doc = run_iceberg_reader(folder, metadata, &[&options_json(options)]);
+    let rows = |key: &str| -> Vec<BTreeMap<String, Option<String>>> {
+        serde_json::from_value(doc[key].clone()).unwrap()
+    };
+    IcebergRead {
+        snapshot: serde_json::from_value(doc["snapshot"].clone()).unwrap(),
+        rows: rows("pyiceberg"),
+        duckdb: rows("duckdb"),
+    }
+}
+
+/// `tests/readers/read_iceberg.py` on a table with no row filter and `extra` arguments after
+/// it; its JSON document.
+fn run_iceberg_reader(folder: &str, metadata: &str, extra: &[&str]) -> serde_json::Value {
     let (python, script) = delta_reader("read_iceberg.py");
     let folder = folder.strip_prefix("file://").unwrap_or(folder);
     let output = std::process::Command::new(&python)
         .arg(&script)
-        .args([folder, metadata, "", &options_json(options)])
+        .args([folder, metadata, ""])
+        .args(extra)
         .output()
         .unwrap_or_else(|e| panic!("running {python}: {e} (run the tests through scripts/test.sh, which installs pyiceberg and DuckDB)"));
     assert!(
@@ -625,13 +642,25 @@ pub fn read_iceberg(folder: &str, metadata: &str, options: &[(String, String)]) 
         script.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    let doc: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let rows = |key: &str| -> Vec<BTreeMap<String, Option<String>>> {
-        serde_json::from_value(doc[key].clone()).unwrap()
-    };
-    IcebergRead {
-        snapshot: serde_json::from_value(doc["snapshot"].clone()).unwrap(),
-        rows: rows("pyiceberg"),
-        duckdb: rows("duckdb"),
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// How many rows pyiceberg and DuckDB read from an Iceberg table, and a few rows each read that
+/// the other did not (`None` when they agree as multisets): `read_iceberg` for a table too large
+/// to bring here as text.
+#[derive(Debug)]
+pub struct IcebergCount {
+    pub rows: usize,
+    pub duckdb: usize,
+    pub difference: Option<serde_json::Value>,
+}
+
+/// `read_iceberg`'s comparison made by the reader script itself, for a large table.
+pub fn count_iceberg(folder: &str, metadata: &str, options: &[(String, String)]) -> IcebergCount {
+    let doc = run_iceberg_reader(folder, metadata, &[&options_json(options), "counts"]);
+    IcebergCount {
+        rows: serde_json::from_value(doc["pyiceberg"].clone()).unwrap(),
+        duckdb: serde_json::from_value(doc["duckdb"].clone()).unwrap(),
+        difference: Some(doc["difference"].clone()).filter(|d| !d.is_null()),
     }
 }

@@ -1068,9 +1068,11 @@ impl PipelineConfig {
         if self.sink.on_type_change != crate::lake::tables::TypeChange::Stop
             && self.sink.format != crate::lake::TableFormat::Delta
         {
-            return Err(
-                "sink.on_type_change applies to Delta tables (sink.format = \"delta\"); Parquet files start new files at a schema change by themselves".into(),
-            );
+            return Err(match self.sink.format {
+                crate::lake::TableFormat::Iceberg => "sink.on_type_change applies to Delta tables (sink.format = \"delta\"); an Iceberg table widens a column as Iceberg allows (int to long, float to double, a wider decimal) and stops the pipeline at any other type change, naming the column; leave on_type_change out",
+                _ => "sink.on_type_change applies to Delta tables (sink.format = \"delta\"); Parquet files start new files at a schema change by themselves",
+            }
+            .into());
         }
         for (name, output) in &self.outputs {
             if output.mirror && !self.sink.format.has_tables() {
@@ -1205,6 +1207,20 @@ mod tests {
 
     fn parse(text: &str) -> Result<PipelineConfig, ConfigError> {
         PipelineConfig::parse(text, Path::new("pipeline.toml"))
+    }
+
+    #[test]
+    fn on_type_change_is_refused_outside_delta_saying_what_each_format_does() {
+        let sink = |extra: &str| parse(&format!("{MINIMAL}{extra}\n"));
+        let err = sink("format = \"iceberg\"\non_type_change = \"new_version\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("an Iceberg table widens a column"), "{err}");
+        let err = sink("on_type_change = \"new_version\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("Parquet files start new files"), "{err}");
+        assert!(sink("format = \"delta\"\non_type_change = \"new_version\"").is_ok());
     }
 
     #[test]

@@ -12,6 +12,7 @@ use super::error::PipelineError;
 use super::messages::{Encoded, Transformed};
 use crate::lake::commit::{FileEntry, Writer, data_file_path};
 use crate::lake::encode::{EncodeError, Encoder};
+use crate::lake::tables::file::footer_of;
 use crate::lake::tables::{TableFile, table_columns};
 
 const ENCODERS: usize = 2;
@@ -125,6 +126,7 @@ fn name_files(
                     rows: file.rows,
                     schema: table_columns(encoded.columns, encoded.partition.as_ref()),
                     partition: encoded.partition,
+                    footer: footer_of(&encoded.bytes),
                 });
             }
             files.push((file, encoded.bytes));

@@ -43,6 +43,7 @@ mod slot_watch;
 mod standby_watch;
 mod start;
 mod start_journal;
+mod stop_watch;
 mod transform;
 
 use budget::Budget;
@@ -219,6 +220,12 @@ async fn run_to_end(
         )))
     });
     let records = failover.then_some(watched_records);
+    let _stop_watch = matches!(started.feed, feed::Feed::Slot { .. }).then(|| {
+        AbortOnDrop(tokio::spawn(stop_watch::watch(
+            started.pg.clone(),
+            started.feed.confirmer(),
+        )))
+    });
     let stages: BoxFuture<'_, _> = Box::pin(run_stages(
         config,
         started,

@@ -26,8 +26,8 @@ pub struct Report {
     /// Facts that explain differences without being defects (an accepted gap, where the lake
     /// starts).
     pub notes: Vec<String>,
-    /// With tables (`sink.format = "delta"`): each output's tables held against the commit
-    /// log, and their format.
+    /// With tables (`sink.format = "delta"` or `"iceberg"`): each output's tables held
+    /// against the commit log, and their format.
     pub audits: Vec<TableAudit>,
     pub format: TableFormat,
     /// Each current-state table compared with the source.
@@ -446,11 +446,16 @@ impl fmt::Display for Report {
                 "{format} table {}: {version}, {holds}, {state}",
                 t.output
             )?;
-            if let Some(base) = t.base {
-                writeln!(
+            match (t.base, self.format) {
+                (None, _) => {}
+                (Some(base), TableFormat::Iceberg) => writeln!(
+                    f,
+                    "  audited from its oldest snapshot, version {base}: the ones before it expired (a vacuum)"
+                )?,
+                (Some(base), _) => writeln!(
                     f,
                     "  audited from its checkpoint at version {base}: the commits before it are gone (a log clean-up)"
-                )?;
+                )?,
             }
             for problem in &t.problems {
                 writeln!(f, "  {problem}")?;
@@ -640,6 +645,33 @@ mod tests {
         assert_eq!(
             r.summary(),
             "verify: 1 difference (content not compared): 1 file named by no entry"
+        );
+    }
+
+    #[test]
+    fn an_iceberg_table_audited_after_an_expiry_says_where_it_started() {
+        let mut r = report(
+            vec![table("public.events", diff(5, 5, 0, 0, 0), vec![])],
+            Files::default(),
+            vec![],
+        );
+        r.format = TableFormat::Iceberg;
+        r.audits.push(TableAudit {
+            output: "public.events".into(),
+            version: Some(9),
+            holds: Some(12),
+            behind: vec![14],
+            problems: Vec::new(),
+            base: Some(7),
+        });
+        let text = r.to_string();
+        assert!(
+            text.contains(
+                "iceberg table public.events: version 9, entries up to 12, intact\n  \
+                 audited from its oldest snapshot, version 7: the ones before it expired (a vacuum)\n  \
+                 entries [14] are not in it yet"
+            ),
+            "{text}"
         );
     }
 }

@@ -14,7 +14,6 @@
 //! [`current`] do the IO.
 
 pub mod actions;
-pub mod audit;
 pub mod checkpoint;
 pub mod compact;
 pub mod current;
@@ -25,7 +24,6 @@ pub mod table;
 pub mod tend;
 pub mod vacuum;
 
-pub use audit::TableAudit;
 pub use mirror::{MIRROR_SUFFIX, mirror_name};
 pub use state::{TableError, TableFile, TableState, TypeChange};
 pub use table::{

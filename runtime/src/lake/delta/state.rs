@@ -310,6 +310,7 @@ mod tests {
             rows: 3,
             schema: Arc::new(Schema::new(fields)),
             partition: None,
+            footer: None,
         }
     }
 

@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use object_store::path::Path;
 
 use super::actions::{Action, Add, commit_file, parse_commit};
-use super::audit;
 use super::checkpoint;
 use super::compact;
 use super::current::{self, Mirrors, Preceding, Rows};
@@ -18,6 +17,7 @@ use super::mirror::mirror_name;
 use super::state::{Appender, TableError, TableFile, TableState, TypeChange};
 use crate::lake::commit::{CommitError, Writer};
 use crate::lake::sink::{Created, Sink};
+use crate::lake::tables::audit;
 use crate::lake::tables::file::{Later, by_output};
 use crate::lake::tables::overtaken::Seen;
 use crate::lake::tables::rewrite::{self, Small};
@@ -757,7 +757,7 @@ struct History {
 impl History {
     fn log(&self) -> audit::Log<'_> {
         audit::Log {
-            listed: &self.listed,
+            versions: audit::Versions::Files(&self.listed),
             read: &self.read,
             base: self.base,
         }
@@ -981,6 +981,7 @@ mod tests {
             rows: 1,
             schema: Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)])),
             partition: None,
+            footer: None,
         }
     }
 

@@ -602,6 +602,7 @@ fn table_flush(sequence: u64, files: usize) -> EncodedFlush {
             rows: file.rows,
             schema: schema.clone(),
             partition: None,
+            footer: None,
         })
         .collect();
     f

@@ -106,6 +106,7 @@ pub async fn compact_table(
             rows: r.rows,
             schema: table_columns(r.schema.clone(), r.partition.as_ref()),
             partition: r.partition.clone(),
+            footer: None,
         })
         .collect();
     match table.replace(Operation::Replace, &replaced, &files).await {

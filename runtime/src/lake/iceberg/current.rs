@@ -133,10 +133,11 @@ impl Tables {
         let name = mirror_name(output);
         let failed = |e| commit_error(&name, sequence, e);
         let table = self.table(&name);
-        let log = self.table(output).load().await.map_err(failed)?;
+        // Both as this writer committed them, when it did: the change log has the flush.
+        let log = self.table(output).base(false).await.map_err(failed)?;
         let mut asked = false;
-        for _ in 0..ATTEMPTS {
-            let current = table.load().await.map_err(failed)?;
+        for attempt in 0..ATTEMPTS {
+            let current = table.base(attempt > 0).await.map_err(failed)?;
             let held = current
                 .as_ref()
                 .and_then(|c| c.metadata.position(&self.app));
@@ -294,6 +295,7 @@ impl Attempt<'_> {
                 rows: f.stats.rows,
                 schema: rewritten.schema.clone(),
                 partition: None,
+                footer: f.footer.clone(),
             })
             .collect();
         let app = (self.tables.app.as_str(), txn);

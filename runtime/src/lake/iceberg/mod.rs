@@ -20,8 +20,10 @@
 //! [`stats`] turns Parquet footers into column statistics; [`manifest`] and [`metadata`] are
 //! the files; [`plan`] plans appends, replaces and expiries without IO; [`table`] does the IO;
 //! [`tables`] publishes the pipeline's flushes, and [`current`] keeps its current-state tables;
-//! [`tend`] answers the commands, and [`compact`] and [`vacuum`] are theirs.
+//! [`tend`] answers the commands, and [`compact`] and [`vacuum`] are theirs; [`audit`] reads a
+//! table for `verify`'s audit.
 
+pub mod audit;
 pub mod avro;
 pub mod catalog;
 pub mod compact;

@@ -43,8 +43,34 @@ pub struct Parent<'a> {
     pub metadata: &'a TableMetadata,
     pub location: Option<&'a str>,
     pub manifests: &'a [ManifestFile],
-    /// The entries of the manifests that name a removed file (read only for those).
+    /// The entries of the manifests that name a removed file and of those [`merging`] names
+    /// (read only for those).
     pub entries: &'a BTreeMap<String, Vec<ManifestEntry>>,
+}
+
+/// A commit that would leave this many manifests of the default partition spec merges the
+/// small ones into one, as Iceberg's own writers do past `commit.manifest.min-count-to-merge`
+/// (100 by default): without it, every flush adds a manifest, and the manifest list every
+/// commit writes and every reader plans from grows with the table's age.
+pub const MERGE_AT: usize = 100;
+
+/// A manifest this large is left as it is by a merge (`commit.manifest.target-size-bytes`).
+pub const MERGE_TARGET: i64 = 8 << 20;
+
+/// The parent's manifests a commit adding a manifest (`adds`) on them merges: when the live
+/// manifests of the partition spec `spec_id` would reach [`MERGE_AT`], those of them under
+/// [`MERGE_TARGET`]; otherwise none. Their entries are the caller's to read.
+pub fn merging(manifests: &[ManifestFile], spec_id: i32, adds: bool) -> Vec<&ManifestFile> {
+    let same: Vec<&ManifestFile> = manifests
+        .iter()
+        .filter(|m| m.has_live_files() && m.partition_spec_id == spec_id)
+        .collect();
+    if same.len() + usize::from(adds) < MERGE_AT {
+        return Vec::new();
+    }
+    same.into_iter()
+        .filter(|m| m.manifest_length < MERGE_TARGET)
+        .collect()
 }
 
 /// A planned commit: the objects to create (absolute URI and bytes, all under new names),
@@ -52,6 +78,8 @@ pub struct Parent<'a> {
 #[derive(Debug)]
 pub struct Planned {
     pub objects: Vec<(String, Vec<u8>)>,
+    /// The manifests the new snapshot lists.
+    pub manifests: Vec<ManifestFile>,
     pub metadata: TableMetadata,
     pub dropped: Vec<MetadataLogEntry>,
 }
@@ -61,8 +89,94 @@ pub fn metadata_dir(location: &str) -> String {
     format!("{}/metadata", location.trim_end_matches('/'))
 }
 
-/// Plan a commit of `change` on `parent`, at `now_ms`.
-pub fn plan(parent: &Parent<'_>, change: Change, now_ms: i64) -> Result<Planned, PlanError> {
+/// What the attempts of one commit share: the snapshot id and the stem of the names of what
+/// it writes, and the manifests written, by what they hold. An attempt planned again on a
+/// parent that moved (another writer swapped first) writes only what the move changed: a new
+/// manifest list, and the manifests whose sources the winner rewrote. The window between
+/// loading the parent and swapping is then a few requests, however large the commit.
+#[derive(Debug)]
+pub struct Attempts {
+    snapshot_id: i64,
+    stem: String,
+    attempt: u32,
+    /// By the schema and the partition spec they were written with, and the parent's
+    /// manifests they rewrite (none: the commit's added files).
+    written: BTreeMap<(i32, i32, Vec<String>), WrittenManifest>,
+}
+
+#[derive(Debug)]
+struct WrittenManifest {
+    path: String,
+    length: i64,
+    entries: Vec<ManifestEntry>,
+}
+
+impl Attempts {
+    pub fn new() -> Attempts {
+        Attempts {
+            snapshot_id: new_snapshot_id(),
+            stem: new_table_uuid(),
+            attempt: 0,
+            written: BTreeMap::new(),
+        }
+    }
+
+    /// The manifests the attempts wrote that `listed` (the committed snapshot's manifests)
+    /// does not name, or every one without it: nothing reads them.
+    pub fn unused(&self, listed: Option<&[ManifestFile]>) -> Vec<String> {
+        let named: BTreeSet<&str> = listed
+            .unwrap_or_default()
+            .iter()
+            .map(|m| m.manifest_path.as_str())
+            .collect();
+        self.written
+            .values()
+            .map(|w| w.path.clone())
+            .filter(|p| !named.contains(p.as_str()))
+            .collect()
+    }
+
+    /// The manifest `key` names, written now when no attempt wrote it yet (added to
+    /// `objects`): its path, length and entries.
+    fn manifest(
+        &mut self,
+        key: (i32, i32, Vec<String>),
+        dir: &str,
+        write: impl FnOnce() -> Result<(Vec<ManifestEntry>, Vec<u8>), String>,
+        objects: &mut Vec<(String, Vec<u8>)>,
+    ) -> Result<&WrittenManifest, PlanError> {
+        let n = self.written.len();
+        if !self.written.contains_key(&key) {
+            let (entries, bytes) = write().map_err(PlanError::Incomplete)?;
+            let path = format!("{dir}/{}-m{n}.avro", self.stem);
+            let length = bytes.len() as i64;
+            objects.push((path.clone(), bytes));
+            self.written.insert(
+                key.clone(),
+                WrittenManifest {
+                    path,
+                    length,
+                    entries,
+                },
+            );
+        }
+        Ok(&self.written[&key])
+    }
+}
+
+impl Default for Attempts {
+    fn default() -> Self {
+        Attempts::new()
+    }
+}
+
+/// Plan a commit of `change` on `parent`, at `now_ms`, as one more of its `attempts`.
+pub fn plan(
+    parent: &Parent<'_>,
+    change: Change,
+    now_ms: i64,
+    attempts: &mut Attempts,
+) -> Result<Planned, PlanError> {
     let mut base = parent.metadata.clone();
     if let Some((schema, last_column_id)) = &change.schema {
         if !base.schemas.iter().any(|s| s.schema_id == schema.schema_id) {
@@ -81,70 +195,78 @@ pub fn plan(parent: &Parent<'_>, change: Change, now_ms: i64) -> Result<Planned,
         .default_spec()
         .ok_or_else(|| PlanError::Incomplete("no default partition spec".into()))?
         .clone();
-    let snapshot_id = new_snapshot_id();
+    attempts.attempt += 1;
+    let snapshot_id = attempts.snapshot_id;
     let sequence_number = base.last_sequence_number + 1;
     let dir = metadata_dir(&base.location);
-    let stem = new_table_uuid();
     let mut objects = Vec::new();
     let mut listed = Vec::new();
     let incomplete = |e: String| PlanError::Incomplete(e);
 
     if !change.added.is_empty() {
-        let entries: Vec<ManifestEntry> = change
-            .added
-            .iter()
-            .map(|f| ManifestEntry {
-                status: Status::Added,
-                snapshot_id: Some(snapshot_id),
-                sequence_number: None,
-                file_sequence_number: None,
-                data_file: f.clone(),
-            })
-            .collect();
-        let path = format!("{dir}/{stem}-m0.avro");
-        let bytes = manifest::write_manifest(&entries, &schema, &spec).map_err(incomplete)?;
+        let key = (schema.schema_id, spec.spec_id, Vec::new());
+        let written = attempts.manifest(
+            key,
+            &dir,
+            || {
+                let entries: Vec<ManifestEntry> = change
+                    .added
+                    .iter()
+                    .map(|f| ManifestEntry {
+                        status: Status::Added,
+                        snapshot_id: Some(snapshot_id),
+                        sequence_number: None,
+                        file_sequence_number: None,
+                        data_file: f.clone(),
+                    })
+                    .collect();
+                let bytes = manifest::write_manifest(&entries, &schema, &spec)?;
+                Ok((entries, bytes))
+            },
+            &mut objects,
+        )?;
         listed.push(manifest::summarize(
-            &entries,
-            path.clone(),
-            bytes.len() as i64,
+            &written.entries,
+            written.path.clone(),
+            written.length,
             &spec,
             snapshot_id,
             sequence_number,
         ));
-        objects.push((path, bytes));
     }
-    let (rewritten, removed) = remove(parent, &change.removed, snapshot_id)?;
+    let merge: BTreeSet<&str> = merging(parent.manifests, spec.spec_id, !change.added.is_empty())
+        .into_iter()
+        .map(|m| m.manifest_path.as_str())
+        .collect();
+    let (rewritten, removed) = remove(parent, &change.removed, &merge, snapshot_id)?;
     let replaced: BTreeSet<&str> = rewritten
         .iter()
         .map(|(m, _)| m.manifest_path.as_str())
         .collect();
-    // The manifests that named a removed file, merged into one per partition spec: a commit
-    // writes a few objects however many flushes it removes files of.
-    let mut merged: BTreeMap<i32, Vec<ManifestEntry>> = BTreeMap::new();
-    for (old, entries) in &rewritten {
-        merged
-            .entry(old.partition_spec_id)
-            .or_default()
-            .extend(entries.iter().cloned());
-    }
-    for (i, (spec_id, entries)) in merged.into_iter().enumerate() {
-        let path = format!("{dir}/{stem}-m{}.avro", i + 1);
+    for (spec_id, _, sources, entries) in groups(&rewritten) {
         let spec = parent
             .metadata
             .partition_specs
             .iter()
             .find(|s| s.spec_id == spec_id)
             .unwrap_or(&spec);
-        let bytes = manifest::write_manifest(&entries, &schema, spec).map_err(incomplete)?;
+        let written = attempts.manifest(
+            (schema.schema_id, spec_id, sources),
+            &dir,
+            || {
+                let bytes = manifest::write_manifest(&entries, &schema, spec)?;
+                Ok((entries, bytes))
+            },
+            &mut objects,
+        )?;
         listed.push(manifest::summarize(
-            &entries,
-            path.clone(),
-            bytes.len() as i64,
+            &written.entries,
+            written.path.clone(),
+            written.length,
             spec,
             snapshot_id,
             sequence_number,
         ));
-        objects.push((path, bytes));
     }
     listed.extend(
         parent
@@ -154,7 +276,10 @@ pub fn plan(parent: &Parent<'_>, change: Change, now_ms: i64) -> Result<Planned,
             .cloned(),
     );
     let parent_id = parent.metadata.current_snapshot_id;
-    let list_path = format!("{dir}/snap-{snapshot_id}-1-{stem}.avro");
+    let list_path = format!(
+        "{dir}/snap-{snapshot_id}-{}-{}.avro",
+        attempts.attempt, attempts.stem
+    );
     let list = manifest::write_manifest_list(&listed, snapshot_id, parent_id, sequence_number)
         .map_err(incomplete)?;
     objects.push((list_path.clone(), list));
@@ -178,26 +303,68 @@ pub fn plan(parent: &Parent<'_>, change: Change, now_ms: i64) -> Result<Planned,
     let (metadata, dropped) = base.with_snapshot(snapshot, parent.location);
     Ok(Planned {
         objects,
+        manifests: listed,
         metadata,
         dropped,
     })
 }
 
-/// The parent's manifests that name a removed file, rewritten: the removed files `Deleted`
-/// by this snapshot, the others `Existing`, entries deleted by earlier snapshots dropped; the
-/// others are listed as they are. Also the removed files' entries. Every removed path must be
-/// live.
+/// The manifests that named a removed file and those merged (`rewritten`), grouped to be
+/// written again as few manifests per partition spec, each up to the target size: a commit
+/// writes a few objects however many flushes it removes files of, and the manifests stay few.
+/// Each group (its spec, size, sources and entries) is named by the manifests it rewrites: an
+/// attempt on a parent whose winner left them as they were writes the same group, and reuses
+/// the manifest written for it.
+#[allow(clippy::type_complexity)]
+fn groups(
+    rewritten: &[(ManifestFile, Vec<ManifestEntry>)],
+) -> Vec<(i32, i64, Vec<String>, Vec<ManifestEntry>)> {
+    let mut merged: Vec<(i32, i64, Vec<String>, Vec<ManifestEntry>)> = Vec::new();
+    for (old, entries) in rewritten {
+        let spec_id = old.partition_spec_id;
+        match merged
+            .iter_mut()
+            .rfind(|(s, size, ..)| *s == spec_id && size + old.manifest_length <= MERGE_TARGET)
+        {
+            Some((_, size, sources, into)) => {
+                *size += old.manifest_length;
+                sources.push(old.manifest_path.clone());
+                into.extend(entries.iter().cloned());
+            }
+            None => merged.push((
+                spec_id,
+                old.manifest_length,
+                vec![old.manifest_path.clone()],
+                entries.clone(),
+            )),
+        }
+    }
+    merged
+}
+
+/// The parent's manifests that name a removed file or are in `merge`, rewritten: the
+/// removed files `Deleted` by this snapshot, the others `Existing`, entries deleted by earlier
+/// snapshots dropped; the others are listed as they are. Also the removed files' entries.
+/// Every removed path must be live.
 #[allow(clippy::type_complexity)]
 fn remove(
     parent: &Parent<'_>,
     paths: &BTreeSet<String>,
+    merge: &BTreeSet<&str>,
     snapshot_id: i64,
 ) -> Result<(Vec<(ManifestFile, Vec<ManifestEntry>)>, Vec<DataFile>), PlanError> {
     let mut found = BTreeSet::new();
     let mut removed = Vec::new();
     let mut rewritten = Vec::new();
     for m in parent.manifests {
+        let merged = merge.contains(m.manifest_path.as_str());
         let Some(entries) = parent.entries.get(&m.manifest_path) else {
+            if merged {
+                return Err(PlanError::Incomplete(format!(
+                    "manifest {} is to be merged and was not read",
+                    m.manifest_path
+                )));
+            }
             continue;
         };
         let mut kept = Vec::with_capacity(entries.len());
@@ -213,7 +380,7 @@ fn remove(
             }
             kept.push(e);
         }
-        if kept.iter().any(|e| e.status == Status::Deleted) {
+        if merged || kept.iter().any(|e| e.status == Status::Deleted) {
             rewritten.push((m.clone(), kept));
         }
     }
@@ -300,14 +467,20 @@ pub struct Expiry {
 pub fn expire(metadata: &TableMetadata, older_than_ms: i64) -> Option<Expiry> {
     let mut keep: BTreeSet<i64> = metadata.refs.values().map(|r| r.snapshot_id).collect();
     keep.extend(metadata.current_snapshot_id);
+    // Each application's newest snapshot, and every one of the current ancestry after it: a
+    // position is read along the ancestry, which an expired snapshot between (a compaction's,
+    // say) would cut short of it.
+    let ancestry: Vec<&Snapshot> = metadata.ancestry().collect();
     let mut apps = BTreeSet::new();
-    for s in metadata.ancestry() {
+    let mut reach = 0;
+    for (i, s) in ancestry.iter().enumerate() {
         if let Some(app) = s.summary.get(APP_KEY)
             && apps.insert(app.clone())
         {
-            keep.insert(s.snapshot_id);
+            reach = i + 1;
         }
     }
+    keep.extend(ancestry[..reach].iter().map(|s| s.snapshot_id));
     let (kept, expired): (Vec<Snapshot>, Vec<Snapshot>) = metadata
         .snapshots
         .iter()
@@ -422,10 +595,28 @@ mod tests {
         change: Change,
         now: i64,
     ) -> TableMetadata {
+        attempt(metadata, location, store, change, now, &mut Attempts::new()).0
+    }
+
+    /// One of `attempts` at committing `change` on `metadata`: the next metadata, and the
+    /// objects it wrote.
+    fn attempt(
+        metadata: &TableMetadata,
+        location: Option<&str>,
+        store: &mut BTreeMap<String, Vec<u8>>,
+        change: Change,
+        now: i64,
+        attempts: &mut Attempts,
+    ) -> (TableMetadata, Vec<String>) {
         let manifests = match metadata.current_snapshot() {
             None => Vec::new(),
             Some(s) => manifest::read_manifest_list(&store[&s.manifest_list]).unwrap(),
         };
+        let spec_id = metadata.default_spec_id;
+        let merge: BTreeSet<&str> = merging(&manifests, spec_id, !change.added.is_empty())
+            .into_iter()
+            .map(|m| m.manifest_path.as_str())
+            .collect();
         let entries: BTreeMap<String, Vec<ManifestEntry>> = manifests
             .iter()
             .map(|m| {
@@ -433,10 +624,11 @@ mod tests {
                     manifest::read_manifest(&store[&m.manifest_path], m.sequence_number).unwrap();
                 (m.manifest_path.clone(), entries)
             })
-            .filter(|(_, entries)| {
-                entries
-                    .iter()
-                    .any(|e| change.removed.contains(&e.data_file.file_path))
+            .filter(|(path, entries)| {
+                merge.contains(path.as_str())
+                    || entries
+                        .iter()
+                        .any(|e| change.removed.contains(&e.data_file.file_path))
             })
             .collect();
         let parent = Parent {
@@ -445,11 +637,16 @@ mod tests {
             manifests: &manifests,
             entries: &entries,
         };
-        let planned = plan(&parent, change, now).unwrap();
+        let planned = plan(&parent, change, now, attempts).unwrap();
+        let mut written = Vec::new();
         for (path, bytes) in planned.objects {
-            assert!(store.insert(path, bytes).is_none(), "every object is new");
+            assert!(
+                store.insert(path.clone(), bytes).is_none(),
+                "every object is new"
+            );
+            written.push(path);
         }
-        planned.metadata
+        (planned.metadata, written)
     }
 
     /// The live files of the current snapshot, with their data sequence numbers.
@@ -525,6 +722,70 @@ mod tests {
         assert_eq!(container.metadata["sequence-number"], "2");
     }
 
+    #[test]
+    fn the_hundredth_manifest_merges_the_small_ones_keeping_every_files_sequence() {
+        let mut store = BTreeMap::new();
+        let (mut metadata, mut location) = (table(), None);
+        let mut snapshots = Vec::new();
+        for i in 1..MERGE_AT as u64 {
+            let change = append(vec![file(&format!("f{i:03}"), 1)], "app", i);
+            metadata = commit(&metadata, location, &mut store, change, 1000 + i as i64);
+            location = Some("v");
+            snapshots.push(metadata.current_snapshot_id.unwrap());
+        }
+        let list = |store: &BTreeMap<String, Vec<u8>>, m: &TableMetadata| {
+            manifest::read_manifest_list(&store[&m.current_snapshot().unwrap().manifest_list])
+                .unwrap()
+        };
+        assert_eq!(
+            list(&store, &metadata).len(),
+            MERGE_AT - 1,
+            "one manifest per append"
+        );
+        let last = MERGE_AT as u64;
+        let change = append(vec![file("last", 1)], "app", last);
+        metadata = commit(&metadata, location, &mut store, change, 5000);
+        let manifests = list(&store, &metadata);
+        assert_eq!(
+            manifests.len(),
+            2,
+            "the new one and the merge of the others"
+        );
+        assert_eq!(
+            (
+                manifests[1].existing_files_count,
+                manifests[1].added_files_count
+            ),
+            (MERGE_AT as i32 - 1, 0)
+        );
+        assert_eq!(manifests[1].min_sequence_number, 1);
+        let live = live(&metadata, &store);
+        assert_eq!(live.len(), MERGE_AT);
+        for (i, (name, sequence)) in live.iter().take(MERGE_AT - 1).enumerate() {
+            assert_eq!(
+                (name.as_str(), *sequence),
+                (format!("f{:03}", i + 1).as_str(), i as i64 + 1),
+                "a merged file keeps the sequence number it was added at"
+            );
+        }
+        let merged = manifest::read_manifest(&store[&manifests[1].manifest_path], 0).unwrap();
+        assert!(merged.iter().all(|e| e.status == Status::Existing));
+        let mut added_by: Vec<i64> = merged.iter().map(|e| e.snapshot_id.unwrap()).collect();
+        added_by.sort();
+        snapshots.sort();
+        assert_eq!(
+            added_by, snapshots,
+            "a merged file keeps the snapshot that added it"
+        );
+        let s = metadata.current_snapshot().unwrap();
+        assert_eq!(s.summary["total-data-files"], MERGE_AT.to_string());
+        assert_eq!(s.summary["total-records"], MERGE_AT.to_string());
+        // The next append stays below the count again.
+        let change = append(vec![file("next", 1)], "app", last + 1);
+        metadata = commit(&metadata, Some("v"), &mut store, change, 6000);
+        assert_eq!(list(&store, &metadata).len(), 3);
+    }
+
     /// A table of two appends (a and b, then c) and a compaction of a and c into ac:
     /// the metadata after the second append and after the compaction, and the compaction.
     fn compacted(store: &mut BTreeMap<String, Vec<u8>>) -> (TableMetadata, TableMetadata, Change) {
@@ -597,8 +858,90 @@ mod tests {
             manifests: &manifests,
             entries: &entries,
         };
-        let e = plan(&parent, compaction, 5000).unwrap_err();
+        let e = plan(&parent, compaction, 5000, &mut Attempts::new()).unwrap_err();
         assert!(matches!(e, PlanError::NotLive(p) if p.ends_with("/a")));
+    }
+
+    #[test]
+    fn a_replace_planned_again_after_an_append_won_writes_only_a_manifest_list() {
+        let mut store = BTreeMap::new();
+        let (m2, _, compaction) = compacted(&mut store);
+        // The compaction's first attempt, planned on m2, loses to an append (m3).
+        let mut attempts = Attempts::new();
+        let (lost, first) = attempt(
+            &m2,
+            Some("v2"),
+            &mut store,
+            compaction.clone(),
+            4000,
+            &mut attempts,
+        );
+        assert_eq!(
+            first.len(),
+            3,
+            "the added files' manifest, a rewritten one, a list"
+        );
+        let m3 = commit(
+            &m2,
+            Some("v2"),
+            &mut store,
+            append(vec![file("d", 6)], "app", 3),
+            4500,
+        );
+        let (m4, second) = attempt(&m3, Some("v3"), &mut store, compaction, 5000, &mut attempts);
+        assert_eq!(second.len(), 1, "{second:?}");
+        assert!(second[0].contains("/snap-"), "{second:?}");
+        let snapshot = m4.current_snapshot().unwrap();
+        assert_eq!(
+            snapshot.snapshot_id,
+            lost.current_snapshot_id.unwrap(),
+            "the attempts are one commit"
+        );
+        assert_eq!(snapshot.sequence_number, 4);
+        assert_eq!(
+            live(&m4, &store),
+            [("ac".into(), 4), ("b".into(), 1), ("d".into(), 3)],
+            "the compacted file takes the commit's sequence number, the append's stays its own"
+        );
+        assert_eq!(m4.position("app"), Some(3));
+        let listed = manifest::read_manifest_list(&store[&snapshot.manifest_list]).unwrap();
+        assert!(attempts.unused(Some(&listed)).is_empty());
+
+        // When the winner rewrote a manifest the compaction rewrites too, that one is new.
+        let mut store = BTreeMap::new();
+        let (m2, _, compaction) = compacted(&mut store);
+        let mut attempts = Attempts::new();
+        attempt(
+            &m2,
+            Some("v2"),
+            &mut store,
+            compaction.clone(),
+            4000,
+            &mut attempts,
+        );
+        let other = Change {
+            operation: Operation::Replace,
+            added: vec![file("b2", 4)],
+            removed: BTreeSet::from([file("b", 0).file_path]),
+            position: None,
+            schema: None,
+        };
+        let m3 = commit(&m2, Some("v2"), &mut store, other, 4500);
+        let (m4, second) = attempt(&m3, Some("v3"), &mut store, compaction, 5000, &mut attempts);
+        assert_eq!(
+            second.len(),
+            2,
+            "a manifest rewritten anew, a list: {second:?}"
+        );
+        assert_eq!(live(&m4, &store), [("ac".into(), 4), ("b2".into(), 3)],);
+        let listed =
+            manifest::read_manifest_list(&store[&m4.current_snapshot().unwrap().manifest_list])
+                .unwrap();
+        assert_eq!(
+            attempts.unused(Some(&listed)).len(),
+            1,
+            "the first attempt's rewrite"
+        );
     }
 
     #[test]
@@ -647,5 +990,32 @@ mod tests {
         // m1's and m2's manifests; m3 merged its rewrites of both into one, which still
         // holds b.
         assert_eq!(gone.manifests.len(), 2);
+    }
+
+    #[test]
+    fn expiry_keeps_the_snapshots_between_a_position_and_the_current_one() {
+        let mut store = BTreeMap::new();
+        let (_, m3, _) = compacted(&mut store);
+        // A second compaction: the app's position (m2) is now two snapshots back.
+        let again = Change {
+            operation: Operation::Replace,
+            added: vec![file("abc", 12)],
+            removed: BTreeSet::from([file("ac", 0).file_path, file("b", 0).file_path]),
+            position: None,
+            schema: None,
+        };
+        let m4 = commit(&m3, Some("v3"), &mut store, again, 5000);
+        let expiry = expire(&m4, i64::MAX).unwrap();
+        assert_eq!(
+            expiry.metadata.snapshots.len(),
+            3,
+            "m2, the compaction after it and the current one"
+        );
+        assert_eq!(
+            expiry.metadata.position("app"),
+            Some(2),
+            "the position is still found along the ancestry"
+        );
+        assert_eq!(expiry.expired.len(), 1, "only m1 expires");
     }
 }

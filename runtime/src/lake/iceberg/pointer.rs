@@ -24,7 +24,7 @@ use object_store::path::Path;
 
 use super::catalog::{CatalogError, RefType, Requirement, Secret, TableIdent, Update};
 use super::metadata::TableMetadata;
-use super::rest::{DEFAULT_SCOPE, NewTable, RestAuth, RestCatalog, RestOptions};
+use super::rest::{DEFAULT_SCOPE, LoadedTable, NewTable, RestAuth, RestCatalog, RestOptions};
 use super::sql::{SqlCatalog, SqlOptions};
 use super::table::{Current, IcebergError, Swap};
 use crate::lake::sink::{Created, Sink};
@@ -266,8 +266,14 @@ pub(super) async fn sql_swap(
         None => create_sql_table(&sql, ident, &location).await,
         Some(base) => sql.swap(ident, base, &location).await,
     };
+    let done = |location| {
+        Swap::Done(Box::new(Current {
+            location,
+            metadata: next.clone(),
+        }))
+    };
     match moved {
-        Ok(()) => Ok(Swap::Done(location)),
+        Ok(()) => Ok(done(location)),
         Err(e) if e.is_lost_race() || matches!(e, CatalogError::AlreadyExists { .. }) => {
             discard(sink, &path).await;
             Ok(Swap::Lost)
@@ -276,7 +282,7 @@ pub(super) async fn sql_swap(
             // Applied or not, the reload says; the file stays either way (it may be the table's).
             let now = sql.load(ident).await?;
             Ok(if now.metadata_location == location {
-                Swap::Done(location)
+                done(location)
             } else {
                 Swap::Lost
             })
@@ -313,20 +319,24 @@ pub(super) async fn rest_latest(
     catalog: &Catalog,
     ident: &TableIdent,
 ) -> Result<Option<Current>, IcebergError> {
-    let loaded = match catalog.rest().await?.load_table(ident).await {
-        Ok(loaded) => loaded,
-        Err(CatalogError::NoSuchTable { .. }) => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
+    match catalog.rest().await?.load_table(ident).await {
+        Ok(loaded) => answered(loaded).map(Some),
+        Err(CatalogError::NoSuchTable { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The table as a REST catalog answered a load or a commit.
+fn answered(loaded: LoadedTable) -> Result<Current, IcebergError> {
     let bytes = serde_json::to_vec(&loaded.metadata).expect("JSON serializes");
     let metadata = TableMetadata::from_json(&bytes).map_err(|reason| IcebergError::Corrupt {
         path: loaded.metadata_location.clone(),
         reason,
     })?;
-    Ok(Some(Current {
+    Ok(Current {
         location: loaded.metadata_location,
         metadata,
-    }))
+    })
 }
 
 /// Commit `next`, planned on `base` (`None`: a new table, at `location`), to the REST
@@ -346,7 +356,7 @@ pub(super) async fn rest_swap(
     };
     let (requirements, updates) = changes(base, next);
     match rest.commit(ident, &requirements, &updates).await {
-        Ok(loaded) => Ok(Swap::Done(loaded.metadata_location)),
+        Ok(loaded) => Ok(Swap::Done(Box::new(answered(loaded)?))),
         Err(e) if e.is_lost_race() => Ok(Swap::Lost),
         Err(CatalogError::CommitStateUnknown { .. }) => {
             let now = rest_latest(catalog, ident).await?;
@@ -358,7 +368,7 @@ pub(super) async fn rest_swap(
                     if now.metadata.current_snapshot_id == next.current_snapshot_id
                         && ids(&now.metadata) == ids(next) =>
                 {
-                    Swap::Done(now.location)
+                    Swap::Done(Box::new(now))
                 }
                 _ => Swap::Lost,
             })

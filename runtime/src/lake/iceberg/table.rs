@@ -18,7 +18,7 @@ use super::catalog::TableIdent;
 use super::manifest::{self, DataFile, ManifestEntry, ManifestFile};
 use super::metadata::{Operation, TableMetadata, new_table};
 use super::partition;
-use super::plan::{self, Change, Parent, PlanError, SnapshotFiles, Unreferenced};
+use super::plan::{self, Attempts, Change, Parent, PlanError, SnapshotFiles, Unreferenced};
 use super::pointer::{self, Catalog};
 use super::schema::{self, SchemaError};
 use super::stats;
@@ -28,6 +28,11 @@ use crate::lake::tables::file::footer;
 
 /// How many times a commit is planned again after losing the swap to another writer.
 const ATTEMPTS: usize = 20;
+
+/// How long a replace (a compaction) keeps planning again after losing its swap: a running
+/// pipeline commits every flush, and the replace, which waits for nobody, takes a window
+/// between two of them. Each attempt after the first writes only a manifest list.
+const REPLACE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
 
 #[derive(Debug, thiserror::Error)]
 pub enum IcebergError {
@@ -77,10 +82,11 @@ pub struct Current {
 }
 
 /// What a swap of the table's metadata found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Swap {
-    /// The new metadata is the table's, at this URI.
-    Done(String),
+    /// The new metadata is the table's: as the swap wrote it, or as the catalog that wrote it
+    /// answered.
+    Done(Box<Current>),
     /// Another writer swapped first: the table's metadata is no longer the one planned on.
     Lost,
 }
@@ -99,14 +105,13 @@ pub enum Pointer {
         catalog: Catalog,
         ident: TableIdent,
     },
-    /// A REST catalog holds the metadata and writes its files; `loaded` is the metadata last
-    /// loaded, the base a commit's changes are told against.
+    /// A REST catalog holds the metadata and writes its files; a commit tells it what changed
+    /// from the metadata planned on.
     Rest {
         sink: Sink,
         table: String,
         catalog: Catalog,
         ident: TableIdent,
-        loaded: Arc<Mutex<Option<Current>>>,
     },
 }
 
@@ -130,7 +135,6 @@ impl Pointer {
                 ident: c.ident(output),
                 table,
                 catalog: c.clone(),
-                loaded: Arc::default(),
             },
             Some(c) => Pointer::Sql {
                 sink,
@@ -166,16 +170,7 @@ impl Pointer {
                 ident,
                 ..
             } => pointer::sql_latest(catalog, sink, ident).await,
-            Pointer::Rest {
-                catalog,
-                ident,
-                loaded,
-                ..
-            } => {
-                let current = pointer::rest_latest(catalog, ident).await?;
-                *loaded.lock().expect("not poisoned") = current.clone();
-                Ok(current)
-            }
+            Pointer::Rest { catalog, ident, .. } => pointer::rest_latest(catalog, ident).await,
         }
     }
 
@@ -215,38 +210,31 @@ impl Pointer {
         self.metadata_path(&format!("v{version}.metadata.json"))
     }
 
-    /// Make `next` the table's metadata if `current` (the metadata file planned on, `None`
-    /// for a new table) still is. Storage: create `v<N+1>` put-if-absent, the commit itself,
-    /// then point the hint at it (a failure there is only logged: loading probes past it).
+    /// Make `next` the table's metadata if `current` (the metadata planned on, `None` for a
+    /// new table) still is. Storage: create `v<N+1>` put-if-absent, the commit itself, then
+    /// point the hint at it (a failure there is only logged: loading probes past it).
     pub async fn swap(
         &self,
-        current: Option<&str>,
+        current: Option<&Current>,
         next: &TableMetadata,
     ) -> Result<Swap, IcebergError> {
+        let location = current.map(|c| c.location.as_str());
         match self {
-            Pointer::Storage { .. } => self.stored_swap(current, next).await,
+            Pointer::Storage { .. } => self.stored_swap(location, next).await,
             Pointer::Sql {
                 sink,
                 table,
                 catalog,
                 ident,
-            } => pointer::sql_swap(catalog, sink, table, ident, current, next).await,
+            } => pointer::sql_swap(catalog, sink, table, ident, location, next).await,
             Pointer::Rest {
                 sink,
                 table,
                 catalog,
                 ident,
-                loaded,
             } => {
-                let base = loaded.lock().expect("not poisoned").clone();
-                let base = base.filter(|b| Some(b.location.as_str()) == current);
-                if current.is_some() && base.is_none() {
-                    // Not the metadata last loaded: load the base again and plan again.
-                    return Ok(Swap::Lost);
-                }
-                let location = uri(sink, table);
-                let base = base.as_ref().map(|b| &b.metadata);
-                pointer::rest_swap(catalog, ident, &location, base, next).await
+                let base = current.map(|c| &c.metadata);
+                pointer::rest_swap(catalog, ident, &uri(sink, table), base, next).await
             }
         }
     }
@@ -278,7 +266,10 @@ impl Pointer {
         if let Err(e) = sink.replace(&self.metadata_path(HINT), hint).await {
             tracing::warn!(table = %path, error = %e, "could not update the version hint; readers that follow it see the version before");
         }
-        Ok(Swap::Done(uri(sink, path.as_ref())))
+        Ok(Swap::Done(Box::new(Current {
+            location: uri(sink, path.as_ref()),
+            metadata: next.clone(),
+        })))
     }
 }
 
@@ -297,6 +288,16 @@ pub(super) fn sink_path(sink: &Sink, uri: &str) -> Result<Path, IcebergError> {
             sink: sink.url().to_owned(),
         }),
     }
+}
+
+/// The pause before attempt `attempt` of a commit that lost its swap: 20 ms doubling to at
+/// most 640 ms, each drawn at random between half and all of it.
+fn backoff(attempt: usize) -> std::time::Duration {
+    let ceiling = 20u64 << attempt.min(5);
+    let mut draw = [0u8; 8];
+    let _ = getrandom::fill(&mut draw);
+    let half = ceiling / 2;
+    std::time::Duration::from_millis(half + u64::from_le_bytes(draw) % (half + 1))
 }
 
 fn now_ms() -> i64 {
@@ -324,10 +325,31 @@ pub struct Table {
     /// Manifests read, by path: they never change, and a commit planned again after a lost
     /// swap reads only the ones the winner added.
     read: Arc<Mutex<BTreeMap<String, Vec<ManifestEntry>>>>,
+    /// Whether the table's history was told to be long ([`LONG_HISTORY`]).
+    told_long: Arc<std::sync::atomic::AtomicBool>,
+    /// The table as this writer last loaded or committed it, what its next commit is planned
+    /// on first: a lost swap says when another writer committed since, and the commit is
+    /// planned again on the table loaded. Cleared by any failed swap (its outcome unknown).
+    committed: Arc<Mutex<Option<Current>>>,
+    /// The manifest list read or written last, by path: a commit planned on the table as this
+    /// writer committed it reads none.
+    list: Arc<Mutex<Option<Listed>>>,
 }
+
+/// A manifest list's path and the manifests it names.
+type Listed = (String, Vec<ManifestFile>);
+
+/// How many manifests a commit reads at once.
+const READ_AT_ONCE: usize = 16;
 
 /// The most manifests a [`Table`] keeps read; past it, it starts again.
 const READ_MAX: usize = 4096;
+
+/// The snapshots past which a commit says the table's history wants expiring: every commit
+/// writes the whole metadata again, each snapshot in it (about 0.6 KiB), so a commit's cost
+/// grows with the history until `tributary vacuum` (or an engine's `expire_snapshots`) trims
+/// it. At one flush a second this is about fourteen hours, and some 32 MiB of metadata.
+const LONG_HISTORY: usize = 50_000;
 
 impl Table {
     /// The table of `output`, committed to without a catalog.
@@ -341,6 +363,9 @@ impl Table {
             output: output.to_owned(),
             pointer,
             read: Arc::default(),
+            told_long: Arc::default(),
+            committed: Arc::default(),
+            list: Arc::default(),
         }
     }
 
@@ -351,6 +376,9 @@ impl Table {
             sink,
             output: output.to_owned(),
             read: Arc::default(),
+            told_long: Arc::default(),
+            committed: Arc::default(),
+            list: Arc::default(),
         }
     }
 
@@ -359,8 +387,36 @@ impl Table {
         uri(&self.sink, &self.output)
     }
 
+    /// The table's latest metadata, loaded; `None` when there is no table.
     pub async fn load(&self) -> Result<Option<Current>, IcebergError> {
-        self.pointer.latest().await
+        let loaded = self.pointer.latest().await?;
+        *self.committed.lock().expect("not poisoned") = loaded.clone();
+        Ok(loaded)
+    }
+
+    /// The table to plan a commit on: as this writer last loaded or committed it, unless
+    /// `fresh` asks for it loaded (after a lost swap), or nothing is known.
+    pub async fn base(&self, fresh: bool) -> Result<Option<Current>, IcebergError> {
+        let known = self.committed.lock().expect("not poisoned").clone();
+        match known {
+            Some(known) if !fresh => Ok(Some(known)),
+            _ => self.load().await,
+        }
+    }
+
+    /// Swap the table's metadata for `next`, planned on `current`, keeping what the swap
+    /// found: the new metadata, or nothing known (lost, or failed).
+    async fn swap(
+        &self,
+        current: Option<&Current>,
+        next: &TableMetadata,
+    ) -> Result<Swap, IcebergError> {
+        *self.committed.lock().expect("not poisoned") = None;
+        let swapped = self.pointer.swap(current, next).await?;
+        if let Swap::Done(c) = &swapped {
+            *self.committed.lock().expect("not poisoned") = Some((**c).clone());
+        }
+        Ok(swapped)
     }
 
     /// The commit position the table holds for `app` ([`TableMetadata::position`]).
@@ -377,11 +433,13 @@ impl Table {
         files: &[TableFile],
     ) -> Result<Published, IcebergError> {
         let footers = self.footers(files).await?;
-        for _ in 0..ATTEMPTS {
-            let current = self.load().await?;
+        let mut attempts = Attempts::new();
+        for attempt in 0..ATTEMPTS {
+            let current = self.base(attempt > 0).await?;
             if let Some(position) = current.as_ref().and_then(|c| c.metadata.position(app))
                 && position >= sequence
             {
+                self.discard(attempts.unused(None)).await;
                 return Ok(Published::Held { position });
             }
             let change = Change {
@@ -391,10 +449,12 @@ impl Table {
                 position: Some((app.to_owned(), sequence)),
                 schema: None,
             };
-            if let Some(id) = self.commit(current, change, files, &footers, None).await? {
+            let committed = self.commit(current, change, files, &footers, None, &mut attempts);
+            if let Some(id) = committed.await? {
                 return Ok(Published::Appended { snapshot_id: id });
             }
         }
+        self.discard(attempts.unused(None)).await;
         Err(self.contended())
     }
 
@@ -409,7 +469,10 @@ impl Table {
     ) -> Result<i64, IcebergError> {
         let footers = self.footers(added).await?;
         let removed: BTreeSet<String> = removed.iter().map(|p| uri(&self.sink, p)).collect();
-        for _ in 0..ATTEMPTS {
+        let mut attempts = Attempts::new();
+        let patience = std::time::Instant::now() + REPLACE_PATIENCE;
+        let mut attempt = 0;
+        loop {
             let current = self.load().await?;
             let change = Change {
                 operation,
@@ -418,11 +481,26 @@ impl Table {
                 position: None,
                 schema: None,
             };
-            if let Some(id) = self.commit(current, change, added, &footers, None).await? {
+            let committed = self.commit(current, change, added, &footers, None, &mut attempts);
+            if let Some(id) = committed.await? {
                 return Ok(id);
             }
+            attempt += 1;
+            if std::time::Instant::now() > patience {
+                break;
+            }
+            if attempt % 10 == 1 {
+                tracing::info!(output = %self.output, attempts = attempt, "another writer committed first; planning again on the table as it is now, for up to {} s", REPLACE_PATIENCE.as_secs());
+            }
+            // Step aside a moment, a little differently each time: a pipeline committing
+            // continually leaves a window between its commits.
+            tokio::time::sleep(backoff(attempt)).await;
         }
-        Err(self.contended())
+        self.discard(attempts.unused(None)).await;
+        Err(IcebergError::Contended {
+            output: self.output.clone(),
+            attempts: attempt,
+        })
     }
 
     /// One attempt at an `overwrite` snapshot on `current` (the table as loaded; `None`: a
@@ -446,8 +524,46 @@ impl Table {
             position: Some((app.to_owned(), sequence)),
             schema: None,
         };
-        self.commit(current, change, added, &footers, Some(columns))
-            .await
+        let mut attempts = Attempts::new();
+        let committed = self
+            .commit(
+                current,
+                change,
+                added,
+                &footers,
+                Some(columns),
+                &mut attempts,
+            )
+            .await?;
+        if committed.is_none() {
+            self.discard(attempts.unused(None)).await;
+        }
+        Ok(committed)
+    }
+
+    /// Delete files (URIs) a lost commit wrote: nothing reads them.
+    async fn discard(&self, uris: Vec<String>) {
+        for uri in uris {
+            let Ok(path) = sink_path(&self.sink, &uri) else {
+                continue;
+            };
+            if let Err(e) = self.sink.delete(&path).await {
+                tracing::warn!(path = %path, error = %e, "could not delete a file of a lost commit; nothing reads it");
+            }
+        }
+    }
+
+    /// Say once that the table's history is long enough to slow its commits.
+    fn tell_long(&self, metadata: &TableMetadata) {
+        use std::sync::atomic::Ordering;
+        let snapshots = metadata.snapshots.len();
+        if snapshots > LONG_HISTORY && !self.told_long.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                table = %self.output,
+                snapshots,
+                "the Iceberg table keeps {snapshots} snapshots, and every commit writes them all again in its metadata; run `tributary vacuum` (daily, say) to expire the old ones"
+            );
+        }
     }
 
     fn contended(&self) -> IcebergError {
@@ -461,13 +577,16 @@ impl Table {
     async fn footers(&self, files: &[TableFile]) -> Result<Vec<ParquetMetaData>, IcebergError> {
         let mut out = Vec::with_capacity(files.len());
         for f in files {
-            out.push(footer(&self.sink, &Path::from(f.path.as_str()), f.size).await?);
+            let path = Path::from(f.path.as_str());
+            out.push(footer(&self.sink, &path, f.size, f.footer.as_ref()).await?);
         }
         Ok(out)
     }
 
-    /// One attempt at committing `change` with `files` on `current` (the schema evolved to
-    /// hold `columns` too, when given): `None` when another writer swapped first.
+    /// One of `attempts` at committing `change` with `files` on `current` (the schema evolved
+    /// to hold `columns` too, when given): `None` when another writer swapped first. The
+    /// manifests it wrote are then kept for the next attempt; the caller discards those no
+    /// commit used.
     async fn commit(
         &self,
         current: Option<Current>,
@@ -475,6 +594,7 @@ impl Table {
         files: &[TableFile],
         footers: &[ParquetMetaData],
         columns: Option<&arrow_schema::Schema>,
+        attempts: &mut Attempts,
     ) -> Result<Option<i64>, IcebergError> {
         let (base, evolved) = self.evolved(current.as_ref(), files, columns)?;
         change.schema = evolved;
@@ -509,37 +629,58 @@ impl Table {
         }
         let manifests = self.manifests(&base).await?;
         let mut entries = BTreeMap::new();
-        if !change.removed.is_empty() {
-            for m in &manifests {
-                entries.insert(m.manifest_path.clone(), self.entries(m).await?);
+        let merging = plan::merging(&manifests, spec.spec_id, !files.is_empty());
+        if !merging.is_empty() {
+            tracing::debug!(output = %self.output, manifests = merging.len(), "merging the table's small manifests");
+        }
+        let read = match change.removed.is_empty() {
+            true => merging,
+            false => manifests.iter().collect(),
+        };
+        // Read side by side: those of the first attempt are many, those after a lost swap the
+        // winner's few.
+        for chunk in read.chunks(READ_AT_ONCE) {
+            let got = futures::future::try_join_all(chunk.iter().map(|m| self.entries(m))).await?;
+            for (m, got) in chunk.iter().zip(got) {
+                entries.insert(m.manifest_path.clone(), got);
             }
         }
-        let location = current.as_ref().map(|c| c.location.as_str());
         let parent = Parent {
             metadata: &base,
-            location,
+            location: current.as_ref().map(|c| c.location.as_str()),
             manifests: &manifests,
             entries: &entries,
         };
-        let planned =
-            plan::plan(&parent, change, now_ms()).map_err(|source| IcebergError::Plan {
+        let planned = plan::plan(&parent, change, now_ms(), attempts).map_err(|source| {
+            IcebergError::Plan {
                 output: self.output.clone(),
                 source,
-            })?;
+            }
+        })?;
         let mut written = Vec::with_capacity(planned.objects.len());
         for (object, bytes) in planned.objects {
             let path = sink_path(&self.sink, &object)?;
-            self.sink.create(&path, Bytes::from(bytes)).await?;
-            written.push(path);
+            let bytes = Bytes::from(bytes);
+            self.sink.create(&path, bytes.clone()).await?;
+            written.push((path, object, bytes));
         }
-        match self.pointer.swap(location, &planned.metadata).await? {
-            Swap::Done(_) => Ok(planned.metadata.current_snapshot_id),
-            Swap::Lost => {
-                for path in written {
-                    if let Err(e) = self.sink.delete(&path).await {
-                        tracing::warn!(path = %path, error = %e, "could not delete a manifest of a lost commit; nothing reads it");
-                    }
+        let snapshot = planned.metadata.current_snapshot();
+        let list = snapshot
+            .map(|s| s.manifest_list.clone())
+            .unwrap_or_default();
+        match self.swap(current.as_ref(), &planned.metadata).await? {
+            Swap::Done(_) => {
+                self.tell_long(&planned.metadata);
+                if let Some(snapshot) = snapshot {
+                    self.keep_written(snapshot, written);
                 }
+                self.discard(attempts.unused(Some(&planned.manifests)))
+                    .await;
+                Ok(planned.metadata.current_snapshot_id)
+            }
+            Swap::Lost => {
+                // The manifest list is this attempt's alone; the manifests may serve the next.
+                self.discard(vec![list]).await;
                 Ok(None)
             }
         }
@@ -608,16 +749,73 @@ impl Table {
         }
     }
 
+    /// Keep what a commit of `snapshot` wrote as if read back: its manifest list, and its
+    /// manifests' entries (as they read: an added entry inherits the snapshot's sequence
+    /// number), for the next commit to plan on without reading them.
+    fn keep_written(
+        &self,
+        snapshot: &super::metadata::Snapshot,
+        written: Vec<(Path, String, Bytes)>,
+    ) {
+        for (_, uri, bytes) in written {
+            if uri == snapshot.manifest_list {
+                if let Ok(list) = manifest::read_manifest_list(&bytes) {
+                    *self.list.lock().expect("not poisoned") = Some((uri, list));
+                }
+            } else if let Ok(entries) = manifest::read_manifest(&bytes, snapshot.sequence_number) {
+                let _ = self.keep_entries(uri, entries, snapshot.snapshot_id);
+            }
+        }
+    }
+
+    /// Keep the entries of the manifest `path` (added by snapshot `added_by`), and return
+    /// them.
+    fn keep_entries(
+        &self,
+        path: String,
+        mut entries: Vec<ManifestEntry>,
+        added_by: i64,
+    ) -> Vec<ManifestEntry> {
+        // An added entry without a snapshot id inherits the manifest's, as its sequence
+        // number does: a merge writes it again as existing, where it must be explicit.
+        for e in &mut entries {
+            e.snapshot_id.get_or_insert(added_by);
+        }
+        let mut read = self.read.lock().expect("not poisoned");
+        if read.len() >= READ_MAX {
+            read.clear();
+        }
+        read.insert(path, entries.clone());
+        entries
+    }
+
     /// The manifests of the current snapshot.
     async fn manifests(&self, metadata: &TableMetadata) -> Result<Vec<ManifestFile>, IcebergError> {
-        let Some(snapshot) = metadata.current_snapshot() else {
-            return Ok(Vec::new());
-        };
+        match metadata.current_snapshot() {
+            Some(snapshot) => self.manifest_list(snapshot).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The manifests `snapshot`'s manifest list names.
+    async fn manifest_list(
+        &self,
+        snapshot: &super::metadata::Snapshot,
+    ) -> Result<Vec<ManifestFile>, IcebergError> {
+        if let Some((path, list)) = &*self.list.lock().expect("not poisoned")
+            && *path == snapshot.manifest_list
+        {
+            return Ok(list.clone());
+        }
         let bytes = self.read(&snapshot.manifest_list).await?;
-        manifest::read_manifest_list(&bytes).map_err(|reason| IcebergError::Corrupt {
-            path: snapshot.manifest_list.clone(),
-            reason,
-        })
+        let list =
+            manifest::read_manifest_list(&bytes).map_err(|reason| IcebergError::Corrupt {
+                path: snapshot.manifest_list.clone(),
+                reason,
+            })?;
+        *self.list.lock().expect("not poisoned") =
+            Some((snapshot.manifest_list.clone(), list.clone()));
+        Ok(list)
     }
 
     async fn entries(&self, m: &ManifestFile) -> Result<Vec<ManifestEntry>, IcebergError> {
@@ -636,12 +834,7 @@ impl Table {
                 reason,
             }
         })?;
-        let mut read = self.read.lock().expect("not poisoned");
-        if read.len() >= READ_MAX {
-            read.clear();
-        }
-        read.insert(m.manifest_path.clone(), entries.clone());
-        Ok(entries)
+        Ok(self.keep_entries(m.manifest_path.clone(), entries, m.added_snapshot_id))
     }
 
     async fn read(&self, uri: &str) -> Result<Bytes, IcebergError> {
@@ -671,12 +864,7 @@ impl Table {
         &self,
         snapshot: &super::metadata::Snapshot,
     ) -> Result<Vec<ManifestEntry>, IcebergError> {
-        let bytes = self.read(&snapshot.manifest_list).await?;
-        let list =
-            manifest::read_manifest_list(&bytes).map_err(|reason| IcebergError::Corrupt {
-                path: snapshot.manifest_list.clone(),
-                reason,
-            })?;
+        let list = self.manifest_list(snapshot).await?;
         let mut live = Vec::new();
         for m in &list {
             for entry in self.entries(m).await? {
@@ -686,6 +874,25 @@ impl Table {
             }
         }
         Ok(live)
+    }
+
+    /// The data files `snapshot` itself added, by absolute URI: the `Added` entries of the
+    /// manifests it wrote (a merged manifest holds older files too, as `Existing`).
+    pub(super) async fn added_files(
+        &self,
+        snapshot: &super::metadata::Snapshot,
+    ) -> Result<Vec<String>, IcebergError> {
+        let list = self.manifest_list(snapshot).await?;
+        let mut added = Vec::new();
+        let own = |m: &&ManifestFile| m.added_snapshot_id == snapshot.snapshot_id && m.content == 0;
+        for m in list.iter().filter(own) {
+            for entry in self.entries(m).await? {
+                if entry.status == manifest::Status::Added {
+                    added.push(entry.data_file.file_path);
+                }
+            }
+        }
+        Ok(added)
     }
 
     /// The sink path of a URI the table names, relative to the table's folder when it is in
@@ -778,8 +985,7 @@ impl Table {
             let Some(next) = &expiry.next else {
                 return Ok(Some(expiry));
             };
-            let location = expiry.current.location.as_str();
-            if let Swap::Done(_) = self.pointer.swap(Some(location), next).await? {
+            if let Swap::Done(_) = self.swap(Some(&expiry.current), next).await? {
                 return Ok(Some(expiry));
             }
         }
@@ -795,12 +1001,7 @@ impl Table {
     ) -> Result<Vec<SnapshotFiles>, IcebergError> {
         let mut out = Vec::with_capacity(snapshots.len());
         for s in snapshots {
-            let bytes = self.read(&s.manifest_list).await?;
-            let list =
-                manifest::read_manifest_list(&bytes).map_err(|reason| IcebergError::Corrupt {
-                    path: s.manifest_list.clone(),
-                    reason,
-                })?;
+            let list = self.manifest_list(s).await?;
             let mut manifests = Vec::with_capacity(list.len());
             for m in list {
                 let entries = match read.get(&m.manifest_path) {
@@ -911,7 +1112,168 @@ pub(super) mod tests {
             rows: file.rows,
             schema: table_columns(file.columns, None),
             partition: None,
+            footer: None,
         }
+    }
+
+    /// Table `output` of two flushes of `app` (files `f1` and `f2`, two rows each, positions
+    /// 1 and 2) that a compaction replaced by one file, `merged`.
+    pub(crate) async fn compacted(sink: &Sink, output: &str) -> Table {
+        let table = Table::new(sink.clone(), output);
+        let f1 = land(sink, output, "f1", 0, 2).await;
+        let f2 = land(sink, output, "f2", 2, 2).await;
+        for (sequence, file) in [(1, &f1), (2, &f2)] {
+            let published = table.publish("app", sequence, std::slice::from_ref(file));
+            published.await.unwrap();
+        }
+        let merged = land(sink, output, "merged", 0, 4).await;
+        table
+            .replace(Operation::Replace, &[f1.path, f2.path], &[merged])
+            .await
+            .unwrap();
+        table
+    }
+
+    /// A store that counts the requests it is sent: reads (gets, heads, lists) and writes.
+    #[derive(Debug)]
+    struct Counting {
+        inner: InMemory,
+        reads: std::sync::atomic::AtomicUsize,
+        writes: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Counting {
+        fn read(&self) {
+            self.reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        fn wrote(&self) {
+            self.writes
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        /// The reads and writes since the last call.
+        fn take(&self) -> (usize, usize) {
+            use std::sync::atomic::Ordering::Relaxed;
+            (self.reads.swap(0, Relaxed), self.writes.swap(0, Relaxed))
+        }
+    }
+
+    impl std::fmt::Display for Counting {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Counting({})", self.inner)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl object_store::ObjectStore for Counting {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: object_store::PutPayload,
+            opts: object_store::PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            self.wrote();
+            self.inner.put_opts(location, payload, opts).await
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.wrote();
+            self.inner.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: object_store::GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            self.read();
+            self.inner.get_opts(location, options).await
+        }
+        fn delete_stream(
+            &self,
+            locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
+            self.wrote();
+            self.inner.delete_stream(locations)
+        }
+        fn list(
+            &self,
+            prefix: Option<&Path>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+        {
+            self.read();
+            self.inner.list(prefix)
+        }
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&Path>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.read();
+            self.inner.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(
+            &self,
+            from: &Path,
+            to: &Path,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.wrote();
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_writer_plans_on_what_it_committed_and_reads_nothing_back() {
+        let store = Arc::new(Counting {
+            inner: InMemory::new(),
+            reads: Default::default(),
+            writes: Default::default(),
+        });
+        let sink = Sink::from_store(store.clone(), "memory://lake");
+        let table = Table::new(sink.clone(), "t");
+        let footed = |file: TableFile, bytes: &[u8]| TableFile {
+            footer: crate::lake::tables::file::footer_of(bytes),
+            ..file
+        };
+        let mut files = Vec::new();
+        for (i, name) in ["f1", "f2", "f3"].into_iter().enumerate() {
+            let file = land(&sink, "t", name, 3 * i as i32, 3).await;
+            let bytes = sink.get(&Path::from(file.path.as_str())).await.unwrap();
+            files.push(footed(file, &bytes.unwrap()));
+        }
+        store.take();
+        table.publish("app", 1, &files[..1]).await.unwrap();
+        let (reads, _) = store.take();
+        assert!(reads > 0, "the first commit loads the table");
+
+        table.publish("app", 2, &files[1..2]).await.unwrap();
+        assert_eq!(
+            store.take(),
+            (0, 4),
+            "planned on the commit before, with the footer given: no read; a manifest, its \
+             list, the metadata and the hint written"
+        );
+
+        // Another writer commits between: the swap on what this one committed is lost, and
+        // the commit is planned again on the table loaded.
+        let other = Table::new(sink.clone(), "t");
+        other.publish("other", 1, &files[2..]).await.unwrap();
+        table.publish("app", 3, &files[2..]).await.unwrap();
+        let current = Table::new(sink.clone(), "t").load().await.unwrap().unwrap();
+        assert!(
+            current.location.ends_with("v4.metadata.json"),
+            "{}",
+            current.location
+        );
+        assert_eq!(current.metadata.position("app"), Some(3));
+        assert_eq!(current.metadata.position("other"), Some(1));
+        let live = table
+            .live_files(current.metadata.current_snapshot().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(live.len(), 4, "f1, f2, and f3 twice: {live:?}");
     }
 
     #[tokio::test]
@@ -967,15 +1329,16 @@ pub(super) mod tests {
             let file = land(&sink, "t", name, 0, 1).await;
             table.publish("app", i as u64 + 1, &[file]).await.unwrap();
         }
-        let v1 = "memory://lake/t/metadata/v1.metadata.json";
         let current = table.load().await.unwrap().unwrap();
-        assert_eq!(
-            table
-                .pointer
-                .swap(Some(v1), &current.metadata)
-                .await
-                .unwrap(),
-            Swap::Lost,
+        let v1 = Current {
+            location: "memory://lake/t/metadata/v1.metadata.json".into(),
+            metadata: current.metadata.clone(),
+        };
+        assert!(
+            matches!(
+                table.pointer.swap(Some(&v1), &current.metadata).await,
+                Ok(Swap::Lost)
+            ),
             "v2 exists: the writer that planned on v1 lost"
         );
         // A writer that stopped before moving the hint: the next load still finds v2.
@@ -998,26 +1361,7 @@ pub(super) mod tests {
     #[tokio::test]
     async fn an_expiry_commits_and_names_what_only_expired_snapshots_held() {
         let sink = Sink::from_store(Arc::new(InMemory::new()), "memory://lake");
-        let table = Table::new(sink.clone(), "t");
-        let f1 = land(&sink, "t", "f1", 0, 2).await;
-        let f2 = land(&sink, "t", "f2", 2, 2).await;
-        table
-            .publish("app", 1, std::slice::from_ref(&f1))
-            .await
-            .unwrap();
-        table
-            .publish("app", 2, std::slice::from_ref(&f2))
-            .await
-            .unwrap();
-        let merged = land(&sink, "t", "merged", 0, 4).await;
-        table
-            .replace(
-                Operation::Replace,
-                &[f1.path.clone(), f2.path.clone()],
-                &[merged],
-            )
-            .await
-            .unwrap();
+        let table = compacted(&sink, "t").await;
         let later = land(&sink, "t", "f3", 4, 1).await;
         table.publish("app", 3, &[later]).await.unwrap();
         let gone = table.expire(i64::MAX).await.unwrap().unwrap().gone;

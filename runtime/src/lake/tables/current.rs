@@ -50,12 +50,14 @@ pub struct Live {
     pub bounds: Bounds,
 }
 
-/// A file a rewrite wrote: its path relative to the table, its size and its keys' statistics.
+/// A file a rewrite wrote: its path relative to the table, its size, its keys' statistics
+/// and its encoded Parquet footer.
 #[derive(Debug, Clone)]
 pub struct NewFile {
     pub path: String,
     pub size: u64,
     pub stats: KeyStats,
+    pub footer: Option<Bytes>,
 }
 
 /// A flush's rows of an output (or every row of its change log), as its change-log files
@@ -480,16 +482,18 @@ impl Written<'_> {
                 );
                 let path = Path::from(format!("{}/{relative}", target.name));
                 let size = bytes.len() as u64;
+                let footer = super::file::footer_of(&bytes);
                 target
                     .sink
                     .create(&path, bytes)
                     .await
-                    .map_err(|e| data(target.name, e.to_string()))?;
+                    .map_err(|e| sink_failure(target.name, e))?;
                 self.written.push(path);
                 self.added.push(NewFile {
                     path: relative,
                     size,
                     stats: KeyStats::of(self.keys.len(), rows[range].iter().map(|(k, _)| k)),
+                    footer,
                 });
             }
         }
@@ -737,11 +741,16 @@ pub async fn read_batches(sink: &Sink, path: &str) -> Result<Vec<RecordBatch>, M
 async fn get_file(sink: &Sink, path: &str) -> Result<Bytes, MirrorError> {
     sink.get(&Path::from(path))
         .await
-        .map_err(|e| match e.is_transient() {
-            true => MirrorError::Outage(e.to_string()),
-            false => data(path, e.to_string()),
-        })?
+        .map_err(|e| sink_failure(path, e))?
         .ok_or_else(|| data(path, "a file the table reads is not in the sink".into()))
+}
+
+/// The sink's failure to read or write `path`: an outage, tried again, when it may pass.
+fn sink_failure(path: &str, e: crate::lake::sink::SinkError) -> MirrorError {
+    match e.is_transient() {
+        true => MirrorError::Outage(e.to_string()),
+        false => data(path, e.to_string()),
+    }
 }
 
 /// The schema and record batches of the Parquet file `bytes` (at `path`).
@@ -907,6 +916,7 @@ pub(crate) mod fixtures {
             rows: changes.len() as u64,
             schema,
             partition: None,
+            footer: None,
         };
         sink.create(&Path::from(file.path.as_str()), bytes.into())
             .await
@@ -945,5 +955,16 @@ mod outage_tests {
         );
         let err = get_file(&memory, "t/part-1.parquet").await.unwrap_err();
         assert!(err.outage().is_none(), "{err:?}");
+        // Writing a rewrite's file: the chaos test's S3 outage stopped a current-state
+        // commit here, the store's failure taken for a bad table.
+        let err = down
+            .create(
+                &Path::from("t/part-2.parquet"),
+                bytes::Bytes::from_static(b"x"),
+            )
+            .await
+            .unwrap_err();
+        let err = sink_failure("t", err);
+        assert!(err.outage().is_some_and(|e| e.is_transient()), "{err:?}");
     }
 }

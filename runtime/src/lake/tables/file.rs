@@ -25,6 +25,9 @@ pub struct TableFile {
     pub schema: SchemaRef,
     /// The partition whose rows the file holds, when its output is partitioned.
     pub partition: Option<FilePartition>,
+    /// The file's Parquet footer (its encoded metadata, without the length and the magic),
+    /// when its writer had the file at hand: a format that reads footers then reads nothing.
+    pub footer: Option<bytes::Bytes>,
 }
 
 /// A flush's files by output: each output's table takes its own in one commit.
@@ -117,7 +120,7 @@ pub async fn file_from_footer(sink: &Sink, file: &FileEntry) -> Result<TableFile
         reason,
     };
     let size = file.bytes;
-    let metadata = footer(sink, &path, size).await?;
+    let metadata = footer(sink, &path, size, None).await?;
     let meta = metadata.file_metadata();
     let schema =
         parquet::arrow::parquet_to_arrow_schema(meta.schema_descr(), meta.key_value_metadata())
@@ -130,6 +133,7 @@ pub async fn file_from_footer(sink: &Sink, file: &FileEntry) -> Result<TableFile
         rows: file.rows,
         schema: table_columns(Arc::new(schema), partition.as_ref()),
         partition,
+        footer: None,
     })
 }
 
@@ -147,25 +151,45 @@ pub fn partition_of(
         .map_err(|e| format!("its partition: {e}"))
 }
 
-/// The Parquet footer of the data file at `path`, `size` bytes long: two ranged reads.
+/// The encoded footer of a whole Parquet file, `None` when `file` does not end in one.
+pub fn footer_of(file: &[u8]) -> Option<bytes::Bytes> {
+    let size = file.len();
+    let tail = file.get(size.checked_sub(8)?..)?;
+    let length = u32::from_le_bytes(tail[..4].try_into().ok()?) as usize;
+    if &tail[4..] != b"PAR1" || length + 8 > size {
+        return None;
+    }
+    Some(bytes::Bytes::copy_from_slice(
+        &file[size - 8 - length..size - 8],
+    ))
+}
+
+/// The Parquet footer of the data file at `path`, `size` bytes long: `known` (its encoded
+/// footer, [`TableFile::footer`]) decoded when given, else two ranged reads.
 pub async fn footer(
     sink: &Sink,
     path: &Path,
     size: u64,
+    known: Option<&bytes::Bytes>,
 ) -> Result<parquet::file::metadata::ParquetMetaData, CommitError> {
     let corrupt = |reason: String| CommitError::Corrupt {
         path: path.to_string(),
         reason,
     };
-    if size < 12 {
-        return Err(corrupt(format!("{size} bytes is too short for Parquet")));
-    }
-    let tail = sink.get_range(path, size - 8..size).await?;
-    let footer = u32::from_le_bytes(tail[..4].try_into().expect("four bytes")) as u64;
-    if &tail[4..] != b"PAR1" || footer + 8 > size {
-        return Err(corrupt("does not end in a Parquet footer".into()));
-    }
-    let metadata = sink.get_range(path, size - 8 - footer..size - 8).await?;
+    let metadata = match known {
+        Some(known) => known.clone(),
+        None => {
+            if size < 12 {
+                return Err(corrupt(format!("{size} bytes is too short for Parquet")));
+            }
+            let tail = sink.get_range(path, size - 8..size).await?;
+            let footer = u32::from_le_bytes(tail[..4].try_into().expect("four bytes")) as u64;
+            if &tail[4..] != b"PAR1" || footer + 8 > size {
+                return Err(corrupt("does not end in a Parquet footer".into()));
+            }
+            sink.get_range(path, size - 8 - footer..size - 8).await?
+        }
+    };
     parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&metadata)
         .map_err(|e| corrupt(format!("its Parquet footer: {e}")))
 }

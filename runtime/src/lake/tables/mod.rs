@@ -4,12 +4,13 @@
 //! brings every table up to the commit log: the pipeline holds a [`Tables`] for that. The
 //! commands read the tables back, audit, compact and vacuum them through a [`TableSet`].
 //! Neither names a format: [`file`] is what every format is given, [`tend`] what each answers
-//! the commands in. The formats are Delta ([`crate::lake::delta`]) and Iceberg
+//! the commands in, [`audit`] how `verify` holds each format's versions against the commit log. The formats are Delta ([`crate::lake::delta`]) and Iceberg
 //! ([`crate::lake::iceberg`]). An output's current-state table is kept by the same code in
 //! both: [`keyed`] reduces a flush to one change per key, [`current`] rewrites the files its
 //! keys fall in, [`overtaken`] finds what a load's chunk must leave; each format lists its
 //! files with their key bounds and commits the rewrite.
 
+pub mod audit;
 pub mod current;
 pub mod file;
 pub mod keyed;
@@ -383,9 +384,12 @@ impl TableSet {
             Kind::Delta => delta::audit_table(&self.sink, output, self.app(), entries)
                 .await
                 .map(Some),
-            // Not audited yet: verify reads an Iceberg output's rows through its table's live
-            // files and compares them, but does not hold its snapshots against the log.
-            Kind::Iceberg(_) => Ok(None),
+            Kind::Iceberg(ref c) => {
+                let (sink, app) = (&self.sink, self.app());
+                iceberg::audit::audit_table(sink, c.as_ref(), output, app, entries)
+                    .await
+                    .map(Some)
+            }
         }
     }
 
@@ -398,7 +402,10 @@ impl TableSet {
     ) -> Result<Option<TableAudit>, CommitError> {
         match self.kind {
             Kind::Delta => delta::audit_mirror_table(&self.sink, output, self.app(), entries).await,
-            Kind::Iceberg(_) => Ok(None),
+            Kind::Iceberg(ref c) => {
+                let (sink, app) = (&self.sink, self.app());
+                iceberg::audit::audit_mirror_table(sink, c.as_ref(), output, app, entries).await
+            }
         }
     }
 }

@@ -155,7 +155,7 @@ pub fn flush_of(relative: &str) -> Option<u64> {
 }
 
 async fn summarize(sink: &Sink, path: &str, size: u64) -> Result<Summary, MirrorError> {
-    let metadata = footer(sink, &Path::from(path), size)
+    let metadata = footer(sink, &Path::from(path), size, None)
         .await
         .map_err(|e| data(path, e.to_string()))?;
     Ok(Summary {

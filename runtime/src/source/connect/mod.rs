@@ -346,6 +346,12 @@ pub fn parse_url(url: &str) -> Result<PgConfig, ProvisionError> {
 
 /// An ordinary SQL session to the source; the connection runs on its own task.
 pub async fn sql(config: &PgConfig) -> Result<Client, ProvisionError> {
+    Ok(sql_watched(config).await?.0)
+}
+
+/// [`sql`], and what ended the session once it ends: the SQLSTATE of the server's error
+/// (`57P01` when the server is shutting down), `None` for any other end.
+pub async fn sql_watched(config: &PgConfig) -> Result<(Client, Closed), ProvisionError> {
     if config.settings.mode == SslMode::Allow
         && let Some(tls) = &config.tls
     {
@@ -367,36 +373,40 @@ pub async fn sql(config: &PgConfig) -> Result<Client, ProvisionError> {
     connect_with(config, &config.pg, config.tls.as_ref()).await
 }
 
+/// Resolves when an SQL session ends: to the SQLSTATE of the error the server ended it with,
+/// `None` when it ended otherwise (closed by the client, or the network).
+pub type Closed = tokio::sync::oneshot::Receiver<Option<String>>;
+
 async fn connect_with(
     config: &PgConfig,
     pg: &tokio_postgres::Config,
     tls: Option<&TlsContext>,
-) -> Result<Client, ProvisionError> {
+) -> Result<(Client, Closed), ProvisionError> {
     let result = match tls {
         Some(tls) => {
             let connector = tokio_postgres_rustls::MakeRustlsConnect::new((*tls.config).clone());
-            pg.connect(connector).await.map(|(client, connection)| {
-                spawn_connection(connection);
-                client
-            })
+            pg.connect(connector)
+                .await
+                .map(|(client, connection)| (client, spawn_connection(connection)))
         }
-        None => pg.connect(NoTls).await.map(|(client, connection)| {
-            spawn_connection(connection);
-            client
-        }),
+        None => pg
+            .connect(NoTls)
+            .await
+            .map(|(client, connection)| (client, spawn_connection(connection))),
     };
     result.map_err(|e| explain(config, e))
 }
 
 /// Drive an SQL session's connection on a task of its own. Its notices are logged here at their
 /// level ([`notice`]), not by the client library, which logs every one at INFO.
-fn spawn_connection<S, T>(mut connection: tokio_postgres::Connection<S, T>)
+fn spawn_connection<S, T>(mut connection: tokio_postgres::Connection<S, T>) -> Closed
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let (closed, ended) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
-        loop {
+        let code = loop {
             match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
                 Some(Ok(tokio_postgres::AsyncMessage::Notice(db))) => {
                     let severity = db
@@ -407,12 +417,14 @@ where
                 Some(Ok(_)) => {}
                 Some(Err(e)) => {
                     tracing::debug!(error = %e, "source SQL connection closed");
-                    break;
+                    break e.as_db_error().map(|db| db.code().code().to_owned());
                 }
-                None => break,
+                None => break None,
             }
-        }
+        };
+        let _ = closed.send(code);
     });
+    ended
 }
 
 /// Turns a failed SQL connection into the sentence that names its fix, where it is a TLS

@@ -150,6 +150,12 @@ pub enum ReplicationError {
     #[error("the server ended the replication stream: it is shutting down or restarting")]
     ServerEnded,
 
+    /// Closed by this end: the server is shutting down while the pipeline was not reading.
+    #[error(
+        "the server is shutting down: closed the replication stream so that it need not wait for changes not yet landed (the slot sends them again)"
+    )]
+    ServerStopping,
+
     /// The server closed the socket without ending the conversation first.
     #[error("server closed the replication connection unexpectedly while {during}")]
     Closed { during: &'static str },
@@ -198,6 +204,7 @@ impl ReplicationError {
         match self {
             ReplicationError::Connect { .. }
             | ReplicationError::ServerEnded
+            | ReplicationError::ServerStopping
             | ReplicationError::Closed { .. }
             | ReplicationError::Io(_)
             | ReplicationError::SessionAttrs { .. }

@@ -79,6 +79,7 @@ impl ReplicationStream {
         confirmer: Confirmer,
         socket: Option<RawFd>,
     ) -> Self {
+        let stopping = confirmer.cell.stopping.subscribe();
         let shared = Arc::new(Shared {
             confirm: confirmer.cell,
             server_wal_end: AtomicU64::new(0),
@@ -98,6 +99,7 @@ impl ReplicationStream {
             status_interval: status_interval.max(Duration::from_millis(1)),
             last_reported: None,
             pace: socket.map(|fd| (fd, Pace::new(Instant::now()))),
+            stopping,
         };
         let driver = tokio::spawn(driver.run(stop_rx));
         ReplicationStream {
@@ -245,11 +247,27 @@ impl ReplicationStream {
 }
 
 /// The confirmed position of one consumer, shared by its successive streams.
-#[derive(Default)]
 struct ConfirmCell {
     confirmed: AtomicU64,
     /// Wakes the driver of the current stream to report a new position.
     changed: Notify,
+    /// When the current stream's driver began to hold a batch the consumer had no room for
+    /// (and so stopped reading the socket), and when it last read on after that.
+    pause: Mutex<Pause>,
+    /// Raised by [`Confirmer::server_stopping`]: a driver started before the raise closes its
+    /// connection.
+    stopping: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for ConfirmCell {
+    fn default() -> Self {
+        ConfirmCell {
+            confirmed: AtomicU64::new(0),
+            changed: Notify::new(),
+            pause: Mutex::new(Pause::default()),
+            stopping: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 impl ConfirmCell {
@@ -263,6 +281,13 @@ impl ConfirmCell {
     fn confirmed(&self) -> Lsn {
         Lsn(self.confirmed.load(Ordering::Acquire))
     }
+}
+
+/// When a stream stopped reading for want of room in the consumer, and when it read on.
+#[derive(Default, Clone, Copy)]
+struct Pause {
+    since: Option<std::time::Instant>,
+    ended: Option<std::time::Instant>,
 }
 
 /// Confirms positions of a [`ReplicationStream`] from another task (the stage that commits),
@@ -280,6 +305,40 @@ impl Confirmer {
 
     pub fn confirmed(&self) -> Lsn {
         self.cell.confirmed()
+    }
+
+    /// How long the current stream has not read the socket because the consumer had no room
+    /// for what it read; `None` while it reads.
+    pub fn paused_for(&self) -> Option<Duration> {
+        self.pause().since.map(|since| since.elapsed())
+    }
+
+    /// How long the stream has read since it was last paused: zero while it is, `None` when
+    /// it never was. A consumer that is behind keeps the stream paused but for moments.
+    pub fn reading_for(&self) -> Option<Duration> {
+        let pause = self.pause();
+        match (pause.since, pause.ended) {
+            (Some(_), _) => Some(Duration::ZERO),
+            (None, ended) => ended.map(|ended| ended.elapsed()),
+        }
+    }
+
+    fn pause(&self) -> Pause {
+        *self
+            .cell
+            .pause
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The server is shutting down: the current stream closes its connection at once and
+    /// ends with [`ReplicationError::ServerStopping`], whatever it had not handed over is
+    /// dropped (it was not confirmed, so the slot sends it again). A walsender sends all it
+    /// has before it exits, and the server's stop waits for it; while the consumer is paused
+    /// nothing is read, so only closing lets the server stop. Streams opened afterwards are
+    /// not affected.
+    pub fn server_stopping(&self) {
+        self.cell.stopping.send_modify(|raised| *raised += 1);
     }
 }
 
@@ -301,6 +360,8 @@ enum Event {
     Read(std::io::Result<usize>),
     /// A busy stream did not fill a chunk in time.
     Slowed,
+    /// [`Confirmer::server_stopping`] was called.
+    ServerStopping,
 }
 
 struct Driver {
@@ -313,11 +374,15 @@ struct Driver {
     last_reported: Option<Lsn>,
     /// The socket and its read pacing (TLS streams only, see `pace`).
     pace: Option<(RawFd, Pace)>,
+    /// Changes when [`Confirmer::server_stopping`] is called.
+    stopping: tokio::sync::watch::Receiver<u64>,
 }
 
 impl Driver {
     async fn run(mut self, stop: oneshot::Receiver<()>) {
-        if let Err(error) = self.stream(stop).await {
+        let ended = self.stream(stop).await;
+        self.paused(false);
+        if let Err(error) = ended {
             tracing::debug!(%error, "replication driver stopped");
             *self
                 .shared
@@ -340,7 +405,10 @@ impl Driver {
             if !batch.is_empty() {
                 match self.frames.try_send(std::mem::take(&mut batch)) {
                     Ok(()) => {}
-                    Err(mpsc::error::TrySendError::Full(full)) => pending = Some(full),
+                    Err(mpsc::error::TrySendError::Full(full)) => {
+                        pending = Some(full);
+                        self.paused(true);
+                    }
                     Err(mpsc::error::TrySendError::Closed(_)) => return Ok(()),
                 }
             }
@@ -360,11 +428,13 @@ impl Driver {
             let event = tokio::select! {
                 biased;
                 request = &mut stop => Event::Stop { requested: request.is_ok() },
+                Ok(()) = self.stopping.changed() => Event::ServerStopping,
                 () = self.shared.confirm.changed.notified() => Event::Confirmed,
                 _ = ticker.tick() => Event::Tick,
                 permit = self.frames.reserve(), if pending.is_some() => match permit {
                     Ok(permit) => {
                         permit.send(pending.take().unwrap_or_default());
+                        self.paused(false);
                         // Time spent held back by the consumer is not the stream slowing.
                         if let Some((_, pace)) = &mut self.pace {
                             pace.resumed(Instant::now());
@@ -381,6 +451,8 @@ impl Driver {
                 // A dropped handle means nobody is listening: just close.
                 Event::Stop { requested: true } => return self.finish().await,
                 Event::Stop { requested: false } | Event::ConsumerGone => return Ok(()),
+                // Dropping the socket (with `self`) lets the walsender exit.
+                Event::ServerStopping => return Err(ReplicationError::ServerStopping),
                 Event::Confirmed => self.report(false).await?,
                 Event::Tick => self.report(true).await?,
                 Event::Read(read) => {
@@ -396,6 +468,24 @@ impl Driver {
                 }
                 Event::Slowed => self.paced(|pace, now| Some(pace.expired(now))),
             }
+        }
+    }
+
+    /// Records whether the driver holds a batch the consumer has no room for.
+    fn paused(&self, paused: bool) {
+        let mut pause = self
+            .shared
+            .confirm
+            .pause
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match (paused, pause.since) {
+            (true, None) => pause.since = Some(std::time::Instant::now()),
+            (false, Some(_)) => {
+                pause.since = None;
+                pause.ended = Some(std::time::Instant::now());
+            }
+            _ => {}
         }
     }
 
@@ -477,7 +567,7 @@ impl Driver {
                                 self.shared
                                     .reply_wanted
                                     .fetch_max(keepalive.wal_end.0, Ordering::AcqRel);
-                                self.report(true).await?;
+                                self.answer(keepalive.wal_end).await?;
                             }
                         }
                     }
@@ -503,16 +593,42 @@ impl Driver {
         }
     }
 
+    /// Answers a keepalive that asked for a reply, which follows every frame up to `wal_end`.
+    /// When the confirmed position has reached it, that is the answer. Behind it, the answer
+    /// is what was received: written up to `wal_end`, flushed and applied not said (the
+    /// invalid position, which moves no slot). A walsender that is shutting down asks again
+    /// and again and exits only when its client has everything it sent, judged by the flush
+    /// position or, when the client gives none, by the written one; with the confirmed
+    /// position, a fast stop of the server would wait until the pipeline had landed every
+    /// change it was behind by. What is not landed stays in the slot and comes again.
+    async fn answer(&mut self, wal_end: Lsn) -> Result<(), ReplicationError> {
+        let confirmed = self.shared.confirm.confirmed();
+        if confirmed >= wal_end {
+            return self.report(true).await;
+        }
+        self.send_status(wal_end, Lsn::ZERO).await?;
+        tracing::trace!(%wal_end, %confirmed, "answered a keepalive with what was received");
+        Ok(())
+    }
+
     /// Sends a standby status update: write = flush = apply = the confirmed position.
     async fn report(&mut self, always: bool) -> Result<(), ReplicationError> {
         let confirmed = self.shared.confirm.confirmed();
         if !always && self.last_reported == Some(confirmed) {
             return Ok(());
         }
+        self.send_status(confirmed, confirmed).await?;
+        self.last_reported = Some(confirmed);
+        tracing::trace!(%confirmed, "sent standby status update");
+        Ok(())
+    }
+
+    /// Sends a standby status update: `write`, and `flush` = apply.
+    async fn send_status(&mut self, write: Lsn, flush: Lsn) -> Result<(), ReplicationError> {
         let update = StatusUpdate {
-            write: confirmed,
-            flush: confirmed,
-            apply: confirmed,
+            write,
+            flush,
+            apply: flush,
             client_time: super::frame::pg_timestamp(SystemTime::now()),
             reply_requested: false,
         };
@@ -520,8 +636,6 @@ impl Driver {
         encode_status_update(&update, &mut self.out);
         self.io.write_all(&self.out).await?;
         self.io.flush().await?;
-        self.last_reported = Some(confirmed);
-        tracing::trace!(%confirmed, "sent standby status update");
         Ok(())
     }
 

@@ -24,12 +24,20 @@ struct Server {
 struct ServerReader(ReadHalf<DuplexStream>);
 
 fn start(status_interval: Duration) -> (ReplicationStream, Server) {
+    start_with(status_interval, super::Confirmer::default())
+}
+
+/// [`start`] for a consumer that confirms through `confirmer`.
+fn start_with(
+    status_interval: Duration,
+    confirmer: super::Confirmer,
+) -> (ReplicationStream, Server) {
     let (client, server) = tokio::io::duplex(16 * 1024);
     let stream = ReplicationStream::spawn(
         Box::new(client),
         BytesMut::new(),
         status_interval,
-        super::Confirmer::default(),
+        confirmer,
         None,
     );
     let (reader, writer) = tokio::io::split(server);
@@ -212,14 +220,25 @@ async fn keepalive_asking_for_a_reply_is_answered_at_once() {
     stream.confirm(Lsn(100));
     assert_eq!(server.read_status().await.flush, Lsn(100));
 
+    server.send(&keepalive(100, true)).await;
+    let reply = server.read_status().await;
+    assert_eq!(
+        (reply.write, reply.flush, reply.apply),
+        (Lsn(100), Lsn(100), Lsn(100)),
+        "caught up: the confirmed position"
+    );
+    assert!(!reply.reply_requested);
+
+    // Behind: what was received is written, nothing said flushed (a walsender shutting down
+    // then need not wait for the landing), and no slot moves.
     server.send(&keepalive(500, true)).await;
     let reply = server.read_status().await;
     assert_eq!(
         (reply.write, reply.flush, reply.apply),
-        (Lsn(100), Lsn(100), Lsn(100))
+        (Lsn(500), Lsn::ZERO, Lsn::ZERO)
     );
-    assert!(!reply.reply_requested);
     assert_eq!(stream.server_wal_end(), Lsn(500));
+    assert_eq!(stream.confirmed(), Lsn(100));
 
     server.send(&keepalive(600, false)).await;
     server.expect_silence().await;
@@ -240,7 +259,7 @@ async fn confirmed_position_never_moves_backward() {
     assert_eq!(stream.confirmed(), Lsn(200));
     stream.confirm(Lsn(300));
     assert_eq!(server.read_status().await.flush, Lsn(300));
-    server.send(&keepalive(301, true)).await;
+    server.send(&keepalive(300, true)).await;
     assert_eq!(server.read_status().await.flush, Lsn(300));
 }
 
@@ -288,6 +307,73 @@ async fn status_updates_keep_flowing_while_the_consumer_is_stalled() {
         .await
         .expect("server still blocked")
         .unwrap();
+}
+
+#[tokio::test]
+async fn a_paused_stream_closes_when_the_server_stops_and_a_later_one_does_not() {
+    let confirmer = super::Confirmer::default();
+    let (mut stream, server) = start_with(HOUR, confirmer.clone());
+    let Server {
+        rx: ServerReader(mut server_reader),
+        mut writer,
+    } = server;
+    // Far more than the queue and the pipe hold: the driver stops reading.
+    let flood = tokio::spawn(async move {
+        for i in 0..4000 {
+            if writer.write_all(&xlog(i, &[b'I'; 1000])).await.is_err() {
+                return i;
+            }
+        }
+        4000
+    });
+    let started = tokio::time::Instant::now();
+    while confirmer.paused_for().is_none() {
+        assert!(started.elapsed() < PATIENCE, "the stream never paused");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!flood.is_finished());
+
+    confirmer.server_stopping();
+    // The connection is closed: the server's writes fail, it reads the end.
+    let written = timeout(PATIENCE, flood)
+        .await
+        .expect("server still blocked")
+        .unwrap();
+    assert!(written < 4000, "every frame was written");
+    let mut rest = Vec::new();
+    assert_eq!(
+        timeout(PATIENCE, server_reader.read_to_end(&mut rest))
+            .await
+            .unwrap()
+            .unwrap(),
+        0
+    );
+    // What was queued comes first, in order, then the end: no frame after a gap.
+    let mut frames = Vec::new();
+    let error = loop {
+        match stream.recv_many(&mut frames, 1000).await {
+            Ok(0) => panic!("a clean end"),
+            Ok(_) => {}
+            Err(error) => break error,
+        }
+    };
+    assert!(matches!(error, ReplicationError::ServerStopping), "{error}");
+    assert!(error.is_transient());
+    assert!(!frames.is_empty() && (frames.len() as u64) < written);
+    assert!(
+        frames
+            .iter()
+            .enumerate()
+            .all(|(i, f)| f.wal_start == Lsn(i as u64))
+    );
+    assert_eq!(confirmer.paused_for(), None);
+
+    // A stream opened afterwards with the same confirmer reads on.
+    let (mut stream, mut server) = start_with(HOUR, confirmer);
+    server.send(&xlog(7, b"A")).await;
+    let mut out = Vec::new();
+    assert_eq!(stream.recv_many(&mut out, 10).await.unwrap(), 1);
+    assert_eq!(out[0].wal_start, Lsn(7));
 }
 
 #[tokio::test]
