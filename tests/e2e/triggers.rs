@@ -334,6 +334,103 @@ async fn trigger_capture_journals_every_statement_once_in_ticks_and_is_removed_w
     assert_eq!(nothing, install::Removed::default());
 }
 
+/// Whether each capture function of `client`'s capture schema checks its table's columns
+/// per statement, by table oid order: `[(function, checks)]`.
+async fn checking(client: &tokio_postgres::Client) -> Vec<(String, bool)> {
+    client
+        .query(
+            "SELECT p.proname::text, p.prosrc LIKE '%pg_attribute%'
+               FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+              WHERE n.nspname = $1 AND p.proname LIKE 'capture%' ORDER BY p.oid",
+            &[&SCHEMA],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+/// A superuser's installation puts the DDL watch in place: the capture functions check
+/// nothing per statement. A statement that changes a captured table's columns replaces that
+/// table's function with its checked form in its own transaction (a rollback takes the
+/// replacement back too), so the rows written after it, in the same transaction or later,
+/// carry the new columns; DDL under `session_replication_role = replica` is watched too. The
+/// event trigger goes with the schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_ddl_watch_a_capture_checks_nothing_until_its_table_changes() {
+    let (cluster, _) = replica_server().await;
+    let mut admin = connect(&cluster.url("shop")).await;
+    admin
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, name text);
+             CREATE TABLE u (id int PRIMARY KEY)",
+        )
+        .await
+        .unwrap();
+    let tables = ["public.t", "public.u"].map(str::to_owned).to_vec();
+    let installed = install::install(&mut admin, SCHEMA, &tables, &unclaimed())
+        .await
+        .unwrap();
+    assert!(installed.ddl_watch, "a superuser may create event triggers");
+    let unchecked = checking(&admin).await;
+    assert_eq!(unchecked.len(), 2);
+    assert!(unchecked.iter().all(|(_, checks)| !checks), "{unchecked:?}");
+
+    for statement in [
+        "INSERT INTO t VALUES (1, 'a')",
+        // Rolled back: the function stays as it was.
+        "BEGIN; ALTER TABLE t ADD COLUMN gone int; INSERT INTO t VALUES (9, 'x', 9); ROLLBACK",
+    ] {
+        admin.batch_execute(statement).await.unwrap();
+    }
+    assert_eq!(checking(&admin).await, unchecked);
+    for statement in [
+        "BEGIN; ALTER TABLE t ADD COLUMN note text; INSERT INTO t VALUES (2, 'b', 'n2'); COMMIT",
+        "SET session_replication_role = replica; ALTER TABLE u ADD COLUMN v text; RESET session_replication_role",
+        "INSERT INTO u VALUES (1, 'x')",
+        // A statement on a table nobody captures changes nothing.
+        "CREATE TABLE other (id int); ALTER TABLE other ADD COLUMN w int",
+    ] {
+        admin.batch_execute(statement).await.unwrap();
+    }
+    let checked = checking(&admin).await;
+    assert!(checked.iter().all(|(_, checks)| *checks), "{checked:?}");
+
+    let tick = poll::take_tick(&admin).await.unwrap();
+    let batch = poll::read_batch(&admin, SCHEMA, None, &tick).await.unwrap();
+    let layouts = poll::read_layouts(&admin, SCHEMA, &poll::layout_ids(&batch))
+        .await
+        .unwrap();
+    assert_eq!(
+        rendered(&batch, &layouts),
+        [
+            vec!["public.t I () 1|a".to_owned()],
+            vec!["public.t I () 2|b|n2".to_owned()],
+            vec!["public.u I () 1|x".to_owned()],
+        ]
+    );
+
+    let removed = install::remove(&mut admin, SCHEMA).await.unwrap();
+    assert_eq!(
+        removed.functions, 4,
+        "two capture functions, the layout and the watch"
+    );
+    let watches: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'tributary%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(watches, 0, "the event trigger went with the schema");
+    admin
+        .batch_execute("ALTER TABLE t ADD COLUMN after_removal int")
+        .await
+        .unwrap();
+}
+
 /// The layouts `txn` names, read again when the batch's did not hold them.
 async fn layouts_for(
     client: &tokio_postgres::Client,

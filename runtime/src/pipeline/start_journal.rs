@@ -339,9 +339,16 @@ async fn install_capture(
         schema = %schema,
         tables = installed.tables.len(),
         triggers = installed.triggers,
+        ddl_watch = installed.ddl_watch,
         took_ms = installing.elapsed().as_millis() as u64,
         "trigger capture installed: the journal, a capture function per table, and its triggers"
     );
+    if !installed.ddl_watch {
+        tracing::info!(
+            schema = %schema,
+            "this role may not create event triggers, so no DDL watch replaces a capture function when its table's columns change: each captured statement checks them itself (three catalog lookups, tens of microseconds a statement); a superuser's start puts the watch in place"
+        );
+    }
     Ok(())
 }
 

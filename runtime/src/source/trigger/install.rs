@@ -15,6 +15,10 @@ pub struct Installed {
     /// partition of a partitioned one (`schema.table`).
     pub tables: Vec<String>,
     pub triggers: usize,
+    /// Whether the DDL watch is in place (see [`sql::ddl_watch_sql`]): the capture functions
+    /// then check nothing per statement. Without it (a role that may not create event
+    /// triggers) each statement first checks its table's columns.
+    pub ddl_watch: bool,
 }
 
 /// What a removal took away.
@@ -158,7 +162,7 @@ pub async fn install(
     tables: &[String],
     claiming: &Claiming<'_>,
 ) -> Result<Installed, ProvisionError> {
-    let tx = client
+    let mut tx = client
         .transaction()
         .await
         .map_err(query("starting the installation's transaction"))?;
@@ -175,9 +179,18 @@ pub async fn install(
         )))?;
     }
     claim(&tx, schema, claiming).await?;
+    let ddl_watch = watch_ddl(&mut tx, schema).await?;
+    if !ddl_watch {
+        tx.batch_execute(&sql::record_all_checked(schema))
+            .await
+            .map_err(query(
+                "recording that the capture functions check their tables",
+            ))?;
+    }
     let mut installed = Installed {
         tables: Vec::new(),
         triggers: 0,
+        ddl_watch,
     };
     for table in tables {
         let found = tx
@@ -201,9 +214,18 @@ pub async fn install(
             old_cols: now.get(2),
             signature: now.get(3),
         };
-        tx.batch_execute(&sql::capture_function_sql(schema, &written))
+        tx.batch_execute(&sql::capture_function_sql(schema, &written, !ddl_watch))
             .await
             .map_err(query(format!("writing the capture function of {table}")))?;
+        if ddl_watch {
+            let checked = sql::capture_function_sql(schema, &written, true);
+            tx.execute(
+                &sql::record_unchecked(schema),
+                &[&root, &written.signature, &checked],
+            )
+            .await
+            .map_err(query(format!("recording the capture function of {table}")))?;
+        }
         // The table and, when it is partitioned, every partition under it (the tree of a
         // table that is not partitioned is empty).
         let rows = tx
@@ -239,6 +261,47 @@ pub async fn install(
         .await
         .map_err(query("committing the installation"))?;
     Ok(installed)
+}
+
+/// Puts the DDL watch of `schema` in place ([`sql::ddl_watch_sql`]) when this role may create
+/// event triggers, and says whether it could.
+async fn watch_ddl(
+    tx: &mut tokio_postgres::Transaction<'_>,
+    schema: &str,
+) -> Result<bool, ProvisionError> {
+    let oid: u32 = tx
+        .query_one(
+            "SELECT oid FROM pg_namespace WHERE nspname = $1",
+            &[&schema],
+        )
+        .await
+        .map_err(query(format!("finding schema {schema:?}")))?
+        .get(0);
+    let trigger = sql::ddl_watch_trigger(oid);
+    let attempt = tx
+        .savepoint("tributary_ddl_watch")
+        .await
+        .map_err(query("starting the DDL watch's savepoint"))?;
+    for statement in sql::ddl_watch_sql(schema, &trigger) {
+        match attempt.batch_execute(&statement).await {
+            Ok(()) => {}
+            Err(e)
+                if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) =>
+            {
+                attempt
+                    .rollback()
+                    .await
+                    .map_err(query("rolling back the DDL watch's savepoint"))?;
+                return Ok(false);
+            }
+            Err(e) => return Err(query(format!("creating event trigger {trigger}"))(e)),
+        }
+    }
+    attempt
+        .commit()
+        .await
+        .map_err(query("releasing the DDL watch's savepoint"))?;
+    Ok(true)
 }
 
 /// A table whose triggers call functions of the capture schema.

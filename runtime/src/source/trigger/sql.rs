@@ -11,6 +11,8 @@ use crate::source::quote::{quote_ident, quote_literal};
 pub const CAPTURE_PREFIX: &str = "capture_";
 /// The function that finds (or records) a table's layout.
 pub const LAYOUT_FUNCTION: &str = "layout";
+/// The function of the DDL watch ([`ddl_watch_sql`]).
+pub const DDL_WATCH_FUNCTION: &str = "ddl_watch";
 /// What a trigger's name holds between the capture schema's name and the event: the
 /// triggers of two schemas (two pipelines capturing one table) never replace each other, and
 /// the default schema's are named as before (`tributary_capture_insert`).
@@ -125,6 +127,16 @@ pub fn install_schema(schema: &str) -> Vec<String> {
             )"
         ),
         format!("CREATE INDEX IF NOT EXISTS layouts_by_shape ON {s}.layouts (rel, md5(shape))"),
+        // The tables whose capture function is written unchecked, what for, and the
+        // statement that replaces it with its checked form (see `ddl_watch_sql`).
+        format!(
+            "CREATE TABLE IF NOT EXISTS {s}.captured (
+                root oid PRIMARY KEY,
+                signature text NOT NULL,
+                checked text NOT NULL,
+                fast boolean NOT NULL
+            )"
+        ),
         // Who the journal captures for (see `owner`): one row, made with the schema, claimed
         // by the sink of the pipeline that reads it.
         format!(
@@ -229,11 +241,80 @@ pub struct Written {
 /// the replica identity setting, and the key indexes' columns. Three index probes of the
 /// catalog: cheap beside the lookup of a layout.
 pub fn signature(root: u32) -> String {
+    signature_of(&root.to_string())
+}
+
+/// [`signature`] of the table whose oid the SQL expression `root` gives.
+fn signature_of(root: &str) -> String {
     format!(
         "(SELECT string_agg(a.xmin::text, ',' ORDER BY a.attnum) FROM pg_attribute a WHERE a.attrelid = {root} AND a.attnum > 0)
          || '/' || (SELECT c.relreplident::text FROM pg_class c WHERE c.oid = {root})
          || '/' || coalesce((SELECT string_agg(i.indkey::text, ';' ORDER BY i.indexrelid) FROM pg_index i WHERE i.indrelid = {root} AND (i.indisprimary OR i.indisreplident)), '')"
     )
+}
+
+/// The command tags after which the DDL watch looks at the captured tables: those that can
+/// change a table's columns, its replica identity or its key.
+const WATCHED_TAGS: [&str; 4] = ["ALTER TABLE", "CREATE INDEX", "DROP INDEX", "ALTER INDEX"];
+
+/// The event trigger of the capture schema whose oid is `schema_oid`. Event triggers are
+/// named per database, not per schema: the oid keeps two capture schemas' apart.
+pub fn ddl_watch_trigger(schema_oid: u32) -> String {
+    format!("tributary_ddl_watch_{schema_oid}")
+}
+
+/// The statements that put the DDL watch in place; a role that may not create event triggers
+/// (any but a superuser) fails at the third. After a statement that may have changed a
+/// captured table's columns or key, the watch compares each table's [`signature`] with the
+/// one its unchecked capture function was written for (`captured`) and, where they differ,
+/// replaces the function with its checked form, in the statement's transaction: before any
+/// later statement can write to the table with the old columns. Enabled `ALWAYS`, so DDL
+/// applied under `session_replication_role = replica` is watched too.
+pub fn ddl_watch_sql(schema: &str, trigger: &str) -> Vec<String> {
+    let s = quote_ident(schema);
+    let settings = settings();
+    let changed = signature_of("w.root");
+    let watch = qualified(schema, DDL_WATCH_FUNCTION);
+    let trigger = quote_ident(trigger);
+    let tags = WATCHED_TAGS.map(quote_literal).join(", ");
+    vec![
+        format!(
+            r#"CREATE OR REPLACE FUNCTION {watch}() RETURNS event_trigger
+             LANGUAGE plpgsql SECURITY DEFINER{settings}
+             AS $tributary$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT w.root, w.checked FROM {s}.captured w
+              WHERE w.fast AND ({changed}) IS DISTINCT FROM w.signature
+    LOOP
+        EXECUTE r.checked;
+        UPDATE {s}.captured SET fast = false WHERE root = r.root;
+    END LOOP;
+END
+$tributary$"#
+        ),
+        format!("DROP EVENT TRIGGER IF EXISTS {trigger}"),
+        format!(
+            "CREATE EVENT TRIGGER {trigger} ON ddl_command_end WHEN TAG IN ({tags}) EXECUTE FUNCTION {watch}()"
+        ),
+        format!("ALTER EVENT TRIGGER {trigger} ENABLE ALWAYS"),
+    ]
+}
+
+/// Records that table `root`'s capture function is written unchecked for `signature` ($1,
+/// $2), with `checked` ($3), the statement that replaces it with its checked form.
+pub fn record_unchecked(schema: &str) -> String {
+    format!(
+        "INSERT INTO {s}.captured (root, signature, checked, fast) VALUES ($1, $2, $3, true)
+         ON CONFLICT (root) DO UPDATE SET signature = $2, checked = $3, fast = true",
+        s = quote_ident(schema)
+    )
+}
+
+/// Records that every capture function of the schema is written checked.
+pub fn record_all_checked(schema: &str) -> String {
+    format!("UPDATE {}.captured SET fast = false", quote_ident(schema))
 }
 
 /// The query that records table `root`'s layout now and returns what its capture function is
@@ -252,13 +333,15 @@ pub fn capture_function(root: u32) -> String {
 }
 
 /// Table `root`'s capture function. Per statement (a truncate too, so the reader can name
-/// its table): while the table's columns and key are as when it was written (the
-/// [`signature`] says so), one `INSERT … SELECT` from the transition tables with the
-/// columns written in, planned once per session; once they changed, the general path: the
-/// layout looked up ([`layout_body`]) and the same insert built for it. A partition's rows are
-/// its root's, as the slot mode's publication has them. An update's old and new rows are
-/// paired by position: the trigger machinery appends each row's two images together.
-pub fn capture_function_sql(schema: &str, written: &Written) -> String {
+/// its table): one `INSERT … SELECT` from the transition tables with the columns written in,
+/// planned once per session. `checked`, it first makes sure the table's columns and key are
+/// as when it was written (the [`signature`], three catalog lookups on every statement); once
+/// they changed, it takes the general path: the layout looked up ([`layout_body`]) and the
+/// same insert built for it. Unchecked, it relies on the DDL watch ([`ddl_watch_sql`]) to
+/// replace it with its checked form when they change. A partition's rows are its root's, as
+/// the slot mode's publication has them. An update's old and new rows are paired by
+/// position: the trigger machinery appends each row's two images together.
+pub fn capture_function_sql(schema: &str, written: &Written, checked: bool) -> String {
     let s = quote_ident(schema);
     let layout = qualified(schema, LAYOUT_FUNCTION);
     let Written {
@@ -270,31 +353,34 @@ pub fn capture_function_sql(schema: &str, written: &Written) -> String {
     } = written;
     let name = qualified(schema, &capture_function(*root));
     let settings = settings();
-    let check = signature(*root);
-    let sig = quote_literal(sig);
-    let body = format!(
-        r#"DECLARE
+    let as_written = format!(
+        r#"IF TG_OP = 'TRUNCATE' THEN
+        INSERT INTO {s}.journal (rel, op, layout) VALUES ({root}, 'T', {id});
+    ELSIF TG_OP = 'INSERT' THEN
+        INSERT INTO {s}.journal (rel, op, layout, new)
+        SELECT {root}, 'I', {id}, ARRAY[{new_cols}] FROM tributary_new r;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO {s}.journal (rel, op, layout, old)
+        SELECT {root}, 'D', {id}, ARRAY[{old_cols}]::text[] FROM tributary_old o;
+    ELSE
+        INSERT INTO {s}.journal (rel, op, layout, old, new)
+        SELECT {root}, 'U', {id}, ARRAY[{old_cols}]::text[], ARRAY[{new_cols}]
+          FROM (SELECT row_number() OVER () AS tributary_n, x.* FROM tributary_old x) o
+          JOIN (SELECT row_number() OVER () AS tributary_n, x.* FROM tributary_new x) r
+         USING (tributary_n) ORDER BY tributary_n;
+    END IF;
+    RETURN NULL;"#
+    );
+    let body = match checked {
+        false => format!("BEGIN\n    {as_written}\nEND"),
+        true => format!(
+            r#"DECLARE
     v_layout integer;
     v_new text;
     v_old text;
 BEGIN
     IF ({check}) = {sig} THEN
-        IF TG_OP = 'TRUNCATE' THEN
-            INSERT INTO {s}.journal (rel, op, layout) VALUES ({root}, 'T', {id});
-        ELSIF TG_OP = 'INSERT' THEN
-            INSERT INTO {s}.journal (rel, op, layout, new)
-            SELECT {root}, 'I', {id}, ARRAY[{new_cols}] FROM tributary_new r;
-        ELSIF TG_OP = 'DELETE' THEN
-            INSERT INTO {s}.journal (rel, op, layout, old)
-            SELECT {root}, 'D', {id}, ARRAY[{old_cols}]::text[] FROM tributary_old o;
-        ELSE
-            INSERT INTO {s}.journal (rel, op, layout, old, new)
-            SELECT {root}, 'U', {id}, ARRAY[{old_cols}]::text[], ARRAY[{new_cols}]
-              FROM (SELECT row_number() OVER () AS tributary_n, x.* FROM tributary_old x) o
-              JOIN (SELECT row_number() OVER () AS tributary_n, x.* FROM tributary_new x) r
-             USING (tributary_n) ORDER BY tributary_n;
-        END IF;
-        RETURN NULL;
+    {as_written}
     END IF;
     -- The table changed since this function was written (the next start writes it again).
     SELECT l.id, l.new_cols, l.old_cols INTO v_layout, v_new, v_old FROM {layout}({root}::oid) l;
@@ -311,8 +397,11 @@ BEGIN
                        {root}, v_layout, v_old, v_new);
     END IF;
     RETURN NULL;
-END"#
-    );
+END"#,
+            check = signature(*root),
+            sig = quote_literal(sig),
+        ),
+    };
     format!(
         "CREATE OR REPLACE FUNCTION {name}() RETURNS trigger
          LANGUAGE plpgsql SECURITY DEFINER{settings}
@@ -389,7 +478,7 @@ mod tests {
             new_cols: "r.\"id\"::text".into(),
             old_cols: "o.\"id\"::text".into(),
         };
-        let sql = capture_function_sql("tributary", &written);
+        let sql = capture_function_sql("tributary", &written, true);
         assert!(sql.starts_with("CREATE OR REPLACE FUNCTION \"tributary\".\"capture_16384\"()"));
         assert!(sql.contains("= '1,2/d/1' THEN"), "{sql}");
         assert!(
@@ -401,5 +490,28 @@ mod tests {
             "{sql}"
         );
         assert!(sql.contains("WHERE a.attrelid = 16384"), "{sql}");
+
+        // Unchecked (the DDL watch replaces it once the table changes): the insert alone.
+        let fast = capture_function_sql("tributary", &written, false);
+        assert!(
+            fast.contains("SELECT 16384, 'I', 7, ARRAY[r.\"id\"::text]"),
+            "{fast}"
+        );
+        assert!(!fast.contains("pg_attribute"), "{fast}");
+        assert!(!fast.contains("EXECUTE"), "{fast}");
+    }
+
+    #[test]
+    fn the_ddl_watch_replaces_changed_tables_functions_and_is_enabled_always() {
+        let sql = ddl_watch_sql("we\"ird", &ddl_watch_trigger(16500)).join(";\n");
+        assert!(sql.contains("RETURNS event_trigger"), "{sql}");
+        assert!(sql.contains("FROM \"we\"\"ird\".captured w"), "{sql}");
+        assert!(sql.contains("WHERE a.attrelid = w.root"), "{sql}");
+        assert!(sql.contains("EXECUTE r.checked"), "{sql}");
+        assert!(
+            sql.contains("CREATE EVENT TRIGGER \"tributary_ddl_watch_16500\" ON ddl_command_end WHEN TAG IN ('ALTER TABLE', 'CREATE INDEX', 'DROP INDEX', 'ALTER INDEX')"),
+            "{sql}"
+        );
+        assert!(sql.ends_with("ALTER EVENT TRIGGER \"tributary_ddl_watch_16500\" ENABLE ALWAYS"));
     }
 }
