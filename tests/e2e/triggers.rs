@@ -431,6 +431,117 @@ async fn under_the_ddl_watch_a_capture_checks_nothing_until_its_table_changes() 
         .unwrap();
 }
 
+/// An unchecked capture function sets, per call, only the settings its table's values' text
+/// depends on (each is a save and a restore on every captured statement): the search path
+/// alone for integers and text, and for dates, times, intervals, floats and bytea (met in an
+/// array, a range, a domain or a geometric type too) the settings that fix their text. The
+/// journal keeps the text pgoutput would send whatever the writing session set, and an update
+/// leaves the session's `enable_nestloop` as it found it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchecked_capture_sets_only_what_its_columns_text_needs() {
+    let (cluster, _) = replica_server().await;
+    let mut admin = connect(&cluster.url("shop")).await;
+    admin
+        .batch_execute(
+            "CREATE TYPE mood AS ENUM ('calm', 'busy');
+             CREATE DOMAIN stamp AS timestamptz;
+             CREATE TABLE plain (id int PRIMARY KEY, name text, n numeric, m mood);
+             CREATE TABLE dates (id int PRIMARY KEY, d date, s stamp);
+             CREATE TABLE typed (id int PRIMARY KEY, d date, iv interval, f float8, b bytea,
+                                 pt point, spans tstzrange[])",
+        )
+        .await
+        .unwrap();
+    let tables = ["public.plain", "public.dates", "public.typed"].map(str::to_owned);
+    install::install(&mut admin, SCHEMA, &tables, &unclaimed())
+        .await
+        .unwrap();
+    let set: Vec<(String, Vec<String>)> = admin
+        .query(
+            "SELECT c.relname::text, p.proconfig::text[]
+               FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+               JOIN pg_class c ON p.proname = 'capture_' || c.oid
+              WHERE n.nspname = $1 ORDER BY c.relname",
+            &[&SCHEMA],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let path = "search_path=pg_catalog, pg_temp";
+    assert_eq!(
+        set,
+        [
+            (
+                "dates".to_owned(),
+                vec![path, "DateStyle=ISO", "TimeZone=UTC"]
+            ),
+            ("plain".to_owned(), vec![path]),
+            (
+                "typed".to_owned(),
+                vec![
+                    path,
+                    "DateStyle=ISO",
+                    "TimeZone=UTC",
+                    "IntervalStyle=postgres",
+                    "extra_float_digits=3",
+                    "bytea_output=hex"
+                ]
+            ),
+        ]
+        .map(|(table, settings)| (table, settings.into_iter().map(str::to_owned).collect()))
+    );
+
+    admin
+        .batch_execute(
+            "SET DateStyle = 'SQL, DMY'; SET TimeZone = 'America/New_York';
+             SET IntervalStyle = 'sql_standard'; SET extra_float_digits = 0;
+             SET bytea_output = 'escape'; SET enable_nestloop = off;
+             INSERT INTO plain VALUES (1, 'a', 1.5, 'busy');
+             INSERT INTO dates VALUES (1, '2026-12-03', '2026-12-03 10:00:00+00');
+             INSERT INTO typed VALUES (1, '2026-12-03', '1 day 2 hours', 1.0 / 3, '\\x0102',
+                                       point(1.0 / 3, 2), ARRAY[tstzrange('2026-12-03 10:00:00+00', NULL)]);
+             UPDATE typed SET f = 2.0 / 3",
+        )
+        .await
+        .unwrap();
+    let nestloop: String = admin
+        .query_one("SHOW enable_nestloop", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(nestloop, "off", "an update puts the session's setting back");
+    admin.batch_execute("RESET enable_nestloop").await.unwrap();
+    admin.batch_execute("UPDATE plain SET n = 2").await.unwrap();
+    let nestloop: String = admin
+        .query_one("SHOW enable_nestloop", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(nestloop, "on", "an update puts the session's setting back");
+
+    let tick = poll::take_tick(&admin).await.unwrap();
+    let batch = poll::read_batch(&admin, SCHEMA, None, &tick).await.unwrap();
+    let layouts = poll::read_layouts(&admin, SCHEMA, &poll::layout_ids(&batch))
+        .await
+        .unwrap();
+    let typed = "1|2026-12-03|1 day 02:00:00|0.3333333333333333|\\x0102|(0.3333333333333333,2)|{\"[\\\"2026-12-03 10:00:00+00\\\",)\"}";
+    assert_eq!(
+        rendered(&batch, &layouts).concat(),
+        [
+            "public.plain I () 1|a|1.5|busy".to_owned(),
+            "public.dates I () 1|2026-12-03|2026-12-03 10:00:00+00".to_owned(),
+            format!("public.typed I () {typed}"),
+            format!(
+                "public.typed U 1|-|-|-|-|-|- {}",
+                typed.replace("|0.3333333333333333|\\", "|0.6666666666666666|\\")
+            ),
+            "public.plain U 1|-|-|- 1|a|2|busy".to_owned(),
+        ]
+    );
+}
+
 /// The layouts `txn` names, read again when the batch's did not hold them.
 async fn layouts_for(
     client: &tokio_postgres::Client,
@@ -1239,6 +1350,11 @@ async fn a_million_row_journal_backlog_lands_within_the_memory_budget() {
             .await
             .unwrap();
     }
+    // Past its first 10,000 rows the gauge is the statistics' estimate, which a writer's
+    // backend reports within seconds; this one reports now.
+    app.batch_execute("SELECT pg_stat_force_next_flush()")
+        .await
+        .unwrap();
     let mut run = Service::spawn(&fx.file, &[], &fx.dir.join("run.log"));
     run.wait_for_log("streaming", Duration::from_secs(120))
         .await;

@@ -151,6 +151,39 @@ async fn claim(
     Ok(())
 }
 
+/// What table `root`'s capture function is written with now: its layout, recorded, and the
+/// settings the text of its columns' types depends on.
+async fn written_now(
+    tx: &tokio_postgres::Transaction<'_>,
+    schema: &str,
+    root: u32,
+    table: &str,
+) -> Result<sql::Written, ProvisionError> {
+    let now = tx
+        .query_one(&sql::layout_now(schema, root), &[])
+        .await
+        .map_err(query(format!("recording the columns of {table}")))?;
+    let types: Vec<(u32, char, char)> = tx
+        .query(&sql::column_types(root), &[])
+        .await
+        .map_err(query(format!("reading the types of {table}'s columns")))?
+        .iter()
+        .map(|row| {
+            let typtype: i8 = row.get(1);
+            let category: i8 = row.get(2);
+            (row.get(0), typtype as u8 as char, category as u8 as char)
+        })
+        .collect();
+    Ok(sql::Written {
+        root,
+        layout: now.get(0),
+        new_cols: now.get(1),
+        old_cols: now.get(2),
+        signature: now.get(3),
+        needs: sql::Needs::of(&types),
+    })
+}
+
 /// Install capture of `tables` (`schema.table`) in `schema`, in one transaction: the schema's
 /// tables when missing, the journal claimed for the sink, each table's capture function
 /// written for its columns now, and the triggers on each table and each of its partitions,
@@ -203,17 +236,7 @@ pub async fn install(
         tx.batch_execute(&format!("LOCK TABLE {quoted} IN SHARE ROW EXCLUSIVE MODE"))
             .await
             .map_err(query(format!("locking {table}")))?;
-        let now = tx
-            .query_one(&sql::layout_now(schema, root), &[])
-            .await
-            .map_err(query(format!("recording the columns of {table}")))?;
-        let written = sql::Written {
-            root,
-            layout: now.get(0),
-            new_cols: now.get(1),
-            old_cols: now.get(2),
-            signature: now.get(3),
-        };
+        let written = written_now(&tx, schema, root, table).await?;
         tx.batch_execute(&sql::capture_function_sql(schema, &written, !ddl_watch))
             .await
             .map_err(query(format!("writing the capture function of {table}")))?;

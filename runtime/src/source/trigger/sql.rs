@@ -20,19 +20,91 @@ pub const TRIGGER_INFIX: &str = "_capture_";
 /// The events captured, one trigger each (PostgreSQL allows transition tables only on a
 /// trigger of one event).
 pub const EVENTS: [Event; 4] = [Event::Insert, Event::Update, Event::Delete, Event::Truncate];
-/// The settings the capture function runs with, so each value's text is the form pgoutput
-/// sends and the text decoders read, whatever the writing session set; and so an update's old
-/// and new rows are paired by a hash join whatever plan the session cached (a nested loop
-/// planned for one-row transition tables would take quadratic time over a large update).
-const SETTINGS: [(&str, &str); 7] = [
+/// The settings Tributary's functions run with, so each value's text is the form pgoutput
+/// sends and the text decoders read, whatever the writing session set. The search path comes
+/// first and is always set (the functions are `SECURITY DEFINER`); each other one fixes the text
+/// of some types only ([`Needs`]), and a capture function written unchecked sets only those its
+/// table's columns need: each costs a save and a restore on every captured statement.
+/// Each value is written as it stands: the search path is a list of two schemas, `pg_temp`
+/// last so that no temporary object can stand in for one of the catalog's (one quoted string
+/// would be a single schema of that name).
+const SETTINGS: [(&str, &str); 6] = [
     ("search_path", "pg_catalog, pg_temp"),
-    ("enable_nestloop", "off"),
-    ("DateStyle", "ISO"),
-    ("TimeZone", "UTC"),
-    ("IntervalStyle", "postgres"),
+    ("DateStyle", "'ISO'"),
+    ("TimeZone", "'UTC'"),
+    ("IntervalStyle", "'postgres'"),
     ("extra_float_digits", "3"),
-    ("bytea_output", "hex"),
+    ("bytea_output", "'hex'"),
 ];
+
+/// Which of [`SETTINGS`] the text of a table's values depends on, by the types of its columns
+/// and of what they are made of (the elements of an array, the base of a domain, the subtype
+/// of a range, the fields of a composite: [`column_types`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Needs {
+    pub date_style: bool,
+    pub time_zone: bool,
+    pub interval_style: bool,
+    pub float_digits: bool,
+    pub bytea_output: bool,
+}
+
+/// The first oid of an object not built into PostgreSQL.
+const FIRST_NORMAL_OID: u32 = 16384;
+
+impl Needs {
+    /// Every setting: for the checked form of a capture function, whose general path serves
+    /// whatever columns a table has by then.
+    pub const ALL: Needs = Needs {
+        date_style: true,
+        time_zone: true,
+        interval_style: true,
+        float_digits: true,
+        bytea_output: true,
+    };
+
+    /// What the types `(oid, typtype, typcategory)` need. A type of PostgreSQL's own is known;
+    /// one an extension or a user made is known when it is an enum, or made of others (an
+    /// array, a domain, a range: their parts are among the types too); any other (a base type
+    /// with an output function of its own, a composite whose fields can change under it) needs
+    /// every setting.
+    pub fn of(types: &[(u32, char, char)]) -> Needs {
+        let mut needs = Needs::default();
+        for &(oid, typtype, category) in types {
+            if oid >= FIRST_NORMAL_OID {
+                match (typtype, category) {
+                    ('e' | 'd' | 'r' | 'm', _) | (_, 'A') => continue,
+                    _ => return Needs::ALL,
+                }
+            }
+            match oid {
+                // date, time, timestamp, timetz
+                1082 | 1083 | 1114 | 1266 => needs.date_style = true,
+                // timestamptz
+                1184 => (needs.date_style, needs.time_zone) = (true, true),
+                // interval
+                1186 => needs.interval_style = true,
+                // float4, float8, and the geometric types printed with them (point, lseg,
+                // box and line are also made of them, as their element types say)
+                700 | 701 | 600 | 601 | 602 | 603 | 604 | 628 | 718 => needs.float_digits = true,
+                17 => needs.bytea_output = true,
+                _ => {}
+            }
+        }
+        needs
+    }
+
+    fn has(&self, name: &str) -> bool {
+        match name {
+            "DateStyle" => self.date_style,
+            "TimeZone" => self.time_zone,
+            "IntervalStyle" => self.interval_style,
+            "extra_float_digits" => self.float_digits,
+            "bytea_output" => self.bytea_output,
+            _ => true,
+        }
+    }
+}
 
 /// A captured event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,11 +149,12 @@ pub fn qualified(schema: &str, name: &str) -> String {
     format!("{}.{}", quote_ident(schema), quote_ident(name))
 }
 
-/// The `SET` clauses of Tributary's functions.
-fn settings() -> String {
+/// The `SET` clauses of a function whose values' text depends on `needs`.
+fn settings(needs: &Needs) -> String {
     SETTINGS
         .iter()
-        .map(|(name, value)| format!(" SET {name} TO {}", quote_literal(value)))
+        .filter(|(name, _)| needs.has(name))
+        .map(|(name, value)| format!(" SET {name} TO {value}"))
         .collect()
 }
 
@@ -89,7 +162,7 @@ fn settings() -> String {
 /// function, in order. Run in one transaction: a start either has all of it or none.
 pub fn install_schema(schema: &str) -> Vec<String> {
     let s = quote_ident(schema);
-    let settings = settings();
+    let settings = settings(&Needs::ALL);
     vec![
         format!("CREATE SCHEMA IF NOT EXISTS {s}"),
         format!(
@@ -225,8 +298,9 @@ END"#
 }
 
 /// What a table's capture function is written with: the table (a partitioned table's root),
-/// its layout when the function was written, the signature of its columns and key then, and
-/// the text expressions of a new row's columns and an old row's key ([`layout_body`]).
+/// its layout when the function was written, the signature of its columns and key then, the
+/// text expressions of a new row's columns and an old row's key ([`layout_body`]), and the
+/// settings their text depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Written {
     pub root: u32,
@@ -234,6 +308,31 @@ pub struct Written {
     pub signature: String,
     pub new_cols: String,
     pub old_cols: String,
+    pub needs: Needs,
+}
+
+/// The query of the types table `root`'s columns are made of, each once: `(oid, typtype,
+/// typcategory)` of the columns' types and, recursively, of an array's elements, a domain's
+/// base, a range's subtype, a multirange's range and a composite's fields ([`Needs::of`]).
+pub fn column_types(root: u32) -> String {
+    format!(
+        "WITH RECURSIVE made(oid) AS (
+            SELECT a.atttypid FROM pg_attribute a
+             WHERE a.attrelid = {root} AND a.attnum > 0 AND NOT a.attisdropped
+            UNION
+            SELECT part.oid FROM made JOIN pg_type t ON t.oid = made.oid
+             CROSS JOIN LATERAL (
+                SELECT nullif(t.typelem, 0)
+                UNION ALL SELECT nullif(t.typbasetype, 0)
+                UNION ALL SELECT r.rngsubtype FROM pg_range r WHERE r.rngtypid = t.oid
+                UNION ALL SELECT r.rngtypid FROM pg_range r WHERE r.rngmultitypid = t.oid
+                UNION ALL SELECT f.atttypid FROM pg_attribute f
+                 WHERE t.typrelid <> 0 AND f.attrelid = t.typrelid AND f.attnum > 0 AND NOT f.attisdropped
+             ) part(oid)
+             WHERE part.oid IS NOT NULL
+         )
+         SELECT t.oid, t.typtype, t.typcategory FROM made JOIN pg_type t ON t.oid = made.oid"
+    )
 }
 
 /// An expression that changes whenever the columns or the key of table `root` change: every
@@ -272,7 +371,7 @@ pub fn ddl_watch_trigger(schema_oid: u32) -> String {
 /// applied under `session_replication_role = replica` is watched too.
 pub fn ddl_watch_sql(schema: &str, trigger: &str) -> Vec<String> {
     let s = quote_ident(schema);
-    let settings = settings();
+    let settings = settings(&Needs::ALL);
     let changed = signature_of("w.root");
     let watch = qualified(schema, DDL_WATCH_FUNCTION);
     let trigger = quote_ident(trigger);
@@ -327,6 +426,17 @@ pub fn layout_now(schema: &str, root: u32) -> String {
     )
 }
 
+/// An update's old and new rows are paired by a hash join whatever plan the session cached:
+/// the plan of the function's insert is made once per session, with the row count of the
+/// first statement's transition tables, and a nested loop planned for one row would take
+/// quadratic time over a large update. Only the planner reads `enable_nestloop`, so it is
+/// turned off around the insert (and the session's value put back) rather than for every call
+/// of the function, which would cost inserts and deletes a save and a restore each.
+const NESTLOOP_VARIABLE: &str = "v_nestloop text;";
+const PAIR_BY_HASH: &str = "v_nestloop := current_setting('enable_nestloop');\n        \
+     PERFORM set_config('enable_nestloop', 'off', true);";
+const PAIRED: &str = "PERFORM set_config('enable_nestloop', v_nestloop, true);";
+
 /// The name of table `root`'s capture function.
 pub fn capture_function(root: u32) -> String {
     format!("{CAPTURE_PREFIX}{root}")
@@ -350,9 +460,10 @@ pub fn capture_function_sql(schema: &str, written: &Written, checked: bool) -> S
         signature: sig,
         new_cols,
         old_cols,
+        needs,
     } = written;
     let name = qualified(schema, &capture_function(*root));
-    let settings = settings();
+    let settings = settings(if checked { &Needs::ALL } else { needs });
     let as_written = format!(
         r#"IF TG_OP = 'TRUNCATE' THEN
         INSERT INTO {s}.journal (rel, op, layout) VALUES ({root}, 'T', {id});
@@ -363,18 +474,21 @@ pub fn capture_function_sql(schema: &str, written: &Written, checked: bool) -> S
         INSERT INTO {s}.journal (rel, op, layout, old)
         SELECT {root}, 'D', {id}, ARRAY[{old_cols}]::text[] FROM tributary_old o;
     ELSE
+        {PAIR_BY_HASH}
         INSERT INTO {s}.journal (rel, op, layout, old, new)
         SELECT {root}, 'U', {id}, ARRAY[{old_cols}]::text[], ARRAY[{new_cols}]
           FROM (SELECT row_number() OVER () AS tributary_n, x.* FROM tributary_old x) o
           JOIN (SELECT row_number() OVER () AS tributary_n, x.* FROM tributary_new x) r
          USING (tributary_n) ORDER BY tributary_n;
+        {PAIRED}
     END IF;
     RETURN NULL;"#
     );
     let body = match checked {
-        false => format!("BEGIN\n    {as_written}\nEND"),
+        false => format!("DECLARE\n    {NESTLOOP_VARIABLE}\nBEGIN\n    {as_written}\nEND"),
         true => format!(
             r#"DECLARE
+    {NESTLOOP_VARIABLE}
     v_layout integer;
     v_new text;
     v_old text;
@@ -463,7 +577,7 @@ mod tests {
         let sql = install_schema("we\"ird").join(";\n");
         assert!(sql.contains("CREATE SCHEMA IF NOT EXISTS \"we\"\"ird\""));
         assert!(!sql.contains(" we\"ird"), "never pasted unquoted");
-        assert!(sql.contains("SECURITY DEFINER SET search_path TO 'pg_catalog, pg_temp'"));
+        assert!(sql.contains("SECURITY DEFINER SET search_path TO pg_catalog, pg_temp SET"));
         assert!(sql.contains("SET TimeZone TO 'UTC'"));
         assert!(sql.contains("INSERT INTO \"we\"\"ird\".layouts"));
         assert_eq!(drop_schema("t"), "DROP SCHEMA IF EXISTS \"t\" CASCADE");
@@ -477,6 +591,7 @@ mod tests {
             signature: "1,2/d/1".into(),
             new_cols: "r.\"id\"::text".into(),
             old_cols: "o.\"id\"::text".into(),
+            needs: Needs::default(),
         };
         let sql = capture_function_sql("tributary", &written, true);
         assert!(sql.starts_with("CREATE OR REPLACE FUNCTION \"tributary\".\"capture_16384\"()"));
@@ -499,6 +614,85 @@ mod tests {
         );
         assert!(!fast.contains("pg_attribute"), "{fast}");
         assert!(!fast.contains("EXECUTE"), "{fast}");
+
+        // Unchecked, it sets only what its columns' text needs (an integer's, nothing but the
+        // search path); checked, every setting, for whatever columns the table has by then.
+        assert!(fast.contains("SECURITY DEFINER SET search_path TO pg_catalog, pg_temp\n"));
+        assert!(!fast.contains("SET DateStyle"), "{fast}");
+        for setting in [
+            "DateStyle",
+            "TimeZone",
+            "IntervalStyle",
+            "extra_float_digits",
+            "bytea_output",
+        ] {
+            assert!(
+                sql.contains(&format!(" SET {setting} TO ")),
+                "{setting}: {sql}"
+            );
+        }
+        let dated = Written {
+            needs: Needs {
+                date_style: true,
+                time_zone: true,
+                ..Needs::default()
+            },
+            ..written
+        };
+        let dated = capture_function_sql("tributary", &dated, false);
+        assert!(
+            dated.contains("SET DateStyle TO 'ISO' SET TimeZone TO 'UTC'\n"),
+            "{dated}"
+        );
+        assert!(!dated.contains("IntervalStyle"), "{dated}");
+
+        // Neither form sets enable_nestloop per call: only around the pairing of an update.
+        for form in [&sql, &fast] {
+            assert!(!form.contains("SET enable_nestloop"), "{form}");
+            let off = form
+                .find("set_config('enable_nestloop', 'off', true)")
+                .expect(form);
+            let join = form[off..].find("USING (tributary_n)").expect(form);
+            assert!(form[off + join..].contains("set_config('enable_nestloop', v_nestloop, true)"));
+        }
+    }
+
+    #[test]
+    fn a_table_needs_the_settings_its_types_text_depends_on() {
+        let builtin = |oid| (oid, 'b', 'N');
+        assert_eq!(
+            Needs::of(&[builtin(23), builtin(25), builtin(2950)]),
+            Needs::default()
+        );
+        assert_eq!(
+            Needs::of(&[builtin(23), builtin(1184)]),
+            Needs {
+                date_style: true,
+                time_zone: true,
+                ..Needs::default()
+            }
+        );
+        assert_eq!(
+            Needs::of(&[builtin(1082), builtin(1186), builtin(17), builtin(701)]),
+            Needs {
+                date_style: true,
+                interval_style: true,
+                float_digits: true,
+                bytea_output: true,
+                ..Needs::default()
+            }
+        );
+        // A user's enum, array, domain or range is made of types found beside it; an
+        // extension's base type or a composite type is not known, and needs every setting.
+        let user = [
+            (16390, 'e', 'E'),
+            (16391, 'b', 'A'),
+            (16392, 'd', 'N'),
+            (16393, 'r', 'R'),
+        ];
+        assert_eq!(Needs::of(&user), Needs::default());
+        assert_eq!(Needs::of(&[builtin(23), (16400, 'b', 'U')]), Needs::ALL);
+        assert_eq!(Needs::of(&[(16401, 'c', 'C')]), Needs::ALL);
     }
 
     #[test]
