@@ -445,3 +445,44 @@ async fn the_log_format_comes_from_the_environment_and_a_failure_is_json_too() {
         "{stderr}"
     );
 }
+
+/// The scheduling policy of each thread of process `pid` (`/proc/<pid>/task/*/stat`, field
+/// 41): 0 for SCHED_OTHER, 3 for SCHED_BATCH.
+fn thread_policies(pid: i32) -> Vec<u32> {
+    let mut policies = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let stat = std::fs::read_to_string(task.unwrap().path().join("stat")).unwrap();
+        // The fields after the command name, which is in parentheses, start at field 3.
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        let policy = after.split(' ').nth(41 - 3).unwrap();
+        policies.push(policy.parse().unwrap());
+    }
+    policies
+}
+
+/// A pipeline's threads run under SCHED_BATCH, so that they do not preempt a walsender on
+/// the same host each time the stream wakes them; `TRIBUTARY_SCHEDULING=normal` (or
+/// `--scheduling normal`) keeps the kernel's default policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelines_threads_run_under_sched_batch_unless_told_otherwise() {
+    let db = events_database("scheduling").await;
+    let fixture = Fixture::new(&db.url, "scheduling", &[TABLE]).await;
+    for (env, wanted) in [(None, 3), (Some("normal"), 0)] {
+        let log_file = fixture.dir.join("run.log");
+        let env: Vec<(&str, &str)> = env
+            .map(|e| ("TRIBUTARY_SCHEDULING", e))
+            .into_iter()
+            .collect();
+        let mut service = Service::spawn_with(&fixture.file, &[], &log_file, &env);
+        service
+            .wait_for_log("streaming", Duration::from_secs(120))
+            .await;
+        let policies = thread_policies(service.pid());
+        assert!(policies.len() > 2, "{policies:?}");
+        assert!(
+            policies.iter().all(|&p| p == wanted),
+            "{env:?}: {policies:?}"
+        );
+        service.stop().await;
+    }
+}

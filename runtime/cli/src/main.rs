@@ -19,6 +19,7 @@ use tributary::pipeline::{self, Progress, RunOptions, http, metrics};
 mod demo;
 mod log;
 mod plugin;
+mod schedule;
 
 use log::LogFormat;
 
@@ -45,6 +46,18 @@ struct Cli {
         default_value = "text"
     )]
     log_format: LogFormat,
+    /// How the kernel schedules Tributary's threads: `batch` (Linux's SCHED_BATCH, the
+    /// default) lets a thread that wakes wait for its turn instead of preempting one that is
+    /// running, such as a PostgreSQL walsender on the same host; `normal` is the kernel's
+    /// default policy. Neither needs a privilege.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "TRIBUTARY_SCHEDULING",
+        default_value = "batch"
+    )]
+    scheduling: schedule::Scheduling,
 }
 
 #[derive(Subcommand)]
@@ -202,6 +215,8 @@ fn main() -> ExitCode {
         _ => "info,wasmtime=warn,cranelift=warn",
     };
     log::init(cli.log_format, default_filter);
+    // Before the runtime's threads exist: each inherits the policy of the thread that made it.
+    schedule::apply(cli.scheduling);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
