@@ -73,6 +73,7 @@ const PURE: &[&str] = &[
     "source/trigger/journal.rs",
     "source/trigger/sql.rs",
     "source/trigger/ticks.rs",
+    "transform/functions/",
 ];
 
 /// What an IO-free file never names.

@@ -25,11 +25,12 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::{Call, HostLimits, TransformError};
 
 mod bindings {
-    // The world that exports both interfaces: its bindings serve the plain `transform` world
-    // too, since each exported interface is looked up on its own.
+    // The world that exports both interfaces and imports the column functions: its bindings
+    // serve the plain `transform` and `columnar-transform` worlds too, since each exported
+    // interface is looked up on its own and a plugin need not import what the linker offers.
     wasmtime::component::bindgen!({
         path: "../guest-sdk/wit",
-        world: "columnar-transform",
+        world: "columnar-functions",
     });
 }
 
@@ -41,9 +42,13 @@ pub(super) mod wit {
     pub mod columnar {
         pub use super::super::bindings::exports::tributary::transform::columnar::*;
     }
+    /// The column functions' types (`tributary:functions/columns`).
+    pub mod functions {
+        pub use super::super::bindings::tributary::functions::columns::*;
+    }
 }
 
-use bindings::ColumnarTransform;
+use bindings::ColumnarFunctions;
 use bindings::exports::tributary::transform::{columnar, plugin};
 
 /// The contract this host serves, as plugins export it.
@@ -51,6 +56,9 @@ pub(super) const CONTRACT: &str = "tributary:transform/plugin@1.0.0";
 
 /// The optional interface of batches by column, as plugins export it.
 pub(super) const COLUMNAR: &str = "tributary:transform/columnar@1.0.0";
+
+/// The column functions this host serves, as plugins import them.
+pub(super) const FUNCTIONS: &str = "tributary:functions/columns@1.0.0";
 
 /// How often the epoch advances.
 pub(super) const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -163,11 +171,13 @@ impl Plugin {
         let mut linker = Linker::<HostState>::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| invalid(format!("{e:#}")))?;
-        ColumnarTransform::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
+        ColumnarFunctions::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
             .map_err(|e| invalid(format!("{e:#}")))?;
+        check_imports(engine, &component).map_err(invalid)?;
         let pre = linker.instantiate_pre(&component).map_err(|e| {
             invalid(format!(
-                "{e:#}; a plugin may only import the tributary host interface and WASI"
+                "{e:#}; a plugin may only import the tributary host interface, the column \
+                 functions ({FUNCTIONS}) and WASI"
             ))
         })?;
         let mismatch = |contract: &str, e: wasmtime::Error| {
@@ -539,6 +549,71 @@ fn check_contract(engine: &Engine, component: &Component) -> Result<bool, String
     ))
 }
 
+/// The packages of `tributary:` interfaces this host serves, each at its version.
+const SERVED: [(&str, (u64, u64, u64)); 2] = [
+    ("tributary:transform", (1, 0, 0)),
+    (
+        super::functions::FUNCTIONS_PACKAGE,
+        super::functions::FUNCTIONS_VERSION,
+    ),
+];
+
+/// Whether this host serves every `tributary:` interface the component imports, at its
+/// version, with a message naming the first it does not and saying what to do. (The linker
+/// would refuse it too, but in its own words: an instance "not found".)
+fn check_imports(engine: &Engine, component: &Component) -> Result<(), String> {
+    for (name, _) in component.component_type().imports(engine) {
+        let Some((interface, version)) = name.split_once('@') else {
+            continue;
+        };
+        let Some((package, _)) = interface.split_once('/') else {
+            continue;
+        };
+        if !package.starts_with("tributary:") {
+            continue;
+        }
+        let wanted = parse_version(version);
+        let served = SERVED.iter().find(|(p, _)| *p == package).map(|(_, v)| *v);
+        // A 1.x host serves every 1.y with y ≤ x: later minors only add.
+        if let (Some(wanted), Some(served)) = (wanted, served)
+            && wanted.0 == served.0
+            && wanted <= served
+        {
+            continue;
+        }
+        return Err(unserved(name, package, version, served));
+    }
+    Ok(())
+}
+
+/// What to say of an import of `package` at `version` that this host does not serve.
+fn unserved(name: &str, package: &str, version: &str, served: Option<(u64, u64, u64)>) -> String {
+    let serves = match served {
+        Some((major, minor, patch)) => format!("serves {package} {major}.{minor}.{patch} only"),
+        None => format!("does not serve {package} at any version"),
+    };
+    let todo = if package == super::functions::FUNCTIONS_PACKAGE {
+        format!(
+            "run it on a Tributary that serves {package} {version} (upgrade Tributary), or load \
+             the plugin's build that does not import the column functions (built for the \
+             columnar-transform world, computing the values itself)"
+        )
+    } else {
+        format!(
+            "rebuild it against {CONTRACT} (guest-sdk/wit/transform.wit), or run it on a \
+             Tributary that serves {package} {version}"
+        )
+    };
+    format!("it imports {name}, but this Tributary {serves}; {todo}")
+}
+
+/// `major.minor.patch`, without pre-release or build parts.
+fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
+    let mut parts = version.split('.').map(|p| p.parse::<u64>().ok());
+    let version = (parts.next()??, parts.next()??, parts.next()??);
+    parts.next().is_none().then_some(version)
+}
+
 fn deadline_ticks(timeout: Duration) -> u64 {
     let ticks = timeout.as_nanos().div_ceil(EPOCH_TICK.as_nanos());
     // One more tick: the ticker may fire right after the deadline is set.
@@ -571,6 +646,10 @@ struct HostState {
     stderr: Captured,
     /// What the plugin counted through `host.count` since the counters were last taken.
     counters: std::collections::BTreeMap<String, u64>,
+    /// The column functions' state (compiled patterns).
+    functions: super::functions::Functions,
+    /// The plugin's memory limit, which also bounds what one call of the functions returns.
+    memory_bytes: usize,
 }
 
 impl HostState {
@@ -596,6 +675,8 @@ impl HostState {
             stdout,
             stderr,
             counters: Default::default(),
+            functions: Default::default(),
+            memory_bytes: limits.memory_bytes,
         }
     }
 
@@ -643,6 +724,16 @@ impl bindings::tributary::transform::host::Host for HostState {
     fn count(&mut self, name: String, delta: u64) {
         let counter = self.counters.entry(name).or_default();
         *counter = counter.saturating_add(delta);
+    }
+}
+
+impl bindings::tributary::functions::columns::Host for HostState {
+    fn apply(
+        &mut self,
+        rows: Vec<u8>,
+        steps: Vec<wit::functions::Step>,
+    ) -> Result<wit::functions::Applied, String> {
+        self.functions.apply(&rows, &steps, self.memory_bytes)
     }
 }
 

@@ -48,6 +48,7 @@ pub mod cache;
 mod chain;
 mod columnar;
 mod convert;
+mod functions;
 mod host;
 mod retry;
 mod route;
