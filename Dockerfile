@@ -23,7 +23,7 @@ RUN rustup target add wasm32-wasip2
 WORKDIR /src
 COPY . .
 # The plugins worth bundling; the others under plugins/ exist for the tests (trap, spin,
-# sandbox, old-contract).
+# sandbox, old-contract, newer-functions).
 ARG PLUGINS="passthrough mask select filter router flatten messages"
 # Line tables stay out of the image (70 MB instead of 320); the symbol names stay, so a
 # backtrace still names its functions.

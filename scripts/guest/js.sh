@@ -5,15 +5,18 @@
 #   ensure_js_guest            jco and componentize-js, at the versions pinned in the
 #                              examples' package.json, in $TOOLS/jco; exports TRIBUTARY_JCO
 #                              and, when jco ships one, TRIBUTARY_PREVIEW1_ADAPTER
-#   build_js_examples OUTDIR   OUTDIR/js/passthrough.wasm, mask.wasm and their columnar
-#                              variants passthrough-columnar.wasm, mask-columnar.wasm
+#   build_js_examples OUTDIR   OUTDIR/js/passthrough.wasm, mask.wasm, their columnar
+#                              variants passthrough-columnar.wasm, mask-columnar.wasm, and
+#                              mask-functions.wasm (columnar, on the host's column functions)
 
 JS_EXAMPLES="$ROOT/examples/plugins/js"
 JS_NODE_MAJOR_MIN=20
 # The plugins: NAME is src/NAME.js, built for the world `transform` by `jco componentize`;
 # NAME-columnar imports NAME.js (and arrow-ipc.js), so it is built for the world
-# `columnar-transform` by componentize.mjs, which lets ComponentizeJS resolve the imports.
-JS_PLUGINS=(passthrough mask passthrough-columnar mask-columnar)
+# `columnar-transform` by componentize.mjs, which lets ComponentizeJS resolve the imports;
+# NAME-functions likewise, for the world `columnar-functions` (it imports the host's column
+# functions).
+JS_PLUGINS=(passthrough mask passthrough-columnar mask-columnar mask-functions)
 # The WASI features of the JS engine that the plugins leave out. stdio stays: what a plugin
 # prints (and the message of an exception that escapes it) lands in the host log.
 JS_DISABLED_FEATURES=(http fetch-event clocks random)
@@ -76,7 +79,7 @@ _js_build_stamp() {
     local modules="$TOOLS/jco/node_modules/@bytecodealliance"
     {
         sha256sum "$JS_EXAMPLES"/src/*.js "$JS_EXAMPLES/componentize.mjs" \
-            "$ROOT"/guest-sdk/wit/*.wit \
+            "$ROOT"/guest-sdk/wit/*.wit "$ROOT"/guest-sdk/wit/deps/*/*.wit \
             "$JS_EXAMPLES/package-lock.json" "${BASH_SOURCE[0]}" | sed "s| $ROOT/| |"
         echo "jco $(_js_installed_version "$modules" jco)"
         echo "componentize-js $(_js_installed_version "$modules" componentize-js)"
@@ -108,11 +111,16 @@ build_js_examples() {
     local wit="$ROOT/guest-sdk/wit/transform.wit"
     for plugin in "${JS_PLUGINS[@]}"; do
         local started=$SECONDS source="$JS_EXAMPLES/src/$plugin.js"
+        local world=columnar-transform
         case "$plugin" in
-            *-columnar)
+            *-functions) world=columnar-functions ;;
+        esac
+        case "$plugin" in
+            *-columnar | *-functions)
                 say "js plugins: building $plugin with ComponentizeJS (componentize.mjs)"
-                # The whole package: columnar.wit beside the frozen transform.wit.
-                said="$(node "$TOOLS/jco/componentize.mjs" "$source" "$ROOT/guest-sdk/wit" columnar-transform \
+                # The whole package: columnar.wit and functions.wit beside the frozen
+                # transform.wit, and the column functions' package in deps/.
+                said="$(node "$TOOLS/jco/componentize.mjs" "$source" "$ROOT/guest-sdk/wit" "$world" \
                     "$out/$plugin.wasm.partial" "${JS_DISABLED_FEATURES[@]}" 2>&1)" || {
                     printf '%s\n' "$said" >&2
                     die "componentize.mjs failed for $source"

@@ -7,8 +7,10 @@ COMPONENTIZE_PY_VERSION="0.25.1"
 # built for the world `transform`. NAME-columnar is the module columnar.py of directory NAME,
 # built for the world `columnar-transform` (it also takes batches by column). Every build gets
 # the modules of examples/plugins/python/lib beside its own (the columnar ones import
-# arrow_ipc from there).
-PYTHON_EXAMPLES=(passthrough mask sandbox passthrough-columnar mask-columnar sandbox-columnar)
+# arrow_ipc from there). NAME-functions is the module functions.py of directory NAME, built for
+# the world `columnar-functions` (columnar, and it imports the host's column functions).
+PYTHON_EXAMPLES=(passthrough mask sandbox passthrough-columnar mask-columnar sandbox-columnar
+    mask-functions)
 
 # Makes componentize-py $COMPONENTIZE_PY_VERSION available in a virtual environment in the
 # tools cache. Exports TRIBUTARY_COMPONENTIZE_PY, the executable.
@@ -51,7 +53,7 @@ python_example_stamp() {
     local dir="$1" wit="$2" tool="$3" options="$4" file
     {
         printf 'tool %s\noptions %s\n' "$tool" "$options"
-        printf 'wit %s %s\n' "$wit" "$(cat "$wit" "$wit"/*.wit 2>/dev/null | sha256sum | cut -d' ' -f1)"
+        printf 'wit %s %s\n' "$wit" "$(cat "$wit" "$wit"/*.wit "$wit"/deps/*/*.wit 2>/dev/null | sha256sum | cut -d' ' -f1)"
         while IFS= read -r file; do
             printf 'source %s %s\n' "$file" "$(sha256sum < "$dir/$file" | cut -d' ' -f1)"
         done < <(python_example_files "$dir")
@@ -82,6 +84,8 @@ build_python_examples() {
     for name in "${PYTHON_EXAMPLES[@]}"; do
         case "$name" in
             *-columnar) dir="$src/${name%-columnar}" world="columnar-transform" module="columnar"
+                wit="$ROOT/guest-sdk/wit" ;;
+            *-functions) dir="$src/${name%-functions}" world="columnar-functions" module="functions"
                 wit="$ROOT/guest-sdk/wit" ;;
             *) dir="$src/$name" world="transform" module="app" wit="$ROOT/guest-sdk/wit/transform.wit" ;;
         esac

@@ -157,6 +157,27 @@ async fn javascript_columnar_plugins_mask_and_pass_through() {
     mask_then_passthrough("jscol", mask, passthrough).await;
 }
 
+/// The masks on the host's column functions (`tributary:functions/columns@1.0.0`: the host
+/// computes the digests of a whole column in one call) land exactly what the Rust mask and the
+/// pure-guest masks land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_host_function_mask_lands_the_rust_masks_digests() {
+    let (mask, passthrough) = (
+        guest_plugin("python", "mask-functions"),
+        guest_plugin("python", "passthrough-columnar"),
+    );
+    mask_then_passthrough("pyfn", mask, passthrough).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_host_function_mask_lands_the_rust_masks_digests() {
+    let (mask, passthrough) = (
+        guest_plugin("js", "mask-functions"),
+        guest_plugin("js", "passthrough-columnar"),
+    );
+    mask_then_passthrough("jsfn", mask, passthrough).await;
+}
+
 /// A columnar plugin whose columns do not fit its table's output (a column of another type, a
 /// null in a column its reshape adds as not nullable) stops the pipeline with a message that
 /// names the plugin, the table, the column and what to do; nothing is confirmed.

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 /// The command that builds every plugin the tests load.
-pub const PLUGIN_BUILD_COMMAND: &str = "cargo build --release --target wasm32-wasip2 -p passthrough -p trap -p spin -p mask -p messages -p select -p sandbox -p old-contract";
+pub const PLUGIN_BUILD_COMMAND: &str = "cargo build --release --target wasm32-wasip2 -p passthrough -p trap -p spin -p mask -p messages -p select -p sandbox -p old-contract -p newer-functions";
 
 /// The built component `<name>.wasm`; panics with the build command when it is missing.
 pub fn plugin(name: &str) -> PathBuf {

@@ -165,6 +165,15 @@ fn check_refuses_a_plugin_that_refuses_its_settings() {
     assert!(err.contains("tributary:transform@0.1.0"), "{err}");
 
     let err = failed(
+        "check a plugin importing newer column functions",
+        tributary(&["plugin", "check", path(&plugin("newer_functions"))]),
+    );
+    assert!(
+        err.contains("it imports tributary:functions/columns@1.1.0, but this Tributary serves"),
+        "{err}"
+    );
+
+    let err = failed(
         "a setting without =",
         tributary(&[
             "plugin",

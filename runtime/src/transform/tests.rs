@@ -611,6 +611,36 @@ fn a_plugin_built_against_the_old_contract_is_refused_with_how_to_rebuild() {
     );
 }
 
+/// A component that imports a version of the column functions this host does not serve
+/// (`tributary:functions@1.1.0`) is refused when it loads, naming the interface and the version
+/// served and saying what to do, rather than with the linker's words alone.
+#[test]
+fn a_plugin_importing_functions_this_host_does_not_serve_is_refused_saying_what_to_do() {
+    let spec = TransformSpec {
+        plugin: plugin("newer_functions"),
+        config: vec![],
+        ..Default::default()
+    };
+    let err = TransformChain::load(&[(spec, HostLimits::default())])
+        .err()
+        .expect("load must fail");
+    let message = err.to_string();
+    assert!(matches!(err, TransformError::Invalid { .. }), "{message}");
+    assert!(message.contains("newer_functions.wasm"), "{message}");
+    assert!(
+        message.contains(
+            "it imports tributary:functions/columns@1.1.0, but this Tributary serves \
+             tributary:functions 1.0.0 only"
+        ),
+        "{message}"
+    );
+    assert!(message.contains("(upgrade Tributary)"), "{message}");
+    assert!(
+        message.contains("the plugin's build that does not import the column functions"),
+        "{message}"
+    );
+}
+
 /// Message rows of a transaction delivered in parts number on across the parts, so their
 /// identities are those of the transaction delivered whole.
 #[test]

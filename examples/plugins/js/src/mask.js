@@ -159,6 +159,11 @@ export function maskedColumns() {
   return maskedNames;
 }
 
+// The salt `init` read, as UTF-8 bytes, for mask-functions.js.
+export function maskSalt() {
+  return saltBytes;
+}
+
 // How many bytes digestInto writes: "sha256:" and 16 hex digits.
 export const DIGEST_LENGTH = 23;
 
