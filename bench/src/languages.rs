@@ -1,7 +1,10 @@
 //! The `languages` scenario: the same two plugins, `passthrough` and `mask`, written in Rust,
 //! Python, JavaScript and C, against no transform, on the inserts table; for Python and
 //! JavaScript also their columnar variants (`passthrough-columnar`, `mask-columnar`), which take
-//! each table as an Arrow IPC stream through `tributary:transform/columnar@1.0.0`.
+//! each table as an Arrow IPC stream through `tributary:transform/columnar@1.0.0`, and the
+//! columnar mask on the host's column functions (`mask-functions`, importing
+//! `tributary:functions/columns@1.0.0`), whose digests the host computes. Every mask's rows/s
+//! is also printed over the Rust mask's, in the same run.
 //!
 //! The consumers run in two groups, each draining its own workload: no transform, Rust and C
 //! on the full size, Python and JavaScript (interpreters compiled to Wasm) on a tenth of it,
@@ -36,12 +39,14 @@ const CALL_TIMEOUT_MS: u64 = 600_000;
 /// The plugins of every language.
 const PLUGINS: [&str; 2] = ["passthrough", "mask"];
 
-/// The plugins of the languages that also have columnar variants.
-const WITH_COLUMNAR: [&str; 4] = [
+/// The plugins of the languages that also have columnar variants, and a mask on the host's
+/// column functions.
+const WITH_COLUMNAR: [&str; 5] = [
     "passthrough",
     "mask",
     "passthrough-columnar",
     "mask-columnar",
+    "mask-functions",
 ];
 
 /// A language the plugins are written in; Rust's are the bundled plugins in `plugins/`, the
@@ -546,10 +551,45 @@ impl LanguagesResult {
              first read with an empty TRIBUTARY_PLUGIN_CACHE (the plugin is compiled), cached \
              start: the same with the cache filled, both on an idle slot"
         );
+        self.print_mask_ratios(&mut out);
         for (name, why) in skipped {
             let _ = writeln!(out, "skipped {name}: {why}");
         }
         out
+    }
+
+    /// Each mask's rows/s over the Rust mask's, run by run (both drained workloads written in
+    /// the same run, of their own sizes).
+    fn print_mask_ratios(&self, out: &mut String) {
+        let Some(rust) = self
+            .consumers
+            .iter()
+            .find(|c| c.language == Some(Language::Rust.name()) && c.plugin == Some("mask"))
+        else {
+            return;
+        };
+        let rows_per_second = |c: &LanguageConsumer, run: &Result<LanguageRun, String>| {
+            let run = run.as_ref().ok()?;
+            Some(self.rows(c) as f64 / run.measured.consumer.seconds)
+        };
+        let _ = writeln!(out, "mask rows/s over the Rust mask's, in the same run:");
+        for consumer in &self.consumers {
+            if consumer.language == rust.language
+                || !consumer.plugin.is_some_and(|p| p.starts_with("mask"))
+            {
+                continue;
+            }
+            let ratios: Vec<f64> = consumer
+                .runs
+                .iter()
+                .zip(&rust.runs)
+                .filter_map(|(c, r)| {
+                    Some(rows_per_second(consumer, c)? / rows_per_second(rust, r)?)
+                })
+                .collect();
+            let shown = Spread::of(&ratios).map_or("-".into(), |s| s.show(fixed2));
+            let _ = writeln!(out, "  {:<48} {shown:>18}", consumer.name);
+        }
     }
 }
 
@@ -584,8 +624,9 @@ mod tests {
         assert_eq!(names[0], NONE_FILE);
         assert_eq!(names[1], "tributary Rust passthrough → file");
         assert_eq!(names[5], "tributary Python passthrough-columnar → file");
-        assert_eq!(names[10], "tributary JavaScript mask-columnar → file");
-        assert_eq!(names[12], "tributary C mask → file");
+        assert_eq!(names[7], "tributary Python mask-functions → file");
+        assert_eq!(names[11], "tributary JavaScript mask-columnar → file");
+        assert_eq!(names[14], "tributary C mask → file");
         // Every consumer is located or says why not.
         assert!(
             consumers
@@ -593,7 +634,7 @@ mod tests {
                 .skip(1)
                 .all(|c| c.path.is_some() != c.skipped.is_some())
         );
-        for python_mask in [&consumers[4], &consumers[6]] {
+        for python_mask in [&consumers[4], &consumers[6], &consumers[7]] {
             assert!(python_mask.interpreted);
             if python_mask.skipped.is_none() {
                 let spec = python_mask.spec().unwrap();

@@ -10,7 +10,10 @@
 //!
 //! The crate builds the world `transform` only: it does not offer the `columnar` interface
 //! (`wit/columnar.wit`), which pays off for interpreted guests; a compiled Rust plugin costs
-//! little at the typed boundary (see `BENCHMARKS.md`).
+//! little at the typed boundary (see `BENCHMARKS.md`). With the feature `functions`, the module
+//! `functions` imports the host's column functions (`tributary:functions/columns@1.0.0`,
+//! `wit/deps/functions/columns.wit`; the world `columnar-functions` of `wit/functions.wit` is
+//! the whole world of a columnar plugin that imports them).
 //!
 //! A whole plugin:
 //!
@@ -43,6 +46,8 @@
 
 #![allow(clippy::too_many_arguments)]
 
+#[cfg(feature = "functions")]
+pub mod functions;
 pub mod testing;
 
 /// The bindings `wit-bindgen` generates for the world, as they are.

@@ -25,6 +25,8 @@ pub enum Lang {
 const WIT: &str = include_str!("../../../../guest-sdk/wit/transform.wit");
 const SDK_LIB: &str = include_str!("../../../../guest-sdk/src/lib.rs");
 const SDK_TESTING: &str = include_str!("../../../../guest-sdk/src/testing.rs");
+const SDK_FUNCTIONS: &str = include_str!("../../../../guest-sdk/src/functions.rs");
+const FUNCTIONS_WIT: &str = include_str!("../../../../guest-sdk/wit/deps/functions/columns.wit");
 const CHANGES: &str = include_str!("../../templates/changes.jsonl");
 
 const RUST: &[(&str, &str)] = &[
@@ -180,6 +182,15 @@ pub fn files(lang: Lang, name: &str) -> anyhow::Result<Vec<(String, String)>> {
             files.push(("tributary-guest/src/lib.rs".into(), SDK_LIB.into()));
             files.push(("tributary-guest/src/testing.rs".into(), SDK_TESTING.into()));
             files.push(("tributary-guest/wit/transform.wit".into(), WIT.into()));
+            // The column functions, behind the SDK's `functions` feature.
+            files.push((
+                "tributary-guest/src/functions.rs".into(),
+                SDK_FUNCTIONS.into(),
+            ));
+            files.push((
+                "tributary-guest/wit/deps/functions/columns.wit".into(),
+                FUNCTIONS_WIT.into(),
+            ));
         }
         Lang::Python | Lang::C => files.push(("wit/transform.wit".into(), WIT.into())),
         Lang::Js => {
