@@ -18,7 +18,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use anyhow::{Context, bail};
 use serde::Serialize;
@@ -223,15 +222,17 @@ fn locate_guest(dir: &str, name: &str) -> Result<PathBuf, String> {
     })
 }
 
-/// The files of a compile cache directory, with their sizes and modification times: a start
-/// that compiles (again) writes one.
-fn cache_files(dir: &Path) -> anyhow::Result<Vec<(PathBuf, u64, SystemTime)>> {
+/// The files of a compile cache directory, with their sizes and inodes: a start that compiles
+/// (again) writes one, under a temporary name renamed into place, so a new inode. (Not their
+/// modification times: a start that loads an entry touches it, for the cache's eviction.)
+fn cache_files(dir: &Path) -> anyhow::Result<Vec<(PathBuf, u64, u64)>> {
+    use std::os::unix::fs::MetadataExt;
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let entry = entry?;
         let meta = entry.metadata()?;
         if meta.is_file() {
-            files.push((entry.path(), meta.len(), meta.modified()?));
+            files.push((entry.path(), meta.len(), meta.ino()));
         }
     }
     files.sort();
