@@ -873,3 +873,50 @@ impl tokio::io::AsyncWrite for Captured {
         std::task::Poll::Ready(Ok(()))
     }
 }
+
+#[cfg(test)]
+mod import_tests {
+    use super::{parse_version, unserved};
+
+    #[test]
+    fn versions_parse_as_three_numbers_only() {
+        assert_eq!(parse_version("1.0.0"), Some((1, 0, 0)));
+        assert_eq!(parse_version("2.10.3"), Some((2, 10, 3)));
+        assert_eq!(parse_version("1.0"), None);
+        assert_eq!(parse_version("1.0.0-rc1"), None);
+        assert_eq!(parse_version("1.0.0.1"), None);
+    }
+
+    #[test]
+    fn an_unserved_import_is_named_with_what_to_do() {
+        let functions = unserved(
+            "tributary:functions/columns@2.0.0",
+            "tributary:functions",
+            "2.0.0",
+            Some((1, 0, 0)),
+        );
+        assert_eq!(
+            functions,
+            "it imports tributary:functions/columns@2.0.0, but this Tributary serves \
+             tributary:functions 1.0.0 only; run it on a Tributary that serves \
+             tributary:functions 2.0.0 (upgrade Tributary), or load the plugin's build that \
+             does not import the column functions (built for the columnar-transform world, \
+             computing the values itself)"
+        );
+        let contract = unserved(
+            "tributary:transform/host@2.0.0",
+            "tributary:transform",
+            "2.0.0",
+            Some((1, 0, 0)),
+        );
+        assert!(
+            contract.contains("rebuild it against tributary:transform/plugin@1.0.0"),
+            "{contract}"
+        );
+        let unknown = unserved("tributary:other/x@1.0.0", "tributary:other", "1.0.0", None);
+        assert!(
+            unknown.contains("does not serve tributary:other at any version"),
+            "{unknown}"
+        );
+    }
+}
