@@ -60,12 +60,22 @@ impl Budget {
                 self.left = left;
                 Ok(())
             }
-            None => Err(format!(
-                "its result would take more than the plugin's memory limit of {} bytes; apply \
-                 the step to fewer rows at a time, or raise the plugin's memory_limit_mib",
-                self.limit
-            )),
+            None => Err(self.refusal()),
         }
+    }
+
+    /// How many bytes are left.
+    pub(super) fn left(&self) -> usize {
+        self.left
+    }
+
+    /// What to say when the result outgrows the limit.
+    pub(super) fn refusal(&self) -> String {
+        format!(
+            "its result would take more than the plugin's memory limit of {} bytes; apply the \
+             step to fewer rows at a time, or raise the plugin's memory_limit_mib",
+            self.limit
+        )
     }
 }
 

@@ -187,15 +187,28 @@ pub(super) fn truncate(
     })
 }
 
-/// Every match of `pattern` in each text replaced.
+/// Every match of `pattern` in each text replaced. The text is built match by match and given
+/// up as soon as it outgrows what the budget has left, so one value whose replacements multiply
+/// it cannot take more memory than the whole result may.
 pub(super) fn replace(
     column: &ArrayRef,
     pattern: &regex::Regex,
     replacement: &str,
     budget: &mut Budget,
 ) -> Result<ArrayRef, String> {
+    let (cap, refusal) = (budget.left(), budget.refusal());
     map_text(column, "replace", budget, |s, out| {
-        out.push_str(&pattern.replace_all(s, replacement));
+        let mut last = 0;
+        for captures in pattern.captures_iter(s) {
+            let whole = captures.get_match();
+            out.push_str(&s[last..whole.start()]);
+            captures.expand(replacement, out);
+            last = whole.end();
+            if out.len() > cap {
+                return Err(refusal.clone());
+            }
+        }
+        out.push_str(&s[last..]);
         Ok(true)
     })
 }

@@ -468,4 +468,17 @@ fn a_result_larger_than_the_memory_limit_is_refused() {
         e.contains("its result would take more than the plugin's memory limit of 1000 bytes"),
         "{e}"
     );
+    // One value whose replacements multiply it is given up before it is whole.
+    let rows = stream(vec![("c", text(&[Some(&"a".repeat(10_000))]))]);
+    let replace = fw::Operation::Replace(fw::Replace {
+        pattern: "a".into(),
+        replacement: "b".repeat(1000),
+    });
+    let e = Functions::default()
+        .apply(&rows, &[step("c", replace, "c")], 100_000)
+        .unwrap_err();
+    assert!(
+        e.contains("row 0: its result would take more than the plugin's memory limit of 100000"),
+        "{e}"
+    );
 }
