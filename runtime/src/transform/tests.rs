@@ -586,12 +586,10 @@ fn a_plugin_recursing_past_its_stack_limit_is_stopped_naming_the_limit() {
     );
 }
 
-/// A component built against the retired 0.1 contract is refused before it is linked, with
-/// how to rebuild it.
-#[test]
-fn a_plugin_built_against_the_old_contract_is_refused_with_how_to_rebuild() {
+/// The error of loading the plugin `name`, which must be refused as invalid.
+fn refused_at_load(name: &str) -> String {
     let spec = TransformSpec {
-        plugin: plugin("old_contract"),
+        plugin: plugin(name),
         config: vec![],
         ..Default::default()
     };
@@ -600,6 +598,14 @@ fn a_plugin_built_against_the_old_contract_is_refused_with_how_to_rebuild() {
         .expect("load must fail");
     let message = err.to_string();
     assert!(matches!(err, TransformError::Invalid { .. }), "{message}");
+    message
+}
+
+/// A component built against the retired 0.1 contract is refused before it is linked, with
+/// how to rebuild it.
+#[test]
+fn a_plugin_built_against_the_old_contract_is_refused_with_how_to_rebuild() {
+    let message = refused_at_load("old_contract");
     assert!(message.contains("old_contract.wasm"), "{message}");
     assert!(
         message.contains("built against the tributary:transform@0.1.0 contract"),
@@ -616,16 +622,7 @@ fn a_plugin_built_against_the_old_contract_is_refused_with_how_to_rebuild() {
 /// served and saying what to do, rather than with the linker's words alone.
 #[test]
 fn a_plugin_importing_functions_this_host_does_not_serve_is_refused_saying_what_to_do() {
-    let spec = TransformSpec {
-        plugin: plugin("newer_functions"),
-        config: vec![],
-        ..Default::default()
-    };
-    let err = TransformChain::load(&[(spec, HostLimits::default())])
-        .err()
-        .expect("load must fail");
-    let message = err.to_string();
-    assert!(matches!(err, TransformError::Invalid { .. }), "{message}");
+    let message = refused_at_load("newer_functions");
     assert!(message.contains("newer_functions.wasm"), "{message}");
     assert!(
         message.contains(

@@ -68,27 +68,34 @@ function maskStream(bytes, names) {
   return columns.length > 0 ? [writeStream(columns), masked] : [undefined, 0];
 }
 
-export const columnar = {
-  processColumns(batch) {
-    const wanted = maskedColumns();
-    let masked = 0;
-    const tables = batch.relations.map((relation, i) => {
-      const table = batch.tables[i];
-      const names = relation.columns
-        .filter((c) => wanted.has(c.name) && !UNMASKED_TYPES.has(c.typeName))
-        .map((c) => c.name);
-      if (names.length === 0) {
-        return { land: { tag: 'all' }, rejections: [] };
+// The `columnar` interface of a mask whose `maskStream(bytes, names)` gives the masked columns
+// of a stream among `names`, as a stream, and how many values it masked ([undefined, 0] for
+// none): this plugin's, or mask-functions.js's, which has the host compute them.
+export function maskingColumnar(maskStream) {
+  return {
+    processColumns(batch) {
+      const wanted = maskedColumns();
+      let masked = 0;
+      const tables = batch.relations.map((relation, i) => {
+        const table = batch.tables[i];
+        const names = relation.columns
+          .filter((c) => wanted.has(c.name) && !UNMASKED_TYPES.has(c.typeName))
+          .map((c) => c.name);
+        if (names.length === 0) {
+          return { land: { tag: 'all' }, rejections: [] };
+        }
+        const [columns, inRows] = maskStream(table.rows, names);
+        // The old images of updates land in `_old`: mask them too.
+        const [old, inOld] = table.old !== undefined ? maskStream(table.old, names) : [undefined, 0];
+        masked += inRows + inOld;
+        return { land: { tag: 'all' }, columns, old, rejections: [] };
+      });
+      if (masked > 0) {
+        count('values_masked', BigInt(masked));
       }
-      const [columns, inRows] = maskStream(table.rows, names);
-      // The old images of updates land in `_old`: mask them too.
-      const [old, inOld] = table.old !== undefined ? maskStream(table.old, names) : [undefined, 0];
-      masked += inRows + inOld;
-      return { land: { tag: 'all' }, columns, old, rejections: [] };
-    });
-    if (masked > 0) {
-      count('values_masked', BigInt(masked));
-    }
-    return { tables, rows: [] };
-  },
-};
+      return { tables, rows: [] };
+    },
+  };
+}
+
+export const columnar = maskingColumnar(maskStream);

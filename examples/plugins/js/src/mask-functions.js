@@ -12,15 +12,12 @@
 // this build when it loads it, saying so: there, run mask-columnar-js or mask-js, which compute
 // the digests themselves and land the same values.
 
-import { count } from 'tributary:transform/host@1.0.0';
 import { apply } from 'tributary:functions/columns@1.0.0';
-import { maskedColumns, maskSalt, plugin as typed } from './mask.js';
+import { maskingColumnar } from './mask-columnar.js';
+import { maskSalt, plugin as typed } from './mask.js';
 import { readStream } from './arrow-ipc.js';
 
 const NAME = 'mask-functions-js';
-
-// Text columns of these types are left as they are: a digest is not a valid value of them.
-const UNMASKED_TYPES = new Set(['json', 'jsonb', 'numeric']);
 
 export const plugin = {
   ...typed,
@@ -65,27 +62,4 @@ function maskStream(bytes, names) {
   return [applied.columns, masked];
 }
 
-export const columnar = {
-  processColumns(batch) {
-    const wanted = maskedColumns();
-    let masked = 0;
-    const tables = batch.relations.map((relation, i) => {
-      const table = batch.tables[i];
-      const names = relation.columns
-        .filter((c) => wanted.has(c.name) && !UNMASKED_TYPES.has(c.typeName))
-        .map((c) => c.name);
-      if (names.length === 0) {
-        return { land: { tag: 'all' }, rejections: [] };
-      }
-      const [columns, inRows] = maskStream(table.rows, names);
-      // The old images of updates land in `_old`: mask them too.
-      const [old, inOld] = table.old !== undefined ? maskStream(table.old, names) : [undefined, 0];
-      masked += inRows + inOld;
-      return { land: { tag: 'all' }, columns, old, rejections: [] };
-    });
-    if (masked > 0) {
-      count('values_masked', BigInt(masked));
-    }
-    return { tables, rows: [] };
-  },
-};
+export const columnar = maskingColumnar(maskStream);

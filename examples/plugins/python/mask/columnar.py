@@ -18,7 +18,7 @@ tributary:transform@1.0.0 (world `columnar-transform`); see README.md.
 """
 
 import hashlib
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import app
 import arrow_ipc
@@ -67,31 +67,45 @@ def mask_stream(salted: Any, data: bytes, names: List[str]) -> Optional[List[tup
     return columns or None
 
 
+def written_stream(salted: Any, data: bytes, names: List[str]) -> Tuple[Optional[bytes], int]:
+    """`mask_stream` written as a stream, and how many values it masked; (None, 0) when the
+    stream holds none of the columns."""
+    columns = mask_stream(salted, data, names)
+    if columns is None:
+        return None, 0
+    masked = sum(v is not None for _, _, values in columns for v in values)
+    return arrow_ipc.write_stream(columns), masked
+
+
+def mask_batch(batch: c.ColumnBatch,
+               mask: Callable[[bytes, List[str]], Tuple[Optional[bytes], int]]) -> c.ColumnOutput:
+    """The output of a mask by column, whose `mask(data, names)` gives the masked columns of the
+    stream `data` among `names` as a stream, and how many values it masked ((None, 0) for
+    none): this plugin's, or functions.py's, which has the host compute them."""
+    wanted = set(app._columns)
+    outputs: List[c.TableOutput] = []
+    masked = 0
+    for relation, table in zip(batch.relations, batch.tables):
+        names = [column.name for column in relation.columns
+                 if column.name in wanted and column.type_name not in UNMASKED_TYPES]
+        columns = old = None
+        if names:
+            columns, n = mask(table.rows, names)
+            masked += n
+            # The old images of updates land in `_old`: mask them too.
+            if table.old is not None:
+                old, n = mask(table.old, names)
+                masked += n
+        outputs.append(c.TableOutput(land=c.Selection_All(), columns=columns, old=old,
+                                     rejections=[]))
+    if masked:
+        host.count("values_masked", masked)
+    return c.ColumnOutput(tables=outputs, rows=[])
+
+
 class Columnar(exports.Columnar):
     """The `columnar` interface: componentize-py calls `process_columns` for each batch."""
 
     def process_columns(self, batch: c.ColumnBatch) -> c.ColumnOutput:
-        wanted = set(app._columns)
         salted = hashlib.sha256(app._salt + b"\x00")
-        outputs: List[c.TableOutput] = []
-        masked = 0
-        for relation, table in zip(batch.relations, batch.tables):
-            names = [column.name for column in relation.columns
-                     if column.name in wanted and column.type_name not in UNMASKED_TYPES]
-            columns = old = None
-            if names:
-                rows = mask_stream(salted, table.rows, names)
-                if rows is not None:
-                    masked += sum(v is not None for _, _, values in rows for v in values)
-                    columns = arrow_ipc.write_stream(rows)
-                # The old images of updates land in `_old`: mask them too.
-                if table.old is not None:
-                    images = mask_stream(salted, table.old, names)
-                    if images is not None:
-                        masked += sum(v is not None for _, _, values in images for v in values)
-                        old = arrow_ipc.write_stream(images)
-            outputs.append(c.TableOutput(land=c.Selection_All(), columns=columns, old=old,
-                                         rejections=[]))
-        if masked:
-            host.count("values_masked", masked)
-        return c.ColumnOutput(tables=outputs, rows=[])
+        return mask_batch(batch, lambda data, names: written_stream(salted, data, names))

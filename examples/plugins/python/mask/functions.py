@@ -22,7 +22,6 @@ from componentize_py_types import Err
 from wit_world import exports
 from wit_world.exports import columnar as c
 from wit_world.imports import columns as fn
-from wit_world.imports import host
 from wit_world.imports import types as t
 
 NAME = "mask-functions-py"
@@ -64,22 +63,4 @@ class Columnar(exports.Columnar):
     """The `columnar` interface: componentize-py calls `process_columns` for each batch."""
 
     def process_columns(self, batch: c.ColumnBatch) -> c.ColumnOutput:
-        wanted = set(app._columns)
-        outputs: List[c.TableOutput] = []
-        masked = 0
-        for relation, table in zip(batch.relations, batch.tables):
-            names = [column.name for column in relation.columns
-                     if column.name in wanted and column.type_name not in columnar.UNMASKED_TYPES]
-            columns = old = None
-            if names:
-                columns, n = mask_stream(table.rows, names)
-                masked += n
-                # The old images of updates land in `_old`: mask them too.
-                if table.old is not None:
-                    old, n = mask_stream(table.old, names)
-                    masked += n
-            outputs.append(c.TableOutput(land=c.Selection_All(), columns=columns, old=old,
-                                         rejections=[]))
-        if masked:
-            host.count("values_masked", masked)
-        return c.ColumnOutput(tables=outputs, rows=[])
+        return columnar.mask_batch(batch, mask_stream)
