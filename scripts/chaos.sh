@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the chaos test (tests/e2e/chaos.rs, docs/reliability.md) on this machine, installing
-# what it needs first as scripts/test.sh does: PostgreSQL server binaries and the s3s-fs S3
+# what it needs first as scripts/test.sh does: PostgreSQL server binaries and the tests' S3
 # server. `scripts/chaos.sh` runs the long mode (500+ kills, about an hour); `scripts/chaos.sh
 # ci` runs the CI mode (about five minutes) alone. TRIBUTARY_CHAOS_SEED=<seed> replays a seed's
 # schedule; TRIBUTARY_CHAOS_KEEP=1 keeps every run's log of a passing run too. The test prints
@@ -17,7 +17,7 @@ esac
 
 ensure_cargo
 ensure_postgres
-ensure_s3s_fs
+ensure_test_s3
 
 cd "$ROOT"
 say "chaos: building tributary (with its failpoints, as the test suite does)"

@@ -6,7 +6,6 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="${TRIBUTARY_TOOLS:-$HOME/.cache/tributary/tools}"
-S3S_FS_VERSION="0.14.1"
 PG_PACKAGE_VERSION="15"
 
 say() { printf '==> %s\n' "$*" >&2; }
@@ -166,28 +165,20 @@ ensure_tested_postgres_majors() {
     for major in "${PG_TESTED_MAJORS[@]}"; do ensure_postgres_major "$major"; done
 }
 
-# Prints the path of a working s3s-fs, if there is one.
-find_s3s_fs() {
-    local candidate
-    for candidate in "${TRIBUTARY_S3S_FS:-}" "$(command -v s3s-fs 2>/dev/null || true)" "$TOOLS/bin/s3s-fs"; do
-        if [ -n "$candidate" ] && [ -x "$candidate" ] && "$candidate" --version >/dev/null 2>&1; then
-            echo "$candidate"; return 0
-        fi
-    done
-    return 1
-}
-
-ensure_s3s_fs() {
-    local bin
-    if bin="$(find_s3s_fs)"; then
-        say "s3s-fs: $("$bin" --version) at $bin"
+# The tests' S3 server (tests/s3-server: s3s-fs with atomic conditional puts), built once
+# into the target directory in release (uploads are hashed; a debug build is slow at it).
+ensure_test_s3() {
+    local target="${CARGO_TARGET_DIR:-$ROOT/target}"
+    local bin="$target/release/tributary-test-s3"
+    if [ -x "$bin" ]; then
+        say "S3 test server: checking $bin is current"
     else
-        say "s3s-fs: installing $S3S_FS_VERSION into $TOOLS (a few minutes, once per machine)"
-        cargo install --locked --root "$TOOLS" s3s-fs --version "$S3S_FS_VERSION" --features binary
-        bin="$TOOLS/bin/s3s-fs"
-        "$bin" --version >/dev/null || die "s3s-fs was installed but $bin --version fails"
+        say "S3 test server: building tributary-test-s3 (a few minutes, once per target directory)"
     fi
-    export TRIBUTARY_S3S_FS="$bin"
+    (cd "$ROOT" && cargo build --quiet --locked --release -p tributary-test-s3) \
+        || die "could not build the tests' S3 server (cargo build --release -p tributary-test-s3)"
+    "$bin" --version >/dev/null || die "$bin was built but --version fails"
+    export TRIBUTARY_S3_SERVER="$bin"
 }
 
 # The package names of the plugins under plugins/.

@@ -50,6 +50,8 @@ macro_rules! on_backend {
 
 on_every_backend!(
     create_refuses_a_second_writer_of_the_same_name,
+    creates_racing_for_one_name_admit_exactly_one,
+    a_large_fence_admits_one_of_racing_writers,
     list_returns_what_was_written_folder_by_folder,
     a_sink_under_a_prefix_sees_only_its_own_objects,
     delete_removes_the_object_and_nothing_else,
@@ -285,6 +287,58 @@ async fn create_refuses_a_second_writer_of_the_same_name(lake: &Lake) {
         Created::Existed
     );
     assert_eq!(sink.size(&path("_tributary/empty")).await.unwrap(), Some(0));
+}
+
+/// The fence under a race: writers creating one name at the same moment (a compaction's
+/// table version beside a pipeline's) find exactly one of them made it, and the object is
+/// that one's. A store that checks for the name and then writes admits two, and the one
+/// written last replaces a commit its writer was told had landed.
+async fn creates_racing_for_one_name_admit_exactly_one(lake: &Lake) {
+    // Bodies large enough that a check-then-write server is mid-write when the next check
+    // comes.
+    let races = (0..24).map(|name| race(lake, format!("race/{name:03}.json"), 8, 256 << 10, false));
+    futures::future::join_all(races).await;
+}
+
+/// The same for a fenced create larger than the multipart threshold (a table's metadata
+/// with a long history): still one conditional put, where parts would let every writer in.
+async fn a_large_fence_admits_one_of_racing_writers(lake: &Lake) {
+    race(lake, "race/large.json".into(), 3, (32 << 20) + 1, true).await;
+}
+
+/// `writers` writers creating `entry` at once (with [`Sink::create_fence`] when `fenced`),
+/// each with `size` bytes of its own letter: exactly one is told it made it, and the object
+/// is its.
+async fn race(lake: &Lake, entry: String, writers: u8, size: usize, fenced: bool) {
+    let tasks: Vec<_> = (0..writers)
+        .map(|writer| {
+            let (sink, entry) = (lake.sink.clone(), path(&entry));
+            let body = Bytes::from(vec![b'a' + writer; size]);
+            tokio::spawn(async move {
+                let created = match fenced {
+                    true => sink.create_fence(&entry, body).await,
+                    false => sink.create(&entry, body).await,
+                };
+                (writer, created.unwrap())
+            })
+        })
+        .collect();
+    let mut won = Vec::new();
+    for task in tasks {
+        if let (writer, Created::New) = task.await.unwrap() {
+            won.push(writer);
+        }
+    }
+    assert_eq!(
+        won.len(),
+        1,
+        "{entry}: writers {won:?} were each told they created it"
+    );
+    let stored = read(&lake.sink, &entry).await.unwrap();
+    assert!(
+        stored.len() == size && stored.iter().all(|b| *b == b'a' + won[0]),
+        "{entry} holds what its one creator wrote"
+    );
 }
 
 async fn list_returns_what_was_written_folder_by_folder(lake: &Lake) {

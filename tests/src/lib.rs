@@ -5,8 +5,8 @@
 //! - [`postgres`] is a throwaway cluster with `wal_level = logical` on a private port; each
 //!   test takes its own database from [`fresh_database`] (and its own slot in it), so tests run
 //!   in parallel without seeing each other.
-//! - [`s3`] is an `s3s-fs` server: objects on disk, signatures checked, conditional puts
-//!   honoured. [`S3Server::start`] gives a test a private one it may stop and restart.
+//! - [`s3`] is the tests' own S3 server (`tests/s3-server`, on `s3s-fs`): objects on disk,
+//!   signatures checked, conditional puts decided atomically. [`S3Server::start`] gives a test a private one it may stop and restart.
 //!   Tests pass [`S3Server::object_store_options`] to `object_store` and never set process
 //!   environment variables, because tests share the process.
 //! - [`catalog`] starts an Iceberg REST catalog server (`tests/catalogs/iceberg_rest.py`,
@@ -44,5 +44,5 @@ pub use postgres::{
     AUTH_METHODS, TESTED_MAJORS, TestDatabase, cluster_of, connect, database_on, fresh_database,
     postgres, postgres_bin, unique_name,
 };
-pub use s3::{INSTALL_COMMAND as S3S_FS_INSTALL_COMMAND, S3Server, s3};
+pub use s3::{BUILD_COMMAND as S3_SERVER_BUILD_COMMAND, S3Server, s3};
 pub use tributary_cluster::TempCluster;

@@ -48,7 +48,7 @@ pub fn plugin_dir() -> PathBuf {
 
 /// The cargo target directory: `CARGO_TARGET_DIR` when set, else the one this test binary was
 /// built into (a target dir configured elsewhere is found that way), else `<workspace>/target`.
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
         return PathBuf::from(dir);
     }

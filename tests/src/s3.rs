@@ -1,9 +1,9 @@
-//! A real S3 server for the tests: `s3s-fs`, which keeps objects on disk, checks request
-//! signatures and honours conditional puts (`If-None-Match: *`), the primitive the commit
-//! protocol relies on.
+//! A real S3 server for the tests: `tributary-test-s3` (`tests/s3-server`), which is `s3s-fs`
+//! (objects on disk, request signatures checked) with conditional puts (`If-None-Match: *`)
+//! decided atomically, the primitive the commit protocol relies on.
 //!
-//! In `s3s-fs` a bucket is a directory under its root, so a server's data outlives the
-//! process: a stopped and restarted server still has everything.
+//! A bucket is a directory under the server's root, so a server's data outlives the process:
+//! a stopped and restarted server still has everything.
 
 use std::fs;
 use std::io::{self, Read as _};
@@ -19,9 +19,11 @@ use object_store::path::Path as ObjectPath;
 use object_store::signer::{Method, Signer as _};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-/// The exact command that installs the server binary where the harness looks for it.
-pub const INSTALL_COMMAND: &str = "cargo install --locked --root \"$HOME/.cache/tributary/tools\" \
-                                   s3s-fs --version 0.14.1 --features binary";
+/// The exact command that builds the server binary where the harness looks for it.
+pub const BUILD_COMMAND: &str = "cargo build --release -p tributary-test-s3";
+
+/// The server's executable.
+const BINARY: &str = "tributary-test-s3";
 
 const ACCESS_KEY: &str = "tributary-test";
 const SECRET_KEY: &str = "tributary-test-secret-key";
@@ -56,7 +58,7 @@ fn register_exit_hook() {
     unsafe { libc::atexit(kill_shared) };
 }
 
-/// An `s3s-fs` child process serving a private root directory on `127.0.0.1`.
+/// A `tributary-test-s3` child process serving a private root directory on `127.0.0.1`.
 #[derive(Debug)]
 pub struct S3Server {
     binary: PathBuf,
@@ -139,7 +141,7 @@ impl S3Server {
 
     /// The server's own log (its stdout and stderr).
     pub fn log_path(&self) -> PathBuf {
-        self.base_dir.join("s3s-fs.log")
+        self.base_dir.join("server.log")
     }
 
     /// `object_store` configuration for this server, as `AmazonS3ConfigKey` names and values:
@@ -229,14 +231,14 @@ impl S3Server {
             .stderr(stderr)
             .spawn()
             .map_err(|error| format!("could not run {}: {error}", self.binary.display()))?;
-        let _ = fs::write(self.base_dir.join("s3s-fs.pid"), child.id().to_string());
+        let _ = fs::write(self.base_dir.join("server.pid"), child.id().to_string());
 
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if let Ok(Some(status)) = child.try_wait() {
                 return Err(format!(
-                    "s3s-fs exited at start ({status}) on port {}: {}",
+                    "the S3 server exited at start ({status}) on port {}: {}",
                     self.port,
                     log_since(&log_path, log_len)
                 ));
@@ -248,7 +250,7 @@ impl S3Server {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(format!(
-                    "s3s-fs did not accept connections on port {} within {READY_TIMEOUT:?}: {}",
+                    "the S3 server did not accept connections on port {} within {READY_TIMEOUT:?}: {}",
                     self.port,
                     log_since(&log_path, log_len)
                 ));
@@ -285,31 +287,24 @@ impl Drop for S3Server {
 /// installs into.
 fn find_binary() -> Result<PathBuf, String> {
     let mut searched = Vec::new();
-    if let Some(path) = std::env::var_os("TRIBUTARY_S3S_FS") {
+    if let Some(path) = std::env::var_os("TRIBUTARY_S3_SERVER") {
         let path = PathBuf::from(path);
         if path.is_file() {
             return Ok(path);
         }
-        searched.push(format!("TRIBUTARY_S3S_FS={}", path.display()));
+        searched.push(format!("TRIBUTARY_S3_SERVER={}", path.display()));
     }
-    if let Some(paths) = std::env::var_os("PATH")
-        && let Some(found) = std::env::split_paths(&paths)
-            .map(|dir| dir.join("s3s-fs"))
-            .find(|path| path.is_file())
-    {
-        return Ok(found);
-    }
-    searched.push("PATH".into());
-    if let Some(home) = std::env::var_os("HOME") {
-        let path = Path::new(&home).join(".cache/tributary/tools/bin/s3s-fs");
+    let target = crate::plugins::target_dir();
+    for profile in ["release", "debug"] {
+        let path = target.join(profile).join(BINARY);
         if path.is_file() {
             return Ok(path);
         }
         searched.push(path.display().to_string());
     }
     Err(format!(
-        "the S3 test server s3s-fs is not installed (searched {}); install it with `{INSTALL_COMMAND}` \
-         (or run scripts/test.sh), or set TRIBUTARY_S3S_FS to its path",
+        "the tests' S3 server is not built (searched {}); build it with `{BUILD_COMMAND}` \
+         (or run scripts/test.sh), or set TRIBUTARY_S3_SERVER to its path",
         searched.join(", ")
     ))
 }
@@ -385,7 +380,7 @@ fn reap_abandoned(temp: &Path) {
             continue;
         }
         let dir = entry.path();
-        if let Some(pid) = fs::read_to_string(dir.join("s3s-fs.pid"))
+        if let Some(pid) = fs::read_to_string(dir.join("server.pid"))
             .ok()
             .and_then(|pid| pid.trim().parse::<i32>().ok())
         {

@@ -338,22 +338,11 @@ impl Sink {
     /// no-replace link on a file system). Objects larger than the multipart threshold go up in
     /// parts, which object stores cannot make conditional: for those the name itself must be
     /// one no other writer produces (data file names hold the writer's id), and an object
-    /// already there is taken as an earlier attempt of the same upload.
+    /// already there is taken as an earlier attempt of the same upload. A name writers race
+    /// for goes through [`Sink::create_fence`].
     pub async fn create(&self, path: &Path, bytes: Bytes) -> Result<Created, SinkError> {
         if bytes.len() <= MULTIPART_THRESHOLD {
-            let options = PutOptions {
-                mode: PutMode::Create,
-                ..Default::default()
-            };
-            return match self
-                .store
-                .put_opts(path, PutPayload::from(bytes), options)
-                .await
-            {
-                Ok(_) => Ok(Created::New),
-                Err(object_store::Error::AlreadyExists { .. }) => Ok(Created::Existed),
-                Err(e) => Err(self.error(e)),
-            };
+            return self.create_fence(path, bytes).await;
         }
         if self.size(path).await?.is_some() {
             return Ok(Created::Existed);
@@ -372,6 +361,26 @@ impl Sink {
         }
         upload.complete().await.map_err(|e| self.error(e))?;
         Ok(Created::New)
+    }
+
+    /// Create an object that writers race for (a commit log entry, a table's next version)
+    /// unless one exists at `path`, with one conditional put whatever its size: of writers
+    /// creating it at once exactly one is told [`Created::New`]. (One put takes up to 5 GiB on
+    /// S3; a table's metadata grows toward tens of MiB only with a history that wants expiring.)
+    pub async fn create_fence(&self, path: &Path, bytes: Bytes) -> Result<Created, SinkError> {
+        let options = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        match self
+            .store
+            .put_opts(path, PutPayload::from(bytes), options)
+            .await
+        {
+            Ok(_) => Ok(Created::New),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(Created::Existed),
+            Err(e) => Err(self.error(e)),
+        }
     }
 
     /// The object's size, or `None` when there is none.

@@ -165,7 +165,7 @@ impl CommitLog {
     /// Record which pipeline the sink belongs to, unless it is recorded already.
     pub async fn claim_identity(&self, ours: &PipelineIdentity) -> Result<(), CommitError> {
         let path = Path::from(IDENTITY_PATH);
-        match self.sink.create(&path, to_json(ours)).await? {
+        match self.sink.create_fence(&path, to_json(ours)).await? {
             Created::New => Ok(()),
             Created::Existed => match self.identity().await? {
                 Some(theirs) => refuse_other(&theirs, ours),
@@ -179,7 +179,7 @@ impl CommitLog {
     /// pipeline.
     pub async fn commit(&self, entry: &CommitEntry) -> Result<(), CommitError> {
         let path = log_path(entry.sequence);
-        if self.sink.create(&path, to_json(entry)).await? == Created::New {
+        if self.sink.create_fence(&path, to_json(entry)).await? == Created::New {
             return Ok(());
         }
         match self.read_entry(entry.sequence).await? {

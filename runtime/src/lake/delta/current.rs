@@ -183,7 +183,10 @@ pub(super) async fn commit(
     let name = mirror_name(output);
     let version = state.next_version();
     let path = super::table::commit_path(&name, version);
-    match sink.create(&path, commit_file(&applied.actions)).await {
+    match sink
+        .create_fence(&path, commit_file(&applied.actions))
+        .await
+    {
         Ok(Created::New) => {
             state
                 .apply(version, applied.actions)

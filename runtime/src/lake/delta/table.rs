@@ -148,7 +148,7 @@ impl Tables {
             if actions.iter().any(|a| matches!(a, Action::Remove(_))) {
                 tracing::warn!(%output, version, sequence, "a column changed type (sink.on_type_change = \"new_version\"): this version of the table replaces its schema and holds the rows from this flush on; the earlier rows stay readable at version {} and before (time travel)", version.saturating_sub(1));
             }
-            match self.sink.create(&path, commit_file(&actions)).await? {
+            match self.sink.create_fence(&path, commit_file(&actions)).await? {
                 Created::New => {
                     state
                         .apply(version, actions)
@@ -614,7 +614,7 @@ async fn commit_rewrite(sink: &Sink, rewritten: Rewritten) -> Result<Compacted, 
     loop {
         let version = state.next_version();
         match sink
-            .create(&commit_path(&output, version), commit_file(&actions))
+            .create_fence(&commit_path(&output, version), commit_file(&actions))
             .await
         {
             Ok(Created::New) => {

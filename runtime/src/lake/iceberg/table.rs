@@ -259,7 +259,11 @@ impl Pointer {
             },
         };
         let path = self.version_path(version);
-        if sink.create(&path, Bytes::from(next.to_json())).await? == Created::Existed {
+        if sink
+            .create_fence(&path, Bytes::from(next.to_json()))
+            .await?
+            == Created::Existed
+        {
             return Ok(Swap::Lost);
         }
         let hint = Bytes::from(version.to_string());
