@@ -194,8 +194,10 @@ async fn confirmed_flush_never_passes_the_latest_commit_entry() {
     let last = latest_end(&sink).await;
     assert_eq!(wait_for_confirmed(&db.client, &name, last).await, last);
     running.stop().await;
+    // Not vacuous: the samples saw the slot move through several positions (how many samples
+    // fit in the run depends on the machine's load; the moves are what matter).
     assert!(
-        samples > 10 && moved.len() > 2,
+        moved.len() > 2,
         "{samples} samples saw {} positions",
         moved.len()
     );
