@@ -181,6 +181,24 @@ ensure_test_s3() {
     export TRIBUTARY_S3_SERVER="$bin"
 }
 
+# Azurite, Microsoft's Azure Storage emulator, for the tests of az:// sinks (npm, pinned).
+AZURITE_VERSION="3.35.0"
+ensure_azurite() {
+    local prefix="$TOOLS/azurite"
+    local bin="$prefix/node_modules/.bin/azurite-blob"
+    if [ -x "$bin" ] && grep -q "\"version\": \"$AZURITE_VERSION\"" "$prefix/node_modules/azurite/package.json" 2>/dev/null; then
+        say "azurite: $AZURITE_VERSION at $bin"
+    else
+        command -v npm >/dev/null 2>&1 \
+            || die "npm not found; the Azure tests run Azurite from npm (install Node.js and npm), or set TRIBUTARY_AZURITE"
+        say "azurite: installing $AZURITE_VERSION into $prefix (npm, once per machine)"
+        mkdir -p "$prefix"
+        npm install --silent --no-audit --no-fund --prefix "$prefix" "azurite@$AZURITE_VERSION" >/dev/null \
+            || die "npm install azurite@$AZURITE_VERSION failed (the npm registry must be reachable)"
+    fi
+    export TRIBUTARY_AZURITE="$bin"
+}
+
 # The package names of the plugins under plugins/.
 plugin_packages() {
     local manifest
@@ -221,20 +239,20 @@ PYICEBERG_VERSION="0.12.0"
 ensure_python_readers() {
     local venv="$TOOLS/python"
     local python="$venv/bin/python"
-    local check="import duckdb, pyarrow, deltalake, pyiceberg, pyiceberg.catalog.sql, psycopg2, duckdb_extension_iceberg, duckdb_extension_avro, duckdb_extension_httpfs, duckdb_extension_delta, sys
+    local check="import duckdb, pyarrow, deltalake, pyiceberg, pyiceberg.catalog.sql, psycopg2, duckdb_extension_iceberg, duckdb_extension_avro, duckdb_extension_httpfs, duckdb_extension_delta, duckdb_extension_azure, sys
 sys.exit(duckdb.__version__ != '$DUCKDB_VERSION' or pyiceberg.__version__ != '$PYICEBERG_VERSION')"
     if [ -x "$python" ] && "$python" -c "$check" >/dev/null 2>&1; then
         say "python readers: duckdb $DUCKDB_VERSION, pyarrow $("$python" -c 'import pyarrow; print(pyarrow.__version__)'), deltalake $("$python" -c 'import deltalake; print(deltalake.__version__)'), pyiceberg $PYICEBERG_VERSION"
     else
         command -v python3 >/dev/null 2>&1 \
             || die "python3 not found; the tests read the landed Parquet with DuckDB and pyarrow (install python3 with its venv module)"
-        say "python readers: installing duckdb $DUCKDB_VERSION (with its iceberg, avro, httpfs and delta extensions), pyarrow $PYARROW_VERSION, deltalake $DELTALAKE_VERSION and pyiceberg $PYICEBERG_VERSION into $venv"
+        say "python readers: installing duckdb $DUCKDB_VERSION (with its iceberg, avro, httpfs, delta and azure extensions), pyarrow $PYARROW_VERSION, deltalake $DELTALAKE_VERSION and pyiceberg $PYICEBERG_VERSION into $venv"
         [ -x "$python" ] || python3 -m venv "$venv" \
             || die "could not create a Python virtual environment (on Debian: apt-get install python3-venv)"
         "$venv/bin/pip" install --quiet --disable-pip-version-check \
             "duckdb==$DUCKDB_VERSION" "duckdb-extension-iceberg==$DUCKDB_VERSION" \
             "duckdb-extension-avro==$DUCKDB_VERSION" "duckdb-extension-httpfs==$DUCKDB_VERSION" \
-            "duckdb-extension-delta==$DUCKDB_VERSION" \
+            "duckdb-extension-delta==$DUCKDB_VERSION" "duckdb-extension-azure==$DUCKDB_VERSION" \
             "pyarrow==$PYARROW_VERSION" \
             "deltalake==$DELTALAKE_VERSION" "pyiceberg[sql-postgres,sql-sqlite]==$PYICEBERG_VERSION"
     fi

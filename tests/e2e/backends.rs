@@ -1,12 +1,13 @@
 //! The sink's file operations and the commit log, with the same assertions on every backend a
-//! pipeline can land in: the in-memory store, a local directory, and the S3 server of the test
-//! setup. Exactly once rests on what each backend does with a create of a name that exists, a
+//! pipeline can land in: the in-memory store, a local directory, the S3 server of the test
+//! setup, and Azurite (Azure Blob Storage). Exactly once rests on what each backend does with a create of a name that exists, a
 //! listing and a delete; the commit log's unit tests run on the in-memory store, which cannot
 //! tell whether a real store's answers (a 412 for a conditional put, a 404 listing a folder not
 //! made yet, a delete of an object that is gone) reach the protocol as the same outcomes.
 //!
 //! Each case is a function of a fresh, empty [`Lake`]; `on_every_backend!` makes one test of it
-//! per backend: `backends::memory::<case>`, `backends::local::<case>`, `backends::s3::<case>`.
+//! per backend: `backends::memory::<case>`, `backends::local::<case>`, `backends::s3::<case>`,
+//! `backends::azure::<case>`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -31,6 +32,7 @@ macro_rules! on_every_backend {
         on_backend!(memory, $($case),+);
         on_backend!(local, $($case),+);
         on_backend!(s3, $($case),+);
+        on_backend!(azure, $($case),+);
     };
 }
 
@@ -70,7 +72,8 @@ enum Backend {
     Memory,
     /// The sink's directory, removed when the test ends.
     Local(PathBuf),
-    S3 {
+    /// S3 or Azure: the sink's URL and options.
+    Cloud {
         url: String,
         options: BTreeMap<String, String>,
     },
@@ -99,7 +102,18 @@ impl Lake {
         let options: BTreeMap<String, String> = server.object_store_options().into_iter().collect();
         Lake {
             sink: Sink::open(&url, &options).unwrap(),
-            backend: Backend::S3 { url, options },
+            backend: Backend::Cloud { url, options },
+        }
+    }
+
+    async fn azure(hint: &str) -> Lake {
+        let server = tributary_tests::azurite();
+        let container = server.fresh_container(hint).await;
+        let url = server.container_url(&container);
+        let options: BTreeMap<String, String> = server.object_store_options().into_iter().collect();
+        Lake {
+            sink: Sink::open(&url, &options).unwrap(),
+            backend: Backend::Cloud { url, options },
         }
     }
 
@@ -117,7 +131,7 @@ impl Lake {
                 &BTreeMap::new(),
             )
             .unwrap(),
-            Backend::S3 { url, options } => {
+            Backend::Cloud { url, options } => {
                 Sink::open(&format!("{url}/{prefix}"), options).unwrap()
             }
         }

@@ -6,6 +6,7 @@ mod catalogs;
 mod chaos;
 mod check;
 mod checkpoint;
+mod clouds;
 mod crash;
 mod ddl_matrix;
 mod delta;

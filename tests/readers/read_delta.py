@@ -43,7 +43,23 @@ def duckdb_identities(uri, options, has_op):
     """Each row's [_commit_lsn, _seq, _op] as DuckDB's delta extension reads the table (a
     current-state table has no _op: null)."""
     con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
-    if options:
+    if "azure_storage_endpoint" in options:
+        # Azure Blob Storage (Azurite in the tests): the account's endpoint and shared key.
+        con.execute(f"LOAD '{extension('duckdb_extension_azure', 'azure')}'")
+        connection = ";".join(
+            [
+                "DefaultEndpointsProtocol=" + options["azure_storage_endpoint"].split("://", 1)[0],
+                "AccountName=" + options["azure_storage_account_name"],
+                "AccountKey=" + options["azure_storage_account_key"],
+                "BlobEndpoint=" + options["azure_storage_endpoint"],
+            ]
+        )
+        con.execute("CREATE SECRET (TYPE azure, CONNECTION_STRING ?)", [connection])
+        # The delta extension's store takes the emulator account for Azurite and reads where
+        # Azurite listens from this variable, not from the connection string.
+        endpoint = options["azure_storage_endpoint"]
+        os.environ["AZURITE_BLOB_STORAGE_URL"] = endpoint[: endpoint.rindex("/")]
+    elif options:
         con.execute(f"LOAD '{extension('duckdb_extension_httpfs', 'httpfs')}'")
         endpoint = options["aws_endpoint"]
         con.execute(

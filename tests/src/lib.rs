@@ -5,6 +5,8 @@
 //! - [`postgres`] is a throwaway cluster with `wal_level = logical` on a private port; each
 //!   test takes its own database from [`fresh_database`] (and its own slot in it), so tests run
 //!   in parallel without seeing each other.
+//! - [`azurite`] is Azurite, Microsoft's Azure Storage emulator, for `az://` sinks: the Blob
+//!   API with shared keys checked and conditional puts decided; containers of its own per test.
 //! - [`s3`] is the tests' own S3 server (`tests/s3-server`, on `s3s-fs`): objects on disk,
 //!   signatures checked, conditional puts decided atomically. [`S3Server::start`] gives a test a private one it may stop and restart.
 //!   Tests pass [`S3Server::object_store_options`] to `object_store` and never set process
@@ -26,6 +28,7 @@
 //! Missing prerequisites fail loudly with the command that installs them; `scripts/test.sh`
 //! installs all of them.
 
+mod azurite;
 pub mod catalog;
 pub mod chaos;
 pub mod container;
@@ -39,6 +42,7 @@ mod s3;
 pub mod service;
 pub mod tls;
 
+pub use azurite::{Azurite, azurite};
 pub use plugins::{PLUGIN_BUILD_COMMAND, guest_plugin, plugin, plugin_dir};
 pub use postgres::{
     AUTH_METHODS, TESTED_MAJORS, TestDatabase, cluster_of, connect, database_on, fresh_database,

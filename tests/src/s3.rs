@@ -29,7 +29,8 @@ const ACCESS_KEY: &str = "tributary-test";
 const SECRET_KEY: &str = "tributary-test-secret-key";
 const REGION: &str = "us-east-1";
 const DIR_PREFIX: &str = "tributary-s3-";
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Azurite, a Node program, takes longer to start than the S3 server.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 static SHARED: OnceLock<Result<S3Server, String>> = OnceLock::new();
 
@@ -79,8 +80,8 @@ impl S3Server {
     fn try_start() -> Result<S3Server, String> {
         let binary = find_binary()?;
         let temp = std::env::temp_dir();
-        reap_abandoned(&temp);
-        let base_dir = make_base_dir(&temp)?;
+        reap_abandoned(&temp, DIR_PREFIX);
+        let base_dir = make_base_dir(&temp, DIR_PREFIX)?;
         let root = base_dir.join("data");
         fs::create_dir(&root)
             .map_err(|error| format!("could not create {}: {error}", root.display()))?;
@@ -212,51 +213,12 @@ impl S3Server {
     }
 
     fn spawn(&self) -> Result<(), String> {
-        let log_path = self.log_path();
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|error| format!("could not open {}: {error}", log_path.display()))?;
-        let log_len = log.metadata().map(|meta| meta.len()).unwrap_or(0);
-        let stderr = log
-            .try_clone()
-            .map_err(|error| format!("could not open {}: {error}", log_path.display()))?;
-        let mut child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        command
             .args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
             .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
-            .arg(self.root())
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(stderr)
-            .spawn()
-            .map_err(|error| format!("could not run {}: {error}", self.binary.display()))?;
-        let _ = fs::write(self.base_dir.join("server.pid"), child.id().to_string());
-
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!(
-                    "the S3 server exited at start ({status}) on port {}: {}",
-                    self.port,
-                    log_since(&log_path, log_len)
-                ));
-            }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                break;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "the S3 server did not accept connections on port {} within {READY_TIMEOUT:?}: {}",
-                    self.port,
-                    log_since(&log_path, log_len)
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            .arg(self.root());
+        let child = spawn_listening(command, &self.base_dir, self.port, "the S3 server")?;
         *self
             .child
             .lock()
@@ -283,8 +245,8 @@ impl Drop for S3Server {
     }
 }
 
-/// `TRIBUTARY_S3S_FS`, else `s3s-fs` on `PATH`, else the tools directory `scripts/test.sh`
-/// installs into.
+/// `TRIBUTARY_S3_SERVER`, else the build in the cargo target directory (`scripts/test.sh`
+/// builds it there).
 fn find_binary() -> Result<PathBuf, String> {
     let mut searched = Vec::new();
     if let Some(path) = std::env::var_os("TRIBUTARY_S3_SERVER") {
@@ -310,7 +272,7 @@ fn find_binary() -> Result<PathBuf, String> {
 }
 
 /// An S3 bucket name (lowercase letters, digits, hyphens; at most 63) no other test uses.
-fn bucket_name(hint: &str) -> String {
+pub(crate) fn bucket_name(hint: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let mut hint: String = hint
@@ -334,7 +296,7 @@ fn bucket_name(hint: &str) -> String {
 
 /// Sends one HTTP/1.1 request and reads the whole response (the request closes the
 /// connection).
-async fn http_exchange(port: u16, request: &str) -> io::Result<String> {
+pub(crate) async fn http_exchange(port: u16, request: &str) -> io::Result<String> {
     let mut stream = tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).await?;
     stream.write_all(request.as_bytes()).await?;
     let mut response = Vec::new();
@@ -342,19 +304,19 @@ async fn http_exchange(port: u16, request: &str) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&response).into_owned())
 }
 
-fn free_port() -> Result<u16, String> {
+pub(crate) fn free_port() -> Result<u16, String> {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
         .map_err(|error| format!("could not find a free port on 127.0.0.1: {error}"))
 }
 
-/// Creates `<temp>/tributary-s3-<pid>-<n>`.
-fn make_base_dir(temp: &Path) -> Result<PathBuf, String> {
+/// Creates `<temp>/<prefix><pid>-<n>` (`tributary-s3-<pid>-<n>`).
+pub(crate) fn make_base_dir(temp: &Path, prefix: &str) -> Result<PathBuf, String> {
     static SEQUENCE: AtomicU32 = AtomicU32::new(0);
     loop {
         let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
-        let dir = temp.join(format!("{DIR_PREFIX}{}-{n}", std::process::id()));
+        let dir = temp.join(format!("{prefix}{}-{n}", std::process::id()));
         match fs::create_dir(&dir) {
             Ok(()) => return Ok(dir),
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -363,14 +325,19 @@ fn make_base_dir(temp: &Path) -> Result<PathBuf, String> {
     }
 }
 
-/// Kills servers and removes directories left by test processes that died without cleaning
+/// Kills servers and removes directories (`<prefix><pid>-<n>`, each with the server's pid in
+/// `server.pid` and its root in `data/`) left by test processes that died without cleaning
 /// up (killed by a timeout, say).
-fn reap_abandoned(temp: &Path) {
+pub(crate) fn reap_abandoned(temp: &Path, prefix: &str) {
     let Ok(entries) = fs::read_dir(temp) else {
         return;
     };
     for entry in entries.flatten() {
-        let Some(owner) = entry.file_name().to_str().and_then(owner_pid) else {
+        let Some(owner) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| owner_pid(n, prefix))
+        else {
             continue;
         };
         // SAFETY: signal 0 only checks that the process exists.
@@ -402,10 +369,60 @@ fn reap_abandoned(temp: &Path) {
     }
 }
 
-fn owner_pid(name: &str) -> Option<i32> {
-    let (pid, n) = name.strip_prefix(DIR_PREFIX)?.split_once('-')?;
+fn owner_pid(name: &str, prefix: &str) -> Option<i32> {
+    let (pid, n) = name.strip_prefix(prefix)?.split_once('-')?;
     n.parse::<u32>().ok()?;
     pid.parse().ok().filter(|pid| *pid > 0)
+}
+
+/// Runs a test server with its output appended to `<base_dir>/server.log` and its pid in
+/// `<base_dir>/server.pid`, and waits until it accepts connections on `port` (or says why it
+/// did not, with what it logged).
+pub(crate) fn spawn_listening(
+    mut command: Command,
+    base_dir: &Path,
+    port: u16,
+    what: &str,
+) -> Result<Child, String> {
+    let log_path = base_dir.join("server.log");
+    let open = |path: &Path| {
+        fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|error| format!("could not open {}: {error}", path.display()))
+    };
+    let log = open(&log_path)?;
+    let log_len = log.metadata().map(|meta| meta.len()).unwrap_or(0);
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(open(&log_path)?)
+        .spawn()
+        .map_err(|error| format!("could not run {what}: {error}"))?;
+    let _ = fs::write(base_dir.join("server.pid"), child.id().to_string());
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!(
+                "{what} exited at start ({status}) on port {port}: {}",
+                log_since(&log_path, log_len)
+            ));
+        }
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(child);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "{what} did not accept connections on port {port} within {READY_TIMEOUT:?}: {}",
+                log_since(&log_path, log_len)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// What the server logged since `offset`, for an error message.
@@ -443,8 +460,8 @@ mod tests {
 
     #[test]
     fn owner_pids_come_from_directory_names() {
-        assert_eq!(owner_pid("tributary-s3-42-7"), Some(42));
-        assert_eq!(owner_pid("tributary-s3-42"), None);
-        assert_eq!(owner_pid("tributary-pg-42-7"), None);
+        assert_eq!(owner_pid("tributary-s3-42-7", DIR_PREFIX), Some(42));
+        assert_eq!(owner_pid("tributary-s3-42", DIR_PREFIX), None);
+        assert_eq!(owner_pid("tributary-pg-42-7", DIR_PREFIX), None);
     }
 }

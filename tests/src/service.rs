@@ -153,9 +153,40 @@ impl Fixture {
     pub async fn new(source_url: &str, hint: &str, tables: &[&str]) -> Fixture {
         let server = crate::s3();
         let bucket = server.fresh_bucket(&hint.replace('_', "-")).await;
+        let url = server.bucket_url(&bucket);
+        Self::on(
+            source_url,
+            hint,
+            tables,
+            &url,
+            server.object_store_options(),
+        )
+    }
+
+    /// The same in a container of its own on the shared Azurite (`az://<container>`).
+    pub async fn on_azure(source_url: &str, hint: &str, tables: &[&str]) -> Fixture {
+        let server = crate::azurite();
+        let container = server.fresh_container(hint).await;
+        let url = server.container_url(&container);
+        Self::on(
+            source_url,
+            hint,
+            tables,
+            &url,
+            server.object_store_options(),
+        )
+    }
+
+    fn on(
+        source_url: &str,
+        hint: &str,
+        tables: &[&str],
+        sink_url: &str,
+        options: Vec<(String, String)>,
+    ) -> Fixture {
         let name = crate::unique_name(hint);
-        let mut cfg = ServiceConfig::new(source_url, &name, tables, &server.bucket_url(&bucket));
-        cfg.sink_options = server.object_store_options();
+        let mut cfg = ServiceConfig::new(source_url, &name, tables, sink_url);
+        cfg.sink_options = options;
         let sink = tributary::lake::sink::Sink::open(
             &cfg.sink_url,
             &cfg.sink_options.iter().cloned().collect(),

@@ -309,8 +309,9 @@ async fn check_sink(
             return None;
         }
     };
-    let log = CommitLog::new(sink, Writer::named("check"));
+    let log = CommitLog::new(sink.clone(), Writer::named("check"));
     let read = async {
+        sink.probe_fence().await?;
         let latest = log.latest().await?;
         let first = match &latest {
             Some(_) => log.read_entry(1).await?,
@@ -360,7 +361,8 @@ async fn check_sink(
                 None => "its commit log is empty".to_owned(),
             };
             report.ok(format!(
-                "sink {url}: readable, {entries}, and it is not another pipeline's"
+                "sink {url}: writable with conditional puts, {entries}, and it is not another \
+                 pipeline's"
             ));
             Some(read)
         }

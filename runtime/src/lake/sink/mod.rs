@@ -1,23 +1,24 @@
 //! Where landed files go: an object store named by URL.
 //!
-//! `s3://bucket/prefix` (credentials, region and endpoint from the standard `AWS_*`
-//! environment variables, overridden by the pipeline file's `sink.options`), `file:///path`
-//! (the directory is created with the first object written), or `memory://` (for tests of
-//! pure logic). Every path the pipeline writes is relative to the URL's prefix.
+//! A cloud's bucket or container ([`clouds`]: `s3://bucket/prefix`, `az://container/prefix`,
+//! `abfss://container@account.dfs.core.windows.net/prefix`, each with its cloud's usual
+//! credentials, overridden by the pipeline file's `sink.options`), `file:///path` (the
+//! directory is created with the first object written), or `memory://` (for tests of pure
+//! logic). Every path the pipeline writes is relative to the URL's prefix.
+
+mod clouds;
+
+pub use clouds::Cloud;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
-use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::prefix::PrefixStore;
-use object_store::{
-    BackoffConfig, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
-};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 /// Files larger than this are uploaded in parts.
 const MULTIPART_THRESHOLD: usize = 32 << 20;
@@ -28,11 +29,17 @@ pub enum SinkError {
     #[error("sink url {url:?} is not a URL: {reason}")]
     Url { url: String, reason: String },
     #[error(
-        "sink url {url:?}: scheme {scheme:?} is not supported; use s3://bucket/prefix, file:///path or memory://"
+        "sink url {url:?}: scheme {scheme:?} is not supported; use s3://bucket/prefix, \
+         az://container/prefix (or abfss://container@account.dfs.core.windows.net/prefix), \
+         file:///path or memory://"
     )]
     Scheme { url: String, scheme: String },
-    #[error("sink option {key:?} is not an S3 setting (see object_store's AmazonS3ConfigKey)")]
-    Option { key: String },
+    #[error("sink option {key:?} is not a setting of {store} (see object_store's {keys})")]
+    Option {
+        key: String,
+        store: &'static str,
+        keys: &'static str,
+    },
     /// A failure that may pass: the store unreachable, a timeout, a 5xx, throttling.
     #[error("sink {url}: {source}")]
     Store {
@@ -43,14 +50,15 @@ pub enum SinkError {
     /// Nothing answered at the store's address (refused, no such host, timed out): one
     /// sentence, since the client's own text nests each cause in the next. It may pass.
     #[error(
-        "sink {url}: cannot reach the S3 endpoint {endpoint} ({cause}); start the store, or fix \
-         sink.options aws_endpoint (or the variable AWS_ENDPOINT or AWS_ENDPOINT_URL) to name \
-         where it listens"
+        "sink {url}: cannot reach the {store} endpoint {endpoint} ({cause}); start the store, \
+         or fix {setting} to name where it listens"
     )]
     Unreachable {
         url: String,
+        store: &'static str,
         endpoint: String,
         cause: String,
+        setting: &'static str,
     },
     /// The sink's Iceberg catalog (`sink.catalog`) unreachable or failing, or a commit to it
     /// of unknown outcome: it may pass, as the store's outages do.
@@ -84,45 +92,21 @@ impl SinkError {
 
 /// Sort a store failure into one that may pass and one that will not, with what to do about
 /// the latter. object_store reports 404, 403 and 401 as their own kinds and everything else,
-/// transport failures and 5xx included, as `Generic`; S3's error code in the body tells the
-/// rest apart.
-fn classify(url: &str, source: object_store::Error) -> SinkError {
+/// transport failures and 5xx included, as `Generic`; the error code in the body (S3's and
+/// Azure's `<Code>`) tells the rest apart.
+fn classify(url: &str, cloud: Cloud, source: object_store::Error) -> SinkError {
     let text = crate::error_chain(&source);
     let refused = |reason: String, hint: &'static str| SinkError::Refused {
         url: url.to_owned(),
         reason,
         hint,
     };
-    let code = s3_code(&text);
-    if code == Some("NoSuchBucket") {
-        return refused(
-            format!("the bucket {:?} does not exist", bucket_of(url)),
-            "create it, or fix sink.url",
-        );
+    if let Some((reason, hint)) = error_code(&text).and_then(|code| cloud.refusal(url, code)) {
+        return refused(reason, hint);
     }
     if text.contains("169.254.169.254") {
-        return refused(
-            "no S3 credentials: none were configured and the instance metadata service gave none"
-                .into(),
-            "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or sink.options aws_access_key_id and aws_secret_access_key)",
-        );
-    }
-    match code {
-        Some(
-            c @ ("InvalidAccessKeyId" | "SignatureDoesNotMatch" | "ExpiredToken" | "InvalidToken"),
-        ) => {
-            return refused(
-                format!("the S3 credentials were refused ({c})"),
-                "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the sink.options keys)",
-            );
-        }
-        Some(c @ ("AccessDenied" | "AllAccessDisabled" | "AccountProblem")) => {
-            return refused(
-                format!("access denied ({c})"),
-                "give these credentials s3:GetObject, s3:PutObject, s3:DeleteObject and s3:ListBucket on the sink prefix",
-            );
-        }
-        _ => {}
+        let (reason, hint) = cloud.without_credentials();
+        return refused(reason, hint);
     }
     match &source {
         object_store::Error::PermissionDenied { .. } => refused(
@@ -131,7 +115,7 @@ fn classify(url: &str, source: object_store::Error) -> SinkError {
         ),
         object_store::Error::Unauthenticated { .. } => refused(
             format!("the credentials were refused: {}", first_line(&text)),
-            "check the sink's credentials",
+            cloud.credentials_hint(),
         ),
         object_store::Error::NotSupported { .. } | object_store::Error::NotImplemented { .. } => {
             refused(
@@ -144,6 +128,7 @@ fn classify(url: &str, source: object_store::Error) -> SinkError {
         }
         _ if text.contains("error sending request") => SinkError::Unreachable {
             url: url.to_owned(),
+            store: cloud.name(),
             endpoint: endpoint_of(&text).unwrap_or_else(|| url.to_owned()),
             cause: text
                 .rsplit(": ")
@@ -153,6 +138,7 @@ fn classify(url: &str, source: object_store::Error) -> SinkError {
                 .chars()
                 .take(200)
                 .collect(),
+            setting: cloud.endpoint_setting(),
         },
         _ if client_error(&text) => refused(
             format!("the store refused the request: {}", first_line(&text)),
@@ -176,8 +162,8 @@ fn endpoint_of(text: &str) -> Option<String> {
     Some(rest[..end].to_owned())
 }
 
-/// The `<Code>` of an S3 error body.
-fn s3_code(text: &str) -> Option<&str> {
+/// The `<Code>` of an S3 or Azure error body.
+fn error_code(text: &str) -> Option<&str> {
     let start = text.find("<Code>")? + "<Code>".len();
     let end = text[start..].find("</Code>")? + start;
     Some(&text[start..end])
@@ -207,11 +193,6 @@ fn first_line(text: &str) -> String {
         .collect()
 }
 
-fn bucket_of(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    rest.split('/').next().unwrap_or(rest)
-}
-
 /// What [`Sink::create`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Created {
@@ -234,6 +215,7 @@ pub struct Listing {
 pub struct Sink {
     store: Arc<dyn ObjectStore>,
     url: String,
+    cloud: Cloud,
 }
 
 impl Sink {
@@ -242,8 +224,12 @@ impl Sink {
             url: url.to_owned(),
             reason: "expected scheme://...".into(),
         })?;
-        let store: Arc<dyn ObjectStore> = match scheme {
-            "file" => {
+        let cloud = Cloud::of_scheme(scheme).ok_or_else(|| SinkError::Scheme {
+            url: url.to_owned(),
+            scheme: scheme.to_owned(),
+        })?;
+        let store: Arc<dyn ObjectStore> = match cloud {
+            Cloud::Local => {
                 if !rest.starts_with('/') {
                     return Err(SinkError::Url {
                         url: url.to_owned(),
@@ -262,61 +248,24 @@ impl Sink {
                 }
                 Arc::new(PrefixStore::new(LocalFileSystem::new(), prefix))
             }
-            "memory" => Arc::new(InMemory::new()),
-            "s3" | "s3a" => {
-                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-                if bucket.is_empty() {
-                    return Err(SinkError::Url {
-                        url: url.to_owned(),
-                        reason: "no bucket name".into(),
-                    });
-                }
-                // Short request-level retries; the pipeline retries whole steps with its own
-                // backoff for as long as an outage lasts.
-                let retry = RetryConfig {
-                    backoff: BackoffConfig::default(),
-                    max_retries: 3,
-                    retry_timeout: Duration::from_secs(30),
-                };
-                let mut builder = AmazonS3Builder::from_env()
-                    .with_url(format!("s3://{bucket}"))
-                    .with_retry(retry);
-                for (key, value) in options {
-                    let key: AmazonS3ConfigKey = key
-                        .parse()
-                        .map_err(|_| SinkError::Option { key: key.clone() })?;
-                    builder = builder.with_config(key, value);
-                }
-                let s3 = builder.build().map_err(|source| SinkError::Store {
-                    url: url.to_owned(),
-                    source,
-                })?;
-                let prefix = prefix.trim_matches('/');
-                if prefix.is_empty() {
-                    Arc::new(s3)
-                } else {
-                    Arc::new(PrefixStore::new(s3, prefix))
-                }
-            }
-            other => {
-                return Err(SinkError::Scheme {
-                    url: url.to_owned(),
-                    scheme: other.to_owned(),
-                });
-            }
+            Cloud::Memory => Arc::new(InMemory::new()),
+            Cloud::S3 | Cloud::Azure => clouds::open(cloud, url, scheme, rest, options)?,
         };
         Ok(Sink {
             store,
             url: url.to_owned(),
+            cloud,
         })
     }
 
     /// A sink over an existing store (tests, embedding).
     pub fn from_store(store: Arc<dyn ObjectStore>, url: impl Into<String>) -> Sink {
-        Sink {
-            store,
-            url: url.into(),
-        }
+        let url = url.into();
+        let cloud = url
+            .split_once("://")
+            .and_then(|(scheme, _)| Cloud::of_scheme(scheme))
+            .unwrap_or(Cloud::Memory);
+        Sink { store, url, cloud }
     }
 
     pub fn url(&self) -> &str {
@@ -329,7 +278,12 @@ impl Sink {
 
     /// A store failure, sorted into one that may pass and one that will not.
     pub fn error(&self, source: object_store::Error) -> SinkError {
-        classify(&self.url, source)
+        classify(&self.url, self.cloud, source)
+    }
+
+    /// Which store the sink is.
+    pub fn cloud(&self) -> Cloud {
+        self.cloud
     }
 
     /// Create an object unless one exists at `path`; a writer never replaces an object.
@@ -380,6 +334,46 @@ impl Sink {
             Ok(_) => Ok(Created::New),
             Err(object_store::Error::AlreadyExists { .. }) => Ok(Created::Existed),
             Err(e) => Err(self.error(e)),
+        }
+    }
+
+    /// Whether the store decides conditional puts, which every commit rests on: an object
+    /// created under a fresh name must be refused when created again. The probe object
+    /// (`_tributary/probe/<random>`) is deleted after. A store that ignores the condition
+    /// would let a second writer replace a commit silently, so it is refused, never used.
+    /// A directory's create is the file system's own no-replace link, and probing it would
+    /// leave the directory behind a refused start: only the clouds' stores are probed.
+    pub async fn probe_fence(&self) -> Result<(), SinkError> {
+        if matches!(self.cloud, Cloud::Local | Cloud::Memory) {
+            return Ok(());
+        }
+        let mut draw = [0u8; 8];
+        let _ = getrandom::fill(&mut draw);
+        let path = Path::from(format!(
+            "_tributary/probe/{:016x}.json",
+            u64::from_le_bytes(draw)
+        ));
+        let first = self.create_fence(&path, Bytes::from_static(b"{}")).await?;
+        let second = self.create_fence(&path, Bytes::from_static(b"{ }")).await;
+        let deleted = self.delete(&path).await;
+        match (first, second?) {
+            (Created::New, Created::Existed) => deleted,
+            (_, Created::New) => Err(SinkError::Refused {
+                url: self.url.clone(),
+                reason: format!(
+                    "{} does not honour conditional puts: a second create of {path} replaced \
+                     the first",
+                    self.cloud.name()
+                ),
+                hint: "tributary needs create-if-absent (If-None-Match: * on S3 and Azure) to \
+                       keep two writers from replacing each other's commits; use a store (or a \
+                       version of it) that supports conditional writes",
+            }),
+            (Created::Existed, _) => Err(SinkError::Refused {
+                url: self.url.clone(),
+                reason: format!("a fresh name, {path}, was found taken before it was created"),
+                hint: "check that sink.url names a store no one else writes probe names to",
+            }),
         }
     }
 
@@ -512,7 +506,7 @@ mod tests {
                     retries, max_retries: 3, retry_timeout: 30s  - HTTP error: error sending \
                     request: client error (Connect): tcp connect error: Connection refused (os \
                     error 111)";
-        let error = classify("s3://lake/shop", generic(text));
+        let error = classify("s3://lake/shop", Cloud::S3, generic(text));
         assert!(error.is_transient());
         assert_eq!(
             error.to_string(),
@@ -528,8 +522,13 @@ mod tests {
     #[test]
     fn both_endpoint_variables_name_the_endpoint() {
         for name in ["AWS_ENDPOINT", "AWS_ENDPOINT_URL"] {
-            let key: AmazonS3ConfigKey = name.to_ascii_lowercase().parse().unwrap();
-            assert_eq!(key, AmazonS3ConfigKey::Endpoint, "{name}");
+            let key: object_store::aws::AmazonS3ConfigKey =
+                name.to_ascii_lowercase().parse().unwrap();
+            assert_eq!(
+                key,
+                object_store::aws::AmazonS3ConfigKey::Endpoint,
+                "{name}"
+            );
         }
     }
 
@@ -543,11 +542,11 @@ mod tests {
             "request timed out",
         ] {
             assert!(
-                classify(url, generic(transient)).is_transient(),
+                classify(url, Cloud::S3, generic(transient)).is_transient(),
                 "{transient}"
             );
         }
-        let refused = |source| classify(url, source).to_string();
+        let refused = |source| classify(url, Cloud::S3, source).to_string();
         assert_eq!(
             refused(generic(
                 "Server returned non-2xx status code: 404 Not Found: <?xml version=\"1.0\"?><Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message></Error>"
@@ -602,7 +601,12 @@ mod tests {
         let err = Sink::open("s3://lake/shop", &options)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("\"aws_bukket\" is not an S3 setting"), "{err}");
+        assert!(
+            err.contains(
+                "\"aws_bukket\" is not a setting of S3 (see object_store's AmazonS3ConfigKey)"
+            ),
+            "{err}"
+        );
     }
 
     #[tokio::test]
@@ -644,5 +648,96 @@ mod tests {
         sink.delete(&path).await.unwrap();
         assert!(sink.get(&path).await.unwrap().is_none());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A store that takes every put as an overwrite, the condition ignored.
+    #[derive(Debug)]
+    struct Unconditional(InMemory);
+
+    impl std::fmt::Display for Unconditional {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Unconditional")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for Unconditional {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: PutPayload,
+            _: PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            self.0
+                .put_opts(location, payload, PutOptions::default())
+                .await
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.0.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: object_store::GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            self.0.get_opts(location, options).await
+        }
+        fn delete_stream(
+            &self,
+            locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
+            self.0.delete_stream(locations)
+        }
+        fn list(
+            &self,
+            prefix: Option<&Path>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+        {
+            self.0.list(prefix)
+        }
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&Path>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.0.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(
+            &self,
+            from: &Path,
+            to: &Path,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.0.copy_opts(from, to, options).await
+        }
+    }
+
+    /// The probe passes a store that decides the condition and leaves nothing behind; a
+    /// cloud store that ignores it is refused, named, with the reason.
+    #[tokio::test]
+    async fn the_probe_refuses_a_store_that_ignores_conditional_puts() {
+        let honest = Sink::from_store(Arc::new(InMemory::new()), "s3://lake/shop");
+        honest.probe_fence().await.unwrap();
+        assert_eq!(honest.list_dir(None).await.unwrap(), Listing::default());
+
+        let careless = Sink::from_store(Arc::new(Unconditional(InMemory::new())), "az://lake/shop");
+        let refused = careless.probe_fence().await.unwrap_err();
+        assert!(!refused.is_transient());
+        let text = refused.to_string();
+        assert!(
+            text.starts_with(
+                "sink az://lake/shop: Azure Blob Storage does not honour conditional puts"
+            ) && text.contains("If-None-Match"),
+            "{text}"
+        );
+        let probes = careless.list_names(&Path::from("_tributary/probe")).await;
+        assert_eq!(
+            probes.unwrap(),
+            Vec::<String>::new(),
+            "the probe is deleted"
+        );
     }
 }
