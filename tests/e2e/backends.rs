@@ -1,13 +1,13 @@
 //! The sink's file operations and the commit log, with the same assertions on every backend a
 //! pipeline can land in: the in-memory store, a local directory, the S3 server of the test
-//! setup, and Azurite (Azure Blob Storage). Exactly once rests on what each backend does with a create of a name that exists, a
+//! setup, Azurite (Azure Blob Storage) and fake-gcs-server (Google Cloud Storage). Exactly once rests on what each backend does with a create of a name that exists, a
 //! listing and a delete; the commit log's unit tests run on the in-memory store, which cannot
 //! tell whether a real store's answers (a 412 for a conditional put, a 404 listing a folder not
 //! made yet, a delete of an object that is gone) reach the protocol as the same outcomes.
 //!
 //! Each case is a function of a fresh, empty [`Lake`]; `on_every_backend!` makes one test of it
 //! per backend: `backends::memory::<case>`, `backends::local::<case>`, `backends::s3::<case>`,
-//! `backends::azure::<case>`.
+//! `backends::azure::<case>`, `backends::gcs::<case>`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -33,6 +33,7 @@ macro_rules! on_every_backend {
         on_backend!(local, $($case),+);
         on_backend!(s3, $($case),+);
         on_backend!(azure, $($case),+);
+        on_backend!(gcs, $($case),+);
     };
 }
 
@@ -97,6 +98,17 @@ impl Lake {
 
     async fn s3(hint: &str) -> Lake {
         let server = tributary_tests::s3();
+        let bucket = server.fresh_bucket(hint).await;
+        let url = server.bucket_url(&bucket);
+        let options: BTreeMap<String, String> = server.object_store_options().into_iter().collect();
+        Lake {
+            sink: Sink::open(&url, &options).unwrap(),
+            backend: Backend::Cloud { url, options },
+        }
+    }
+
+    async fn gcs(hint: &str) -> Lake {
+        let server = tributary_tests::fake_gcs();
         let bucket = server.fresh_bucket(hint).await;
         let url = server.bucket_url(&bucket);
         let options: BTreeMap<String, String> = server.object_store_options().into_iter().collect();

@@ -57,7 +57,7 @@ async fn entries_of(log: &CommitLog, output: &str) -> Vec<u64> {
 
 /// The table's log has no gap, one `txn` version per version, each an entry of the commit log
 /// with files of the output, every such entry exactly once.
-async fn check_history(sink: &Sink, log: &CommitLog, output: &str) {
+pub(super) async fn check_history(sink: &Sink, log: &CommitLog, output: &str) {
     let txns = delta_txn_versions(sink, output).await;
     let txns: Vec<u64> = txns
         .iter()

@@ -7,6 +7,8 @@
 //!   in parallel without seeing each other.
 //! - [`azurite`] is Azurite, Microsoft's Azure Storage emulator, for `az://` sinks: the Blob
 //!   API with shared keys checked and conditional puts decided; containers of its own per test.
+//! - [`gcs`] is fake-gcs-server, a Google Cloud Storage emulator, for `gs://` sinks: the
+//!   JSON API with conditional creates decided; buckets of its own per test.
 //! - [`s3`] is the tests' own S3 server (`tests/s3-server`, on `s3s-fs`): objects on disk,
 //!   signatures checked, conditional puts decided atomically. [`S3Server::start`] gives a test a private one it may stop and restart.
 //!   Tests pass [`S3Server::object_store_options`] to `object_store` and never set process
@@ -32,6 +34,7 @@ mod azurite;
 pub mod catalog;
 pub mod chaos;
 pub mod container;
+mod gcs;
 pub mod lake;
 pub mod manifests;
 pub mod pipeline;
@@ -43,6 +46,7 @@ pub mod service;
 pub mod tls;
 
 pub use azurite::{Azurite, azurite};
+pub use gcs::{FakeGcs, fake_gcs};
 pub use plugins::{PLUGIN_BUILD_COMMAND, guest_plugin, plugin, plugin_dir};
 pub use postgres::{
     AUTH_METHODS, TESTED_MAJORS, TestDatabase, cluster_of, connect, database_on, fresh_database,

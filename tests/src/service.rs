@@ -177,6 +177,20 @@ impl Fixture {
         )
     }
 
+    /// The same in a bucket of its own on the shared fake-gcs-server (`gs://<bucket>`).
+    pub async fn on_gcs(source_url: &str, hint: &str, tables: &[&str]) -> Fixture {
+        let server = crate::fake_gcs();
+        let bucket = server.fresh_bucket(hint).await;
+        let url = server.bucket_url(&bucket);
+        Self::on(
+            source_url,
+            hint,
+            tables,
+            &url,
+            server.object_store_options(),
+        )
+    }
+
     fn on(
         source_url: &str,
         hint: &str,

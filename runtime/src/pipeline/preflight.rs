@@ -311,12 +311,13 @@ async fn check_sink(
     };
     let log = CommitLog::new(sink.clone(), Writer::named("check"));
     let read = async {
-        sink.probe_fence().await?;
         let latest = log.latest().await?;
         let first = match &latest {
             Some(_) => log.read_entry(1).await?,
             None => None,
         };
+        // After the read, whose refusals (no such bucket) name the store best.
+        sink.probe_fence().await?;
         Ok::<_, CommitError>(LogRead { latest, first })
     };
     let read = match read.await {

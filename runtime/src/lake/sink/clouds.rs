@@ -7,6 +7,9 @@
 //!   (`abfs://` too): the `AZURE_*` variables (account and key, a SAS token, a service
 //!   principal, workload identity as AKS injects it, or the VM's managed identity), overridden
 //!   by `azure_*` options.
+//! - `gs://bucket/prefix`: a service-account file (`GOOGLE_APPLICATION_CREDENTIALS`),
+//!   application default credentials, or the metadata server (GKE's workload identity),
+//!   overridden by `google_*` options; through the JSON API ([`super::gcs`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,6 +17,7 @@ use std::time::Duration;
 
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::prefix::PrefixStore;
 use object_store::{BackoffConfig, ObjectStore, RetryConfig};
 
@@ -24,6 +28,7 @@ use super::SinkError;
 pub enum Cloud {
     S3,
     Azure,
+    Gcs,
     Local,
     Memory,
 }
@@ -34,6 +39,7 @@ impl Cloud {
         match scheme {
             "s3" | "s3a" => Some(Cloud::S3),
             "az" | "abfs" | "abfss" => Some(Cloud::Azure),
+            "gs" => Some(Cloud::Gcs),
             "file" => Some(Cloud::Local),
             "memory" => Some(Cloud::Memory),
             _ => None,
@@ -45,6 +51,7 @@ impl Cloud {
         match self {
             Cloud::S3 => "S3",
             Cloud::Azure => "Azure Blob Storage",
+            Cloud::Gcs => "Google Cloud Storage",
             Cloud::Local => "the local file system",
             Cloud::Memory => "memory",
         }
@@ -63,6 +70,8 @@ impl Cloud {
         match self {
             Cloud::S3 => &["NoSuchBucket"],
             Cloud::Azure => &["ContainerNotFound"],
+            // A listing or an upload finds no bucket (fake-gcs-server says "Not Found").
+            Cloud::Gcs => &["notFound", "Not Found"],
             _ => &[],
         }
     }
@@ -77,6 +86,7 @@ impl Cloud {
                 "InvalidToken",
             ],
             Cloud::Azure => &["AuthenticationFailed", "InvalidAuthenticationInfo"],
+            Cloud::Gcs => &["authError", "required"],
             _ => &[],
         }
     }
@@ -91,6 +101,7 @@ impl Cloud {
                 "AuthorizationResourceTypeMismatch",
                 "InsufficientAccountPermissions",
             ],
+            Cloud::Gcs => &["forbidden"],
             _ => &[],
         }
     }
@@ -105,6 +116,11 @@ impl Cloud {
                 "check AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or \
                  AZURE_STORAGE_SAS_TOKEN (or sink.options azure_storage_account_key, \
                  azure_storage_sas_key), or the identity's AZURE_CLIENT_ID and AZURE_TENANT_ID"
+            }
+            Cloud::Gcs => {
+                "check GOOGLE_APPLICATION_CREDENTIALS (a service-account JSON file) or \
+                 sink.options google_service_account_path / google_service_account_key, or the \
+                 workload identity's service account"
             }
             _ => "check the sink's credentials",
         }
@@ -124,13 +140,17 @@ impl Cloud {
                  Storage Blob Data Contributor role on the container (a SAS token: read, add, \
                  create, write, delete and list)"
             }
+            Cloud::Gcs => {
+                "give the service account roles/storage.objectUser on the bucket (read, create, \
+                 delete and list objects)"
+            }
             _ => "give these credentials read, write, delete and list rights on the sink",
         }
     }
 
     /// What is said when none of the ways to credentials gave any and the store fell back to
     /// the instance's metadata endpoint, which answered nothing.
-    fn no_credentials(self) -> (&'static str, &'static str) {
+    pub(super) fn no_credentials(self) -> (&'static str, &'static str) {
         match self {
             Cloud::Azure => (
                 "no Azure credentials: none were configured and the managed identity endpoint \
@@ -138,6 +158,12 @@ impl Cloud {
                 "set AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN (or sink.options \
                  azure_storage_account_key or azure_storage_sas_key), or run with a workload or \
                  managed identity",
+            ),
+            Cloud::Gcs => (
+                "no Google Cloud credentials: none were configured and the metadata server gave \
+                 none",
+                "set GOOGLE_APPLICATION_CREDENTIALS to a service-account JSON file (or \
+                 sink.options google_service_account_path), or run with a workload identity",
             ),
             _ => (
                 "no S3 credentials: none were configured and the instance metadata service gave \
@@ -154,6 +180,7 @@ impl Cloud {
             Cloud::Azure => {
                 "sink.options azure_storage_endpoint (or the variable AZURE_STORAGE_ENDPOINT)"
             }
+            Cloud::Gcs => "sink.options google_base_url (or the variable GOOGLE_BASE_URL)",
             _ => "sink.options aws_endpoint (or the variable AWS_ENDPOINT or AWS_ENDPOINT_URL)",
         }
     }
@@ -177,12 +204,6 @@ impl Cloud {
             return Some((format!("access denied ({code})"), self.denied_hint()));
         }
         None
-    }
-
-    /// The refusal of a store that fell back to the instance's metadata endpoint.
-    pub(super) fn without_credentials(self) -> (String, &'static str) {
-        let (reason, hint) = self.no_credentials();
-        (reason.to_owned(), hint)
     }
 }
 
@@ -220,6 +241,7 @@ pub(super) fn open(
     }
     let built = match cloud {
         Cloud::Azure => azure(url, &format!("{scheme}://{holder}"), options)?,
+        Cloud::Gcs => gcs(url, holder, options)?,
         _ => s3(url, holder, options)?,
     };
     let prefix = prefix.trim_matches('/');
@@ -270,6 +292,53 @@ fn azure(
     Ok(Arc::new(store))
 }
 
+/// Where GCS's JSON API is, unless `google_base_url` names another (an emulator).
+const GCS_BASE: &str = "https://storage.googleapis.com";
+
+fn gcs(
+    url: &str,
+    bucket: &str,
+    options: &BTreeMap<String, String>,
+) -> Result<Arc<dyn ObjectStore>, SinkError> {
+    let mut builder = GoogleCloudStorageBuilder::from_env().with_bucket_name(bucket);
+    for (key, value) in options {
+        let key: GoogleConfigKey = key.parse().map_err(|_| SinkError::Option {
+            key: key.clone(),
+            store: Cloud::Gcs.name(),
+            keys: "GoogleConfigKey",
+        })?;
+        builder = builder.with_config(key, value);
+    }
+    let base = builder
+        .get_config_value(&GoogleConfigKey::BaseUrl)
+        .unwrap_or_else(|| GCS_BASE.to_owned());
+    let unsigned = builder
+        .get_config_value(&GoogleConfigKey::SkipSignature)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    // object_store's client is built for its credential providers only.
+    let credentials = builder
+        .build()
+        .map_err(|e| unbuilt(url, Cloud::Gcs, e))?
+        .credentials()
+        .clone();
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(300))
+        .build()
+        .map_err(|e| SinkError::Refused {
+            url: url.to_owned(),
+            reason: format!("building the HTTP client: {}", crate::error_chain(&e)),
+            hint: "check the system's TLS roots",
+        })?;
+    let credentials = (!unsigned).then_some(credentials);
+    Ok(Arc::new(super::gcs::Gcs::new(
+        http,
+        &base,
+        bucket,
+        credentials,
+    )))
+}
+
 /// A store its settings cannot make (no account, a malformed key, a URL it does not read):
 /// nothing to wait for.
 fn unbuilt(url: &str, cloud: Cloud, source: object_store::Error) -> SinkError {
@@ -292,6 +361,7 @@ mod tests {
     fn holders_are_read_from_every_url_form() {
         assert_eq!(holder_of("s3://lake/shop"), "lake");
         assert_eq!(holder_of("az://lake/shop"), "lake");
+        assert_eq!(holder_of("gs://lake/shop"), "lake");
         assert_eq!(
             holder_of("abfss://lake@acct.dfs.core.windows.net/shop"),
             "lake"

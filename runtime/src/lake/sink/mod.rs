@@ -1,14 +1,16 @@
 //! Where landed files go: an object store named by URL.
 //!
 //! A cloud's bucket or container ([`clouds`]: `s3://bucket/prefix`, `az://container/prefix`,
-//! `abfss://container@account.dfs.core.windows.net/prefix`, each with its cloud's usual
+//! `abfss://container@account.dfs.core.windows.net/prefix`, `gs://bucket/prefix` ([`gcs`]),
+//! each with its cloud's usual
 //! credentials, overridden by the pipeline file's `sink.options`), `file:///path` (the
 //! directory is created with the first object written), or `memory://` (for tests of pure
 //! logic). Every path the pipeline writes is relative to the URL's prefix.
 
 mod clouds;
+mod gcs;
 
-pub use clouds::Cloud;
+use clouds::Cloud;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,7 +33,7 @@ pub enum SinkError {
     #[error(
         "sink url {url:?}: scheme {scheme:?} is not supported; use s3://bucket/prefix, \
          az://container/prefix (or abfss://container@account.dfs.core.windows.net/prefix), \
-         file:///path or memory://"
+         gs://bucket/prefix, file:///path or memory://"
     )]
     Scheme { url: String, scheme: String },
     #[error("sink option {key:?} is not a setting of {store} (see object_store's {keys})")]
@@ -104,9 +106,9 @@ fn classify(url: &str, cloud: Cloud, source: object_store::Error) -> SinkError {
     if let Some((reason, hint)) = error_code(&text).and_then(|code| cloud.refusal(url, code)) {
         return refused(reason, hint);
     }
-    if text.contains("169.254.169.254") {
-        let (reason, hint) = cloud.without_credentials();
-        return refused(reason, hint);
+    if text.contains("169.254.169.254") || text.contains("metadata.google.internal") {
+        let (reason, hint) = cloud.no_credentials();
+        return refused(reason.to_owned(), hint);
     }
     match &source {
         object_store::Error::PermissionDenied { .. } => refused(
@@ -162,11 +164,17 @@ fn endpoint_of(text: &str) -> Option<String> {
     Some(rest[..end].to_owned())
 }
 
-/// The `<Code>` of an S3 or Azure error body.
+/// The `<Code>` of an S3 or Azure error body, or the first `"reason"` of a GCS one.
 fn error_code(text: &str) -> Option<&str> {
-    let start = text.find("<Code>")? + "<Code>".len();
-    let end = text[start..].find("</Code>")? + start;
-    Some(&text[start..end])
+    if let Some(at) = text.find("<Code>") {
+        let start = at + "<Code>".len();
+        let end = text[start..].find("</Code>")? + start;
+        return Some(&text[start..end]);
+    }
+    let after = &text[text.find("\"reason\"")? + "\"reason\"".len()..];
+    let start = after.find('"')? + 1;
+    let end = after[start..].find('"')? + start;
+    Some(&after[start..end])
 }
 
 /// A 4xx status that is not about timing (408 timeout, 429 throttling).
@@ -249,7 +257,9 @@ impl Sink {
                 Arc::new(PrefixStore::new(LocalFileSystem::new(), prefix))
             }
             Cloud::Memory => Arc::new(InMemory::new()),
-            Cloud::S3 | Cloud::Azure => clouds::open(cloud, url, scheme, rest, options)?,
+            Cloud::S3 | Cloud::Azure | Cloud::Gcs => {
+                clouds::open(cloud, url, scheme, rest, options)?
+            }
         };
         Ok(Sink {
             store,
@@ -279,11 +289,6 @@ impl Sink {
     /// A store failure, sorted into one that may pass and one that will not.
     pub fn error(&self, source: object_store::Error) -> SinkError {
         classify(&self.url, self.cloud, source)
-    }
-
-    /// Which store the sink is.
-    pub fn cloud(&self) -> Cloud {
-        self.cloud
     }
 
     /// Create an object unless one exists at `path`; a writer never replaces an object.
