@@ -6,19 +6,16 @@
 //! are created through the Blob API with a request signed here (object_store has no container
 //! operations), with the emulator's well-known account.
 
-use std::fs;
 use std::path::PathBuf;
-use std::process::{Child, Command};
-use std::sync::{Mutex, OnceLock};
+use std::process::Command;
+use std::sync::OnceLock;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::s3::{
-    bucket_name, free_port, http_exchange, make_base_dir, reap_abandoned, spawn_listening,
-};
+use crate::s3::{Emulator, bucket_name, http_exchange};
 
 /// The emulator's one account and its published key (the same in every Azurite).
 pub const ACCOUNT: &str = "devstoreaccount1";
@@ -39,14 +36,13 @@ static SHARED: OnceLock<Result<Azurite, String>> = OnceLock::new();
 pub fn azurite() -> &'static Azurite {
     let server = SHARED.get_or_init(|| {
         let server = Azurite::start()?;
-        extern "C" fn kill_shared() {
+        extern "C" fn shut_down() {
             if let Some(Ok(server)) = SHARED.get() {
-                server.kill();
-                let _ = fs::remove_dir_all(&server.base_dir);
+                server.process.shut_down();
             }
         }
         // SAFETY: registers a plain function; atexit has no other preconditions.
-        unsafe { libc::atexit(kill_shared) };
+        unsafe { libc::atexit(shut_down) };
         Ok(server)
     });
     match server {
@@ -58,40 +54,28 @@ pub fn azurite() -> &'static Azurite {
 /// An `azurite-blob` child process serving a private directory on `127.0.0.1`.
 #[derive(Debug)]
 pub struct Azurite {
-    base_dir: PathBuf,
-    port: u16,
-    child: Mutex<Option<Child>>,
+    process: Emulator,
 }
 
 impl Azurite {
     fn start() -> Result<Azurite, String> {
         let binary = find_binary()?;
-        let temp = std::env::temp_dir();
-        reap_abandoned(&temp, DIR_PREFIX);
-        let base_dir = make_base_dir(&temp, DIR_PREFIX)?;
-        let root = base_dir.join("data");
-        fs::create_dir(&root)
-            .map_err(|error| format!("could not create {}: {error}", root.display()))?;
-        let mut last_error = String::new();
-        for _ in 0..5 {
-            let port = free_port()?;
-            match spawn(&binary, &base_dir, port) {
-                Ok(child) => {
-                    return Ok(Azurite {
-                        base_dir,
-                        port,
-                        child: Mutex::new(Some(child)),
-                    });
-                }
-                Err(error) => last_error = error,
-            }
-        }
-        Err(last_error)
+        let process = Emulator::start(DIR_PREFIX, "azurite-blob", |root, port| {
+            let mut command = Command::new(&binary);
+            command
+                .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+                .arg("--location")
+                .arg(root)
+                // object_store speaks a newer API version than a pinned emulator may know.
+                .args(["--skipApiVersionCheck", "--silent"]);
+            command
+        })?;
+        Ok(Azurite { process })
     }
 
     /// The account's endpoint, `http://127.0.0.1:<port>/devstoreaccount1`.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}/{ACCOUNT}", self.port)
+        format!("http://127.0.0.1:{}/{ACCOUNT}", self.process.port())
     }
 
     /// `sink.options` for this emulator, as `object_store`'s Azure keys.
@@ -134,9 +118,9 @@ impl Azurite {
             "PUT {path}?restype=container HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nx-ms-date: {date}\r\n\
              x-ms-version: {API_VERSION}\r\nAuthorization: SharedKey {ACCOUNT}:{signature}\r\n\
              Content-Length: 0\r\nConnection: close\r\n\r\n",
-            self.port
+            self.process.port()
         );
-        let response = http_exchange(self.port, &request)
+        let response = http_exchange(self.process.port(), &request)
             .await
             .unwrap_or_else(|error| panic!("Create Container {name}: {error}"));
         let status = response.lines().next().unwrap_or_default();
@@ -147,33 +131,6 @@ impl Azurite {
             );
         }
     }
-
-    fn kill(&self) {
-        let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(mut child) = child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Azurite {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = fs::remove_dir_all(&self.base_dir);
-    }
-}
-
-/// Starts `azurite-blob` on `port` and waits until it accepts connections.
-fn spawn(binary: &PathBuf, base_dir: &std::path::Path, port: u16) -> Result<Child, String> {
-    let mut command = Command::new(binary);
-    command
-        .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
-        .arg("--location")
-        .arg(base_dir.join("data"))
-        // object_store speaks a newer API version than a pinned emulator may know.
-        .args(["--skipApiVersionCheck", "--silent"]);
-    spawn_listening(command, base_dir, port, "azurite-blob")
 }
 
 /// `TRIBUTARY_AZURITE`, else the tools directory `scripts/test.sh` installs into.

@@ -8,12 +8,10 @@
 
 use std::fs;
 use std::path::PathBuf;
-use std::process::{Child, Command};
-use std::sync::{Mutex, OnceLock};
+use std::process::Command;
+use std::sync::OnceLock;
 
-use crate::s3::{
-    bucket_name, free_port, http_exchange, make_base_dir, reap_abandoned, spawn_listening,
-};
+use crate::s3::{Emulator, bucket_name, http_exchange};
 
 const DIR_PREFIX: &str = "tributary-gcs-";
 
@@ -28,14 +26,13 @@ static SHARED: OnceLock<Result<FakeGcs, String>> = OnceLock::new();
 pub fn fake_gcs() -> &'static FakeGcs {
     let server = SHARED.get_or_init(|| {
         let server = FakeGcs::start()?;
-        extern "C" fn kill_shared() {
+        extern "C" fn shut_down() {
             if let Some(Ok(server)) = SHARED.get() {
-                server.kill();
-                let _ = fs::remove_dir_all(&server.base_dir);
+                server.process.shut_down();
             }
         }
         // SAFETY: registers a plain function; atexit has no other preconditions.
-        unsafe { libc::atexit(kill_shared) };
+        unsafe { libc::atexit(shut_down) };
         Ok(server)
     });
     match server {
@@ -47,47 +44,28 @@ pub fn fake_gcs() -> &'static FakeGcs {
 /// A `fake-gcs-server` child process serving a private directory on `127.0.0.1`.
 #[derive(Debug)]
 pub struct FakeGcs {
-    base_dir: PathBuf,
-    port: u16,
-    child: Mutex<Option<Child>>,
+    process: Emulator,
 }
 
 impl FakeGcs {
     fn start() -> Result<FakeGcs, String> {
         let binary = find_binary()?;
-        let temp = std::env::temp_dir();
-        reap_abandoned(&temp, DIR_PREFIX);
-        let base_dir = make_base_dir(&temp, DIR_PREFIX)?;
-        let root = base_dir.join("data");
-        fs::create_dir(&root)
-            .map_err(|error| format!("could not create {}: {error}", root.display()))?;
-        let mut last_error = String::new();
-        for _ in 0..5 {
-            let port = free_port()?;
+        let process = Emulator::start(DIR_PREFIX, "fake-gcs-server", |root, port| {
             let mut command = Command::new(&binary);
             command
                 .args(["-scheme", "http", "-host", "127.0.0.1"])
                 .args(["-port", &port.to_string(), "-backend", "filesystem"])
                 .arg("-filesystem-root")
-                .arg(&root)
+                .arg(root)
                 .args(["-log-level", "warn"]);
-            match spawn_listening(command, &base_dir, port, "fake-gcs-server") {
-                Ok(child) => {
-                    return Ok(FakeGcs {
-                        base_dir,
-                        port,
-                        child: Mutex::new(Some(child)),
-                    });
-                }
-                Err(error) => last_error = error,
-            }
-        }
-        Err(last_error)
+            command
+        })?;
+        Ok(FakeGcs { process })
     }
 
     /// The emulator's address, `http://127.0.0.1:<port>`.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://127.0.0.1:{}", self.process.port())
     }
 
     /// `sink.options` for this emulator, as `object_store`'s GCS keys.
@@ -110,10 +88,10 @@ impl FakeGcs {
         let request = format!(
             "POST /storage/v1/b HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: \
              application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            self.port,
+            self.process.port(),
             body.len()
         );
-        let response = http_exchange(self.port, &request)
+        let response = http_exchange(self.process.port(), &request)
             .await
             .unwrap_or_else(|error| panic!("creating bucket {name}: {error}"));
         let status = response.lines().next().unwrap_or_default();
@@ -124,21 +102,6 @@ impl FakeGcs {
             );
         }
         name
-    }
-
-    fn kill(&self) {
-        let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(mut child) = child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for FakeGcs {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = fs::remove_dir_all(&self.base_dir);
     }
 }
 

@@ -312,7 +312,7 @@ pub(crate) fn free_port() -> Result<u16, String> {
 }
 
 /// Creates `<temp>/<prefix><pid>-<n>` (`tributary-s3-<pid>-<n>`).
-pub(crate) fn make_base_dir(temp: &Path, prefix: &str) -> Result<PathBuf, String> {
+fn make_base_dir(temp: &Path, prefix: &str) -> Result<PathBuf, String> {
     static SEQUENCE: AtomicU32 = AtomicU32::new(0);
     loop {
         let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
@@ -328,7 +328,7 @@ pub(crate) fn make_base_dir(temp: &Path, prefix: &str) -> Result<PathBuf, String
 /// Kills servers and removes directories (`<prefix><pid>-<n>`, each with the server's pid in
 /// `server.pid` and its root in `data/`) left by test processes that died without cleaning
 /// up (killed by a timeout, say).
-pub(crate) fn reap_abandoned(temp: &Path, prefix: &str) {
+fn reap_abandoned(temp: &Path, prefix: &str) {
     let Ok(entries) = fs::read_dir(temp) else {
         return;
     };
@@ -375,10 +375,74 @@ fn owner_pid(name: &str, prefix: &str) -> Option<i32> {
     pid.parse().ok().filter(|pid| *pid > 0)
 }
 
+/// An emulator's process (Azurite, fake-gcs-server): a private directory (`data/` its root,
+/// its log and pid beside) under `<temp>/<prefix><pid>-<n>`, and the child serving on a free
+/// port of `127.0.0.1`. Dropping it (or [`Emulator::shut_down`]) kills the child and removes
+/// the directory.
+#[derive(Debug)]
+pub(crate) struct Emulator {
+    base_dir: PathBuf,
+    port: u16,
+    child: Mutex<Option<Child>>,
+}
+
+impl Emulator {
+    /// Start `what`: `command` gives the command line for a root directory and a port; a port
+    /// another process takes first is given up for another, five times.
+    pub(crate) fn start(
+        prefix: &str,
+        what: &str,
+        command: impl Fn(&Path, u16) -> Command,
+    ) -> Result<Emulator, String> {
+        let temp = std::env::temp_dir();
+        reap_abandoned(&temp, prefix);
+        let base_dir = make_base_dir(&temp, prefix)?;
+        let root = base_dir.join("data");
+        fs::create_dir(&root)
+            .map_err(|error| format!("could not create {}: {error}", root.display()))?;
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let port = free_port()?;
+            match spawn_listening(command(&root, port), &base_dir, port, what) {
+                Ok(child) => {
+                    return Ok(Emulator {
+                        base_dir,
+                        port,
+                        child: Mutex::new(Some(child)),
+                    });
+                }
+                Err(error) => last_error = error,
+            }
+        }
+        Err(last_error)
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kill the child and remove its directory (also what the process's exit hook does for a
+    /// shared emulator, which is never dropped).
+    pub(crate) fn shut_down(&self) {
+        let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mut child) = child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = fs::remove_dir_all(&self.base_dir);
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
 /// Runs a test server with its output appended to `<base_dir>/server.log` and its pid in
 /// `<base_dir>/server.pid`, and waits until it accepts connections on `port` (or says why it
 /// did not, with what it logged).
-pub(crate) fn spawn_listening(
+fn spawn_listening(
     mut command: Command,
     base_dir: &Path,
     port: u16,
