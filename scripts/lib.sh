@@ -246,8 +246,9 @@ build_plugins() {
 
 # Independent readers for the tests: DuckDB and pyarrow (Parquet), deltalake (delta-rs, for
 # Delta tables, with DuckDB's delta extension as a second reader), pyiceberg with its SQL
-# catalog's drivers and DuckDB's iceberg extension (Iceberg tables and catalogs; the tests'
-# REST catalog server, tests/catalogs/iceberg_rest.py, is built on pyiceberg), in a virtual
+# catalog's drivers and adlfs (Azure) and DuckDB's iceberg extension (Iceberg tables and
+# catalogs; the tests' REST catalog server, tests/catalogs/iceberg_rest.py, is built on
+# pyiceberg), in a virtual
 # environment in the tools cache. DuckDB's extensions come
 # from their pip packages, one release per DuckDB release, and the readers load them from
 # there: nothing is downloaded at run time. Exports TRIBUTARY_PYTHON, the interpreter that has
@@ -259,14 +260,14 @@ PYICEBERG_VERSION="0.12.0"
 ensure_python_readers() {
     local venv="$TOOLS/python"
     local python="$venv/bin/python"
-    local check="import duckdb, pyarrow, deltalake, pyiceberg, pyiceberg.catalog.sql, psycopg2, duckdb_extension_iceberg, duckdb_extension_avro, duckdb_extension_httpfs, duckdb_extension_delta, duckdb_extension_azure, sys
+    local check="import duckdb, pyarrow, deltalake, pyiceberg, pyiceberg.catalog.sql, psycopg2, adlfs, duckdb_extension_iceberg, duckdb_extension_avro, duckdb_extension_httpfs, duckdb_extension_delta, duckdb_extension_azure, sys
 sys.exit(duckdb.__version__ != '$DUCKDB_VERSION' or pyiceberg.__version__ != '$PYICEBERG_VERSION')"
     if [ -x "$python" ] && "$python" -c "$check" >/dev/null 2>&1; then
         say "python readers: duckdb $DUCKDB_VERSION, pyarrow $("$python" -c 'import pyarrow; print(pyarrow.__version__)'), deltalake $("$python" -c 'import deltalake; print(deltalake.__version__)'), pyiceberg $PYICEBERG_VERSION"
     else
         command -v python3 >/dev/null 2>&1 \
             || die "python3 not found; the tests read the landed Parquet with DuckDB and pyarrow (install python3 with its venv module)"
-        say "python readers: installing duckdb $DUCKDB_VERSION (with its iceberg, avro, httpfs, delta and azure extensions), pyarrow $PYARROW_VERSION, deltalake $DELTALAKE_VERSION and pyiceberg $PYICEBERG_VERSION into $venv"
+        say "python readers: installing duckdb $DUCKDB_VERSION (with its iceberg, avro, httpfs, delta and azure extensions), pyarrow $PYARROW_VERSION, deltalake $DELTALAKE_VERSION and pyiceberg $PYICEBERG_VERSION (with adlfs) into $venv"
         [ -x "$python" ] || python3 -m venv "$venv" \
             || die "could not create a Python virtual environment (on Debian: apt-get install python3-venv)"
         "$venv/bin/pip" install --quiet --disable-pip-version-check \
@@ -274,7 +275,7 @@ sys.exit(duckdb.__version__ != '$DUCKDB_VERSION' or pyiceberg.__version__ != '$P
             "duckdb-extension-avro==$DUCKDB_VERSION" "duckdb-extension-httpfs==$DUCKDB_VERSION" \
             "duckdb-extension-delta==$DUCKDB_VERSION" "duckdb-extension-azure==$DUCKDB_VERSION" \
             "pyarrow==$PYARROW_VERSION" \
-            "deltalake==$DELTALAKE_VERSION" "pyiceberg[sql-postgres,sql-sqlite]==$PYICEBERG_VERSION"
+            "deltalake==$DELTALAKE_VERSION" "pyiceberg[sql-postgres,sql-sqlite,adlfs]==$PYICEBERG_VERSION"
     fi
     export TRIBUTARY_PYTHON="$python"
 }

@@ -1,16 +1,19 @@
 //! Sinks in a cloud's own object store other than S3, against its emulator: Azure Blob
-//! Storage (`az://`) on Azurite and Google Cloud Storage (`gs://`) on fake-gcs-server. A real
-//! `tributary run` killed with SIGKILL mid-flush lands every change once in each, as Parquet
-//! and as Delta, and `tributary check` reaches the container or bucket and names what is
-//! wrong. On Azurite delta-rs and DuckDB read the Delta tables back; their GCS clients speak
-//! the XML API, which fake-gcs-server does not serve, so there `verify` and the commit log
-//! hold the tables.
+//! Storage (`az://`, `abfss://`) on Azurite and Google Cloud Storage (`gs://`) on
+//! fake-gcs-server. A real `tributary run` killed with SIGKILL mid-flush lands every change
+//! once in each, as Parquet, as Delta and as Iceberg, and `tributary check` reaches the
+//! container or bucket and names what is wrong. On Azurite delta-rs and DuckDB read the Delta
+//! tables back; their GCS clients speak the XML API, which fake-gcs-server does not serve, so
+//! there `verify` and the commit log hold the tables. pyiceberg reads the Iceberg tables on
+//! both, on Azure named `abfss://` as Spark and pyiceberg need them.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tributary_tests::fresh_database;
-use tributary_tests::lake::{committed_rows, object_names, read_delta};
+use tributary_tests::lake::{
+    committed_rows, object_names, read_delta, read_iceberg_with_pyiceberg,
+};
 use tributary_tests::pipeline::wait_for_confirmed;
 use tributary_tests::service::{Fixture, Service, command, verify};
 
@@ -23,20 +26,35 @@ enum Cloud {
     Gcs,
 }
 
+/// What the run lands besides the data files and the commit log.
+#[derive(Clone, Copy, PartialEq)]
+enum Format {
+    Parquet,
+    Delta,
+    Iceberg,
+}
+
 /// Kill a run at `point` (its `hit`-th pass, in the second flush), start again, land a third
 /// transaction: each table holds ids 1..=30 once, verify finds the lake equal to the source,
 /// the slot is confirmed to the last entry, and no intent is left.
-async fn killed(cloud: Cloud, hint: &str, point: &str, hit: u32, delta: bool) -> Fixture {
+async fn killed(cloud: Cloud, hint: &str, point: &str, hit: u32, format: Format) -> Fixture {
     let db = fresh_database(hint).await;
     create_tables(&db).await;
-    let mut fixture = match cloud {
-        Cloud::Azure => Fixture::on_azure(&db.url, hint, &TABLES).await,
-        Cloud::Gcs => Fixture::on_gcs(&db.url, hint, &TABLES).await,
+    let mut fixture = match (cloud, format) {
+        // Iceberg manifests name files by the sink's URL: the form Spark and pyiceberg read.
+        (Cloud::Azure, Format::Iceberg) => Fixture::on_azure_abfss(&db.url, hint, &TABLES).await,
+        (Cloud::Azure, _) => Fixture::on_azure(&db.url, hint, &TABLES).await,
+        (Cloud::Gcs, _) => Fixture::on_gcs(&db.url, hint, &TABLES).await,
     };
-    if delta {
-        fixture.cfg.sink.push(("format".into(), "\"delta\"".into()));
-        fixture.file = fixture.cfg.write(&fixture.dir);
+    match format {
+        Format::Parquet => {}
+        Format::Delta => fixture.cfg.sink.push(("format".into(), "\"delta\"".into())),
+        Format::Iceberg => fixture
+            .cfg
+            .sink
+            .push(("format".into(), "\"iceberg\"".into())),
     }
+    fixture.file = fixture.cfg.write(&fixture.dir);
     kill_at(&db, &fixture, point, hit).await;
     let mut b = Service::spawn(&fixture.file, &[], &fixture.dir.join("b.log"));
     b.wait_for_log("streaming", Duration::from_secs(120)).await;
@@ -47,6 +65,20 @@ async fn killed(cloud: Cloud, hint: &str, point: &str, hit: u32, delta: bool) ->
     assert_eq!(verified.code, 0, "{verified}");
     let b_log = b.stop().await;
     for table in TABLES {
+        if format == Format::Iceberg {
+            super::iceberg::assert_audited(&verified, table);
+            let current = super::iceberg::check_snapshots(&fixture, table, None, &b_log).await;
+            // pyiceberg opens every file by the URL the manifests name.
+            let folder = format!("{}/{table}", fixture.cfg.sink_url);
+            let rows =
+                read_iceberg_with_pyiceberg(&folder, &current.location, &fixture.cfg.sink_options);
+            let ids: BTreeSet<u32> = rows
+                .iter()
+                .map(|r| r["id"].as_deref().unwrap().parse().unwrap())
+                .collect();
+            assert_eq!(rows.len(), 30, "{table}: pyiceberg reads every change once");
+            assert_eq!(ids, (1..=30).collect(), "{table}");
+        }
         let ids: Vec<u32> = committed_rows(&fixture.sink, table)
             .await
             .iter()
@@ -75,19 +107,40 @@ async fn killed(cloud: Cloud, hint: &str, point: &str, hit: u32, delta: bool) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_mid_flush_on_azure_lands_every_change_once_as_parquet() {
-    let fixture = killed(Cloud::Azure, "azure_parquet", "flush.after-file", 4, false).await;
+    let fixture = killed(
+        Cloud::Azure,
+        "azure_parquet",
+        "flush.after-file",
+        4,
+        Format::Parquet,
+    )
+    .await;
     std::fs::remove_dir_all(&fixture.dir).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_mid_flush_on_gcs_lands_every_change_once_as_parquet() {
-    let fixture = killed(Cloud::Gcs, "gcs_parquet", "flush.after-file", 4, false).await;
+    let fixture = killed(
+        Cloud::Gcs,
+        "gcs_parquet",
+        "flush.after-file",
+        4,
+        Format::Parquet,
+    )
+    .await;
     std::fs::remove_dir_all(&fixture.dir).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_between_the_commit_and_the_tables_on_gcs_lands_every_change_once_as_delta() {
-    let fixture = killed(Cloud::Gcs, "gcs_delta", "flush.after-commit", 2, true).await;
+    let fixture = killed(
+        Cloud::Gcs,
+        "gcs_delta",
+        "flush.after-commit",
+        2,
+        Format::Delta,
+    )
+    .await;
     // Each table's log: no gap, one version per flush with its `txn`, none twice (verify
     // held the rows against the source).
     for table in TABLES {
@@ -98,7 +151,14 @@ async fn a_kill_between_the_commit_and_the_tables_on_gcs_lands_every_change_once
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_between_the_commit_and_the_tables_on_azure_lands_every_change_once_as_delta() {
-    let fixture = killed(Cloud::Azure, "azure_delta", "flush.after-commit", 2, true).await;
+    let fixture = killed(
+        Cloud::Azure,
+        "azure_delta",
+        "flush.after-commit",
+        2,
+        Format::Delta,
+    )
+    .await;
     for table in TABLES {
         super::delta::check_history(&fixture.sink, &fixture.log, table).await;
         let uri = format!("{}/{table}", fixture.cfg.sink_url);
@@ -112,6 +172,32 @@ async fn a_kill_between_the_commit_and_the_tables_on_azure_lands_every_change_on
         // read_delta has DuckDB's delta extension read the table a second time and agree.
         assert_eq!(ids, (1..=30).collect(), "{table}");
     }
+    std::fs::remove_dir_all(&fixture.dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_after_one_iceberg_table_on_azure_lands_every_change_once() {
+    let fixture = killed(
+        Cloud::Azure,
+        "azure_iceberg",
+        "tables.after-table",
+        4,
+        Format::Iceberg,
+    )
+    .await;
+    std::fs::remove_dir_all(&fixture.dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_after_one_iceberg_table_on_gcs_lands_every_change_once() {
+    let fixture = killed(
+        Cloud::Gcs,
+        "gcs_iceberg",
+        "tables.after-table",
+        4,
+        Format::Iceberg,
+    )
+    .await;
     std::fs::remove_dir_all(&fixture.dir).unwrap();
 }
 
@@ -131,6 +217,23 @@ async fn check_reaches_the_container_and_names_what_is_wrong() {
         )),
         "{out}"
     );
+
+    // Iceberg tables named by az:// are told the ADLS form their other readers need.
+    fixture
+        .cfg
+        .sink
+        .push(("format".into(), "\"iceberg\"".into()));
+    fixture.file = fixture.cfg.write(&fixture.dir);
+    let (code, out, err) = command("check", &fixture.file, &[], &[]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let container = url.strip_prefix("az://").unwrap();
+    assert!(
+        out.contains(&format!(
+            "warn  sink.url {url}: Iceberg manifests name each file by this URL, which DuckDB reads but Spark, Trino and pyiceberg do not; for them name the sink abfss://{container}@<account>.dfs.core.windows.net before its first flush"
+        )) && out.contains("the pipeline is ready to run, 1 warning"),
+        "{out}"
+    );
+    fixture.cfg.sink.pop();
 
     fixture.cfg.sink_url = "az://no-such-container".into();
     fixture.file = fixture.cfg.write(&fixture.dir);

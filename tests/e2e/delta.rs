@@ -9,7 +9,8 @@ use std::time::Duration;
 use tributary::lake::commit::CommitLog;
 use tributary::lake::sink::Sink;
 use tributary_tests::lake::{
-    DeltaPoller, committed_rows, delta_txn_versions, entries, read_delta, read_delta_version,
+    DeltaPoller, committed_rows, delta_txn_versions, entries, entries_of, read_delta,
+    read_delta_version,
 };
 use tributary_tests::service::{Fixture, Service, ServiceConfig, command, peak_rss_mib, verify};
 use tributary_tests::{TestDatabase, fresh_database};
@@ -43,16 +44,6 @@ pub(super) async fn t_fixture(
 
 fn table_uri(fixture: &Fixture, output: &str) -> String {
     format!("{}/{output}", fixture.cfg.sink_url)
-}
-
-/// The log's entries with files of `output`, by sequence.
-async fn entries_of(log: &CommitLog, output: &str) -> Vec<u64> {
-    entries(log)
-        .await
-        .iter()
-        .filter(|e| e.files.iter().any(|f| f.output == output))
-        .map(|e| e.sequence)
-        .collect()
 }
 
 /// The table's log has no gap, one `txn` version per version, each an entry of the commit log

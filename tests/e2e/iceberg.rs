@@ -18,7 +18,7 @@ use tributary::lake::iceberg::metadata::Operation;
 use tributary::lake::iceberg::table::{Published, Table};
 use tributary::lake::sink::Sink;
 use tributary::lake::tables::{TableFile, table_columns};
-use tributary_tests::lake::{entries, read_iceberg};
+use tributary_tests::lake::{entries_of, read_iceberg};
 use tributary_tests::service::{Fixture, Service, Verified, verify};
 use tributary_tests::{TestDatabase, fresh_database};
 
@@ -417,14 +417,38 @@ pub(super) async fn iceberg_fixture_with(
     fixture
 }
 
-/// The commit entries with files of `output`, by sequence.
-pub(super) async fn entries_of(log: &CommitLog, output: &str) -> Vec<u64> {
-    entries(log)
+/// `table`'s Iceberg table in the fixture's sink (through `catalog`, when there is one) has one
+/// snapshot of the pipeline per commit entry with files of the table, in order, none twice;
+/// the table as loaded. `log` is the run's log, shown when it does not.
+pub(super) async fn check_snapshots(
+    fixture: &Fixture,
+    table: &str,
+    catalog: Option<&tributary::lake::tables::Catalog>,
+    log: &str,
+) -> tributary::lake::iceberg::table::Current {
+    let current = Table::open(fixture.sink.clone(), table, catalog)
+        .load()
         .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{table}: no Iceberg table: {log}"));
+    let app = current
+        .metadata
+        .current_snapshot()
+        .and_then(|s| s.summary.get("tributary.app").cloned())
+        .expect("the pipeline's snapshot");
+    let positions: Vec<u64> = current
+        .metadata
+        .snapshots
         .iter()
-        .filter(|e| e.files.iter().any(|f| f.output == output))
-        .map(|e| e.sequence)
-        .collect()
+        .filter(|s| s.summary.get("tributary.app") == Some(&app))
+        .map(|s| s.summary["tributary.sequence"].parse().unwrap())
+        .collect();
+    assert_eq!(
+        positions,
+        entries_of(&fixture.log, table).await,
+        "{table}: a snapshot per commit entry with its files, once each: {log}"
+    );
+    current
 }
 
 /// Verify held `table`, an Iceberg table, against the commit log and found it intact.
@@ -488,29 +512,7 @@ pub(super) async fn crash_into_iceberg_through(
     }
     let b_log = b.stop().await;
     for table in TABLES {
-        let current = Table::open(fixture.sink.clone(), table, handle.as_ref())
-            .load()
-            .await
-            .unwrap()
-            .unwrap_or_else(|| panic!("{table}: no Iceberg table: {b_log}"));
-        // One snapshot per flush with files of the table, in order, none twice.
-        let app = current
-            .metadata
-            .current_snapshot()
-            .and_then(|s| s.summary.get("tributary.app").cloned())
-            .expect("the pipeline's snapshot");
-        let positions: Vec<u64> = current
-            .metadata
-            .snapshots
-            .iter()
-            .filter(|s| s.summary.get("tributary.app") == Some(&app))
-            .map(|s| s.summary["tributary.sequence"].parse().unwrap())
-            .collect();
-        assert_eq!(
-            positions,
-            entries_of(&fixture.log, table).await,
-            "{table}: a snapshot per commit entry with its files, once each: {b_log}"
-        );
+        let current = check_snapshots(&fixture, table, handle.as_ref(), &b_log).await;
         let folder = format!("{}/{table}", fixture.cfg.sink_url);
         let read = read_iceberg(&folder, &current.location, &fixture.cfg.sink_options);
         let changes = if table == first { 30 + 7 + 4 } else { 30 };

@@ -16,7 +16,8 @@ use tributary_tests::fresh_database;
 use tributary_tests::lake::read_iceberg;
 use tributary_tests::service::{Fixture, Service, command, verify};
 
-use super::iceberg::{assert_audited, entries_of, iceberg_fixture_with};
+use super::iceberg::{assert_audited, iceberg_fixture_with};
+use tributary_tests::lake::entries_of;
 
 const OUTPUT: &str = "public.events";
 

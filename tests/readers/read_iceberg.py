@@ -1,14 +1,17 @@
 """Read an Iceberg table with pyiceberg and with DuckDB, independently of Tributary.
 
-Usage: read_iceberg.py <table folder> <metadata file uri> [<row filter> [<options json> [counts]]]
+Usage: read_iceberg.py <table folder> <metadata file uri> [<row filter> [<options json> [counts|pyiceberg]]]
 
 pyiceberg opens the metadata file named (StaticTable.from_metadata); DuckDB opens the table
 folder and finds the latest metadata through metadata/version-hint.text (iceberg_scan), or,
 for a table in a catalog (which keeps no hint; its files are named <N>-<uuid>.metadata.json),
 opens the metadata file named, as a reader given the catalog's pointer does. The
-DuckDB extensions are loaded from their pip packages, never downloaded. A table in S3 is
-reached with the sink's object_store options (aws_endpoint, aws_access_key_id, ...); an empty
-row filter is none.
+DuckDB extensions are loaded from their pip packages, never downloaded. A table in S3, Azure
+(Azurite) or GCS (fake-gcs-server) is reached with the sink's object_store options
+(aws_endpoint, azure_storage_endpoint, google_base_url, ...); an empty row filter is none.
+With `pyiceberg` last, only pyiceberg reads (`duckdb` is left out): DuckDB reaches neither
+`abfss://` on Azurite (it has no ADLS endpoint) nor fake-gcs-server (DuckDB speaks GCS's XML
+API).
 
 Prints one JSON document:
   schema        [field id, name, type] of each top-level column, as pyiceberg reads them
@@ -31,6 +34,7 @@ import decimal
 import json
 import os
 import sys
+import time
 import uuid
 
 import duckdb
@@ -95,6 +99,32 @@ def duckdb_connection(options):
 def pyiceberg_properties(options):
     if not options:
         return {}
+    if "azure_storage_endpoint" in options:
+        # abfss://container@account.dfs.core.windows.net/... through adlfs, which takes the
+        # emulator's endpoint in a connection string (pyarrow's Azure file system would read
+        # the container@account form as a container name).
+        endpoint = options["azure_storage_endpoint"]
+        connection = ";".join(
+            [
+                "DefaultEndpointsProtocol=" + endpoint.split("://", 1)[0],
+                "AccountName=" + options["azure_storage_account_name"],
+                "AccountKey=" + options["azure_storage_account_key"],
+                "BlobEndpoint=" + endpoint,
+            ]
+        )
+        return {
+            "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO",
+            "adls.connection-string": connection,
+            "adls.account-name": options["azure_storage_account_name"],
+        }
+    if "google_base_url" in options:
+        # pyarrow's GCS file system speaks the JSON API fake-gcs-server serves; it checks no
+        # token, but pyarrow wants one with its expiry.
+        return {
+            "gcs.service.host": options["google_base_url"],
+            "gcs.oauth2.token": "unchecked",
+            "gcs.oauth2.token-expires-at": str(int(time.time() * 1000) + 3_600_000),
+        }
     return {
         "s3.endpoint": options["aws_endpoint"],
         "s3.access-key-id": options["aws_access_key_id"],
@@ -127,6 +157,7 @@ def main() -> None:
     row_filter = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else None
     options = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
     counts = len(sys.argv) > 5 and sys.argv[5] == "counts"
+    only_pyiceberg = len(sys.argv) > 5 and sys.argv[5] == "pyiceberg"
     table = StaticTable.from_metadata(metadata, properties=pyiceberg_properties(options))
     out = {
         "schema": [[f.field_id, f.name, str(f.field_type)] for f in table.schema().fields],
@@ -134,6 +165,10 @@ def main() -> None:
         | {"operation": table.current_snapshot().summary.operation.value},
         "files": len(list(table.scan().plan_files())),
     }
+    if only_pyiceberg:
+        out["pyiceberg"] = rows_of(table.scan().to_arrow())
+        json.dump(out, sys.stdout)
+        return
     con = duckdb_connection(options)
     hinted = metadata.rsplit("/", 1)[-1].startswith("v")
     scan = f"iceberg_scan('{folder if hinted else metadata}')"

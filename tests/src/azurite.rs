@@ -96,6 +96,12 @@ impl Azurite {
         format!("az://{container}")
     }
 
+    /// `abfss://<container>@devstoreaccount1.dfs.core.windows.net`: the same container named
+    /// as ADLS names it (the endpoint option still sends every request to Azurite).
+    pub fn abfss_url(&self, container: &str) -> String {
+        format!("abfss://{container}@{ACCOUNT}.dfs.core.windows.net")
+    }
+
     /// Creates a container no other test uses, named after `hint`, and returns its name.
     pub async fn fresh_container(&self, hint: &str) -> String {
         // Container names allow no two hyphens in a row.

@@ -107,6 +107,16 @@ pub async fn entries(log: &CommitLog) -> Vec<CommitEntry> {
         .await
 }
 
+/// The sequences of the log's entries with files of `output`, in order.
+pub async fn entries_of(log: &CommitLog, output: &str) -> Vec<u64> {
+    entries(log)
+        .await
+        .iter()
+        .filter(|e| e.files.iter().any(|f| f.output == output))
+        .map(|e| e.sequence)
+        .collect()
+}
+
 /// Read an output through its commit log and check what exactly-once promises of it: every
 /// file a flush entry names holds the bytes and rows the entry says, every data file under
 /// `<output>/` is named by an entry, and no change identity (commit LSN, seq) appears twice.
@@ -623,6 +633,17 @@ pub fn read_iceberg(folder: &str, metadata: &str, options: &[(String, String)]) 
         rows: rows("pyiceberg"),
         duckdb: rows("duckdb"),
     }
+}
+
+/// Every row of an Iceberg table as pyiceberg alone reads it, in (`_commit_lsn`, `_seq`)
+/// order: for stores DuckDB does not reach here (`abfss://` on Azurite, fake-gcs-server).
+pub fn read_iceberg_with_pyiceberg(
+    folder: &str,
+    metadata: &str,
+    options: &[(String, String)],
+) -> Vec<BTreeMap<String, Option<String>>> {
+    let doc = run_iceberg_reader(folder, metadata, &[&options_json(options), "pyiceberg"]);
+    serde_json::from_value(doc["pyiceberg"].clone()).unwrap()
 }
 
 /// `tests/readers/read_iceberg.py` on a table with no row filter and `extra` arguments after

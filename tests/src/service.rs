@@ -165,9 +165,22 @@ impl Fixture {
 
     /// The same in a container of its own on the shared Azurite (`az://<container>`).
     pub async fn on_azure(source_url: &str, hint: &str, tables: &[&str]) -> Fixture {
+        Self::on_azurite(source_url, hint, tables, false).await
+    }
+
+    /// The same with the sink named in the ADLS form Spark and pyiceberg resolve
+    /// (`abfss://<container>@devstoreaccount1.dfs.core.windows.net`).
+    pub async fn on_azure_abfss(source_url: &str, hint: &str, tables: &[&str]) -> Fixture {
+        Self::on_azurite(source_url, hint, tables, true).await
+    }
+
+    async fn on_azurite(source_url: &str, hint: &str, tables: &[&str], abfss: bool) -> Fixture {
         let server = crate::azurite();
         let container = server.fresh_container(hint).await;
-        let url = server.container_url(&container);
+        let url = match abfss {
+            false => server.container_url(&container),
+            true => server.abfss_url(&container),
+        };
         Self::on(
             source_url,
             hint,

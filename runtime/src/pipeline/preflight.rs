@@ -309,6 +309,9 @@ async fn check_sink(
             return None;
         }
     };
+    if let Some(advice) = sink.table_location_advice(config.sink.format) {
+        report.advise(advice);
+    }
     let log = CommitLog::new(sink.clone(), Writer::named("check"));
     let read = async {
         let latest = log.latest().await?;
@@ -395,7 +398,7 @@ pub(super) async fn cleared(
             return Ok(None);
         }
     };
-    for warning in report.warnings() {
+    for warning in report.warning_texts() {
         tracing::warn!("{warning}");
     }
     let choice = report.choice.clone();

@@ -397,6 +397,7 @@ mod tests {
             .map(|f| match f {
                 Finding::Ok(text) => format!("ok {text}"),
                 Finding::Warning(e) => format!("warn {e}"),
+                Finding::Advised(text) => format!("warn {text}"),
                 Finding::Failure(e) => format!("FAIL {e}"),
                 Finding::Refused(text) => format!("FAIL {text}"),
                 Finding::Note(text) => format!("note {text}"),

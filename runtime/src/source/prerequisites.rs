@@ -31,6 +31,8 @@ pub enum Finding {
     /// A failure of another part of the pipeline (a plugin, the sink), in the words the start
     /// refuses with: only `tributary check` looks at those, after the source.
     Refused(String),
+    /// A warning about another part of the pipeline (the sink), in its own words.
+    Advised(String),
     /// Neither fine nor a problem: what the capture mode not chosen would need.
     Note(String),
 }
@@ -81,6 +83,18 @@ impl Report {
             Finding::Warning(e) => Some(e),
             _ => None,
         })
+    }
+
+    /// Every warning's text, of the source and of the rest of the pipeline, in the order found.
+    pub fn warning_texts(&self) -> Vec<String> {
+        self.findings
+            .iter()
+            .filter_map(|f| match f {
+                Finding::Warning(e) => Some(e.to_string()),
+                Finding::Advised(text) => Some(text.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// No failures: a pipeline can start (warnings allowed).
@@ -139,6 +153,10 @@ impl Report {
         self.findings.push(Finding::Warning(error));
     }
 
+    pub(crate) fn advise(&mut self, text: String) {
+        self.findings.push(Finding::Advised(text));
+    }
+
     pub(crate) fn refuse(&mut self, reason: String) {
         self.findings.push(Finding::Refused(reason));
     }
@@ -164,13 +182,14 @@ impl fmt::Display for Report {
             match finding {
                 Finding::Ok(text) => writeln!(f, "ok    {text}")?,
                 Finding::Warning(e) => writeln!(f, "warn  {e}")?,
+                Finding::Advised(text) => writeln!(f, "warn  {text}")?,
                 Finding::Failure(e) => writeln!(f, "FAIL  {e}")?,
                 Finding::Refused(reason) => writeln!(f, "FAIL  {reason}")?,
                 Finding::Note(text) => writeln!(f, "note  {text}")?,
             }
         }
         let failures = self.problems();
-        let warnings = self.warnings().count();
+        let warnings = self.warning_texts().len();
         let warned = match warnings {
             0 => String::new(),
             1 => ", 1 warning".into(),

@@ -342,6 +342,29 @@ impl Sink {
         }
     }
 
+    /// A warning when readers of `format`'s tables could not open their files by the URL the
+    /// sink is named with. Iceberg manifests name every file by its absolute URL, and Spark,
+    /// Trino and pyiceberg open Azure's files by the ADLS form (`abfss://`), not by `az://`
+    /// (which DuckDB reads). Delta names files relative to the table; Parquet has no tables.
+    pub fn table_location_advice(&self, format: crate::lake::TableFormat) -> Option<String> {
+        let rest = self.url.strip_prefix("az://")?;
+        if format != crate::lake::TableFormat::Iceberg {
+            return None;
+        }
+        let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        let prefix = match prefix.trim_matches('/') {
+            "" => String::new(),
+            prefix => format!("/{prefix}"),
+        };
+        Some(format!(
+            "sink.url {}: Iceberg manifests name each file by this URL, which DuckDB reads but \
+             Spark, Trino and pyiceberg do not; for them name the sink \
+             abfss://{container}@<account>.dfs.core.windows.net{prefix} before its first \
+             flush (the URL is written into every table)",
+            self.url
+        ))
+    }
+
     /// Whether the store decides conditional puts, which every commit rests on: an object
     /// created under a fresh name must be refused when created again. The probe object
     /// (`_tributary/probe/<random>`) is deleted after. A store that ignores the condition
@@ -591,6 +614,71 @@ mod tests {
         );
     }
 
+    /// GCS's and Azure's refusals, in the bodies those services send (GCS: JSON with a
+    /// `reason`; Azure: XML with a `<Code>`), are named with each cloud's own settings.
+    #[test]
+    fn gcs_and_azure_refusals_name_their_settings() {
+        let gcs = |source| classify("gs://lake/shop", Cloud::Gcs, source).to_string();
+        let body = |code: u16, status: &str, reason: &str, message: &str| {
+            format!(
+                "Server returned non-2xx status code: {code} {status}: {{\"error\": {{\"code\": \
+                 {code}, \"message\": \"{message}\", \"errors\": [{{\"message\": \"{message}\", \
+                 \"domain\": \"global\", \"reason\": \"{reason}\"}}]}}}}"
+            )
+        };
+        let err = gcs(object_store::Error::Unauthenticated {
+            path: "x".into(),
+            source: body(401, "Unauthorized", "authError", "Invalid Credentials").into(),
+        });
+        assert!(
+            err.contains("the Google Cloud Storage credentials were refused (authError)")
+                && err.contains("GOOGLE_APPLICATION_CREDENTIALS"),
+            "{err}"
+        );
+        let err = gcs(object_store::Error::PermissionDenied {
+            path: "x".into(),
+            source: body(
+                403,
+                "Forbidden",
+                "forbidden",
+                "sa@p.iam.gserviceaccount.com does not have storage.objects.create access",
+            )
+            .into(),
+        });
+        assert!(
+            err.contains("access denied (forbidden)") && err.contains("roles/storage.objectUser"),
+            "{err}"
+        );
+        let err = gcs(object_store::Error::NotFound {
+            path: "x".into(),
+            source: body(
+                404,
+                "Not Found",
+                "notFound",
+                "The specified bucket does not exist.",
+            )
+            .into(),
+        });
+        assert_eq!(
+            err,
+            "sink gs://lake/shop: the bucket \"lake\" does not exist; create it, or fix sink.url"
+        );
+        let err = classify(
+            "az://lake/shop",
+            Cloud::Azure,
+            object_store::Error::Unauthenticated {
+                path: "x".into(),
+                source: "Server returned non-2xx status code: 403 Server failed to authenticate the request.: <?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>AuthenticationFailed</Code><Message>Server failed to authenticate the request.</Message></Error>".into(),
+            },
+        )
+        .to_string();
+        assert!(
+            err.contains("the Azure Blob Storage credentials were refused (AuthenticationFailed)")
+                && err.contains("AZURE_STORAGE_ACCOUNT_KEY"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn refuses_unknown_schemes_and_options() {
         let none = BTreeMap::new();
@@ -718,6 +806,30 @@ mod tests {
         ) -> object_store::Result<()> {
             self.0.copy_opts(from, to, options).await
         }
+    }
+
+    /// Iceberg tables on `az://` are warned about, with the ADLS form that Spark and
+    /// pyiceberg open; other formats and URLs are not.
+    #[test]
+    fn iceberg_on_az_urls_is_told_the_adls_form() {
+        use crate::lake::TableFormat;
+        let sink = Sink::from_store(Arc::new(InMemory::new()), "az://lake/cdc/shop/");
+        let advice = sink.table_location_advice(TableFormat::Iceberg).unwrap();
+        assert!(
+            advice.contains("abfss://lake@<account>.dfs.core.windows.net/cdc/shop before"),
+            "{advice}"
+        );
+        let bare = Sink::from_store(Arc::new(InMemory::new()), "az://lake");
+        let advice = bare.table_location_advice(TableFormat::Iceberg).unwrap();
+        assert!(advice.contains("abfss://lake@<account>.dfs.core.windows.net before"));
+        assert_eq!(sink.table_location_advice(TableFormat::Delta), None);
+        let adls = Sink::from_store(
+            Arc::new(InMemory::new()),
+            "abfss://lake@acct.dfs.core.windows.net/cdc",
+        );
+        assert_eq!(adls.table_location_advice(TableFormat::Iceberg), None);
+        let gcs = Sink::from_store(Arc::new(InMemory::new()), "gs://lake/cdc");
+        assert_eq!(gcs.table_location_advice(TableFormat::Iceberg), None);
     }
 
     /// The probe passes a store that decides the condition and leaves nothing behind; a
