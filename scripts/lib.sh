@@ -246,13 +246,11 @@ build_plugins() {
 
 # Independent readers for the tests: DuckDB and pyarrow (Parquet), deltalake (delta-rs, for
 # Delta tables, with DuckDB's delta extension as a second reader), pyiceberg with its SQL
-# catalog's drivers and adlfs (Azure) and DuckDB's iceberg extension (Iceberg tables and
+# catalog's drivers and adlfs (Azure), and DuckDB's iceberg extension (Iceberg tables and
 # catalogs; the tests' REST catalog server, tests/catalogs/iceberg_rest.py, is built on
-# pyiceberg), in a virtual
-# environment in the tools cache. DuckDB's extensions come
-# from their pip packages, one release per DuckDB release, and the readers load them from
-# there: nothing is downloaded at run time. Exports TRIBUTARY_PYTHON, the interpreter that has
-# them.
+# pyiceberg), in a virtual environment in the tools cache. DuckDB's extensions come from their
+# pip packages, one release per DuckDB release, and the readers load them from there: nothing
+# is downloaded at run time. Exports TRIBUTARY_PYTHON, the interpreter that has them.
 DUCKDB_VERSION="1.5.5"
 PYARROW_VERSION="21.0.0"
 DELTALAKE_VERSION="1.6.6"
