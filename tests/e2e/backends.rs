@@ -99,30 +99,26 @@ impl Lake {
     async fn s3(hint: &str) -> Lake {
         let server = tributary_tests::s3();
         let bucket = server.fresh_bucket(hint).await;
-        let url = server.bucket_url(&bucket);
-        let options: BTreeMap<String, String> = server.object_store_options().into_iter().collect();
-        Lake {
-            sink: Sink::open(&url, &options).unwrap(),
-            backend: Backend::Cloud { url, options },
-        }
+        Self::cloud(server.bucket_url(&bucket), server.object_store_options())
     }
 
     async fn gcs(hint: &str) -> Lake {
         let server = tributary_tests::fake_gcs();
         let bucket = server.fresh_bucket(hint).await;
-        let url = server.bucket_url(&bucket);
-        let options: BTreeMap<String, String> = server.object_store_options().into_iter().collect();
-        Lake {
-            sink: Sink::open(&url, &options).unwrap(),
-            backend: Backend::Cloud { url, options },
-        }
+        Self::cloud(server.bucket_url(&bucket), server.object_store_options())
     }
 
     async fn azure(hint: &str) -> Lake {
         let server = tributary_tests::azurite();
         let container = server.fresh_container(hint).await;
-        let url = server.container_url(&container);
-        let options: BTreeMap<String, String> = server.object_store_options().into_iter().collect();
+        Self::cloud(
+            server.container_url(&container),
+            server.object_store_options(),
+        )
+    }
+
+    fn cloud(url: String, options: Vec<(String, String)>) -> Lake {
+        let options: BTreeMap<String, String> = options.into_iter().collect();
         Lake {
             sink: Sink::open(&url, &options).unwrap(),
             backend: Backend::Cloud { url, options },

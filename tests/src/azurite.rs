@@ -15,7 +15,7 @@ use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::s3::{Emulator, bucket_name, http_exchange};
+use crate::s3::{Emulator, bucket_name, http_exchange, process_wide};
 
 /// The emulator's one account and its published key (the same in every Azurite).
 pub const ACCOUNT: &str = "devstoreaccount1";
@@ -34,21 +34,7 @@ static SHARED: OnceLock<Result<Azurite, String>> = OnceLock::new();
 /// The process-wide Azurite, started on first use and killed when the process exits. Tests
 /// sharing it use containers of their own ([`Azurite::fresh_container`]).
 pub fn azurite() -> &'static Azurite {
-    let server = SHARED.get_or_init(|| {
-        let server = Azurite::start()?;
-        extern "C" fn shut_down() {
-            if let Some(Ok(server)) = SHARED.get() {
-                server.process.shut_down();
-            }
-        }
-        // SAFETY: registers a plain function; atexit has no other preconditions.
-        unsafe { libc::atexit(shut_down) };
-        Ok(server)
-    });
-    match server {
-        Ok(server) => server,
-        Err(error) => panic!("{error}"),
-    }
+    process_wide(&SHARED, Azurite::start, |server| server.process.shut_down())
 }
 
 /// An `azurite-blob` child process serving a private directory on `127.0.0.1`.

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::s3::{Emulator, bucket_name, http_exchange};
+use crate::s3::{Emulator, bucket_name, http_exchange, process_wide};
 
 const DIR_PREFIX: &str = "tributary-gcs-";
 
@@ -24,21 +24,7 @@ static SHARED: OnceLock<Result<FakeGcs, String>> = OnceLock::new();
 /// The process-wide emulator, started on first use and killed when the process exits. Tests
 /// sharing it use buckets of their own ([`FakeGcs::fresh_bucket`]).
 pub fn fake_gcs() -> &'static FakeGcs {
-    let server = SHARED.get_or_init(|| {
-        let server = FakeGcs::start()?;
-        extern "C" fn shut_down() {
-            if let Some(Ok(server)) = SHARED.get() {
-                server.process.shut_down();
-            }
-        }
-        // SAFETY: registers a plain function; atexit has no other preconditions.
-        unsafe { libc::atexit(shut_down) };
-        Ok(server)
-    });
-    match server {
-        Ok(server) => server,
-        Err(error) => panic!("{error}"),
-    }
+    process_wide(&SHARED, FakeGcs::start, |server| server.process.shut_down())
 }
 
 /// A `fake-gcs-server` child process serving a private directory on `127.0.0.1`.

@@ -37,26 +37,51 @@ static SHARED: OnceLock<Result<S3Server, String>> = OnceLock::new();
 /// The process-wide S3 server, started on first use and killed when the process exits.
 /// Tests sharing it use buckets of their own ([`S3Server::fresh_bucket`]).
 pub fn s3() -> &'static S3Server {
-    let server = SHARED.get_or_init(|| {
-        let server = S3Server::try_start()?;
-        register_exit_hook();
-        Ok(server)
-    });
-    match server {
-        Ok(server) => server,
-        Err(error) => panic!("{error}"),
-    }
+    process_wide(&SHARED, S3Server::try_start, |server| {
+        server.kill();
+        let _ = fs::remove_dir_all(&server.base_dir);
+    })
 }
 
-fn register_exit_hook() {
-    extern "C" fn kill_shared() {
-        if let Some(Ok(server)) = SHARED.get() {
-            server.kill();
-            let _ = fs::remove_dir_all(&server.base_dir);
+/// What the exit hook tears down: the process-wide servers, which are never dropped.
+type Teardown = Box<dyn Fn() + Send>;
+static AT_EXIT: Mutex<Vec<Teardown>> = Mutex::new(Vec::new());
+
+/// The process-wide server kept in `cell`: started by `start` on first use (its error is
+/// the panic of every test that asks for it), and `stop`ped when the process exits.
+pub(crate) fn process_wide<T: Send + Sync>(
+    cell: &'static OnceLock<Result<T, String>>,
+    start: impl FnOnce() -> Result<T, String>,
+    stop: fn(&T),
+) -> &'static T {
+    let server = cell.get_or_init(|| {
+        let server = start()?;
+        at_exit(Box::new(move || {
+            if let Some(Ok(server)) = cell.get() {
+                stop(server);
+            }
+        }));
+        Ok(server)
+    });
+    server.as_ref().unwrap_or_else(|error| panic!("{error}"))
+}
+
+fn at_exit(teardown: Teardown) {
+    extern "C" fn run_all() {
+        let teardowns = AT_EXIT.lock().unwrap_or_else(|p| p.into_inner());
+        for teardown in teardowns.iter() {
+            teardown();
         }
     }
-    // SAFETY: registers a plain function; atexit has no other preconditions.
-    unsafe { libc::atexit(kill_shared) };
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    AT_EXIT
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(teardown);
+    // SAFETY: registers a plain function, once; atexit has no other preconditions.
+    HOOK.call_once(|| unsafe {
+        libc::atexit(run_all);
+    });
 }
 
 /// A `tributary-test-s3` child process serving a private root directory on `127.0.0.1`.
